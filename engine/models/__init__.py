@@ -1,0 +1,1 @@
+"""Model implementations (one decoder covers the Llama family, Qwen2 and Qwen3)."""

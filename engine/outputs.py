@@ -1,0 +1,65 @@
+"""What the engine hands back: plain dataclasses, no tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Logprob:
+    """Log-probability of one token, with its rank in the distribution (1 = most likely)."""
+
+    logprob: float
+    rank: int
+    decoded_token: str | None = None
+
+
+# One entry per generated token: token id -> Logprob (the chosen token plus the top-k).
+SampleLogprobs = list[dict[int, Logprob]]
+
+
+@dataclass
+class CompletionOutput:
+    """One of a request's n sequences.
+
+    From `LLMEngine.step()` the token_ids/text/logprobs are the *delta* since the previous
+    step; `LLM.generate` returns them whole.
+    """
+
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | None while running
+    stop_reason: int | str | None = None  # the stop string or stop token that ended it
+    logprobs: SampleLogprobs | None = None
+    num_output_tokens: int = 0  # tokens generated so far in total (not only this delta)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestMetrics:
+    """Wall-clock times (time.monotonic()) of one request's life."""
+
+    arrival_time: float
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    finished_time: float | None = None
+
+
+@dataclass
+class RequestOutput:
+    """The state of one request after an engine step (or at the end, from `LLM.generate`)."""
+
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    num_cached_tokens: int = 0
+    metrics: RequestMetrics | None = None
+    error: str | None = None  # set when the engine failed this request alone
+    extra: dict = field(default_factory=dict)

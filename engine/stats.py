@@ -1,0 +1,34 @@
+"""The engine's live numbers: what the server, metrics and console read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class EngineStats:
+    """A snapshot of the engine.
+
+    `kv_cache_usage` counts blocks held by live requests; cached blocks that no request holds
+    are free (evictable), so an idle engine reads 0. Prefix-cache queries and hits count tokens.
+    """
+
+    num_blocks_total: int
+    num_blocks_used: int
+    num_blocks_cached: int
+    kv_cache_usage: float
+    num_running: int
+    num_waiting: int
+    num_preemptions_total: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    block_size: int = 16
+    kv_cache_tokens: int = 0
+    bytes_per_token: int = 0
+    max_model_len: int = 0
+    num_requests_finished_total: int = 0
+    num_steps_total: int = 0
+    kv_slots_allocated: int = 0  # token slots in blocks held by live requests
+    kv_slots_filled: int = 0  # of those, slots holding a token

@@ -1,0 +1,105 @@
+"""Torch reference implementations of every kernel.
+
+The CPU path runs these; the Triton kernels are tested against them. Numerics follow
+Hugging Face transformers' Llama/Qwen code exactly (norms in float32, rotary in the model's
+dtype), so the engine's fp32 greedy output matches `generate` token for token.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dimension, computed in float32 and cast back (as HF does)."""
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+def fused_add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """residual <- x + residual; return (rms_norm(residual), residual)."""
+    residual = x + residual
+    return rms_norm(residual, weight, eps), residual
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Neox-style rotary embedding. q [T, Hq, D], k [T, Hk, D], cos/sin [T, D] (both halves)."""
+    cos = cos.unsqueeze(1).to(q.dtype)
+    sin = sin.unsqueeze(1).to(q.dtype)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """x [T, 2I] holding gate then up -> silu(gate) * up, [T, I]."""
+    half = x.shape[-1] // 2
+    return F.silu(x[..., :half]) * x[..., half:]
+
+
+def write_kv_cache(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Store k/v [T, Hk, D] into caches [num_blocks, block_size, Hk, D] at flat slots.
+
+    A slot of -1 marks a token whose KV is not stored (padding) and is skipped.
+    """
+    keep = slot_mapping >= 0
+    if not bool(keep.all()):
+        k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
+    hk, d = k_cache.shape[-2:]
+    k_cache.view(-1, hk, d).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    v_cache.view(-1, hk, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Causal attention of variable-length queries over the paged cache.
+
+    q [T, Hq, D] holds each sequence's newest tokens back to back (query_start_loc [B+1]);
+    sequence b attends to its seq_lens[b] cached tokens, found through block_tables[b], the
+    last q_len of which are its own queries. Returns [T, Hq, D]. One sequence at a time: this
+    is the specification the fast paths are tested against.
+    """
+    out = torch.empty_like(q)
+    block_size = k_cache.shape[1]
+    hq, hk = q.shape[1], k_cache.shape[2]
+    for b in range(block_tables.shape[0]):
+        qs, qe = int(query_start_loc[b]), int(query_start_loc[b + 1])
+        if qe == qs:
+            continue
+        n_ctx = int(seq_lens[b])
+        n_blocks = -(-n_ctx // block_size)
+        blocks = block_tables[b, :n_blocks]
+        keys = k_cache[blocks].reshape(-1, hk, k_cache.shape[-1])[:n_ctx]
+        vals = v_cache[blocks].reshape(-1, hk, v_cache.shape[-1])[:n_ctx]
+        qb = q[qs:qe].float()
+        keys = keys.float().repeat_interleave(hq // hk, dim=1)
+        vals = vals.float().repeat_interleave(hq // hk, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", qb, keys) * scale
+        q_pos = torch.arange(n_ctx - (qe - qs), n_ctx).unsqueeze(1)
+        k_pos = torch.arange(n_ctx).unsqueeze(0)
+        scores = scores.masked_fill((k_pos > q_pos).unsqueeze(0), float("-inf"))
+        out[qs:qe] = torch.einsum("hqk,khd->qhd", scores.softmax(-1), vals).to(q.dtype)
+    return out
