@@ -1,0 +1,1 @@
+"""Subcommands of the `officellm` command, one module each, each with register(subparsers)."""
