@@ -1,0 +1,59 @@
+"""Shared fixtures: the bundled SmolLM2, tiny random-weight models, and a KV-leak check."""
+
+from __future__ import annotations
+
+import gc
+import os
+import weakref
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+_LIVE_ENGINES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _track_engines() -> None:
+    from engine.llm_engine import LLMEngine
+
+    if getattr(LLMEngine, "_tracked_by_tests", False):
+        return
+    original = LLMEngine.__init__
+
+    def init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original(self, *args, **kwargs)
+        _LIVE_ENGINES.add(self)
+
+    LLMEngine.__init__ = init  # type: ignore[method-assign]
+    LLMEngine._tracked_by_tests = True  # type: ignore[attr-defined]
+
+
+_track_engines()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_kv_blocks():
+    """After every test, every engine in this process holds no request and no block."""
+    yield
+    gc.collect()
+    for engine in list(_LIVE_ENGINES):
+        sched = engine.scheduler
+        leftover = [r.request_id for r in list(sched.running) + list(sched.waiting)]
+        # Clean up before failing, so one leak does not cascade into later tests.
+        for rid in list(engine._groups):
+            engine.abort_request(rid)
+        pool = engine.kv.pool
+        assert not leftover, f"requests left in the engine: {leftover}"
+        assert pool.num_free_blocks == pool.num_blocks, (
+            f"{pool.num_blocks - pool.num_free_blocks} KV blocks leaked")
+        assert all(b.ref_count == 0 for b in pool.blocks)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The bundled SmolLM2-135M-Instruct as a Hugging Face directory (GGUF converted once)."""
+    from engine.model_loader import resolve_model_dir
+
+    return resolve_model_dir(None)

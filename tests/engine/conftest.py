@@ -1,0 +1,64 @@
+"""Engine fixtures: prompts, transformers references computed once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine import LLM
+from engine.llm import apply_chat_template
+from engine.model_loader import eos_token_ids
+from tests.support.hf_reference import hf_greedy, load_hf_model
+
+CHATS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "user", "content": "Write a haiku about a cat sleeping in the sun."}],
+    [{"role": "system", "content": "You are a terse assistant. Answer in one line."},
+     {"role": "user", "content": "How many legs does a spider have?"}],
+    [{"role": "user", "content": "List three uses of a paperclip."}],
+    [{"role": "user", "content": "Translate 'good morning' into Spanish and German."}],
+    [{"role": "user", "content": "Explain what a KV cache is in a large language model, "
+                                 "in two sentences, for an office manager."}],
+    [{"role": "user", "content": "def fib(n):\n    # complete this Python function"}],
+    [{"role": "user", "content": "Hi!"},
+     {"role": "assistant", "content": "Hello! How can I help you today?"},
+     {"role": "user", "content": "Tell me a fun fact about octopuses."}],
+]
+MAX_NEW = 64
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(smollm2_dir))
+
+
+@pytest.fixture(scope="session")
+def chat_prompt_ids(smollm2_tokenizer) -> list[list[int]]:
+    return [apply_chat_template(smollm2_tokenizer, c) for c in CHATS]
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf(smollm2_dir: Path):
+    return load_hf_model(smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def smollm2_refs(smollm2_hf, smollm2_dir, smollm2_tokenizer, chat_prompt_ids):
+    eos = eos_token_ids(smollm2_dir, smollm2_tokenizer)
+    return [hf_greedy(smollm2_hf, ids, MAX_NEW, eos) for ids in chat_prompt_ids]
+
+
+def make_llm(model_dir: Path, **kwargs) -> LLM:
+    """An fp32 engine on the CPU with a modest KV pool unless a test says otherwise."""
+    kwargs.setdefault("dtype", "float32")
+    kwargs.setdefault("kv_cache_memory", "128MiB")
+    return LLM(str(model_dir), **kwargs)
+
+
+@pytest.fixture(scope="session")
+def smollm2_llm(smollm2_dir: Path) -> LLM:
+    """The default-configured fp32 engine shared by tests that do not change its settings."""
+    return make_llm(smollm2_dir)

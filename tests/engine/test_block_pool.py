@@ -1,0 +1,93 @@
+"""BlockPool and KVCacheManager: LRU free queue, reference counts, chained hashes."""
+
+from __future__ import annotations
+
+from engine.block_pool import BlockPool, hash_block_tokens
+from engine.kv_cache_manager import KVCacheManager
+from engine.request import Request
+from engine.sampling_params import SamplingParams
+
+
+def _req(rid: str, tokens: list[int], salt: str | None = None) -> Request:
+    return Request(rid, tokens, SamplingParams(max_tokens=4), cache_salt=salt)
+
+
+def test_equal_prefixes_hash_equal_and_chain_through_parents():
+    a = hash_block_tokens(None, [1, 2, 3], None)
+    assert a == hash_block_tokens(None, [1, 2, 3], None)
+    assert hash_block_tokens(a, [4, 5, 6], None) != hash_block_tokens(None, [4, 5, 6], None)
+
+
+def test_salt_changes_only_the_first_block_hash_input():
+    assert hash_block_tokens(None, [1, 2], "alice") != hash_block_tokens(None, [1, 2], "bob")
+
+
+def test_allocate_takes_least_recently_freed_first():
+    pool = BlockPool(4)
+    first = pool.allocate(2)
+    pool.free(first)
+    # Blocks 2 and 3 were never used, so they are older in the free queue than 0 and 1.
+    assert [b.block_id for b in pool.allocate(2)] == [2, 3]
+    assert [b.block_id for b in pool.allocate(2)] == [0, 1]
+
+
+def test_touching_a_cached_free_block_removes_it_from_the_free_queue():
+    pool = BlockPool(3)
+    (block,) = pool.allocate(1)
+    pool.cache_block(block, b"h")
+    pool.free([block])
+    assert pool.num_free_blocks == 3 and pool.lookup(b"h") is block
+    pool.touch([block])
+    assert pool.num_free_blocks == 2 and block.ref_count == 1
+    pool.touch([block])
+    pool.free([block])
+    assert pool.num_free_blocks == 2  # still held once
+    pool.free([block])
+    assert pool.num_free_blocks == 3
+
+
+def test_reallocating_a_cached_block_evicts_its_hash():
+    pool = BlockPool(1)
+    (block,) = pool.allocate(1)
+    pool.cache_block(block, b"h")
+    pool.free([block])
+    pool.allocate(1)
+    assert pool.lookup(b"h") is None
+
+
+def test_manager_finds_the_cached_prefix_but_always_leaves_one_token():
+    kv = KVCacheManager(num_blocks=16, block_size=4)
+    a = _req("a", list(range(12)))
+    assert kv.allocate_slots(a, 12)
+    kv.free(a)
+    b = _req("b", list(range(12)))
+    hits, n = kv.get_computed_blocks(b)
+    assert n == 8 and len(hits) == 2  # the third block would leave nothing to compute
+    c = _req("c", list(range(13)))
+    assert kv.get_computed_blocks(c)[1] == 12
+
+
+def test_different_salts_never_share_blocks():
+    kv = KVCacheManager(num_blocks=16, block_size=4)
+    a = _req("a", list(range(12)), salt="alice")
+    kv.allocate_slots(a, 12)
+    kv.free(a)
+    assert kv.get_computed_blocks(_req("b", list(range(12)), salt="bob"))[1] == 0
+    assert kv.get_computed_blocks(_req("c", list(range(12)), salt="alice"))[1] == 8
+
+
+def test_allocation_fails_cleanly_when_blocks_run_out():
+    kv = KVCacheManager(num_blocks=2, block_size=4)
+    a = _req("a", list(range(12)))
+    assert not kv.allocate_slots(a, 12)
+    assert kv.pool.num_free_blocks == 2 and kv.num_blocks_held("a") == 0
+
+
+def test_free_releases_the_tail_before_the_prefix():
+    kv = KVCacheManager(num_blocks=3, block_size=4)
+    a = _req("a", list(range(12)))
+    kv.allocate_slots(a, 12)
+    ids = list(a.block_ids)
+    kv.free(a)
+    # The last block of the request is evicted first, the shared prefix last.
+    assert [b.block_id for b in kv.pool.allocate(3)] == list(reversed(ids))

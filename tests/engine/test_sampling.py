@@ -1,0 +1,142 @@
+"""Sampling: seeds, top-k/p, stop strings and ids, logprobs, min/max tokens, n > 1."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine import SamplingParams
+from tests.support.hf_reference import hf_greedy
+
+PROMPT = "The three most useful things to keep on an office desk are"
+
+
+def _tokens(llm, prompts, params):
+    return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+
+
+def test_seeded_request_gives_the_same_tokens_alone_and_in_a_batch(smollm2_llm):
+    seeded = SamplingParams(temperature=1.0, top_p=0.95, seed=1234, max_tokens=24)
+    alone = _tokens(smollm2_llm, [PROMPT], seeded)[0]
+    others = SamplingParams(temperature=1.2, max_tokens=30)
+    batch = smollm2_llm.generate(["Once upon a time", PROMPT, "Dear colleagues,"],
+                                 [others, seeded, others])
+    assert batch[1].outputs[0].token_ids == alone
+
+
+def test_different_seeds_give_different_samples(smollm2_llm):
+    a = _tokens(smollm2_llm, [PROMPT], SamplingParams(temperature=1.0, seed=1, max_tokens=24))
+    b = _tokens(smollm2_llm, [PROMPT], SamplingParams(temperature=1.0, seed=2, max_tokens=24))
+    assert a != b
+
+
+def test_top_k_one_is_greedy(smollm2_llm):
+    greedy = _tokens(smollm2_llm, [PROMPT], SamplingParams(temperature=0, max_tokens=24))
+    top1 = _tokens(smollm2_llm, [PROMPT], SamplingParams(temperature=0.8, top_k=1, max_tokens=24))
+    assert greedy == top1
+
+
+def test_tiny_top_p_is_greedy(smollm2_llm):
+    greedy = _tokens(smollm2_llm, [PROMPT], SamplingParams(temperature=0, max_tokens=16))
+    nucleus = _tokens(smollm2_llm, [PROMPT], SamplingParams(temperature=1.0, top_p=1e-6, max_tokens=16))
+    assert greedy == nucleus
+
+
+def test_stop_string_ends_with_stop_and_is_cut_from_the_text(smollm2_llm):
+    full = smollm2_llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=40))[0].outputs[0]
+    words = full.text.split()
+    stop = words[3]
+    out = smollm2_llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=40, stop=[stop]))[0].outputs[0]
+    assert out.finish_reason == "stop" and out.stop_reason == stop
+    assert stop not in out.text
+    assert full.text.startswith(out.text)
+    assert out.text == full.text[: full.text.index(stop)]
+
+
+def test_stop_token_id_ends_with_stop(smollm2_llm):
+    full = smollm2_llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=30))[0].outputs[0]
+    stop_id = full.token_ids[5]
+    out = smollm2_llm.generate(
+        [PROMPT], SamplingParams(temperature=0, max_tokens=30, stop_token_ids=[stop_id]))[0].outputs[0]
+    assert out.finish_reason == "stop" and out.stop_reason == stop_id
+    assert out.token_ids == full.token_ids[: full.token_ids.index(stop_id) + 1]
+
+
+def test_max_tokens_ends_with_length(smollm2_llm):
+    out = smollm2_llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=7, ignore_eos=True))[0]
+    assert out.outputs[0].finish_reason == "length" and len(out.outputs[0].token_ids) == 7
+
+
+def test_min_tokens_suppresses_eos(smollm2_llm):
+    chat = [{"role": "user", "content": "Say yes."}]
+    short = smollm2_llm.chat(chat, SamplingParams(temperature=0, max_tokens=64))[0].outputs[0]
+    assert short.finish_reason == "stop"
+    n = len(short.token_ids) + 5
+    longer = smollm2_llm.chat(chat, SamplingParams(temperature=0, max_tokens=64, min_tokens=n))[0].outputs[0]
+    assert len(longer.token_ids) >= n
+    assert 2 not in longer.token_ids[: n - 1]
+
+
+def test_ignore_eos_runs_to_max_tokens(smollm2_llm):
+    chat = [{"role": "user", "content": "Say yes."}]
+    out = smollm2_llm.chat(chat, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))[0].outputs[0]
+    assert len(out.token_ids) == 40 and out.finish_reason == "length"
+
+
+def test_logprobs_equal_log_softmax_of_transformers_logits(smollm2_llm, smollm2_hf, smollm2_tokenizer):
+    ids = smollm2_tokenizer.encode(PROMPT)
+    out = smollm2_llm.generate([ids], SamplingParams(temperature=0, max_tokens=8, logprobs=5,
+                                                     ignore_eos=True))[0].outputs[0]
+    ref = hf_greedy(smollm2_hf, ids, 8, ignore_eos=True)
+    assert out.token_ids == ref.token_ids
+    for pos, (tok, entry) in enumerate(zip(out.token_ids, out.logprobs)):
+        hf_lp = ref.logprobs[pos]
+        assert entry[tok].rank == 1
+        assert abs(entry[tok].logprob - float(hf_lp[tok])) < 1e-4
+        top5 = hf_lp.topk(5)
+        for lp, t in zip(top5.values.tolist(), top5.indices.tolist()):
+            assert abs(entry[t].logprob - lp) < 1e-4
+
+
+def test_n_sequences_share_the_prompt_blocks(smollm2_llm):
+    prompt = list(range(5000, 5000 + 64))  # 4 full blocks
+    engine = smollm2_llm.llm_engine
+    hits_before = engine.stats().prefix_cache_hits
+    out = smollm2_llm.generate([prompt], SamplingParams(n=3, temperature=1.0, seed=7, max_tokens=12))[0]
+    assert [o.index for o in out.outputs] == [0, 1, 2]
+    assert len({tuple(o.token_ids) for o in out.outputs}) > 1
+    # Sequences 1 and 2 reuse the first sequence's prompt blocks (all but the last token's).
+    assert engine.stats().prefix_cache_hits - hits_before >= 2 * 48
+
+
+def test_repetition_penalty_changes_greedy_output(smollm2_llm):
+    base = _tokens(smollm2_llm, [PROMPT], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))[0]
+    pen = _tokens(smollm2_llm, [PROMPT], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True,
+                                                        repetition_penalty=1.5))[0]
+    assert base != pen
+    assert len(set(pen)) >= len(set(base))
+
+
+def test_frequency_penalty_reduces_repeats(smollm2_llm):
+    base = _tokens(smollm2_llm, [PROMPT], SamplingParams(temperature=0, max_tokens=48, ignore_eos=True))[0]
+    pen = _tokens(smollm2_llm, [PROMPT], SamplingParams(temperature=0, max_tokens=48, ignore_eos=True,
+                                                        frequency_penalty=2.0, presence_penalty=1.0))[0]
+    assert len(set(pen)) > len(set(base)) or base != pen
+
+
+@pytest.mark.parametrize("bad", [
+    {"temperature": -0.1}, {"top_p": 0.0}, {"top_p": 1.5}, {"max_tokens": 0}, {"n": 0},
+    {"logprobs": 21}, {"min_tokens": 5, "max_tokens": 2}, {"repetition_penalty": 0.0},
+])
+def test_invalid_sampling_params_are_refused(bad):
+    with pytest.raises(ValueError):
+        SamplingParams(**bad)
+
+
+def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
+    from engine.sampler import Sampler
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    params = [SamplingParams(top_p=0.8)]
+    out = Sampler._top_k_top_p(logits.clone(), params)
+    assert torch.isfinite(out[0, :2]).all() and torch.isinf(out[0, 2:]).all()

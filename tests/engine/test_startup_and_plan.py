@@ -1,0 +1,83 @@
+"""Start-up sizing lines, the refusal with its numbers, and `officellm plan`'s arithmetic."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from engine.kv_plan import KVCacheTooSmallError, load_spec, make_plan, shipped_configs
+from tests.engine.conftest import make_llm
+
+
+@pytest.mark.parametrize("name,per_token,params_b", [
+    ("Qwen2.5-7B-Instruct", 57_344, 7.62),
+    ("Qwen3-8B", 147_456, 8.19),
+    ("Llama-3.1-8B-Instruct", 131_072, 8.03),
+    ("SmolLM2-135M-Instruct", 23_040, 0.135),
+])
+def test_plan_bytes_per_token_for_shipped_configs(name, per_token, params_b):
+    spec, _ = load_spec(name)
+    assert spec.kv_bytes_per_token(2) == per_token
+    assert abs(spec.num_parameters() / 1e9 - params_b) < 0.01
+
+
+def test_shipped_configs_include_the_required_models():
+    assert {"Qwen2.5-7B-Instruct", "Qwen3-8B", "Llama-3.1-8B-Instruct",
+            "SmolLM2-135M-Instruct"} <= set(shipped_configs())
+
+
+def test_plan_for_qwen25_7b_on_80gib():
+    spec, name = load_spec("Qwen2.5-7B-Instruct")
+    plan = make_plan(spec, name, 80 * 1024**3, "bf16", max_model_len=32768, avg_tokens=4000)
+    assert plan.bytes_per_token == 57_344
+    assert plan.weight_bytes == spec.num_parameters() * 2
+    assert plan.pool_tokens == (80 * 1024**3 - plan.weight_bytes) // (57_344 * 16) * 16
+    assert plan.concurrency_at_max_len == pytest.approx(plan.pool_tokens / 32768)
+    tp2 = make_plan(spec, name, 80 * 1024**3, "bf16", 32768, tensor_parallel_size=2)
+    assert tp2.bytes_per_token == 57_344 // 2 and tp2.weight_bytes == plan.weight_bytes // 2
+
+
+def test_plan_cli_prints_the_arithmetic():
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
+         "--max-model-len", "32768"], capture_output=True, text=True, check=True).stdout
+    assert "57,344" in out and "Maximum concurrency for 32,768 tokens per request" in out
+
+
+def test_startup_logs_the_pool_in_vllm_wording(smollm2_dir, caplog):
+    with caplog.at_level(logging.INFO):
+        llm = make_llm(smollm2_dir, kv_cache_memory="64MiB", max_model_len=1024)
+    text = caplog.text
+    tokens = llm.llm_engine.kv.pool.num_blocks * 16
+    assert "Available KV cache memory: 0.06 GiB" in text
+    assert f"KV cache size: {tokens:,} tokens ({tokens // 16:,} blocks of 16; 46,080 B/token)" in text
+    assert f"Maximum concurrency for 1,024 tokens per request: {tokens / 1024:.2f}x" in text
+
+
+def test_max_model_len_that_cannot_fit_is_refused_with_numbers(smollm2_dir):
+    with pytest.raises(KVCacheTooSmallError) as exc:
+        make_llm(smollm2_dir, kv_cache_memory="16MiB", max_model_len=8192)
+    msg = str(exc.value)
+    assert "8,192" in msg and "46,080 B/token" in msg and "0.35 GiB" in msg
+    assert "largest max_model_len that fits is 352" in msg and "--kv-cache-memory" in msg
+
+
+def test_without_max_model_len_the_largest_fitting_length_is_used(smollm2_dir, caplog):
+    with caplog.at_level(logging.INFO):
+        llm = make_llm(smollm2_dir, kv_cache_memory="16MiB")
+    assert llm.llm_engine.max_model_len == 352
+    assert "max_model_len set to 352" in caplog.text
+
+
+def test_prompt_too_long_is_refused_in_vllm_wording(smollm2_dir):
+    from engine import PromptTooLongError, SamplingParams
+
+    llm = make_llm(smollm2_dir, kv_cache_memory="16MiB", max_model_len=128)
+    with pytest.raises(PromptTooLongError, match=(
+            "This model's maximum context length is 128 tokens. However, your request has 200 "
+            "input tokens. Please reduce the length of the input messages.")):
+        llm.llm_engine.add_request("long", list(range(10, 210)), SamplingParams())
+    assert not llm.llm_engine.has_unfinished_requests()

@@ -1,0 +1,60 @@
+"""Tiny random-weight models built from transformers' config classes, saved as safetensors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+
+def _common(vocab: int) -> dict:
+    return dict(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
+        rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+    )
+
+
+def tiny_config(kind: str, vocab: int):
+    """A 3-layer GQA config (8 query heads over 2 KV heads) of the given family."""
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+    c = _common(vocab)
+    if kind == "llama":
+        return LlamaConfig(**c, head_dim=8, tie_word_embeddings=False, rope_theta=500000.0,
+                           rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                         "original_max_position_embeddings": 128})
+    if kind == "qwen2":
+        return Qwen2Config(**c, tie_word_embeddings=True, rope_theta=1000000.0)
+    if kind == "qwen3":
+        return Qwen3Config(**c, head_dim=16, tie_word_embeddings=False, rope_theta=1000000.0,
+                           attention_bias=False)
+    raise ValueError(kind)
+
+
+def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
+    """Save a random-weight model of `kind` with the tokenizer of `tokenizer_dir`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    torch.manual_seed(seed)
+    cfg = tiny_config(kind, len(tok))
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    # Larger weights than the default init give peaked, decisive distributions, so greedy
+    # parity is about the engine, not about ties between near-uniform logits.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.2 if "embed" in name or "lm_head" in name else 0.08)
+            elif "norm" not in name:
+                p.normal_(0.0, 0.05)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    tok.save_pretrained(str(out_dir))
+    for extra in ("generation_config.json",):
+        src = tokenizer_dir / extra
+        if src.is_file() and not (out_dir / extra).exists():
+            shutil.copy(src, out_dir / extra)
+    return out_dir
