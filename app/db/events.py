@@ -1,4 +1,5 @@
-"""Events the admin reviews later: policy refusals, truncations, preemptions, key changes."""
+"""Events the admin reviews later: policy refusals, truncations, preemptions, and the admin's
+own changes (users, keys, policies) as an audit trail."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from sqlalchemy.orm import Session
 from app.db.models import Event
 from app.db.records import EventInfo
 from app.db.types import utcnow
-from app.db.users import UserRef, get_user
 
 
 def record_event(session: Session, kind: str, user_id: int | None = None,
@@ -20,12 +20,12 @@ def record_event(session: Session, kind: str, user_id: int | None = None,
     session.add(Event(kind=kind, user_id=user_id, detail=detail, time=time or utcnow()))
 
 
-def recent_events(session: Session, limit: int = 100, user: UserRef | None = None,
+def recent_events(session: Session, limit: int = 100, user_id: int | None = None,
                   kind: str | None = None, since: datetime | None = None) -> list[EventInfo]:
     """The newest events first, optionally of one user, one kind, or from `since` on."""
     stmt = select(Event).order_by(Event.time.desc(), Event.id.desc()).limit(limit)
-    if user is not None:
-        stmt = stmt.where(Event.user_id == get_user(session, user).id)
+    if user_id is not None:
+        stmt = stmt.where(Event.user_id == user_id)
     if kind is not None:
         stmt = stmt.where(Event.kind == kind)
     if since is not None:

@@ -17,6 +17,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.db.errors import NotFound
+from app.db.events import record_event
 from app.db.models import ApiKey, User
 from app.db.records import AuthenticatedUser, IssuedKey, KeyInfo
 from app.db.users import UserRef, get_user
@@ -50,6 +51,7 @@ def issue_key(session: Session, user: UserRef) -> IssuedKey:
     key = ApiKey(user_id=owner.id, key_hash=hash_key(raw), prefix=raw[:SHOWN_PREFIX_LEN])
     session.add(key)
     session.flush()
+    record_event(session, "key_issued", owner.id, {"key_id": key.id, "prefix": key.prefix})
     return IssuedKey(raw=raw, info=_info(key, owner.name))
 
 
@@ -85,7 +87,9 @@ def find_key(session: Session, prefix_or_id: str | int) -> ApiKey:
 def revoke_key(session: Session, prefix_or_id: str | int) -> KeyInfo:
     """Revoke a key: authenticate() refuses it from the next request on."""
     key = find_key(session, prefix_or_id)
-    key.revoked = True
+    if not key.revoked:
+        key.revoked = True
+        record_event(session, "key_revoked", key.user_id, {"key_id": key.id, "prefix": key.prefix})
     session.flush()
     return _info(key, get_user(session, key.user_id).name)
 

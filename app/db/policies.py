@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.db.events import record_event
 from app.db.models import ON_LIMIT_CHOICES, Policy
 from app.db.users import UserRef, get_user
 from app.policy.types import EffectivePolicy
@@ -123,6 +124,7 @@ def set_policy(session: Session, user: UserRef | None = None, **values: Any) -> 
     for name, value in values.items():
         setattr(row, name, value)
     session.flush()
+    record_event(session, "policy_changed", row.user_id, dict(values))
     return _stored(row, row.user_id)
 
 
@@ -133,4 +135,5 @@ def clear_policy(session: Session, user: UserRef) -> bool:
         return False
     session.delete(row)
     session.flush()
+    record_event(session, "policy_cleared", row.user_id)
     return True

@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.errors import AlreadyExists, NotFound
+from app.db.events import record_event
 from app.db.models import User
 from app.db.records import UserInfo
 
@@ -49,6 +50,7 @@ def create_user(session: Session, name: str) -> UserInfo:
     user = User(name=name)
     session.add(user)
     session.flush()
+    record_event(session, "user_created", user.id, {"name": name})
     return user_info(user)
 
 
@@ -66,7 +68,9 @@ def list_users(session: Session) -> list[UserInfo]:
 def set_user_disabled(session: Session, ref: UserRef, disabled: bool = True) -> UserInfo:
     """Disable (or re-enable) a user: a disabled user's keys stop authenticating at once."""
     user = get_user(session, ref)
-    user.disabled = disabled
+    if user.disabled != disabled:
+        user.disabled = disabled
+        record_event(session, "user_disabled" if disabled else "user_enabled", user.id)
     session.flush()
     return user_info(user)
 
