@@ -30,7 +30,7 @@ from app.db.events import record_event
 from app.db.keys import touch_keys
 from app.db.threads import record_thread
 from app.db.types import utcnow
-from app.db.usage import add_usage, utc_today
+from app.db.usage import add_usage, usage_on, utc_today
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +144,16 @@ class UsageWriter:
         with self._lock:
             d = self._batch.usage.get((user_id, day or utc_today()))
             return d.prompt_tokens + d.completion_tokens if d is not None else 0
+
+    def tokens_today(self, user_id: int) -> int:
+        """The user's tokens today, committed plus still queued: what max_tokens_per_day is
+        checked against. Waits for a flush in progress (milliseconds) so nothing is counted
+        twice or missed."""
+        day = utc_today()
+        with self._flush_lock:
+            with self.db.session() as session:
+                committed = usage_on(session, user_id, day).total_tokens
+            return committed + self.pending_tokens(user_id, day)
 
     # -- the background side ---------------------------------------------------------
 

@@ -127,3 +127,14 @@ def test_admin_token(db: Database) -> None:
     assert new_raw != raw
     with db.session() as s:
         assert verify_admin_token(s, new_raw) and not verify_admin_token(s, raw)
+
+
+def test_prepare_database_at_first_and_later_starts(db_path: Path) -> None:
+    from app.db.startup import prepare_database
+
+    db, token_file = prepare_database(db_path)
+    assert token_file is not None and token_file.exists() and db.is_at_head()
+    db.close()
+    db, token_file = prepare_database(db_path)
+    assert token_file is None
+    db.close()

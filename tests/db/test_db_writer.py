@@ -233,3 +233,15 @@ def test_sigkill_mid_traffic_leaves_a_sound_database(db: Database, users) -> Non
     # iteration's usage may be one flush ahead of its event, never further).
     assert (prompt, completion) == (10 * requests, 5 * requests)
     assert 0 <= requests - events <= 3
+
+
+def test_tokens_today_counts_committed_and_queued(db: Database, users) -> None:
+    alice, bob = users
+    with UsageWriter(db, start=False) as writer:
+        writer.add_usage(alice, 100, 50)
+        writer.flush()
+        writer.add_usage(alice, 10, 5)
+        writer.add_usage(bob, 1, 1)
+        writer.add_usage(alice, 1000, 0, day=date(2020, 1, 1))  # another day: not today's
+        assert writer.tokens_today(alice) == 165
+        assert writer.tokens_today(bob) == 2
