@@ -71,8 +71,9 @@ def run_current(args: argparse.Namespace) -> int:
     db = open_db(args, upgrade=False)
     try:
         rev = db.current_revision()
-        head = "" if rev is None or db.is_at_head() else " (not the newest; run `officellm db upgrade`)"
-        print(f"{db.path}: at {rev or 'base (empty)'}{head}")
+        behind = rev is not None and not db.is_at_head()
+        note = " (not the newest; run `officellm db upgrade`)" if behind else ""
+        print(f"{db.path}: at {rev or 'base (empty)'}{note}")
     finally:
         db.close()
     return 0

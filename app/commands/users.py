@@ -36,7 +36,8 @@ def run_add(args: argparse.Namespace) -> int:
             user = create_user(s, args.name)
     finally:
         db.close()
-    print(f"added user {user.name} (id {user.id}); give them a key: officellm keys issue {user.name}")
+    print(f"added user {user.name} (id {user.id}); "
+          f"give them a key: officellm keys issue {user.name}")
     return 0
 
 

@@ -12,7 +12,7 @@ ADMIN_TOKEN_FILENAME = "admin_token"
 
 
 def default_data_dir() -> Path:
-    """The per-user data directory (e.g. ~/.local/share/officellm); `OFFICELLM_DATA_DIR` overrides."""
+    """The per-user data directory (e.g. ~/.local/share/officellm); OFFICELLM_DATA_DIR overrides."""
     override = os.environ.get("OFFICELLM_DATA_DIR")
     if override:
         return Path(override).expanduser()

@@ -57,7 +57,8 @@ def evaluate(policy: EffectivePolicy, messages: list[Message],
     """
     turns = count_turns(messages)
     tokens = count_tokens(messages) if policy.max_context_tokens is not None else None
-    over_tokens = tokens is not None and tokens > policy.max_context_tokens  # type: ignore[operator]
+    over_tokens = (tokens is not None
+                   and tokens > policy.max_context_tokens)  # type: ignore[operator]
     over_turns = policy.max_turns is not None and turns > policy.max_turns
     if not over_tokens and not over_turns:
         return Decision("allow", prompt_tokens=tokens, turns=turns)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 def context_limit_message(tokens: int, limit: int) -> str:
-    """E.g. "This chat has reached 9,120 tokens, over your limit of 8,192. Please start a new chat." """
+    """E.g. "This chat has reached 9,120 tokens, over your limit of 8,192. Please start a new
+    chat." (thousands separators, as DESIGN §6 words it)."""
     return (f"This chat has reached {tokens:,} tokens, over your limit of {limit:,}. "
             "Please start a new chat.")
 

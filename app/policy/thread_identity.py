@@ -55,8 +55,10 @@ def thread_key(user_id: int | None, messages: list[Message],
     who = "anon" if user_id is None else str(user_id)
     if explicit_id:
         return EXPLICIT_PREFIX + _digest("explicit", who, explicit_id)
-    opening = [{"role": m.get("role"), "name": m.get("name"), "content": _content_text(m.get("content"))}
-               for m in opening_messages(messages)]
+    opening = [
+        {"role": m.get("role"), "name": m.get("name"), "content": _content_text(m.get("content"))}
+        for m in opening_messages(messages)
+    ]
     canonical = json.dumps(opening, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return HASH_PREFIX + _digest("opening", who, canonical)
 
