@@ -9,6 +9,10 @@ import sys
 # Each module has register(subparsers); add new subcommands here.
 COMMAND_MODULES = [
     "app.commands.plan",
+    "app.commands.db",
+    "app.commands.users",
+    "app.commands.keys",
+    "app.commands.policy",
 ]
 
 

@@ -1,0 +1,79 @@
+"""`officellm db upgrade|downgrade|current`, and the --db option shared by the data commands."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from pathlib import Path
+
+from app.db.database import Database
+from app.db.paths import default_db_path
+
+
+def add_db_argument(parser: argparse.ArgumentParser) -> None:
+    """Add `--db PATH` (default: officellm.db in the user's data directory)."""
+    parser.add_argument("--db", type=Path, default=None,
+                        help=f"database file (default {default_db_path()})")
+
+
+def open_db(args: argparse.Namespace, upgrade: bool = True) -> Database:
+    """The database named by --db; brought to the newest schema unless upgrade=False (the
+    server does the same at start, so the data commands work on a fresh install too)."""
+    db = Database(args.db)
+    if upgrade:
+        db.upgrade()
+    return db
+
+
+def format_time(value: datetime | None) -> str:
+    """A timestamp for tables: UTC to the second, or '-'."""
+    return value.strftime("%Y-%m-%d %H:%M:%SZ") if value is not None else "-"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("db", help="database schema: upgrade, downgrade, current revision",
+                       description="Manage the schema of officellm's SQLite database.")
+    dsub = p.add_subparsers(dest="db_command", required=True)
+    up = dsub.add_parser("upgrade", help="upgrade the schema (default: to the newest)")
+    up.add_argument("revision", nargs="?", default="head")
+    add_db_argument(up)
+    up.set_defaults(func=run_upgrade)
+    down = dsub.add_parser("downgrade", help="downgrade the schema ('base' removes every table)")
+    down.add_argument("revision")
+    add_db_argument(down)
+    down.set_defaults(func=run_downgrade)
+    cur = dsub.add_parser("current", help="print the schema revision")
+    add_db_argument(cur)
+    cur.set_defaults(func=run_current)
+
+
+def run_upgrade(args: argparse.Namespace) -> int:
+    db = open_db(args, upgrade=False)
+    try:
+        db.upgrade(args.revision)
+        print(f"{db.path}: at {db.current_revision()}")
+    finally:
+        db.close()
+    return 0
+
+
+def run_downgrade(args: argparse.Namespace) -> int:
+    db = open_db(args, upgrade=False)
+    try:
+        db.downgrade(args.revision)
+        print(f"{db.path}: at {db.current_revision() or 'base (empty)'}")
+    finally:
+        db.close()
+    return 0
+
+
+def run_current(args: argparse.Namespace) -> int:
+    db = open_db(args, upgrade=False)
+    try:
+        rev = db.current_revision()
+        behind = rev is not None and not db.is_at_head()
+        note = " (not the newest; run `officellm db upgrade`)" if behind else ""
+        print(f"{db.path}: at {rev or 'base (empty)'}{note}")
+    finally:
+        db.close()
+    return 0

@@ -1,0 +1,72 @@
+"""`officellm users add|list|disable|enable`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from app.commands.db import add_db_argument, format_time, open_db
+from app.db.users import create_user, list_users, set_user_disabled
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("users", help="add, list, disable users",
+                       description="The people who share this machine.")
+    usub = p.add_subparsers(dest="users_command", required=True)
+    add = usub.add_parser("add", help="add a user (then: officellm keys issue NAME)")
+    add.add_argument("name")
+    add_db_argument(add)
+    add.set_defaults(func=run_add)
+    ls = usub.add_parser("list", help="list users")
+    ls.add_argument("--json", action="store_true")
+    add_db_argument(ls)
+    ls.set_defaults(func=run_list)
+    for name, disabled, text in (("disable", True, "refuse a user's keys from now on"),
+                                 ("enable", False, "accept a disabled user's keys again")):
+        d = usub.add_parser(name, help=text)
+        d.add_argument("name")
+        add_db_argument(d)
+        d.set_defaults(func=run_set_disabled, disabled=disabled)
+
+
+def run_add(args: argparse.Namespace) -> int:
+    db = open_db(args)
+    try:
+        with db.transaction() as s:
+            user = create_user(s, args.name)
+    finally:
+        db.close()
+    print(f"added user {user.name} (id {user.id}); "
+          f"give them a key: officellm keys issue {user.name}")
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    db = open_db(args)
+    try:
+        with db.session() as s:
+            users = list_users(s)
+    finally:
+        db.close()
+    if args.json:
+        print(json.dumps([u.to_dict() for u in users], indent=2))
+        return 0
+    if not users:
+        print("no users yet (officellm users add NAME)")
+        return 0
+    print(f"{'ID':>4}  {'NAME':<24} {'STATUS':<9} CREATED")
+    for u in users:
+        status = "disabled" if u.disabled else "active"
+        print(f"{u.id:>4}  {u.name:<24} {status:<9} {format_time(u.created)}")
+    return 0
+
+
+def run_set_disabled(args: argparse.Namespace) -> int:
+    db = open_db(args)
+    try:
+        with db.transaction() as s:
+            user = set_user_disabled(s, args.name, args.disabled)
+    finally:
+        db.close()
+    print(f"user {user.name} {'disabled' if user.disabled else 'enabled'}")
+    return 0

@@ -1,0 +1,81 @@
+"""Alembic, driven from code: works from an installed package, no alembic.ini needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, text
+
+
+def migrations_dir() -> Path:
+    """The directory of the `migrations` package (env.py, script.py.mako, versions/)."""
+    import migrations
+
+    return Path(migrations.__file__).resolve().parent
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An Alembic Config pointing at the packaged migrations; `url` is used when no connection
+    is passed in through `config.attributes["connection"]`."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url)
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest revision in migrations/versions/."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "migrations/versions/ is empty"
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (None for an empty database)."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def _set_foreign_keys(conn: Connection, on: bool) -> None:
+    # The pragma is a no-op inside a transaction, and SQLAlchemy would BEGIN before any
+    # statement it runs, so it goes straight to the driver connection.
+    conn.connection.driver_connection.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+
+
+def _run(engine: Engine, action: str, revision: str) -> None:
+    with engine.connect() as conn:
+        # Batch migrations rebuild SQLite tables (create copy, drop, rename); with foreign keys
+        # on, dropping a parent table would cascade into or fail on its children.
+        _set_foreign_keys(conn, False)
+        try:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            getattr(command, action)(cfg, revision)
+            conn.commit()
+            _check_foreign_keys(conn)
+            conn.commit()
+        finally:
+            if conn.in_transaction():  # a failed migration: its transaction must end first
+                conn.rollback()
+            _set_foreign_keys(conn, True)
+
+
+def _check_foreign_keys(conn: Connection) -> None:
+    bad = conn.execute(text("PRAGMA foreign_key_check")).fetchall()
+    if bad:
+        raise RuntimeError(f"migration left dangling foreign keys: {bad[:5]}")
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Upgrade the database behind `engine` to `revision` (default: the newest)."""
+    _run(engine, "upgrade", revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Downgrade the database behind `engine` to `revision` ("base" empties it)."""
+    _run(engine, "downgrade", revision)

@@ -1,0 +1,98 @@
+"""Plain, session-free views of rows: what the repository functions hand back to the server."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import date, datetime
+from typing import Any
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    return value
+
+
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready values (timestamps as ISO 8601 strings)."""
+        return {k: _jsonable(v) for k, v in asdict(self).items()}  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class UserInfo(_Record):
+    id: int
+    name: str
+    disabled: bool
+    created: datetime
+
+
+@dataclass(frozen=True)
+class KeyInfo(_Record):
+    id: int
+    user_id: int
+    user_name: str
+    prefix: str
+    created: datetime
+    last_used: datetime | None
+    revoked: bool
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    """A new key: `raw` is shown to the admin once and never stored."""
+
+    raw: str
+    info: KeyInfo
+
+
+@dataclass(frozen=True)
+class AuthenticatedUser(_Record):
+    """Who a valid key belongs to; `key_id` is for the batched last_used update."""
+
+    user_id: int
+    name: str
+    key_id: int
+
+
+@dataclass(frozen=True)
+class ThreadInfo(_Record):
+    id: int
+    user_id: int
+    user_name: str
+    thread_key: str
+    turns: int
+    last_prompt_tokens: int
+    last_completion_tokens: int
+    first_seen: datetime
+    last_seen: datetime
+
+    @property
+    def length(self) -> int:
+        """DESIGN §6: a thread's length is its latest prompt plus completion."""
+        return self.last_prompt_tokens + self.last_completion_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "length": self.length}
+
+
+@dataclass(frozen=True)
+class UsageDay(_Record):
+    user_id: int
+    day: date
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class EventInfo(_Record):
+    id: int
+    time: datetime
+    kind: str
+    user_id: int | None
+    detail: Any

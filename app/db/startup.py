@@ -1,0 +1,23 @@
+"""What `officellm serve` does with its database at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.db.admin_token import ensure_admin_token
+from app.db.database import Database
+from app.db.policies import get_policy
+
+
+def prepare_database(path: Path | str | None = None) -> tuple[Database, Path | None]:
+    """Open the database (default: the data-dir file), upgrade it to the newest schema, make
+    sure the default policy row and the admin token exist.
+
+    Returns the Database and the admin token file if it was written just now (print its
+    path so the admin knows where to look), else None.
+    """
+    db = Database(path)
+    db.upgrade()
+    with db.transaction() as session:
+        get_policy(session, None)  # recreates the default row if a hand edit removed it
+    return db, ensure_admin_token(db)

@@ -1,0 +1,1 @@
+"""Alembic migrations for officellm's SQLite database (driven by app/db/migrate.py)."""

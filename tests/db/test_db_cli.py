@@ -1,0 +1,108 @@
+"""`officellm users|keys|policy|db` against a temporary database, through app.cli.main."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.db.database import Database
+from app.db.keys import authenticate
+from app.db.policies import get_effective_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(capsys, db_path: Path, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--db", str(db_path)])
+    out, err = capsys.readouterr()
+    return exc.value.code, out, err
+
+
+def test_users_keys_policy_round_trip(capsys, db_path: Path) -> None:
+    assert run(capsys, db_path, "users", "add", "alice")[0] == 0  # a fresh file is migrated
+    assert run(capsys, db_path, "users", "add", "bob")[0] == 0
+    code, _, err = run(capsys, db_path, "users", "add", "alice")
+    assert code == 2 and "already exists" in err
+
+    code, out, _ = run(capsys, db_path, "keys", "issue", "alice")
+    assert code == 0
+    raw = out.splitlines()[0]
+    assert raw.startswith("ocl-") and len(raw) == 47
+    code, out, _ = run(capsys, db_path, "keys", "list", "--user", "alice")
+    assert raw[:12] in out and raw not in out
+
+    db = Database(db_path)
+    with db.session() as s:
+        assert authenticate(s, raw).name == "alice"
+
+    code, out, _ = run(capsys, db_path, "policy", "set", "--max-context-tokens", "8,192",
+                       "--on-limit", "notify", "--max-turns", "40")
+    assert code == 0
+    code, out, _ = run(capsys, db_path, "policy", "set", "--user", "alice",
+                       "--max-context-tokens", "32768", "--share-prefix-cache")
+    assert code == 0
+    # The running "server" (this Database object) sees the change on its next read.
+    with db.session() as s:
+        alice = get_effective_policy(s, "alice")
+        bob = get_effective_policy(s, "bob")
+    assert (alice.max_context_tokens, alice.max_turns, alice.on_limit,
+            alice.share_prefix_cache) == (32768, 40, "notify", True)
+    assert (bob.max_context_tokens, bob.share_prefix_cache) == (8192, False)
+
+    code, out, _ = run(capsys, db_path, "policy", "show", "--user", "alice", "--json")
+    shown = json.loads(out)
+    assert shown["stored"]["max_turns"] is None and shown["effective"]["max_turns"] == 40
+    code, out, _ = run(capsys, db_path, "policy", "show", "--user", "alice")
+    assert "32,768" in out and "(inherit) -> 40" in out
+
+    code, _, err = run(capsys, db_path, "policy", "set", "--max-turns", "0")
+    assert code == 2 and "max_turns must be a whole number of at least 1" in err
+    code, _, err = run(capsys, db_path, "policy", "set", "--user", "alice")
+    assert code == 2 and "nothing to set" in err
+    assert run(capsys, db_path, "policy", "set", "--user", "alice", "--max-context-tokens",
+               "none")[0] == 0
+    with db.session() as s:
+        assert get_effective_policy(s, "alice").max_context_tokens == 8192
+
+    assert run(capsys, db_path, "keys", "revoke", raw[:12])[0] == 0
+    with db.session() as s:
+        assert authenticate(s, raw) is None
+    code, out, _ = run(capsys, db_path, "keys", "list")
+    assert "revoked" in out
+
+    code, out, _ = run(capsys, db_path, "keys", "issue", "bob")
+    raw_b = out.splitlines()[0]
+    assert run(capsys, db_path, "users", "disable", "bob")[0] == 0
+    code, out, _ = run(capsys, db_path, "users", "list", "--json")
+    assert {u["name"]: u["disabled"] for u in json.loads(out)} == {"alice": False, "bob": True}
+    with db.session() as s:
+        assert authenticate(s, raw_b) is None
+    db.close()
+
+
+def test_db_upgrade_downgrade(capsys, db_path: Path) -> None:
+    code, out, _ = run(capsys, db_path, "db", "upgrade", "0001_initial")
+    assert code == 0 and "0001_initial" in out
+    code, out, _ = run(capsys, db_path, "db", "current")
+    assert "0001_initial" in out and "not the newest" in out
+    code, out, _ = run(capsys, db_path, "db", "upgrade")
+    assert "0002_threads_and_settings" in out
+    code, out, _ = run(capsys, db_path, "db", "downgrade", "base")
+    assert code == 0 and "base" in out
+    assert Database(db_path).current_revision() is None
+
+
+def test_installed_entry_point_runs_as_a_process(tmp_path: Path) -> None:
+    db_path = tmp_path / "sub.db"
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    for argv in (["users", "add", "carol"], ["keys", "issue", "carol"]):
+        proc = subprocess.run([sys.executable, "-m", "app.cli", *argv, "--db", str(db_path)],
+                              env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ocl-")

@@ -1,0 +1,138 @@
+"""Alembic migrations on real SQLite files: empty -> head, old data kept, down and up again,
+and the ORM models agree with what the migrations build."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect, text
+
+from app.db.database import Database
+from app.db.migrate import head_revision
+from app.db.models import Base
+
+ALL_TABLES = {"users", "api_keys", "policies", "threads", "usage", "events", "settings"}
+
+
+def _tables(db: Database) -> set[str]:
+    return set(inspect(db.engine).get_table_names()) - {"alembic_version"}
+
+
+def test_upgrade_empty_to_head(db_path: Path) -> None:
+    db = Database(db_path)
+    assert db.current_revision() is None
+    db.upgrade()
+    assert db.current_revision() == head_revision() == "0002_threads_and_settings"
+    assert _tables(db) == ALL_TABLES
+    # The default policy row is seeded, with prefix-cache salting on.
+    with db.engine.connect() as c:
+        rows = c.execute(text("SELECT user_id, on_limit, share_prefix_cache FROM policies")).all()
+    assert rows == [(None, "reject", 0)]
+    db.upgrade()  # at head already: a no-op, as at every server start
+    assert db.current_revision() == head_revision()
+    db.close()
+
+
+def test_connection_pragmas(db: Database) -> None:
+    with db.engine.connect() as c:
+        assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert c.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10_000
+        assert c.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+
+
+def test_data_written_at_0001_survives_upgrade(db_path: Path) -> None:
+    db = Database(db_path)
+    db.upgrade("0001_initial")
+    assert db.current_revision() == "0001_initial"
+    assert "threads" not in _tables(db) and "settings" not in _tables(db)
+    db.close()
+
+    # Rows written by an "old officellm", with plain SQL through the stock sqlite3 module.
+    con = sqlite3.connect(db_path)
+    con.executescript("""
+        INSERT INTO users (id, name, disabled, created) VALUES
+            (1, 'alice', 0, '2025-01-11 09:00:00.000000'),
+            (2, 'bob', 1, '2025-01-12 10:30:00.000000');
+        INSERT INTO api_keys (id, user_id, key_hash, prefix, created, last_used, revoked) VALUES
+            (1, 1, 'aa' || hex(zeroblob(31)), 'ocl-AAAAAAAA', '2025-01-11 09:01:00.000000',
+             '2025-01-20 08:00:00.000000', 0),
+            (2, 2, 'bb' || hex(zeroblob(31)), 'ocl-BBBBBBBB', '2025-01-12 10:31:00.000000',
+             NULL, 1);
+        UPDATE policies SET max_context_tokens = 8192, on_limit = 'notify' WHERE user_id IS NULL;
+        INSERT INTO policies (user_id, max_turns, max_tokens_per_day) VALUES (1, 40, 100000);
+        INSERT INTO usage (user_id, day, requests, prompt_tokens, completion_tokens) VALUES
+            (1, '2025-01-20', 12, 3400, 1200), (2, '2025-01-20', 3, 100, 50);
+        INSERT INTO events (time, kind, user_id, detail) VALUES
+            ('2025-01-20 08:00:01.000000', 'refused', 1, '{"reason": "max_turns"}');
+    """)
+    con.commit()
+    before = {t: con.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+              for t in ("users", "api_keys", "policies", "usage", "events")}
+    con.close()
+
+    db = Database(db_path)
+    db.upgrade()
+    assert db.current_revision() == head_revision()
+    con = sqlite3.connect(db_path)
+    for table in ("users", "api_keys", "usage", "events"):
+        assert con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall() == before[table]
+    # policies gained share_prefix_cache: false for the default row, NULL (inherit) for users.
+    after = con.execute("SELECT * FROM policies ORDER BY 1, 2").fetchall()
+    assert [row[:-1] for row in after] == before["policies"]
+    assert [row[-1] for row in after] == [0, None]
+    assert con.execute("SELECT count(*) FROM threads").fetchone() == (0,)
+    con.close()
+
+    # And the ORM reads the upgraded rows correctly.
+    from app.db.policies import get_effective_policy
+    from app.db.users import list_users
+
+    with db.session() as s:
+        assert [(u.name, u.disabled) for u in list_users(s)] == [("alice", False), ("bob", True)]
+        eff = get_effective_policy(s, "alice")
+    assert (eff.max_context_tokens, eff.max_turns, eff.on_limit, eff.max_tokens_per_day,
+            eff.share_prefix_cache) == (8192, 40, "notify", 100000, False)
+    assert db.integrity_check() == "ok"
+    db.close()
+
+
+def test_downgrade_to_base_and_up_again(db: Database) -> None:
+    from app.db.users import create_user
+
+    with db.transaction() as s:
+        create_user(s, "carol")
+    db.downgrade("0001_initial")
+    assert "threads" not in _tables(db)
+    with db.engine.connect() as c:  # the batch rebuild of policies kept users' rows
+        assert c.execute(text("SELECT name FROM users")).scalars().all() == ["carol"]
+        assert "share_prefix_cache" not in {
+            col["name"] for col in inspect(c).get_columns("policies")}
+    db.downgrade("base")
+    assert db.current_revision() is None
+    assert _tables(db) == set()
+    db.upgrade()
+    assert _tables(db) == ALL_TABLES
+    assert db.integrity_check() == "ok"
+
+
+def _diffs(db: Database) -> list:
+    with db.engine.connect() as c:
+        ctx = MigrationContext.configure(
+            c, opts={"compare_type": True, "compare_server_default": True})
+        return compare_metadata(ctx, Base.metadata)
+
+
+def test_models_match_migrated_schema(db: Database) -> None:
+    assert _diffs(db) == []
+
+
+def test_schema_comparison_notices_a_difference(db: Database) -> None:
+    # The comparison above must be able to fail: remove an index and it is reported.
+    with db.engine.begin() as c:
+        c.execute(text("DROP INDEX ix_api_keys_prefix"))
+    diffs = _diffs(db)
+    assert any(d[0] == "add_index" and d[1].name == "ix_api_keys_prefix" for d in diffs)

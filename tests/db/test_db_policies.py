@@ -1,0 +1,99 @@
+"""Policies: default + per-user override merge, validation, live changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.db.database import Database
+from app.db.errors import NotFound
+from app.db.policies import (
+    StoredPolicy,
+    clear_policy,
+    get_effective_policy,
+    get_policy,
+    merge_policies,
+    set_policy,
+)
+from app.db.users import create_user
+from app.policy.types import EffectivePolicy
+
+
+def test_fresh_default_is_unlimited(db: Database) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+        assert get_effective_policy(s, None) == EffectivePolicy()
+        assert get_effective_policy(s, "alice") == EffectivePolicy()
+
+
+def test_override_merges_onto_default(db: Database) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+        create_user(s, "bob")
+        set_policy(s, None, max_context_tokens=8192, max_turns=40, on_limit="notify",
+                   max_tokens_per_day=200_000)
+        set_policy(s, "alice", max_context_tokens=32768, on_limit="truncate",
+                   share_prefix_cache=True)
+    with db.session() as s:
+        alice = get_effective_policy(s, "alice")
+        bob = get_effective_policy(s, "bob")
+        stored = get_policy(s, "alice")
+    assert alice == EffectivePolicy(max_context_tokens=32768, max_turns=40, on_limit="truncate",
+                                    max_tokens_per_day=200_000, share_prefix_cache=True)
+    assert bob == EffectivePolicy(max_context_tokens=8192, max_turns=40, on_limit="notify",
+                                  max_tokens_per_day=200_000, share_prefix_cache=False)
+    assert stored.max_turns is None and stored.max_context_tokens == 32768  # NULL = inherit
+
+    # Changes apply to the next read, no cache to invalidate; None clears back to inherit.
+    with db.transaction() as s:
+        set_policy(s, "alice", max_context_tokens=None)
+        set_policy(s, None, max_turns=None)
+    with db.session() as s:
+        alice = get_effective_policy(s, "alice")
+        assert (alice.max_context_tokens, alice.max_turns) == (8192, None)
+    with db.transaction() as s:
+        assert clear_policy(s, "alice") is True
+        assert clear_policy(s, "alice") is False
+        assert get_effective_policy(s, "alice").on_limit == "notify"
+
+
+def test_merge_is_per_field() -> None:
+    default = StoredPolicy(user_id=None, max_context_tokens=4096, max_turns=10,
+                           on_limit="reject", max_concurrent_requests=2,
+                           max_tokens_per_day=None, share_prefix_cache=False)
+    override = StoredPolicy(user_id=7, max_turns=99, max_tokens_per_day=5000)
+    assert merge_policies(default, override) == EffectivePolicy(
+        max_context_tokens=4096, max_turns=99, on_limit="reject", max_concurrent_requests=2,
+        max_tokens_per_day=5000, share_prefix_cache=False)
+    assert merge_policies(default, None).max_turns == 10
+
+
+@pytest.mark.parametrize(("user", "fields", "message"), [
+    (None, {"max_turns": 0}, "max_turns must be a whole number of at least 1, not 0"),
+    (None, {"max_context_tokens": -5}, "max_context_tokens must be a whole number"),
+    (None, {"max_tokens_per_day": "lots"}, "max_tokens_per_day must be a whole number"),
+    (None, {"max_concurrent_requests": True}, "max_concurrent_requests must be a whole number"),
+    (None, {"max_turns": 2.5}, "max_turns must be a whole number"),
+    (None, {"on_limit": "explode"}, "on_limit must be one of reject, notify, truncate"),
+    (None, {"on_limit": None}, "the default policy needs a value for on_limit"),
+    (None, {"share_prefix_cache": None}, "the default policy needs a value for share_prefix"),
+    ("alice", {"share_prefix_cache": "yes"}, "share_prefix_cache must be true or false"),
+    ("alice", {"max_tokens": 5}, "unknown policy field 'max_tokens'"),
+])
+def test_validation(db: Database, user, fields, message) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+    with db.transaction() as s:
+        with pytest.raises(ValueError, match=message):
+            set_policy(s, user, **fields)
+    with db.session() as s:  # nothing half-applied
+        assert get_effective_policy(s, "alice") == EffectivePolicy()
+
+
+def test_user_row_may_clear_on_limit_to_inherit(db: Database) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+        set_policy(s, "alice", on_limit="truncate")
+        set_policy(s, "alice", on_limit=None)
+        assert get_effective_policy(s, "alice").on_limit == "reject"
+        with pytest.raises(NotFound):
+            set_policy(s, "nobody", max_turns=3)
