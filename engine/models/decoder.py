@@ -119,7 +119,7 @@ class DecoderModel(nn.Module):
         if pending:
             raise ValueError(f"Incomplete fused weights in checkpoint: {sorted(pending)}")
         expected = 2 + (self.lm_head is not None) + self.spec.num_layers * (
-            6 + 2 * self.spec.qk_norm + 2 * self.spec.qkv_bias + self.spec.o_bias
+            6 + 2 * self.spec.qk_norm + self.spec.qkv_bias + self.spec.o_bias
             + 2 * self.spec.mlp_bias
         )
         if len(seen) != expected:

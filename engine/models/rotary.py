@@ -14,7 +14,7 @@ def _default_inv_freq(spec: ModelSpec) -> torch.Tensor:
 
 def _scaled_inv_freq(spec: ModelSpec) -> tuple[torch.Tensor, float]:
     """inv_freq and attention scaling through transformers' own rope functions."""
-    from transformers import PretrainedConfig
+    from transformers import AutoConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     rtype = spec.rope_scaling["rope_type"]  # type: ignore[index]
@@ -23,18 +23,9 @@ def _scaled_inv_freq(spec: ModelSpec) -> tuple[torch.Tensor, float]:
             f"Unsupported rope_scaling type {rtype!r}; supported: "
             f"{', '.join(sorted(ROPE_INIT_FUNCTIONS))}."
         )
-    params = dict(spec.rope_scaling or {})
-    params["rope_theta"] = spec.rope_theta
-    cfg = PretrainedConfig(
-        hidden_size=spec.hidden_size,
-        num_attention_heads=spec.num_heads,
-        head_dim=spec.head_dim,
-        max_position_embeddings=spec.max_position_embeddings,
-        rope_theta=spec.rope_theta,
-        rope_scaling=dict(spec.rope_scaling or {}),
-        rope_parameters=params,
-        partial_rotary_factor=1.0,
-    )
+    # The model family's own config class normalizes rope settings across transformers versions.
+    raw = {k: v for k, v in spec.raw.items() if k not in ("model_type", "transformers_version")}
+    cfg = AutoConfig.for_model(spec.model_type, **raw)
     inv_freq, scaling = ROPE_INIT_FUNCTIONS[rtype](cfg, torch.device("cpu"))
     return inv_freq.float(), float(scaling)
 

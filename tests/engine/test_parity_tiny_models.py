@@ -40,11 +40,17 @@ def test_tiny_model_greedy_equals_transformers(tiny, settings):
         compare_greedy(out.outputs[0].token_ids, out.outputs[0].logprobs, ref)
 
 
-def test_tiny_model_under_preemption(tiny):
-    kind, model_dir, prompts, refs = tiny
+def test_tiny_model_under_preemption(tiny, chat_prompt_ids):
+    kind, model_dir, _, _ = tiny
+    prompts = chat_prompt_ids[:4]
+    hf = load_hf_model(model_dir)
+    refs = [hf_greedy(hf, p, MAX_NEW, ignore_eos=True) for p in prompts]
     per_token = ModelSpec.from_json(model_dir / "config.json").kv_bytes_per_token(4)
-    # 14 blocks: enough for the longest request alone (150 + 24 tokens), not for all four.
-    llm = make_llm(model_dir, kv_cache_memory=14 * 16 * per_token)
+    # Room for every prompt at admission (plus one block), not for all of them grown by
+    # MAX_NEW tokens: the running requests must preempt each other.
+    blocks = sum(-(-len(p) // 16) for p in prompts) + 1
+    assert blocks < sum(-(-(len(p) + MAX_NEW) // 16) for p in prompts)
+    llm = make_llm(model_dir, kv_cache_memory=blocks * 16 * per_token)
     params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True, logprobs=2)
     outputs = llm.generate(prompts, params)
     assert llm.llm_engine.stats().num_preemptions_total > 0

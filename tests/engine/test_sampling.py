@@ -68,7 +68,7 @@ def test_max_tokens_ends_with_length(smollm2_llm):
 
 
 def test_min_tokens_suppresses_eos(smollm2_llm):
-    chat = [{"role": "user", "content": "Say yes."}]
+    chat = [{"role": "user", "content": "What is the capital of France?"}]
     short = smollm2_llm.chat(chat, SamplingParams(temperature=0, max_tokens=64))[0].outputs[0]
     assert short.finish_reason == "stop"
     n = len(short.token_ids) + 5
