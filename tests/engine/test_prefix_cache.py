@@ -9,7 +9,6 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 
 
 def test_second_request_sharing_a_prefix_hits_its_full_blocks(smollm2_llm):
-    engine = smollm2_llm.llm_engine
     shared = list(range(1000, 1000 + 75))  # 75 shared tokens -> floor(75/16) = 4 full blocks
     smollm2_llm.generate([shared + [5, 6, 7]], GREEDY)
     out = smollm2_llm.generate([shared + [8, 9]], GREEDY)[0]
