@@ -81,6 +81,7 @@ class Generation:
         self._first_token: float | None = None
         self._closed = False
         self._entered = False
+        self._failed = False  # the engine failed under this request
 
     # -- admission -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -95,7 +96,10 @@ class Generation:
             for eid, prompt in zip(self.engine_ids, self.prompts, strict=True):
                 _, ids = await engine.add_request(
                     eid, PromptBuilder(prompt, cap), self.params, user=self.principal.user,
-                    thread=self.thread, sink=self._queue)
+                    thread=self.thread, sink=self._queue,
+                    # DESIGN §6: the prefix cache is salted per user, so one user cannot time
+                    # another's cached prompts. Set here, never by the client.
+                    cache_salt=self.principal.user)
                 self._unfinished.add(eid)
                 self.prompt_token_ids.append(ids)
         except BaseException as exc:  # includes cancellation by a client that left
@@ -134,6 +138,7 @@ class Generation:
         while self._unfinished:
             item = await self._queue.get()
             if isinstance(item, EngineDeadError):
+                self._failed = True
                 raise item
             if isinstance(item, RequestAborted):
                 yield self._aborted(item.request_id)
@@ -141,6 +146,7 @@ class Generation:
             assert isinstance(item, RequestOutput)
             prompt_index = self.engine_ids.index(item.request_id)
             if item.error:
+                self._failed = True
                 raise EngineDeadError(item.error)
             out = []
             for o in item.outputs:
@@ -169,15 +175,25 @@ class Generation:
                 out.append(Delta(c.index, prompt_index, "", [], None, "abort", None))
         return out
 
-    async def run(self, request: Request | None = None) -> None:
-        """Consume every delta; with `request`, abort and raise ClientGone if it disconnects."""
+    async def complete(self, request: Request) -> bool:
+        """Run to the end for a non-streaming answer, then close. False if the client left
+        first (the request is aborted); 503 APIError if the engine failed."""
         async def consume() -> None:
             async for _ in self.deltas():
                 pass
-        if request is None:
-            await consume()
-        else:
+        status = 500  # anything unexpected still closes (aborts, leaves the in-flight count)
+        try:
             await until_disconnect(consume(), request)
+            status = 200
+        except ClientGone:
+            status = 499
+            return False
+        except EngineDeadError as exc:
+            status = 503
+            raise unavailable(str(exc), self.server.settings.retry_after_s) from exc
+        finally:
+            self.close(status)
+        return True
 
     # -- accounting ----------------------------------------------------------------------
     @property
@@ -197,6 +213,8 @@ class Generation:
         if self._closed:
             return
         self._closed = True
+        if self._failed and status == 200:
+            status = 503
         for eid in self._unfinished:
             self.server.async_engine.abort(eid)
         aborted = bool(self._unfinished)

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from app.async_engine import EngineDeadError
 from app.auth import Principal, get_principal
 from app.errors import APIError, unavailable
-from app.generation import ClientGone, Generation
+from app.generation import Generation
 from app.logprobs import completion_logprobs
 from app.protocol import CompletionRequest
 from app.sse import DONE, SSEResponse, sse
@@ -38,15 +38,8 @@ async def completions(body: CompletionRequest, request: Request,
     await gen.start()
     if body.stream:
         return SSEResponse(_stream(gen, body, model), on_close=gen.close)
-    try:
-        await gen.run(request)
-    except ClientGone:
-        gen.close(status=499)
-        return Response(status_code=499)
-    except EngineDeadError as exc:
-        gen.close(status=503)
-        raise unavailable(str(exc), server.settings.retry_after_s) from exc
-    gen.close()
+    if not await gen.complete(request):
+        return Response(status_code=499)  # nobody is listening; nginx's "client closed"
     return JSONResponse(_response(gen, body, model))
 
 
