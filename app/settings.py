@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from engine import EngineConfig
@@ -23,6 +24,9 @@ class ServerSettings:
     kv_cache_memory: int | str | None = None
     gpu_memory_utilization: float = 0.9
     seed: int = 0
+    # CPU threads for the engine; None = $OMP_NUM_THREADS if set (as vLLM and PyTorch honour
+    # it), else the engine's default of every core.
+    num_threads: int | None = None
     # Server
     host: str = "127.0.0.1"
     port: int = 8000
@@ -43,4 +47,12 @@ class ServerSettings:
             enable_prefix_caching=self.enable_prefix_caching,
             kv_cache_memory=self.kv_cache_memory,
             gpu_memory_utilization=self.gpu_memory_utilization, seed=self.seed,
+            num_threads=self.num_threads or _omp_num_threads(),
         )
+
+
+def _omp_num_threads() -> int | None:
+    # The engine calls torch.set_num_threads(all cores) unless told otherwise, which would
+    # silently override an operator's OMP_NUM_THREADS.
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None

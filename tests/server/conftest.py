@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.server.server_process import ServerProcess
+from tests.server.server_process import TEST_THREADS, ServerProcess
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -28,4 +28,4 @@ def reference_llm():
     """The offline engine, same dtype and pool: greedy replies must match the server's."""
     from engine import LLM
 
-    return LLM(dtype="float32", kv_cache_memory="256MiB")
+    return LLM(dtype="float32", kv_cache_memory="256MiB", num_threads=int(TEST_THREADS))

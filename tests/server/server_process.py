@@ -15,7 +15,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-officellm-test"
-# Small pool and float32 (exact parity with engine.LLM); a short stats interval is not needed.
+# Small pool and float32, for exact parity with engine.LLM.
+TEST_THREADS = "1"
 BASE_FLAGS = ["--dtype", "float32", "--kv-cache-memory", "256MiB"]
 
 
@@ -40,6 +41,9 @@ class ServerProcess:
             args += ["--api-key", api_key]
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                    TOKENIZERS_PARALLELISM="false")
+        # One compute thread: CI boxes are small and shared, and two OpenMP threads on two
+        # contended cores made each step several times slower. Same as reference_llm's.
+        env.setdefault("OMP_NUM_THREADS", TEST_THREADS)
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT)
 

@@ -108,7 +108,7 @@ def test_completions_greedy_matches_engine(client, model, reference_llm) -> None
 
 
 def test_n_seed_logprobs_and_stop(client, model) -> None:
-    kw = dict(model=model, messages=CHAT, temperature=1.0, seed=7, max_tokens=8, n=2,
+    kw = dict(model=model, messages=CHAT, temperature=1.0, seed=7, max_tokens=5, n=2,
               logprobs=True, top_logprobs=3)
     a = client.chat.completions.create(**kw)
     b = client.chat.completions.create(**kw)
@@ -124,7 +124,7 @@ def test_n_seed_logprobs_and_stop(client, model) -> None:
         total += len(c.logprobs.content)
     assert a.usage.completion_tokens == total
     # Completions: logprobs as an int, a batch of two prompts, and a stop string.
-    r = client.completions.create(model=model, prompt=["One, two,", "Red, green,"], max_tokens=8,
+    r = client.completions.create(model=model, prompt=["One, two,", "Red, green,"], max_tokens=6,
                                   temperature=0, logprobs=2, stop=[","])
     assert len(r.choices) == 2
     for c in r.choices:
@@ -237,13 +237,13 @@ def test_metrics_move_by_one_request(server: ServerProcess, client, model) -> No
 def test_multibyte_utf8_stream(client, model, kind: str) -> None:
     if kind == "chat-greedy":
         kw = dict(model=model, messages=[{"role": "user", "content": "Say hello in Japanese."}],
-                  temperature=0, max_tokens=32)
+                  temperature=0, max_tokens=12)
         full = client.chat.completions.create(**kw).choices[0].message.content
         pieces = [c.choices[0].delta.content or "" for c in
                   client.chat.completions.create(**kw, stream=True) if c.choices]
     else:
         kw = dict(model=model, prompt="日本語の挨拶: こんにちは、おはよう、", temperature=1.0, seed=3,
-                  max_tokens=32)
+                  max_tokens=12)
         full = client.completions.create(**kw).choices[0].text
         pieces = [c.choices[0].text for c in client.completions.create(**kw, stream=True)]
     assert any(len(ch.encode()) > 1 for ch in full), full  # the reply really is multi-byte

@@ -55,7 +55,7 @@ def test_sigterm_lets_in_flight_finish_and_refuses_new() -> None:
         srv.wait_ready()
         out: dict = {}
         events = [threading.Event() for _ in range(2)]
-        threads = [_stream_in_thread(srv, 40, out, ev, i) for i, ev in enumerate(events)]
+        threads = [_stream_in_thread(srv, 80, out, ev, i) for i, ev in enumerate(events)]
         for ev in events:
             assert ev.wait(TIMEOUT)
         assert not out, f"finished before SIGTERM: {out}"
@@ -71,7 +71,7 @@ def test_sigterm_lets_in_flight_finish_and_refuses_new() -> None:
             t.join(TIMEOUT)
         for i in range(2):
             text, finish, tokens = out[i]
-            assert finish == "length" and tokens == 40 and text, out[i]
+            assert finish == "length" and tokens == 80 and text, out[i]
         assert srv.proc.wait(60) == 0, srv.output()
         log = srv.output()
         assert "Received SIGTERM" in log and "In-flight requests finished" in log
