@@ -94,17 +94,24 @@ class Generation:
         cap = server.settings.max_context_tokens
         try:
             for eid, prompt in zip(self.engine_ids, self.prompts, strict=True):
+                # Marked before awaiting: if the client leaves while the command is queued,
+                # close() still aborts it (the abort is queued after the add, so it lands).
+                self._unfinished.add(eid)
                 _, ids = await engine.add_request(
                     eid, PromptBuilder(prompt, cap), self.params, user=self.principal.user,
                     thread=self.thread, sink=self._queue,
                     # DESIGN §6: the prefix cache is salted per user, so one user cannot time
                     # another's cached prompts. Set here, never by the client.
                     cache_salt=self.principal.user)
-                self._unfinished.add(eid)
                 self.prompt_token_ids.append(ids)
         except BaseException as exc:  # includes cancellation by a client that left
             error = self._admission_error(exc)
-            self.close(status=error.status if error else 499)
+            if error is None:
+                status = 499 if isinstance(exc, asyncio.CancelledError) else 500
+            else:
+                status = error.status
+                self._unfinished.discard(eid)  # refused by the engine: nothing to abort
+            self.close(status=status)
             if error is None:
                 raise
             raise error from exc
