@@ -54,16 +54,13 @@ class ServerProcess:
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Poll /health until 200; fail with the server's log if it dies or never gets ready."""
         deadline = time.monotonic() + timeout
-        saw_503 = False
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
             try:
                 r = httpx.get(f"{self.base_url}/health", timeout=2.0)
                 if r.status_code == 200:
-                    self.saw_loading = saw_503
                     return
-                saw_503 = saw_503 or r.status_code == 503
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
