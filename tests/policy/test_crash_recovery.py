@@ -10,7 +10,7 @@ from pathlib import Path
 
 import openai
 
-from app.db import Database
+from app.db import Database, list_usage
 from tests.policy.helpers import TIMEOUT, Admin, Office, chat
 from tests.server.server_process import ServerProcess
 
@@ -78,7 +78,12 @@ def test_sigkill_while_counting_then_restart(tmp_path: Path) -> None:
                                                            max_tokens=1, temperature=0)
             assert r.usage.completion_tokens == 1
     finally:
-        again.stop()
+        again.stop()  # SIGTERM: a clean stop writes every queued count
     db = Database(db_path)
-    assert db.integrity_check() == "ok"
-    db.close()
+    try:
+        assert db.integrity_check() == "ok"
+        with db.session() as s:
+            rows = [u for u in list_usage(s) if u.user_id in {users[n]["id"] for n in keys}]
+        assert sum(u.requests for u in rows) == served + len(keys)
+    finally:
+        db.close()
