@@ -112,6 +112,9 @@ def test_admin_needs_the_admin_token(office: Office, uniq) -> None:
     r = httpx.get(url, headers={"Authorization": "Bearer ocl-admin-wrong"}, timeout=TIMEOUT)
     assert r.status_code == 401
     assert office.admin.token_file.stat().st_mode & 0o777 == 0o600
+    log = office.server.output()  # the start-up log names the file, never the token
+    assert f"Admin token created and written to {office.admin.token_file}" in log
+    assert office.admin.token not in log
     # The admin token is no user key either.
     with pytest.raises(openai.AuthenticationError):
         ask(office.client(office.admin.token))
