@@ -16,6 +16,8 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(dirname "$HERE")"
+# shellcheck source=installer/paths.sh
+. "$HERE/paths.sh"
 PYTHON="${OFFICELLM_PYTHON:-python3}"
 TORCH_VERSION="${OFFICELLM_TORCH_VERSION:-2.13.0}"
 export PIP_PROGRESS_BAR=off PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -74,8 +76,9 @@ if any(r.lower().startswith("nvidia-") for r in md.get("requires_dist") or []):
 open(sys.argv[2], "w").write(f"torch=={md['version']}\n")
 EOF
 fi
+copy_source_tree "$REPO_ROOT" "$WORK/src"
 pip install --dry-run --ignore-installed --report "$WORK/all.json" -c "$WORK/constraints.txt" \
-    "${INDEX_ARGS[@]}" "$REPO_ROOT[$EXTRAS]"
+    "${INDEX_ARGS[@]}" "$WORK/src[$EXTRAS]"
 # Everything but officellm itself, pinned; note which ones PyPI has only as source.
 "$PYTHON" - "$WORK/all.json" "$WORK/pins.txt" <<'EOF'
 import json, sys
@@ -99,9 +102,7 @@ say "downloading and building wheels (llama.cpp compiles for several minutes)"
 CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF" \
     pip wheel --no-deps --no-cache-dir "${INDEX_ARGS[@]}" -r "$WORK/pins.txt" -w "$STAGE/wheels"
 say "building the officellm wheel from $REPO_ROOT"
-pip wheel --no-deps "$REPO_ROOT" -w "$STAGE/wheels"
-# An in-tree build leaves build/ behind; it is git-ignored, but keep the checkout tidy.
-rm -rf "$REPO_ROOT/build"
+pip wheel --no-deps "$WORK/src" -w "$STAGE/wheels"
 
 # 3. Prove the set is complete: an offline resolution from the wheels alone must succeed.
 say "checking that the wheels install offline"

@@ -240,7 +240,10 @@ else
         else
             # A regular (non-editable) install: the venv keeps working if the checkout moves.
             say "pip install '$REPO_ROOT[$EXTRAS]' into $VENV"
-            pip_in install "$REPO_ROOT[$EXTRAS]"
+            src="$(mktemp -d "${TMPDIR:-/tmp}/officellm-src.XXXXXX")"
+            copy_source_tree "$REPO_ROOT" "$src"
+            pip_in install "$src[$EXTRAS]"
+            rm -rf "$src"
         fi
     fi
 fi

@@ -1,5 +1,5 @@
-# Where a (non-dev) officellm install puts things. Sourced by install.sh and uninstall.sh so
-# that both always agree. Every location comes from the environment (HOME, XDG_*,
+# Where a (non-dev) officellm install puts things, and helpers the installer scripts share.
+# Sourced by install.sh, uninstall.sh and build_bundle.sh so that they always agree. Every location comes from the environment (HOME, XDG_*,
 # OFFICELLM_BIN_DIR, OFFICELLM_DATA_DIR), which is also how the tests sandbox an install.
 # shellcheck shell=bash
 
@@ -41,4 +41,14 @@ OFFICELLM_MARK="# Written by officellm's installer/install.sh"
 systemd_user_works() {
     [ -z "${OFFICELLM_NO_SYSTEMCTL:-}" ] && command -v systemctl >/dev/null 2>&1 \
         && systemctl --user show-environment >/dev/null 2>&1
+}
+
+# copy_source_tree SRC DEST: the working tree minus VCS, venvs and build outputs. Wheels are
+# built from such a copy because setuptools reuses an in-tree build/ directory, where a
+# module deleted from the checkout would live on and be shipped.
+copy_source_tree() {
+    mkdir -p "$2"
+    tar -C "$1" -c --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./dist \
+        --exclude='*.egg-info' --exclude=__pycache__ --exclude=.pytest_cache \
+        --exclude=.ruff_cache . | tar -C "$2" -x
 }
