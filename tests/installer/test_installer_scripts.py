@@ -37,8 +37,10 @@ def test_readme_shows_the_two_commands_first():
 def test_ci_runs_the_readme_test_command_verbatim():
     [readme_test_cmd] = [c for c in readme_commands() if c.endswith("-m pytest")][:1]
     ci_lines = [ln.strip() for ln in CI_RUN.read_text().splitlines()]
-    # As a command, not just inside a comment: the line starts with it.
-    assert any(ln.startswith(readme_test_cmd) for ln in ci_lines if not ln.startswith("#")), (
+    # As a command (not inside a comment), with no arguments added: after it comes only the
+    # end of the line or a shell operator such as `|| rc=$?`.
+    exact = re.compile(re.escape(readme_test_cmd) + r"\s*($|\|\||&&|;)")
+    assert any(exact.match(ln) for ln in ci_lines if not ln.startswith("#")), (
         f".ci/run must run the README's test command {readme_test_cmd!r} verbatim"
     )
 
