@@ -151,3 +151,61 @@ def test_uninstall_leaves_files_that_are_not_ours(sandbox_env: dict[str, str], t
     assert paths["desktop"].exists()
     assert paths["venv"].is_dir() and "left alone" in result.stderr
     assert not paths["unit"].exists()  # that one pointed at this prefix's launcher
+
+
+def _fake_system(tmp_path: Path, uid: int, missing: set[str], lists: bool) -> dict[str, str]:
+    """Stand-ins for dpkg-query, apt-cache, apt-get, id and python on PATH: `missing` are the
+    packages not installed; apt knows candidates once it has package lists (`lists`, or after
+    `apt-get update`). apt-get only logs. The fake python passes the version check and then
+    fails to make a venv, which stops install.sh right after its system-package step."""
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    state = tmp_path / "state"
+    state.mkdir()
+    if lists:
+        (state / "lists").touch()
+    scripts = {
+        "dpkg-query": f'for p in {" ".join(sorted(missing))}; do '
+        '[ "${@: -1}" = "$p" ] && { echo not-installed; exit 0; }; done; echo installed\n',
+        # Debian 12: there is no libglib2.0-0t64.
+        "apt-cache": f'[ -e {state}/lists ] && [ "$2" != libglib2.0-0t64 ] '
+        '&& echo "  Candidate: 1.0" || echo "  Candidate: (none)"\n',
+        "apt-get": f'echo "apt-get $*" >> {state}/apt.log\n'
+        f'[ "$1" = update ] && touch {state}/lists\nexit 0\n',
+        "id": f"echo {uid}\n",
+        "python3": '[ "$1" = -m ] && exit 1; exit 0\n',
+    }
+    for name, body in scripts.items():
+        (fake / name).write_text("#!/usr/bin/env bash\n" + body)
+        (fake / name).chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", OFFICELLM_PYTHON="python3")
+    env.pop("DISPLAY", None)
+    return env
+
+
+def _apt_calls(tmp_path: Path) -> list[str]:
+    log = tmp_path / "state" / "apt.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.mark.parametrize("lists", [True, False], ids=["lists", "fresh-container"])
+def test_install_as_root_apt_installs_missing_qt_libs(tmp_path: Path, lists: bool):
+    env = _fake_system(tmp_path, 0, {"libegl1", "libglib2.0-0", "libglib2.0-0t64"}, lists)
+    result = run([str(INSTALLER / "install.sh"), "--prefix", str(tmp_path / "p")], env)
+    assert "could not create a venv" in result.stderr  # got past the apt step
+    want = ["apt-get install -y -q --no-install-recommends libegl1 libglib2.0-0"]
+    # apt-get update only when apt knows no candidate (no package lists yet).
+    assert _apt_calls(tmp_path) == (want if lists else ["apt-get update -q", *want])
+
+
+def test_install_as_root_needs_no_apt_when_nothing_is_missing(tmp_path: Path):
+    env = _fake_system(tmp_path, 0, set(), lists=True)
+    run([str(INSTALLER / "install.sh"), "--prefix", str(tmp_path / "p")], env)
+    assert _apt_calls(tmp_path) == []
+
+
+def test_install_as_user_prints_the_apt_command(tmp_path: Path):
+    env = _fake_system(tmp_path, 1000, {"libegl1", "libxkbcommon0"}, lists=True)
+    result = run([str(INSTALLER / "install.sh"), "--prefix", str(tmp_path / "p")], env)
+    assert _apt_calls(tmp_path) == []
+    assert "sudo apt-get install libegl1 libxkbcommon0" in result.stderr
