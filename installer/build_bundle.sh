@@ -104,9 +104,11 @@ CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF" \
 say "building the officellm wheel from $REPO_ROOT"
 pip wheel --no-deps "$WORK/src" -w "$STAGE/wheels"
 
-# 3. Prove the set is complete: an offline resolution from the wheels alone must succeed.
+# 3. Prove the set is complete: an offline resolution from the wheels alone must succeed
+#    (without pip's config files and find-links, which could supply what the bundle lacks).
 say "checking that the wheels install offline"
-pip install --dry-run --ignore-installed --no-index --find-links "$STAGE/wheels" "officellm[$EXTRAS]"
+PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS="$STAGE/wheels" \
+    pip install --dry-run --ignore-installed --no-index "officellm[$EXTRAS]"
 
 cp "$HERE/install.sh" "$HERE/uninstall.sh" "$HERE/paths.sh" "$STAGE/installer/"
 echo "$FLAVOR" > "$STAGE/FLAVOR"
