@@ -9,6 +9,8 @@ captured CUDA graph stays valid for any context length.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -113,6 +115,7 @@ def _merge_kernel(
              mask=dmask)
 
 
+@functools.lru_cache(maxsize=8)
 def _sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count

@@ -19,7 +19,7 @@ import torch  # noqa: E402
 if importlib.util.find_spec("triton") is None:  # the dev extra installs it; say so, skip
     collect_ignore_glob = ["test_*.py"]
 elif os.environ["TRITON_INTERPRET"] == "1":
-    from tests.kernels.interpreter_compat import patch_scalar_index
+    from kernels.interpreter_compat import patch_scalar_index
 
     patch_scalar_index()
 

@@ -1,4 +1,5 @@
-"""A one-line compatibility fix for Triton's CPU interpreter under numpy >= 2.
+"""A one-line compatibility fix for Triton's CPU interpreter under numpy >= 2 (used by the
+kernel tests and gpu_check's CPU smoke run; never on a GPU).
 
 The interpreter holds a loaded scalar as a 1-element array and turns it into a Python int
 with int(array), which numpy 2 rejects ("only 0-dimensional arrays can be converted"). That
