@@ -39,8 +39,9 @@ def test_too_small_budget_is_refused_with_the_numbers():
     assert "the largest max_model_len that fits is" in str(err.value)
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
 @pytest.mark.parametrize("decode", [False, True])
-def test_profiling_step_runs_the_model_without_a_pool(decode):
+def test_profiling_step_runs_the_model_without_a_pool(decode, backend):
     """The synthetic step reads only the zero null block and writes nothing."""
     spec = ModelSpec.from_config_dict({
         "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
@@ -52,5 +53,5 @@ def test_profiling_step_runs_the_model_without_a_pool(decode):
     for p in model.parameters():
         p.data.normal_()
     logits = run_dummy_step(model, spec, torch.float32, torch.device("cpu"), 40, 8, 16,
-                            decode=decode, backend="torch")
+                            decode=decode, backend=backend)
     assert logits.shape == (8, 50) and torch.isfinite(logits).all()
