@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from installer_helpers import make_sandbox_env
+from tests.installer.installer_helpers import make_sandbox_env
 
 
 @pytest.fixture

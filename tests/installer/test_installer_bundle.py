@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from installer_helpers import INSTALLER, make_sandbox_env, run
+from tests.installer.installer_helpers import INSTALLER, make_sandbox_env, run
 
 pytestmark = [
     pytest.mark.slow,

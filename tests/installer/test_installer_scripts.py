@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from installer_helpers import INSTALLER, REPO_ROOT, run
+from tests.installer.installer_helpers import INSTALLER, REPO_ROOT, run
 
 README = REPO_ROOT / "README.md"
 CI_RUN = REPO_ROOT / ".ci" / "run"
