@@ -13,6 +13,7 @@ COMMAND_MODULES = [
     "app.commands.users",
     "app.commands.keys",
     "app.commands.policy",
+    "app.commands.admin",
 ]
 
 

@@ -1,0 +1,31 @@
+"""Number formatting shared by the tabs (None reads as an em dash: no samples yet)."""
+
+from __future__ import annotations
+
+
+def ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    return f"{seconds * 1000:,.0f} ms" if seconds < 10 else f"{seconds:,.1f} s"
+
+
+def pct(fraction: float | None) -> str:
+    return "—" if fraction is None else f"{fraction:.1%}"
+
+
+def rate(value: float | None, unit: str) -> str:
+    return "—" if value is None else f"{value:,.1f} {unit}"
+
+
+def duration(seconds: float) -> str:
+    s = int(seconds)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s"
+
+
+def size(num_bytes: float) -> str:
+    for unit, div in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if num_bytes >= div:
+            return f"{num_bytes / div:,.2f} {unit}"
+    return f"{num_bytes:,.0f} B"
