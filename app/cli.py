@@ -9,6 +9,7 @@ import sys
 # Each module has register(subparsers); add new subcommands here.
 COMMAND_MODULES = [
     "app.commands.plan",
+    "app.commands.serve",
     "app.commands.db",
     "app.commands.users",
     "app.commands.keys",

@@ -1,0 +1,92 @@
+"""`officellm serve [MODEL]`: the OpenAI-compatible server (uvicorn + FastAPI)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import uvicorn
+
+from app.graceful import GracefulServer
+from app.profiles import PROFILES, apply_profile
+from app.server import create_app
+from app.settings import ServerSettings
+
+logger = logging.getLogger("officellm.server")
+
+# Flags that map 1:1 onto ServerSettings fields; default None so that we know which ones the
+# user gave (those override the profile).
+_ENGINE_FLAGS = ["max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
+                 "enable_prefix_caching", "dtype", "device", "kv_cache_memory",
+                 "gpu_memory_utilization", "seed", "max_context_tokens"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API",
+                       description="Start the OpenAI-compatible server. Flags follow vLLM's names.")
+    p.add_argument("model", nargs="?", default=None,
+                   help="Hugging Face model directory or .gguf file (default: bundled SmolLM2)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="token budget per step (chunked prefill)")
+    p.add_argument("--block-size", type=int, default=None)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--dtype", default=None, help="auto | float32 | bfloat16 | float16")
+    p.add_argument("--device", default=None, help="cpu | cuda")
+    p.add_argument("--kv-cache-memory", default=None, help="KV pool size, e.g. 4GiB (CPU)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--served-model-name", nargs="+", default=None,
+                   help="name(s) clients use for the model (default: the model's own)")
+    p.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                   help="accept this bearer key (repeatable); without any, serve anonymously")
+    p.add_argument("--no-auth", action="store_true",
+                   help="serve anonymously (single-user desk mode); conflicts with --api-key")
+    p.add_argument("--max-context-tokens", type=int, default=None,
+                   help="refuse prompts longer than this (0: no cap; default: the profile's)")
+    p.add_argument("--shutdown-timeout", type=float, default=30.0,
+                   help="seconds in-flight requests get to finish on SIGTERM (default 30)")
+    p.add_argument("--profile", choices=sorted(PROFILES), default="office",
+                   help="defaults for a kind of deployment; flags override (default office)")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[str]]:
+    """ServerSettings for the flags, with the profile applied under them; and the log lines."""
+    if args.no_auth and args.api_key:
+        raise ValueError("--no-auth and --api-key contradict each other; give one.")
+    s = ServerSettings(model=args.model, host=args.host, port=args.port,
+                       served_model_name=list(args.served_model_name or []),
+                       api_keys=list(args.api_key), shutdown_timeout=args.shutdown_timeout)
+    explicit = set()
+    for name in _ENGINE_FLAGS:
+        value = getattr(args, name)
+        if value is not None:
+            explicit.add(name)
+            setattr(s, name, value)
+    if s.max_context_tokens == 0:
+        s.max_context_tokens = None
+    lines = apply_profile(s, args.profile, explicit)
+    return s, lines
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings, profile_lines = settings_from_args(args)
+    for line in profile_lines:
+        logger.info(line)
+    logger.info("Auth: %s", f"{len(settings.api_keys)} API key(s)" if settings.api_keys
+                else "none (anonymous)")
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port,
+                            log_level=args.log_level.lower(), access_log=False, log_config=None,
+                            timeout_graceful_shutdown=5)
+    server = GracefulServer(config, app.state.server.lifecycle, settings.shutdown_timeout)
+    server.run()
+    logger.info("Server stopped")
+    return 0

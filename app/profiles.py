@@ -1,0 +1,69 @@
+"""Serving profiles (DESIGN §9): starting points for the engine's knobs that flags override."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from app.settings import ServerSettings
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Defaults one kind of deployment wants; each value has the reason it was chosen."""
+
+    name: str
+    description: str
+    values: dict[str, Any]
+    reasons: dict[str, str]
+
+
+PROFILES: dict[str, Profile] = {
+    "personal": Profile(
+        "personal", "one user; batching hardly matters",
+        {"max_num_batched_tokens": 8192, "max_num_seqs": 16, "max_context_tokens": None},
+        {"max_num_batched_tokens": "a large token budget brings the first word sooner",
+         "max_num_seqs": "one person rarely runs more than a few requests",
+         "max_context_tokens": "no context cap: long context is affordable for one user"},
+    ),
+    "office": Profile(
+        "office", "5-30 people; steady typing speed matters more than the first word",
+        {"max_num_batched_tokens": 1024, "max_num_seqs": 64, "max_context_tokens": 16384},
+        {"max_num_batched_tokens": "chunked prefill with a small budget, so a pasted document "
+                                   "does not freeze everyone's typing",
+         "max_num_seqs": "room for a busy office",
+         "max_context_tokens": "per-user context cap: longer chats are asked to start anew "
+                               "(watch vllm:num_preemptions_total as the early warning)"},
+    ),
+    "product": Profile(
+        "product", "customer-facing; tail latency targets",
+        {"max_num_batched_tokens": 512, "max_num_seqs": 128, "max_context_tokens": 8192,
+         "gpu_memory_utilization": 0.8},
+        {"max_num_batched_tokens": "a small budget keeps inter-token latency's tail short",
+         "max_num_seqs": "many short customer requests",
+         "max_context_tokens": "hard context cap: no request beyond it is admitted",
+         "gpu_memory_utilization": "memory headroom kept free for spikes"},
+    ),
+}
+
+
+def apply_profile(settings: ServerSettings, name: str, explicit: set[str]) -> list[str]:
+    """Set the profile's values on `settings`, except fields in `explicit` (given as flags).
+
+    Returns one human-readable line per setting, for the start-up log.
+    """
+    if name not in PROFILES:
+        raise ValueError(f"Unknown profile {name!r}; choose one of {', '.join(PROFILES)}.")
+    profile = PROFILES[name]
+    settings.profile = name
+    known = {f.name for f in fields(settings)}
+    lines = [f"Profile {name!r} ({profile.description})"]
+    for key, value in profile.values.items():
+        assert key in known, key
+        if key in explicit:
+            lines.append(f"  {key}={getattr(settings, key)!r} (flag overrides the profile's "
+                         f"{value!r})")
+            continue
+        setattr(settings, key, value)
+        lines.append(f"  {key}={value!r}: {profile.reasons[key]}")
+    return lines

@@ -1,0 +1,106 @@
+"""POST /v1/chat/completions."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from app.async_engine import EngineDeadError
+from app.auth import Principal, get_principal
+from app.errors import APIError, unavailable
+from app.generation import Delta, Generation
+from app.logprobs import chat_logprobs
+from app.prompts import ChatPrompt
+from app.protocol import ChatCompletionRequest
+from app.sse import DONE, SSEResponse, sse
+from app.state import ServerState, admitted_server
+
+router = APIRouter()
+logger = logging.getLogger("officellm.server")
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request,
+                           principal: Principal = Depends(get_principal),
+                           server: ServerState = Depends(admitted_server)) -> Response:
+    """OpenAI's chat completions, streaming or not."""
+    model = server.resolve_model(body.model)
+    try:
+        params = body.sampling_params()
+        messages = [m.to_template_dict() for m in body.messages]
+    except ValueError as exc:
+        raise APIError(400, str(exc)) from exc
+    prompt = ChatPrompt(messages, body.add_generation_prompt, body.chat_template_kwargs or {})
+    thread = request.headers.get("x-thread-id") or body.user
+    gen = Generation(server, f"chatcmpl-{uuid.uuid4().hex}", [prompt], params, principal,
+                     endpoint="chat", stream=body.stream, thread=thread)
+    await gen.start()
+    if body.stream:
+        return SSEResponse(_stream(gen, body, model), on_close=gen.close)
+    if not await gen.complete(request):
+        return Response(status_code=499)  # nobody is listening; nginx's "client closed"
+    return JSONResponse(_response(gen, body, model))
+
+
+def _logprobs(gen: Generation, token_ids: list[int], entries: Any, k: int) -> dict | None:
+    if entries is None:
+        return None
+    return {"content": chat_logprobs(token_ids, entries, k, gen.server.token_text)}
+
+
+def _response(gen: Generation, body: ChatCompletionRequest, model: str) -> dict[str, Any]:
+    k = body.top_logprobs or 0
+    choices = [{
+        "index": c.index,
+        "message": {"role": "assistant", "content": c.text},
+        "logprobs": _logprobs(gen, c.token_ids, c.logprobs, k),
+        "finish_reason": c.finish_reason,
+        "stop_reason": c.stop_reason,
+    } for c in gen.choices]
+    return {"id": gen.request_id, "object": "chat.completion", "created": gen.created,
+            "model": model, "choices": choices, "usage": gen.usage()}
+
+
+async def _stream(gen: Generation, body: ChatCompletionRequest, model: str) -> AsyncIterator[str]:
+    include_usage = body.include_usage
+    k = body.top_logprobs or 0
+
+    def chunk(choices: list[dict[str, Any]]) -> str:
+        payload: dict[str, Any] = {"id": gen.request_id, "object": "chat.completion.chunk",
+                                   "created": gen.created, "model": model, "choices": choices}
+        if include_usage:
+            payload["usage"] = None
+        return sse(payload)
+
+    def choice(d: Delta, delta: dict[str, Any]) -> dict[str, Any]:
+        return {"index": d.index, "delta": delta,
+                "logprobs": _logprobs(gen, d.token_ids, d.logprobs, k),
+                "finish_reason": d.finish_reason, "stop_reason": d.stop_reason}
+
+    # OpenAI's first chunk carries the role (and empty content), one per choice.
+    for c in gen.choices:
+        yield chunk([{"index": c.index, "delta": {"role": "assistant", "content": ""},
+                      "logprobs": None, "finish_reason": None}])
+    try:
+        async for deltas in gen.deltas():
+            for d in deltas:
+                if d.text or d.logprobs:  # tokens held back as partial UTF-8 come later
+                    content = choice(d, {"content": d.text})
+                    content["finish_reason"] = content["stop_reason"] = None
+                    yield chunk([content])
+                if d.finish_reason is not None:
+                    final = choice(d, {})
+                    final["logprobs"] = None
+                    yield chunk([final])
+    except EngineDeadError as exc:
+        yield sse(unavailable(str(exc), gen.server.settings.retry_after_s).body())
+        return
+    if include_usage:
+        yield sse({"id": gen.request_id, "object": "chat.completion.chunk", "created": gen.created,
+                   "model": model, "choices": [], "usage": gen.usage()})
+    yield DONE

@@ -1,0 +1,30 @@
+"""GET /health (no auth, for load balancers and the console) and GET /metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.auth import Principal, get_principal
+from app.errors import APIError
+from app.state import ServerState, get_server
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(server: ServerState = Depends(get_server)) -> JSONResponse:
+    """200 when ready; 503 with Retry-After while loading, shutting down, or after a failure."""
+    try:
+        server.check_ready()
+    except APIError as exc:
+        return exc.response()
+    return JSONResponse({"status": "ok", "model": server.model_name})
+
+
+@router.get("/metrics")
+async def metrics(principal: Principal = Depends(get_principal),
+                  server: ServerState = Depends(get_server)) -> Response:
+    """Prometheus text format, from this app's own registry."""
+    return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)

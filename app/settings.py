@@ -1,0 +1,58 @@
+"""The server's settings: one typed place, filled by `officellm serve` or by tests."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from engine import EngineConfig
+
+
+@dataclass
+class ServerSettings:
+    """Everything `create_app` and the engine need. Engine fields follow vLLM's flag names."""
+
+    # Engine
+    model: str | None = None  # HF directory or .gguf; None = the bundled SmolLM2
+    device: str = "cpu"
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    kv_cache_memory: int | str | None = None
+    gpu_memory_utilization: float = 0.9
+    seed: int = 0
+    # CPU threads for the engine; None = $OMP_NUM_THREADS if set (as vLLM and PyTorch honour
+    # it), else the engine's default of every core.
+    num_threads: int | None = None
+    # Server
+    host: str = "127.0.0.1"
+    port: int = 8000
+    served_model_name: list[str] = field(default_factory=list)  # empty = the engine's name
+    api_keys: list[str] = field(default_factory=list)  # empty = anonymous
+    shutdown_timeout: float = 30.0
+    profile: str = "office"
+    # Longest prompt (a chat's length so far) accepted; None = only max_model_len limits it.
+    max_context_tokens: int | None = None
+    retry_after_s: int = 5  # what 503 answers tell clients to wait
+
+    def engine_config(self) -> EngineConfig:
+        """The EngineConfig these settings describe."""
+        return EngineConfig(
+            model=self.model, device=self.device, dtype=self.dtype,
+            max_model_len=self.max_model_len, block_size=self.block_size,
+            max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+            enable_prefix_caching=self.enable_prefix_caching,
+            kv_cache_memory=self.kv_cache_memory,
+            gpu_memory_utilization=self.gpu_memory_utilization, seed=self.seed,
+            num_threads=self.num_threads or _omp_num_threads(),
+        )
+
+
+def _omp_num_threads() -> int | None:
+    # The engine calls torch.set_num_threads(all cores) unless told otherwise, which would
+    # silently override an operator's OMP_NUM_THREADS.
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None

@@ -1,0 +1,85 @@
+"""Start `officellm serve` as a real subprocess on a free port, for the acceptance tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+API_KEY = "sk-officellm-test"
+# Small pool and float32, for exact parity with engine.LLM.
+TEST_THREADS = "1"
+BASE_FLAGS = ["--dtype", "float32", "--kv-cache-memory", "256MiB"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """A running `python -m app.cli serve` with its log captured to a file."""
+
+    def __init__(self, *flags: str, api_key: str | None = API_KEY) -> None:
+        self.port = free_port()
+        self.api_key = api_key
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="officellm-serve-", suffix=".log",
+                                               delete=False)
+        args = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), *BASE_FLAGS,
+                *flags]
+        if api_key:
+            args += ["--api-key", api_key]
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   TOKENIZERS_PARALLELISM="false")
+        # One compute thread: CI boxes are small and shared, and two OpenMP threads on two
+        # contended cores made each step several times slower. Same as reference_llm's.
+        env.setdefault("OMP_NUM_THREADS", TEST_THREADS)
+        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        """Poll /health until 200; fail with the server's log if it dies or never gets ready."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                r = httpx.get(f"{self.base_url}/health", timeout=2.0)
+                if r.status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"server not ready in {timeout} s:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text()
+
+    def terminate(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        os.unlink(self.log.name)

@@ -1,0 +1,100 @@
+"""The app in-process (Starlette's TestClient): loading/failed states, metric names, flags."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.auth import AnonymousAuthenticator, StaticKeyAuthenticator
+from app.cli import build_parser
+from app.commands.serve import settings_from_args
+from app.server import create_app
+from app.settings import ServerSettings
+
+VLLM_NAMES = {
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+    "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+    "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds",
+}
+CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "temperature": 0}
+
+
+def _sample_names(text: str) -> set[str]:
+    return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_health_503_while_loading_then_200(reference_llm) -> None:
+    gate = threading.Event()
+
+    def slow_factory():  # the real engine, handed over once the test lets "loading" end
+        gate.wait(60)
+        return reference_llm.llm_engine
+
+    app = create_app(ServerSettings(), slow_factory)
+    with TestClient(app) as client:
+        r = client.get("/health")
+        assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        assert "loading" in r.json()["error"]["message"]
+        assert client.post("/v1/chat/completions", json=CHAT).status_code == 503
+        # Before the model is known there are no engine samples, but the text still parses.
+        assert not _sample_names(client.get("/metrics").text) & VLLM_NAMES
+        gate.set()
+        assert app.state.server.async_engine.wait_ready(60)
+        assert client.get("/health").json()["status"] == "ok"
+        r = client.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] == 3
+        names = _sample_names(client.get("/metrics").text)
+    families = {n.removesuffix(s) for n in names for s in ("_bucket", "_count", "_sum", "")
+                if n.endswith(s)}
+    assert VLLM_NAMES <= families
+    assert not any(n.endswith("_total_total") for n in names)
+
+
+def test_engine_failure_answers_503_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    def broken_factory():
+        raise FileNotFoundError("no such model: /nowhere")
+
+    with caplog.at_level(logging.ERROR, logger="officellm.async_engine"):
+        app = create_app(ServerSettings(), broken_factory)
+        with TestClient(app) as client:
+            app.state.server.async_engine.wait_ready(10)
+            r = client.get("/health")
+            assert r.status_code == 503 and "no such model" in r.json()["error"]["message"]
+            r = client.post("/v1/completions", json={"prompt": "x"})
+            assert r.status_code == 503 and r.headers["retry-after"]
+    assert "Loading the engine failed" in caplog.text
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["serve", *argv])
+
+
+def test_profile_defaults_and_flag_overrides() -> None:
+    s, lines = settings_from_args(_args())
+    assert s.profile == "office" and s.max_num_batched_tokens == 1024
+    assert s.max_context_tokens == 16384 and s.host == "127.0.0.1" and s.port == 8000
+    assert "office" in lines[0]
+    s, lines = settings_from_args(_args("--profile", "personal", "--max-num-batched-tokens", "512"))
+    assert s.max_num_batched_tokens == 512 and s.max_context_tokens is None
+    assert any("flag overrides" in line for line in lines)
+    s, _ = settings_from_args(_args("--profile", "product", "--max-context-tokens", "0",
+                                    "--no-enable-prefix-caching", "--served-model-name", "m"))
+    assert s.max_context_tokens is None and s.enable_prefix_caching is False
+    assert s.gpu_memory_utilization == 0.8 and s.served_model_name == ["m"]
+    with pytest.raises(ValueError):
+        settings_from_args(_args("--no-auth", "--api-key", "k"))
+
+
+def test_authenticators() -> None:
+    auth = StaticKeyAuthenticator(["alpha", "beta"])
+    assert auth.authenticate("beta").user == "key2"
+    assert auth.authenticate("gamma") is None and auth.authenticate(None) is None
+    assert AnonymousAuthenticator().authenticate(None).anonymous
