@@ -60,7 +60,7 @@ class AdminClient:
             raise AdminError(f"cannot reach {self.base_url}: {exc or type(exc).__name__}") from exc
         if resp.status_code >= 400:
             text = _message(resp)
-            if resp.status_code == 404 and path.startswith("/admin") and "Not Found" in text:
+            if resp.status_code == 404 and path.startswith("/admin") and "not found" in text.lower():
                 text = (f"{self.base_url} has no admin API at {path} (an officellm server "
                         "older than the console?)")
             raise AdminError(text, resp.status_code)
