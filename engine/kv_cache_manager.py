@@ -88,11 +88,21 @@ class KVCacheManager:
                 self.pool.cache_block(blocks[i], request.block_hashes[i])
 
     # -- release -------------------------------------------------------------------------
-    def free(self, request: Request) -> None:
-        """Release every block of the request; cached ones stay reusable until evicted."""
+    def free(self, request: Request, discard: bool = False) -> list[int]:
+        """Release every block of the request; cached ones stay reusable until evicted.
+
+        With discard (a request whose computation went bad), blocks nobody else holds lose
+        their hash so they are never hit again; their ids are returned for scrubbing.
+        """
         blocks = self.req_blocks.pop(request.request_id, [])
         self.pool.free(list(reversed(blocks)))
         request.block_ids = []
+        if not discard:
+            return []
+        orphans = [b for b in blocks if b.ref_count == 0]
+        for block in orphans:
+            self.pool.uncache(block)
+        return [b.block_id for b in orphans]
 
     def num_blocks_held(self, request_id: str) -> int:
         return len(self.req_blocks.get(request_id, []))

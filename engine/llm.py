@@ -88,6 +88,7 @@ class LLM:
                         delta.request_id, delta.prompt, delta.prompt_token_ids, [], False,
                         delta.num_cached_tokens, delta.metrics)
                 _merge(acc, delta)
+                acc.error = acc.error or delta.error
                 if delta.finished:
                     acc.finished = True
                     acc.outputs.sort(key=lambda o: o.index)

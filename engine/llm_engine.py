@@ -21,7 +21,7 @@ from engine.model_loader import eos_token_ids, iter_safetensors, load_config_dic
 from engine.model_runner import ModelRunner
 from engine.model_spec import ModelSpec
 from engine.models.decoder import DecoderModel
-from engine.outputs import CompletionOutput, RequestOutput
+from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from engine.request import Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
@@ -59,11 +59,41 @@ class _Group:
     seqs: list[_Sequence] = field(default_factory=list)
 
 
+def _cpu_threads(requested: int | None) -> int:
+    """Threads for CPU matmuls: as asked, else OMP_NUM_THREADS when set, else every core."""
+    if requested:
+        return requested
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return os.cpu_count() or 1
+
+
 def _available_memory_bytes() -> int:
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):
         return 4 * 1024**3
+
+
+def _group_metrics(requests: list[Request]) -> RequestMetrics:
+    """One user request's timing over its n sequences: first token of any, end of the last."""
+    if len(requests) == 1:
+        return requests[0].metrics
+    ms = [r.metrics for r in requests]
+
+    def first(vals):
+        vals = [v for v in vals if v is not None]
+        return min(vals) if vals else None
+
+    done = [m.finished_time for m in ms]
+    return RequestMetrics(
+        arrival_time=min(m.arrival_time for m in ms),
+        first_scheduled_time=first(m.first_scheduled_time for m in ms),
+        first_token_time=first(m.first_token_time for m in ms),
+        last_token_time=max((m.last_token_time for m in ms if m.last_token_time), default=None),
+        finished_time=max(done) if all(d is not None for d in done) else None,  # type: ignore[type-var]
+    )
 
 
 class LLMEngine:
@@ -76,7 +106,7 @@ class LLMEngine:
         t0 = time.monotonic()
         self.device = torch.device(config.device)
         if self.device.type == "cpu":
-            torch.set_num_threads(config.num_threads or os.cpu_count() or 1)
+            torch.set_num_threads(_cpu_threads(config.num_threads))
         self.model_dir = resolve_model_dir(config.model)
         self.spec = ModelSpec.from_config_dict(load_config_dict(self.model_dir))
         from transformers import AutoTokenizer
@@ -201,31 +231,73 @@ class LLMEngine:
 
     # -- stepping ------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Schedule, run the model, update requests; return what changed (deltas)."""
+        """Schedule, run the model, update requests; return what changed (deltas).
+
+        A failure while running the batch fails the requests of that batch alone (their
+        outputs carry `error`); the engine and every other request go on.
+        """
         so = self.scheduler.schedule()
         if so.is_empty:
             return []
         self.num_steps_total += 1
-        sampled_reqs, sampler_out = self.runner.execute(so)
+        try:
+            sampled_reqs, sampler_out = self.runner.execute(so)
+        except Exception as exc:  # noqa: BLE001 - isolate the failure to this batch
+            logger.exception("Engine step failed; failing the %d requests of this batch",
+                             len(so.scheduled))
+            failed = [s.request for s in so.scheduled]
+            return self._fail(failed, f"internal error while running the model: {exc}")
         now = time.monotonic()
         touched: dict[str, _Group] = {}
         for sched in so.scheduled:
             sched.request.num_computed_tokens += sched.num_new_tokens
+        failed: list[Request] = []
         if sampler_out is not None:
             for row, req in enumerate(sampled_reqs):
+                if sampler_out.invalid[row]:
+                    failed.append(req)
+                    continue
                 token = sampler_out.token_ids[row]
-                req.append_output_token(token)
-                self.generation_tokens_total += 1
-                if req.logprobs is not None and sampler_out.logprobs[row] is not None:
-                    req.logprobs.append(sampler_out.logprobs[row])  # type: ignore[arg-type]
-                if req.metrics.first_token_time is None:
-                    req.metrics.first_token_time = now
-                    self.prompt_tokens_total += req.num_prompt_tokens
-                req.metrics.last_token_time = now
-                self._check_stop(req, token)
+                try:
+                    req.append_output_token(token)
+                    self.generation_tokens_total += 1
+                    if req.logprobs is not None and sampler_out.logprobs[row] is not None:
+                        req.logprobs.append(sampler_out.logprobs[row])  # type: ignore[arg-type]
+                    if req.metrics.first_token_time is None:
+                        req.metrics.first_token_time = now
+                        if req.index == 0:
+                            self.prompt_tokens_total += req.num_prompt_tokens
+                    req.metrics.last_token_time = now
+                    self._check_stop(req, token)
+                except Exception:  # noqa: BLE001 - e.g. a tokenizer error fails this request only
+                    logger.exception("Processing the output of request %s failed", req.request_id)
+                    failed.append(req)
+                    continue
                 touched[req.output_id] = self._groups[req.output_id]
+        outputs = [self._make_output(g) for g in touched.values()
+                   if not any(s.request in failed for s in g.seqs)]
+        if failed:
+            outputs += self._fail(failed, "the model produced invalid values (NaN) for this request"
+                                  if sampler_out is not None and any(sampler_out.invalid) else
+                                  "internal error while processing this request's output")
         self._maybe_log_stats(now)
-        return [self._make_output(g) for g in touched.values()]
+        return outputs
+
+    def _fail(self, requests: list[Request], message: str) -> list[RequestOutput]:
+        """End these requests (and their sibling sequences) with an error; free their blocks."""
+        outputs = []
+        for group_id in dict.fromkeys(r.output_id for r in requests):
+            group = self._groups.get(group_id)
+            if group is None:
+                continue
+            for seq in group.seqs:
+                if not seq.request.is_finished:
+                    seq.request.error = message
+                    self._finish(seq.request, RequestStatus.FINISHED_ERROR)
+            out = self._make_output(group)
+            out.error = message
+            outputs.append(out)
+        return outputs
 
     def _check_stop(self, req: Request, token: int) -> None:
         seq = self._seqs[req.request_id]
@@ -245,7 +317,9 @@ class LLMEngine:
             self._finish(req, RequestStatus.FINISHED_LENGTH)
 
     def _finish(self, req: Request, status: RequestStatus) -> None:
-        self.scheduler.finish_request(req, status)
+        scrub = self.scheduler.finish_request(req, status)
+        if scrub:
+            self.runner.scrub_blocks(scrub)
         self.runner.sampler.release(req.request_id)
         req.metrics.finished_time = time.monotonic()
         self.num_finished_total += 1
@@ -270,7 +344,8 @@ class LLMEngine:
         finished = all(s.request.is_finished for s in group.seqs)
         first = group.seqs[0].request
         out = RequestOutput(group.request_id, group.prompt, group.prompt_token_ids, outs, finished,
-                            num_cached_tokens=first.num_cached_tokens, metrics=first.metrics)
+                            num_cached_tokens=first.num_cached_tokens,
+                            metrics=_group_metrics([s.request for s in group.seqs]))
         if finished:
             self._groups.pop(group.request_id, None)
             for seq in group.seqs:

@@ -33,8 +33,10 @@ class ModelRunner:
         self.spec = spec
         self.block_size = block_size
         self.device = device
-        shape = (num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
-        # Zeroed so that padded reads never meet NaN garbage.
+        # One extra, never-allocated block stays zero: padded reads point at it. Masked keys
+        # get zero weight, but 0 * NaN is NaN, so padding must never read a stale NaN.
+        self.null_block = num_blocks
+        shape = (num_blocks + 1, block_size, spec.num_kv_heads, spec.head_dim)
         self.k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
         self.v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
         self.attention = TorchAttention(self.k_caches, self.v_caches, spec.head_dim ** -0.5)
@@ -121,11 +123,18 @@ class ModelRunner:
         slots = (bt.unsqueeze(-1) * bs + self._arange_block).view(len(tables), -1)[:, :max_len]
         lens = torch.tensor(ctx_lens, device=dev)
         mask = torch.arange(max_len, device=dev).unsqueeze(0) < lens.unsqueeze(1)
-        return slots.clamp_min(0), mask[:, None, None, :]
+        return slots, mask[:, None, None, :]
+
+    def scrub_blocks(self, block_ids: list[int]) -> None:
+        """Zero blocks a failed request wrote (they may hold NaN that a later reader's masked
+        tail would turn into NaN output)."""
+        idx = torch.tensor(block_ids, dtype=torch.long, device=self.device)
+        for cache in self.k_caches + self.v_caches:
+            cache.index_fill_(0, idx, 0)
 
     def _pad_tables(self, tables: list[list[int]], width: int | None = None) -> torch.Tensor:
         width = width or max((len(t) for t in tables), default=0)
-        out = np.zeros((len(tables), width), dtype=np.int64)
+        out = np.full((len(tables), width), self.null_block, dtype=np.int64)
         for i, t in enumerate(tables):
             t = t[:width]
             out[i, : len(t)] = t

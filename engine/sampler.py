@@ -14,6 +14,7 @@ from engine.request import Request
 class SamplerOutput:
     token_ids: list[int]
     logprobs: list[dict[int, Logprob] | None]
+    invalid: list[bool]  # rows whose logits held NaN: those requests fail, the rest go on
 
 
 class Sampler:
@@ -42,6 +43,10 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, requests: list[Request]) -> SamplerOutput:
         num_rows, vocab = logits.shape
+        nan_rows = torch.isnan(logits).any(dim=-1)
+        invalid = nan_rows.tolist()
+        if any(invalid):
+            logits = logits.masked_fill(nan_rows.unsqueeze(1), 0.0)
         params = [r.params for r in requests]
         want_logprobs = [p.logprobs for p in params]
         raw_logprobs = None
@@ -60,7 +65,7 @@ class Sampler:
         lp_out: list[dict[int, Logprob] | None] = [None] * num_rows
         if raw_logprobs is not None:
             lp_out = self._gather_logprobs(raw_logprobs, token_list, want_logprobs)
-        return SamplerOutput(token_list, lp_out)
+        return SamplerOutput(token_list, lp_out, invalid)
 
     # -- logits processing -------------------------------------------------------------
     @staticmethod

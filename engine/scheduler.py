@@ -130,8 +130,12 @@ class Scheduler:
             100.0 * pool.usage(), self.num_preemptions_total,
         )
 
-    def finish_request(self, request: Request, status: RequestStatus) -> None:
-        """Remove a request from the queues and free its blocks."""
+    def finish_request(self, request: Request, status: RequestStatus) -> list[int]:
+        """Remove a request from the queues and free its blocks.
+
+        A request that failed has its blocks discarded from the prefix cache; the ids of
+        blocks now unused are returned so their (possibly NaN) contents can be scrubbed.
+        """
         request.status = status
         if request in self.running:
             self.running.remove(request)
@@ -140,4 +144,4 @@ class Scheduler:
                 self.waiting.remove(request)
             except ValueError:
                 pass
-        self.kv.free(request)
+        return self.kv.free(request, discard=status is RequestStatus.FINISHED_ERROR)

@@ -1,0 +1,48 @@
+"""A fault in one request fails that request alone; the engine and the others go on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from engine import SamplingParams
+from tests.engine.conftest import make_llm
+from tests.support.tiny_models import build_tiny_model
+
+POISON = 777  # a token whose embedding is NaN in the poisoned model
+
+
+@pytest.fixture(scope="module")
+def poisoned_model(tmp_path_factory, smollm2_dir):
+    model_dir = build_tiny_model("llama", tmp_path_factory.mktemp("poisoned"), smollm2_dir)  # untied head
+    weights_file = model_dir / "model.safetensors"
+    weights = load_file(str(weights_file))
+    weights["model.embed_tokens.weight"][POISON] = float("nan")
+    save_file(weights, str(weights_file), metadata={"format": "pt"})
+    return model_dir
+
+
+def test_nan_logits_fail_only_that_request(poisoned_model):
+    engine = make_llm(poisoned_model, kv_cache_memory="8MiB").llm_engine
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    engine.add_request("healthy", [10, 11, 12, 13], params)
+    engine.add_request("poisoned", [10, POISON, 12, 13], params)
+    results: dict[str, list] = {"healthy": [], "poisoned": []}
+    errors = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            results[out.request_id].append(out)
+            if out.error:
+                errors[out.request_id] = out.error
+    assert "NaN" in errors["poisoned"]
+    assert results["poisoned"][-1].finished
+    assert results["poisoned"][-1].outputs[0].finish_reason == "error"
+    assert "healthy" not in errors
+    assert sum(len(o.outputs[0].token_ids) for o in results["healthy"]) == 8
+    assert engine.stats().num_blocks_used == 0
+    assert not torch.isnan(engine.runner.k_caches[0][0]).all()  # the engine still serves
+    engine.add_request("after", [20, 21, 22], params)
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            assert out.error is None
