@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from admin_ui.capacity import blocks_for, capacity_from_plan, capacity_from_stats, \
-    threads_that_fit, what_if
+from admin_ui.capacity import (
+    blocks_for,
+    capacity_from_plan,
+    capacity_from_stats,
+    threads_that_fit,
+    what_if,
+)
 from admin_ui.stats import StatsSnapshot
 from tests.admin_ui.samples import stats_json, thread_json
 

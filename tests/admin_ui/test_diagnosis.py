@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from admin_ui.diagnosis import LONG_PREFILL_TOKENS, OK, WARNING, diagnose, kv_cache_full, \
-    kv_cache_near_full, prefill_stall, slow_first_word, steady_batching
+from admin_ui.diagnosis import (
+    LONG_PREFILL_TOKENS,
+    OK,
+    WARNING,
+    diagnose,
+    kv_cache_full,
+    kv_cache_near_full,
+    prefill_stall,
+    slow_first_word,
+    steady_batching,
+)
 from admin_ui.stats import StatsSnapshot
 from tests.admin_ui.samples import stats_json
 

@@ -16,8 +16,7 @@ from admin_ui.local_server import LaunchConfig, LocalServer, ServerRecord, read_
 from admin_ui.main_window import MainWindow
 from admin_ui.settings import LOCAL, ConsoleSettings
 from admin_ui.widgets.status_banner import DOWN
-from tests.admin_ui.real_server import REPO, SMALL_POOL_FLAGS, free_port, port_answers, \
-    wait_health
+from tests.admin_ui.real_server import REPO, SMALL_POOL_FLAGS, free_port, port_answers, wait_health
 
 START_TIMEOUT_MS = 180_000
 
