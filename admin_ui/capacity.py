@@ -36,10 +36,12 @@ class Capacity:
     kv_cache_tokens: int
     max_model_len: int
     avg_thread_tokens: int  # 0 when no thread was seen today
-    threads_at_avg: int
+    # How many threads fit at once: pool tokens over thread tokens, like vLLM's "Maximum
+    # concurrency: 6.03x" (the server's /admin/plan answers with such ratios).
+    threads_at_avg: float
     cap: int | None  # the default policy's max_context_tokens, None = no cap
-    threads_at_cap: int | None
-    threads_at_max_len: int
+    threads_at_cap: float | None
+    threads_at_max_len: float
 
     @property
     def pool_bytes(self) -> int:
@@ -61,9 +63,9 @@ def capacity_from_plan(plan: dict[str, Any]) -> Capacity:
         model=str(plan.get("model", "")), bytes_per_token=int(plan.get("bytes_per_token") or 0),
         block_size=bs, num_blocks=blocks, kv_cache_tokens=tokens, max_model_len=mml,
         avg_thread_tokens=avg,
-        threads_at_avg=int(at_avg) if at_avg is not None else threads_that_fit(blocks, avg, bs),
+        threads_at_avg=float(at_avg) if at_avg is not None else threads_that_fit(blocks, avg, bs),
         cap=cap,
-        threads_at_cap=(int(at_cap) if at_cap is not None
+        threads_at_cap=(float(at_cap) if at_cap is not None
                         else threads_that_fit(blocks, cap, bs) if cap else None),
         threads_at_max_len=threads_that_fit(blocks, mml, bs),
     )

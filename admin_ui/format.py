@@ -29,3 +29,25 @@ def size(num_bytes: float) -> str:
         if num_bytes >= div:
             return f"{num_bytes / div:,.2f} {unit}"
     return f"{num_bytes:,.0f} B"
+
+
+def ago(stamp: str | float | None, now: float | None = None) -> str:
+    """"12 s ago" for an ISO-8601 time (the admin API's) or a Unix time; "" when unknown."""
+    import time
+    from datetime import datetime
+
+    if stamp is None or stamp == "":
+        return ""
+    if isinstance(stamp, (int, float)):
+        t = float(stamp)
+    else:
+        try:
+            t = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return str(stamp)
+    secs = max(0, int((time.time() if now is None else now) - t))
+    if secs < 60:
+        return f"{secs} s ago"
+    if secs < 3600:
+        return f"{secs // 60} min ago"
+    return f"{secs // 3600} h {secs % 3600 // 60:02d} min ago"

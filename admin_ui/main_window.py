@@ -51,7 +51,7 @@ class MainWindow(QMainWindow):
         self.threads = ThreadsTab()
         self.users = UsersTab(self.session, show_dialogs=show_dialogs)
         self.policies = PoliciesTab(self.session)
-        self.diagnosis = DiagnosisTab()
+        self.diagnosis = DiagnosisTab(self.session)
         self.capacity = CapacityTab(self.session)
 
         self.poller = StatsPoller(self.settings.poll_interval_ms)

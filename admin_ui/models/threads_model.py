@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from admin_ui.format import ago
 from admin_ui.models.record_table import Column, RecordTableModel
 from admin_ui.stats import ActiveThread
 
@@ -24,5 +25,6 @@ class ThreadsModel(RecordTableModel[ActiveThread]):
         # Sorting by cap use puts the threads about to hit their limit on top.
         Column("Against cap", cap_text,
                sort_key=lambda t: t.fraction_of_cap if t.fraction_of_cap is not None else -1.0),
-        Column("Last seen", lambda t: str(t.last_seen or "")),
+        Column("Last seen", lambda t: ago(t.last_seen), sort_key=lambda t: str(t.last_seen or ""),
+               tooltip=lambda t: str(t.last_seen or "")),
     ]

@@ -101,10 +101,10 @@ class CapacityTab(QWidget):
         v["mml"].setText(f"{c.max_model_len:,} tokens")
         v["avg"].setText(f"{c.avg_thread_tokens:,} tokens" if c.avg_thread_tokens else
                          "no threads yet today")
-        v["at_avg"].setText(f"{c.threads_at_avg:,}" if c.avg_thread_tokens else "—")
+        v["at_avg"].setText(f"{c.threads_at_avg:,.2f}x" if c.avg_thread_tokens else "—")
         v["cap"].setText(f"{c.cap:,} tokens" if c.cap else "no cap")
-        v["at_cap"].setText(f"{c.threads_at_cap:,}" if c.threads_at_cap is not None else "—")
-        v["at_mml"].setText(f"{c.threads_at_max_len:,}")
+        v["at_cap"].setText(f"{c.threads_at_cap:,.2f}x" if c.threads_at_cap is not None else "—")
+        v["at_mml"].setText(f"{c.threads_at_max_len:,.2f}x")
 
     def run_what_if(self) -> None:
         model, memory = self.wi_model.text().strip(), self.wi_memory.text().strip()

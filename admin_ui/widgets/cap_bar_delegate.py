@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, Qt
-from PySide6.QtGui import QPainter
+from PySide6.QtGui import QColor, QPainter, QPalette
 from PySide6.QtWidgets import (
     QApplication,
     QStyle,
@@ -13,6 +13,14 @@ from PySide6.QtWidgets import (
 )
 
 from admin_ui.models.record_table import RECORD_ROLE
+
+# Green while there is room, amber near the cap, red at or over it (the next turn is refused,
+# notified or truncated, by the user's policy).
+_LEVELS = [(1.0, "#d9534f"), (0.8, "#f0ad4e"), (0.0, "#4cae4c")]
+
+
+def level_color(fraction: float) -> str:
+    return next(color for level, color in _LEVELS if fraction >= level)
 
 
 class CapBarDelegate(QStyledItemDelegate):
@@ -32,6 +40,12 @@ class CapBarDelegate(QStyledItemDelegate):
         bar.progress = int(min(frac, 1.0) * 1000)
         bar.text = str(index.data(Qt.ItemDataRole.DisplayRole))
         bar.textVisible = True
-        bar.state = option.state | QStyle.StateFlag.State_Enabled
+        bar.textAlignment = Qt.AlignmentFlag.AlignCenter
+        # Qt 6 reads the orientation from the state flag; without it the bar is drawn
+        # vertically, as a sliver at the cell's bottom.
+        bar.state = QStyle.StateFlag.State_Enabled | QStyle.StateFlag.State_Horizontal
+        palette = QPalette(option.palette)
+        palette.setColor(QPalette.ColorRole.Highlight, QColor(level_color(frac)))
+        bar.palette = palette
         style = option.widget.style() if option.widget else QApplication.style()
         style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter)

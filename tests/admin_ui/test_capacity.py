@@ -34,9 +34,9 @@ def test_from_stats_uses_average_of_active_threads():
 def test_from_plan_trusts_the_server_and_fills_gaps():
     c = capacity_from_plan({"model": "m", "bytes_per_token": 57344, "kv_cache_tokens": 197520,
                             "num_blocks": 12345, "block_size": 16, "max_model_len": 32768,
-                            "avg_thread_tokens": 4000, "threads_at_avg": 49,
+                            "avg_thread_tokens": 4000, "threads_at_avg": 49.38,
                             "threads_at_cap": None, "cap": 8192})
-    assert c.threads_at_avg == 49
+    assert c.threads_at_avg == 49.38
     assert c.threads_at_cap == 12345 // 512
 
 

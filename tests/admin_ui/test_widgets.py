@@ -92,3 +92,23 @@ def test_poller_reports_an_unreachable_server_without_blocking(qtbot):
         poller.stop()
     msg, status = failures[0]
     assert status is None and f"127.0.0.1:{port}" in msg
+
+
+def test_relative_times_and_event_rows():
+    from admin_ui.format import ago
+    from admin_ui.models.events_model import EventRow
+
+    assert ago("2026-11-30T10:00:00+00:00", now=1796032800 + 75) == "1 min ago"
+    assert ago(100.0, now=112.0) == "12 s ago"
+    assert ago(None) == ""
+    row = EventRow.from_json({"time": "t", "kind": "policy_refusal", "user": "erin",
+                              "detail": {"reason": "max_context_tokens", "tokens": 82}})
+    assert row.detail == '{"reason": "max_context_tokens", "tokens": 82}'
+
+
+def test_cap_colors():
+    from admin_ui.widgets.cap_bar_delegate import level_color
+
+    assert level_color(0.2) == "#4cae4c"
+    assert level_color(0.85) == "#f0ad4e"
+    assert level_color(1.3) == "#d9534f"
