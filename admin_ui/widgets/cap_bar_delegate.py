@@ -46,6 +46,9 @@ class CapBarDelegate(QStyledItemDelegate):
         bar.state = QStyle.StateFlag.State_Enabled | QStyle.StateFlag.State_Horizontal
         palette = QPalette(option.palette)
         palette.setColor(QPalette.ColorRole.Highlight, QColor(level_color(frac)))
+        # Dark text on every level: the style's white-on-highlight is unreadable on amber.
+        palette.setColor(QPalette.ColorRole.HighlightedText, QColor("#1b1b1b"))
+        palette.setColor(QPalette.ColorRole.Text, QColor("#1b1b1b"))
         bar.palette = palette
         style = option.widget.style() if option.widget else QApplication.style()
         style.drawControl(QStyle.ControlElement.CE_ProgressBar, bar, painter)
