@@ -58,6 +58,17 @@ class LaunchConfig:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
         return f"http://{host}:{self.port}"
 
+    def admin_token_path(self) -> Path:
+        """Where this server will write its admin token: beside its database, which is
+        `--db` when the flags give one, else in the data dir."""
+        flags = shlex.split(self.extra_flags)
+        for i, flag in enumerate(flags):
+            if flag == "--db" and i + 1 < len(flags):
+                return Path(flags[i + 1]).expanduser().parent / ADMIN_TOKEN_FILENAME
+            if flag.startswith("--db="):
+                return Path(flag[5:]).expanduser().parent / ADMIN_TOKEN_FILENAME
+        return self.resolved_data_dir() / ADMIN_TOKEN_FILENAME
+
 
 @dataclass
 class ServerRecord:
@@ -70,6 +81,7 @@ class ServerRecord:
     data_dir: str
     argv: list[str]
     started: float
+    token_path: str = ""  # empty in state files of older consoles: the data dir's
 
     @property
     def base_url(self) -> str:
@@ -78,7 +90,8 @@ class ServerRecord:
 
     @property
     def admin_token_path(self) -> Path:
-        return Path(self.data_dir) / ADMIN_TOKEN_FILENAME
+        return Path(self.token_path) if self.token_path else \
+            Path(self.data_dir) / ADMIN_TOKEN_FILENAME
 
 
 def pid_alive(pid: int) -> bool:
@@ -193,7 +206,8 @@ class LocalServer:
         self.exit_code = None
         self.record = ServerRecord(pid=self._popen.pid, port=config.port, host=config.host,
                                    log_path=str(log_path), data_dir=str(data_dir), argv=argv,
-                                   started=time.time())
+                                   started=time.time(),
+                                   token_path=str(config.admin_token_path()))
         self._save()
         return self.record
 

@@ -12,10 +12,11 @@ import time
 import pytest
 from PySide6.QtCore import Qt
 
+from admin_ui.client import AdminClient, AdminError
 from admin_ui.local_server import LaunchConfig, LocalServer, ServerRecord, read_log_tail
 from admin_ui.main_window import MainWindow
-from admin_ui.settings import LOCAL, ConsoleSettings
-from admin_ui.widgets.status_banner import DOWN
+from admin_ui.settings import LOCAL, ConsoleSettings, read_token_file
+from admin_ui.widgets.status_banner import DOWN, UP
 from tests.admin_ui.real_server import REPO, SMALL_POOL_FLAGS, free_port, port_answers, wait_health
 
 START_TIMEOUT_MS = 180_000
@@ -42,6 +43,9 @@ def test_launch_config_argv():
     assert argv[1:] == ["-m", "app.cli", "serve", "/m/x.gguf", "--host", "127.0.0.1", "--port",
                         "9001", "--max-model-len", "4096", "--dtype", "float32"]
     assert cfg.base_url == "http://127.0.0.1:9001"
+    assert cfg.admin_token_path() == cfg.resolved_data_dir() / "admin_token"
+    cfg.extra_flags = "--db /srv/office/llm.db --port 1"
+    assert str(cfg.admin_token_path()) == "/srv/office/admin_token"
 
 
 def test_stale_state_file_is_forgotten(tmp_path):
@@ -63,6 +67,19 @@ def test_log_tail_starts_at_a_line(tmp_path):
     log.write_text("".join(f"line {i}\n" for i in range(5000)))
     tail = read_log_tail(log, max_bytes=100)
     assert tail.startswith("line ") and tail.endswith("line 4999\n")
+
+
+def _has_admin_api(record: ServerRecord) -> bool:
+    client = AdminClient(record.base_url, read_token_file(record.admin_token_path))
+    try:
+        client.stats()
+    except AdminError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    finally:
+        client.close()
+    return True
 
 
 def _window(qtbot, data_dir, port) -> MainWindow:
@@ -90,6 +107,10 @@ def test_start_crash_restart_stop_reattach(qtbot, console_data_dir, server_pytho
     assert os.getsid(record.pid) == record.pid
     # The log tail reaches the UI.
     qtbot.waitUntil(lambda: "Uvicorn running" in w.panel.log_view.toPlainText(), timeout=10_000)
+    # With the admin API, the console finds the token the server wrote and goes live.
+    if _has_admin_api(record):
+        qtbot.waitUntil(lambda: w.banner.state == UP, timeout=10_000)
+        assert w.panel.state == "running"
 
     # Crash: kill -9 behind the console's back. It notices, says so, and keeps working.
     os.kill(record.pid, signal.SIGKILL)
