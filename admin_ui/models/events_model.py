@@ -20,10 +20,19 @@ class EventRow:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EventRow:
         detail = d.get("detail")
-        if not isinstance(detail, str):
-            detail = "" if detail is None else json.dumps(detail, separators=(", ", ": "))
+        if isinstance(detail, dict):
+            # "reason: max_context_tokens, tokens: 9,120, limit: 8,192" reads better than JSON.
+            detail = ", ".join(f"{k.replace('_', ' ')}: {_value(v)}" for k, v in detail.items())
+        elif not isinstance(detail, str):
+            detail = "" if detail is None else json.dumps(detail)
         return cls(time=str(d.get("time") or ""), kind=str(d.get("kind", "")),
                    user=str(d.get("user") or ""), detail=detail)
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    return f"{v:,}" if isinstance(v, int) else f"{v:.2f}"
 
 
 class EventsModel(RecordTableModel[EventRow]):

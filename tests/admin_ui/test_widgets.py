@@ -102,8 +102,9 @@ def test_relative_times_and_event_rows():
     assert ago(100.0, now=112.0) == "12 s ago"
     assert ago(None) == ""
     row = EventRow.from_json({"time": "t", "kind": "policy_refusal", "user": "erin",
-                              "detail": {"reason": "max_context_tokens", "tokens": 82}})
-    assert row.detail == '{"reason": "max_context_tokens", "tokens": 82}'
+                              "detail": {"reason": "max_context_tokens", "tokens": 9120,
+                                         "kv_cache_usage": 0.9712}})
+    assert row.detail == "reason: max_context_tokens, tokens: 9,120, kv cache usage: 0.97"
 
 
 def test_cap_colors():
