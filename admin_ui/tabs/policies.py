@@ -34,6 +34,7 @@ class PoliciesTab(QWidget):
         super().__init__(parent)
         self.session = session
         self.policies: dict = {"default": {}, "users": {}}
+        self.dirty = False  # the admin has edited the form since it was loaded
         layout = QVBoxLayout(self)
         top = QHBoxLayout()
         top.addWidget(QLabel("Policy for:"))
@@ -55,11 +56,14 @@ class PoliciesTab(QWidget):
             # The validator only stops letters; the range and "blank" rules are checked on
             # Save (policy_values), which names the field in plain words.
             edit.setValidator(QIntValidator(0, 2**31 - 1, edit))
+            edit.textEdited.connect(self._edited)
             self.int_edits[name] = edit
             form.addRow(LABELS[name], edit)
         self.on_limit = QComboBox()
+        self.on_limit.activated.connect(self._edited)
         form.addRow(LABELS["on_limit"], self.on_limit)
         self.share = QComboBox()
+        self.share.activated.connect(self._edited)
         form.addRow(LABELS["share_prefix_cache"], self.share)
         layout.addWidget(box)
 
@@ -81,6 +85,14 @@ class PoliciesTab(QWidget):
         layout.addStretch(1)
         session.changed.connect(self.refresh)
         self._setup_choices(is_default=True)
+
+    def _edited(self, *_args) -> None:
+        self.dirty = True
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        # Users added on the other tab appear here; an edit in progress is kept (see _show).
+        super().showEvent(event)
+        self.refresh()
 
     @property
     def is_default(self) -> bool:
@@ -123,15 +135,16 @@ class PoliciesTab(QWidget):
         idx = self.target.findText(current)
         self.target.setCurrentIndex(max(0, idx))
         self.target.blockSignals(False)
-        self._load_form(self.target.currentText())
+        if not self.dirty:
+            self._load_form(self.target.currentText())
 
     def _load_form(self, target: str) -> None:
         is_default = target == DEFAULT
         self._setup_choices(is_default)
         policy = (self.policies.get("default") if is_default
                   else (self.policies.get("users") or {}).get(target))
-        form = PolicyForm.from_policy(policy)
-        self.set_form(form)
+        self.set_form(PolicyForm.from_policy(policy))
+        self.dirty = False
 
     def set_form(self, form: PolicyForm) -> None:
         for name, edit in self.int_edits.items():
@@ -166,6 +179,7 @@ class PoliciesTab(QWidget):
         self.session.call(fn, lambda _p: self._saved(target), self._error)
 
     def _saved(self, target: str) -> None:
+        self.dirty = False
         self.message.setText(f"Saved the policy for {target}; it applies from the next request.")
         self.refresh()
 

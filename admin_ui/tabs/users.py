@@ -95,6 +95,10 @@ class UsersTab(QWidget):
         session.changed.connect(self.refresh)
 
     # --- reading ---------------------------------------------------------------------------
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        self.refresh()
+
     def refresh(self) -> None:
         self.session.call(lambda c: (c.users(), c.keys()), self._show, self._error)
 

@@ -178,7 +178,9 @@ def test_3_user_key_and_policy_through_the_ui(qtbot, window, server):
     pol.refresh()
     qtbot.waitUntil(lambda: pol.target.findText("erin") >= 0, timeout=10_000)
     pol.select("erin")
-    pol.int_edits["max_context_tokens"].setText("30")
+    cap_edit = pol.int_edits["max_context_tokens"]
+    cap_edit.clear()
+    qtbot.keyClicks(cap_edit, "30")  # typed, as the admin would: marks the form edited
     pol.on_limit.setCurrentIndex(pol.on_limit.findData("reject"))
     qtbot.mouseClick(pol.save_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "Saved" in pol.message.text(), timeout=10_000)
@@ -188,7 +190,7 @@ def test_3_user_key_and_policy_through_the_ui(qtbot, window, server):
     assert "new chat" in str(err.value)
 
     # An invalid value is refused in the form, naming the field, and nothing is sent.
-    pol.int_edits["max_turns"].setText("0")
+    qtbot.keyClicks(pol.int_edits["max_turns"], "0")
     qtbot.mouseClick(pol.save_button, Qt.MouseButton.LeftButton)
     assert "Max turns" in pol.message.text() and "Not saved" in pol.message.text()
 
