@@ -111,9 +111,9 @@ class ConnectionPanel(QWidget):
         layout.addWidget(QLabel("Server log (tail)"))
         layout.addWidget(self.log_view, stretch=1)
 
-        self.local_radio.toggled.connect(self._mode_changed)
+        self.local_radio.toggled.connect(self.apply_mode)
         (self.local_radio if settings.mode == LOCAL else self.remote_radio).setChecked(True)
-        self._mode_changed()
+        self.apply_mode()
 
         self.watch = QTimer(self)
         self.watch.setInterval(WATCH_MS)
@@ -138,7 +138,8 @@ class ConnectionPanel(QWidget):
             self.model_edit.setText(path[:-len("/config.json")] if path.endswith("/config.json")
                                     else path)
 
-    def _mode_changed(self) -> None:
+    def apply_mode(self) -> None:
+        """Follow the chosen mode: reattach to or forget the local server, or connect by URL."""
         local = self.local_radio.isChecked()
         self.local_box.setEnabled(local)
         self.remote_box.setEnabled(not local)

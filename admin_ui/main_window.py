@@ -74,7 +74,7 @@ class MainWindow(QMainWindow):
 
         # The panel chose a target while being built (reattach / remote); apply it now.
         self.panel.collect_settings()
-        self.panel._mode_changed()
+        self.panel.apply_mode()
         self.poller.start()
         if self.session.connected:
             self.tabs.setCurrentWidget(self.dashboard)
