@@ -28,7 +28,21 @@ def main(argv: list[str] | None = None, url: str | None = None,
         settings.token_file = token_file
     window = MainWindow(settings)
     window.show()
+    _quit_on_ctrl_c(app, window)
     return app.exec()
+
+
+def _quit_on_ctrl_c(app, window) -> None:
+    """Ctrl+C in the terminal closes the window properly (settings saved, poller joined).
+    Qt's loop never returns to Python on its own, so a timer lets the handler run."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    signal.signal(signal.SIGINT, lambda *_: window.close())
+    timer = QTimer(app)
+    timer.timeout.connect(lambda: None)
+    timer.start(250)
 
 
 if __name__ == "__main__":
