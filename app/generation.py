@@ -16,8 +16,9 @@ from typing import TypeVar
 from fastapi import Request
 
 from app.async_engine import EngineDeadError, RequestAborted
-from app.auth import Principal
 from app.errors import APIError, unavailable
+from app.policy import prefix_cache_salt
+from app.policy_gate import Ticket
 from app.prompts import ChatPrompt, ContextLimitError, PromptBuilder
 from app.state import ServerState
 from engine import Logprob, PromptTooLongError, RequestOutput, SamplingParams
@@ -60,13 +61,14 @@ class Generation:
     """Drives the engine requests behind one HTTP request."""
 
     def __init__(self, server: ServerState, request_id: str, prompts: list[str | list[int] | ChatPrompt],
-                 params: SamplingParams, principal: Principal, *, endpoint: str, stream: bool,
+                 params: SamplingParams, ticket: Ticket, *, endpoint: str, stream: bool,
                  thread: str | None = None) -> None:
         self.server = server
         self.request_id = request_id
         self.prompts = prompts
         self.params = params
-        self.principal = principal
+        self.ticket = ticket  # the policy gate's admission: finished by close()
+        self.principal = ticket.principal
         self.endpoint = endpoint
         self.stream = stream
         self.thread = thread
@@ -101,8 +103,10 @@ class Generation:
                     eid, PromptBuilder(prompt, cap), self.params, user=self.principal.user,
                     thread=self.thread, sink=self._queue,
                     # DESIGN §6: the prefix cache is salted per user, so one user cannot time
-                    # another's cached prompts. Set here, never by the client.
-                    cache_salt=self.principal.user)
+                    # another's cached prompts, unless their policy lets them share. Set
+                    # here, never by the client.
+                    cache_salt=prefix_cache_salt(self.principal.user_id,
+                                                 self.ticket.policy.share_prefix_cache))
                 self.prompt_token_ids.append(ids)
         except BaseException as exc:  # includes cancellation by a client that left
             error = self._admission_error(exc)
@@ -232,6 +236,10 @@ class Generation:
         if status == 200:
             self.server.metrics.record_request(self.principal.user, self.num_prompt_tokens,
                                                self.num_completion_tokens)
+        # Usage counts whatever the engine processed, even for a client that left midway:
+        # that work was done, and the daily quota is about work.
+        self.ticket.finish(self.num_prompt_tokens, self.num_completion_tokens,
+                           max((len(c.token_ids) for c in self.choices), default=0))
         now = time.monotonic()
         ttft = f"{self._first_token - self._t0:.3f}s" if self._first_token else "-"
         finish = ",".join(sorted({c.finish_reason or "abort" for c in self.choices})) \

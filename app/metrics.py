@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from app.async_engine import AsyncEngine
+from app.stats_window import StatsWindow
 from engine import RequestOutput
 
 # vLLM's buckets, so that existing dashboards' quantiles mean the same thing.
@@ -25,6 +26,7 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 
 ModelName = Callable[[], str | None]
+ActiveThreads = Callable[[], dict[str, int]]
 
 
 class EngineCollector:
@@ -75,12 +77,39 @@ class EngineCollector:
         ]
 
 
+class ActiveThreadsCollector:
+    """officellm:active_threads{user}: threads with a request in the last few minutes, read
+    from the database at scrape time (the /metrics route scrapes on a worker thread)."""
+
+    def __init__(self, active_threads: ActiveThreads, model_name: ModelName) -> None:
+        self._active_threads = active_threads
+        self._model_name = model_name
+
+    def describe(self) -> Iterator[Metric]:
+        return iter([self._family()])
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        name = self._model_name() or "unknown"
+        for user, count in sorted(self._active_threads().items()):
+            family.add_metric([name, user], count)
+        return iter([family])
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily("officellm:active_threads",
+                                 "Threads with a request in the last 15 minutes, per user.",
+                                 labels=["model_name", "user"])
+
+
 class ServerMetrics:
     """All of one app's metrics, in its own registry."""
 
-    def __init__(self, async_engine: AsyncEngine, model_name: ModelName) -> None:
+    def __init__(self, async_engine: AsyncEngine, model_name: ModelName,
+                 window: StatsWindow | None = None) -> None:
         self.registry = CollectorRegistry()
         self._model_name = model_name
+        self.window = window
         self.registry.register(EngineCollector(async_engine, model_name))
         r, m = self.registry, ["model_name"]
         self.ttft = Histogram("vllm:time_to_first_token_seconds",
@@ -103,6 +132,10 @@ class ServerMetrics:
         self.user_refusals = Counter("officellm:refusals",
                                      "Requests refused (4xx/5xx), per user and reason.",
                                      u + ["reason"], registry=r)
+        self.policy_refusals = Counter(
+            "officellm:policy_refusals",
+            "Requests stopped or truncated by a policy, per user, limit (reason) and action "
+            "(reject, notify, truncate).", u + ["reason", "action"], registry=r)
         self.in_flight = Gauge("officellm:requests_in_flight",
                                "Generation requests being served now.", registry=r)
 
@@ -120,6 +153,13 @@ class ServerMetrics:
     def record_refusal(self, user: str, reason: str) -> None:
         self.user_refusals.labels(self.model_name, user, reason).inc()
 
+    def record_policy_refusal(self, user: str, reason: str, action: str) -> None:
+        self.policy_refusals.labels(self.model_name, user, reason, action).inc()
+
+    def track_active_threads(self, active_threads: ActiveThreads) -> None:
+        """Export officellm:active_threads from `active_threads()` (user -> count)."""
+        self.registry.register(ActiveThreadsCollector(active_threads, self._model_name))
+
     def latency_tracker(self) -> LatencyTracker:
         return LatencyTracker(self)
 
@@ -132,6 +172,7 @@ class LatencyTracker:
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self._m = metrics
+        self._window = metrics.window  # recent samples for /admin/stats' percentiles
         self._last_token_time: dict[str, float] = {}  # engine thread only
 
     def on_outputs(self, outputs: list[RequestOutput], now: float) -> None:
@@ -142,14 +183,22 @@ class LatencyTracker:
                 last = self._last_token_time.get(out.request_id)
                 if last is None:
                     if times is not None and times.first_token_time is not None:
-                        self._m.ttft.labels(name).observe(times.first_token_time - times.arrival_time)
+                        self._observe("ttft", self._m.ttft, name,
+                                      times.first_token_time - times.arrival_time, now)
                 else:
-                    self._m.itl.labels(name).observe(now - last)
+                    self._observe("itl", self._m.itl, name, now - last, now)
                 self._last_token_time[out.request_id] = now
             if out.finished:
                 self._last_token_time.pop(out.request_id, None)
                 if times is not None:
-                    self._m.e2e.labels(name).observe((times.finished_time or now) - times.arrival_time)
+                    self._observe("e2e", self._m.e2e, name,
+                                  (times.finished_time or now) - times.arrival_time, now)
+
+    def _observe(self, kind: str, histogram: Histogram, name: str, value: float,
+                 now: float) -> None:
+        histogram.labels(name).observe(value)
+        if self._window is not None:
+            self._window.observe_latency(kind, value, now)
 
     def on_abort(self, request_id: str) -> None:
         self._last_token_time.pop(request_id, None)

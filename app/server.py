@@ -1,22 +1,32 @@
-"""create_app: the FastAPI app over an AsyncEngine."""
+"""create_app: the FastAPI app over an AsyncEngine and the SQLite database."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from fastapi import FastAPI
 
+from app.accounts import Accounts
+from app.admin import router as admin_router
 from app.async_engine import AsyncEngine
 from app.auth import make_authenticator
+from app.db import Database, prepare_database
+from app.db.threads import active_thread_counts
+from app.db.types import utcnow
 from app.errors import install_error_handlers
 from app.lifecycle import Lifecycle
 from app.metrics import ServerMetrics
 from app.routes import chat, completions, models, system
-from app.settings import ServerSettings
+from app.settings import ACTIVE_THREAD_MINUTES, ServerSettings
 from app.state import ServerState
+from app.stats_sampler import run_sampler
+from app.stats_window import StatsWindow
 from engine import LLMEngine
 
 logger = logging.getLogger("officellm.server")
@@ -29,31 +39,58 @@ def default_engine_factory(settings: ServerSettings) -> EngineFactory:
     return lambda: LLMEngine(settings.engine_config())
 
 
-def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = None) -> FastAPI:
-    """The OpenAI-compatible app. The engine loads in the background once the app starts
-    (its lifespan), so /health answers 503 while loading and 200 when ready."""
+def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = None,
+               db: Database | None = None) -> FastAPI:
+    """The OpenAI-compatible app and the admin API. The engine loads in the background once
+    the app starts (its lifespan), so /health answers 503 while loading and 200 when ready.
+
+    `db`: an upgraded Database (officellm serve passes the one it prepared, and closes it);
+    None opens and upgrades settings.db_path, closed when the app stops.
+    """
+    owns_db = db is None
+    if db is None:
+        db, token_file = prepare_database(settings.db_path)
+        if token_file is not None:
+            logger.info("Admin token written to %s (readable by this user only)", token_file)
     factory = engine_factory or default_engine_factory(settings)
     async_engine = AsyncEngine(factory)
+    window = StatsWindow(settings.stats_window_s)
     # The model's name is known once loaded; `state` is bound below, before any scrape.
-    server_metrics = ServerMetrics(async_engine, lambda: state.model_name)
+    server_metrics = ServerMetrics(async_engine, lambda: state.model_name, window)
     async_engine.listener = server_metrics.latency_tracker()
+    accounts = Accounts.open(db, owns_db=owns_db)
+
+    def active_threads() -> dict[str, int]:
+        with db.session() as session:
+            return active_thread_counts(session, utcnow() - timedelta(minutes=ACTIVE_THREAD_MINUTES))
+
+    server_metrics.track_active_threads(active_threads)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        accounts.start()
         async_engine.start()
+        sampler = asyncio.ensure_future(run_sampler(async_engine, window, accounts))
         try:
             yield
         finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
             async_engine.abort_all()
             async_engine.stop(timeout=10.0)
+            # After the engine: every request has ended, so its usage is queued; close()
+            # writes it all (a clean stop loses no committed count).
+            accounts.close()
 
     state = ServerState(settings=settings, async_engine=async_engine, metrics=server_metrics,
-                        lifecycle=Lifecycle(async_engine), created=int(time.time()))
+                        lifecycle=Lifecycle(async_engine), accounts=accounts, stats_window=window,
+                        created=int(time.time()))
     app = FastAPI(title="officellm", version="0.1.0", lifespan=lifespan)
     app.state.server = state
-    # The policies issue swaps this for DB-backed per-user keys (see app/auth.py).
-    app.state.authenticator = make_authenticator(settings.api_keys)
+    app.state.authenticator = make_authenticator(db, settings.api_keys, settings.no_auth)
     install_error_handlers(app)
     for module in (chat, completions, models, system):
         app.include_router(module.router)
+    app.include_router(admin_router)
     return app

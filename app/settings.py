@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 from engine import EngineConfig
 
+# A thread counts as active (/admin/stats, officellm:active_threads) while its user is
+# plausibly still reading or typing.
+ACTIVE_THREAD_MINUTES = 15
+
 
 @dataclass
 class ServerSettings:
@@ -31,7 +35,13 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     served_model_name: list[str] = field(default_factory=list)  # empty = the engine's name
-    api_keys: list[str] = field(default_factory=list)  # empty = anonymous
+    # Static keys (`--api-key`), accepted beside the database's per-user keys; key i (from 1)
+    # is the user "key<i>", created in the database on first use of the flag.
+    api_keys: list[str] = field(default_factory=list)
+    no_auth: bool = False  # single-user desk mode: every request is the local user
+    db_path: str | None = None  # None = officellm.db in the user's data directory
+    admin_remote: bool = False  # let non-loopback clients reach /admin (token still needed)
+    stats_window_s: float = 60.0  # what /admin/stats' rates and latency percentiles cover
     shutdown_timeout: float = 30.0
     profile: str = "office"
     # Longest prompt (a chat's length so far) accepted; None = only max_model_len limits it.

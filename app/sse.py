@@ -25,9 +25,11 @@ class SSEResponse(StreamingResponse):
     depend on that, so an abandoned request is always aborted at once.
     """
 
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None],
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+                                  **(headers or {})})
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

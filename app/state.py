@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from fastapi import Request
 
+from app.accounts import Accounts
 from app.async_engine import AsyncEngine, EngineState
+from app.chat_tokens import ChatTokenizer
 from app.errors import APIError, unavailable
 from app.lifecycle import Lifecycle
 from app.logprobs import TokenText
 from app.metrics import ServerMetrics
 from app.settings import ServerSettings
+from app.stats_window import StatsWindow
 
 
 @dataclass
 class ServerState:
-    """One app's settings, engine, metrics and admission state."""
+    """One app's settings, engine, metrics, database side and admission state."""
 
     settings: ServerSettings
     async_engine: AsyncEngine
     metrics: ServerMetrics
     lifecycle: Lifecycle
+    accounts: Accounts
+    stats_window: StatsWindow
     created: int = 0  # unix time the app was built; /v1/models reports it
+    started_monotonic: float = field(default_factory=time.monotonic)  # for uptime
     _token_text: TokenText | None = field(default=None, repr=False)
+    _chat_tokenizer: ChatTokenizer | None = field(default=None, repr=False)
 
     @property
     def served_model_names(self) -> list[str]:
@@ -44,6 +52,23 @@ class ServerState:
             assert self.async_engine.engine is not None
             self._token_text = TokenText(self.async_engine.engine.tokenizer)
         return self._token_text
+
+    @property
+    def chat_tokenizer(self) -> ChatTokenizer:
+        """The served model's chat template for the policy check (off the engine thread)."""
+        if self._chat_tokenizer is None:
+            assert self.async_engine.engine is not None
+            self._chat_tokenizer = ChatTokenizer(self.async_engine.engine.model_dir)
+        return self._chat_tokenizer
+
+    def context_cap(self, policy_cap: int | None) -> int | None:
+        """A user's effective thread cap: the lowest of their policy's, the server's
+        (--max-context-tokens) and the model's context length."""
+        engine = self.async_engine.engine
+        model_len = engine.max_model_len if engine is not None else None
+        caps = [c for c in (policy_cap, self.settings.max_context_tokens, model_len)
+                if c is not None]
+        return min(caps) if caps else None
 
     def check_ready(self) -> None:
         """503 with Retry-After unless the engine is ready and we are not shutting down."""

@@ -45,10 +45,10 @@ def make_workload(n: int, seed: int, tokenizer) -> tuple[list[list[int]], list[i
     return prompts, lengths
 
 
-def run_engine(model_dir: Path, dtype: str, prompts, lengths) -> dict:
+def run_engine(model_dir: Path, dtype: str, prompts, lengths, threads: int) -> dict:
     from engine import LLM, SamplingParams
 
-    llm = LLM(str(model_dir), dtype=dtype, kv_cache_memory="2GiB")
+    llm = LLM(str(model_dir), dtype=dtype, kv_cache_memory="2GiB", num_threads=threads)
     llm.generate([prompts[0]], SamplingParams(max_tokens=4, temperature=0))  # warm-up
     params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths]
     t0 = time.perf_counter()
@@ -110,6 +110,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto", help="auto picks what the engine picks")
     ap.add_argument("--hf-batch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--skip", nargs="*", default=[], help="hf_generate and/or hf_generate_batch")
     ap.add_argument("--out", default=str(RESULTS / "offline_cpu.json"))
     args = ap.parse_args()
@@ -118,13 +119,13 @@ def main() -> None:
 
     from engine.model_loader import resolve_model_dir
 
-    threads = os.cpu_count() or 1
+    threads = args.threads
     torch.set_num_threads(threads)
     model_dir = resolve_model_dir(None)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     prompts, lengths = make_workload(args.requests, args.seed, tok)
 
-    results = {"engine": run_engine(model_dir, args.dtype, prompts, lengths)}
+    results = {"engine": run_engine(model_dir, args.dtype, prompts, lengths, threads)}
     dtype = getattr(torch, results["engine"]["dtype"].removeprefix("torch."))
     if "hf_generate_batch" not in args.skip:
         results["hf_generate_batch"] = run_hf_generate_batch(model_dir, dtype, prompts, lengths)

@@ -46,6 +46,7 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     num_threads: int | None = None  # CPU threads; None = all cores
     attention_backend: str | None = None  # torch | triton; None = by device
+    enforce_eager: bool = False  # CUDA: no decode CUDA graphs (vLLM's --enforce-eager)
     stats_log_interval: float = 5.0  # seconds between periodic stats lines while busy
 
     def __post_init__(self) -> None:

@@ -1,19 +1,55 @@
-"""Which kernel implementations the model calls on a given device."""
+"""Which kernel implementations (and attention backend) the model uses on a given device.
+
+`torch` is the reference path (CPU, any dtype); `triton` is the GPU path. By default the
+engine picks Triton on CUDA when Triton can be imported, else torch; `--attention-backend`
+(EngineConfig.attention_backend) overrides, which is how the CPU tests drive the Triton
+path through Triton's interpreter.
+"""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 
-from kernels import reference
+from kernels import reference, triton_available
+
+BACKENDS = ("torch", "triton")
 
 
-def ops_for(device: torch.device) -> SimpleNamespace:
-    """The reference (torch) ops; the Triton ones replace them on CUDA when available."""
+def backend_for(device: torch.device, requested: str | None = None) -> str:
+    """The backend name for this device: the requested one, else by device."""
+    if requested is not None:
+        if requested not in BACKENDS:
+            raise ValueError(f"Unknown attention backend {requested!r}; use one of {BACKENDS}.")
+        if requested == "triton" and not triton_available():
+            raise ValueError("The triton backend needs Triton: pip install 'officellm[gpu]'.")
+        return requested
+    return "triton" if device.type == "cuda" and triton_available() else "torch"
+
+
+def ops_for(device: torch.device, backend: str | None = None) -> SimpleNamespace:
+    """The norm/rotary/activation ops the model calls: Triton's or the references."""
+    if backend_for(device, backend) == "triton":
+        from kernels import triton_ops as impl  # imported only here: the CPU never needs it
+    else:
+        impl = reference  # type: ignore[assignment]
     return SimpleNamespace(
-        rms_norm=reference.rms_norm,
-        fused_add_rms_norm=reference.fused_add_rms_norm,
-        apply_rotary=reference.apply_rotary,
-        silu_and_mul=reference.silu_and_mul,
+        rms_norm=impl.rms_norm,
+        fused_add_rms_norm=impl.fused_add_rms_norm,
+        apply_rotary=impl.apply_rotary,
+        silu_and_mul=impl.silu_and_mul,
     )
+
+
+def attention_for(device: torch.device, k_caches: list[torch.Tensor],
+                  v_caches: list[torch.Tensor], scale: float, backend: str | None = None) -> Any:
+    """An attention backend over these caches: TritonAttention or TorchAttention."""
+    if backend_for(device, backend) == "triton":
+        from engine.attention_triton import TritonAttention
+
+        return TritonAttention(k_caches, v_caches, scale)
+    from engine.attention import TorchAttention
+
+    return TorchAttention(k_caches, v_caches, scale)

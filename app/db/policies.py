@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.events import record_event
-from app.db.models import ON_LIMIT_CHOICES, Policy
+from app.db.models import ON_LIMIT_CHOICES, Policy, User
 from app.db.users import UserRef, get_user
 from app.policy.types import EffectivePolicy
 
@@ -137,3 +137,10 @@ def clear_policy(session: Session, user: UserRef) -> bool:
     session.flush()
     record_event(session, "policy_cleared", row.user_id)
     return True
+
+
+def list_policy_overrides(session: Session) -> dict[str, StoredPolicy]:
+    """Every user's override row, by user name (users without one are absent)."""
+    rows = session.execute(select(Policy, User.name).join(User, Policy.user_id == User.id)
+                           .order_by(User.name))
+    return {name: _stored(row, row.user_id) for row, name in rows}

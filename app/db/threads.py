@@ -62,3 +62,10 @@ def list_threads(session: Session, user: UserRef | None = None,
                    last_seen=t.last_seen)
         for t, name in session.execute(stmt)
     ]
+
+
+def active_thread_counts(session: Session, seen_since: datetime) -> dict[str, int]:
+    """Threads seen since `seen_since`, per user name (for the active-threads gauge)."""
+    stmt = (select(User.name, func.count(Thread.id)).join(User, Thread.user_id == User.id)
+            .where(Thread.last_seen >= seen_since).group_by(User.name))
+    return {name: count for name, count in session.execute(stmt)}

@@ -3,7 +3,9 @@
 The batched database writer is app.policy.writer.UsageWriter (imported from there, as it pulls
 in the database layer).
 
-The chat route, in order (each refusal: count it, writer.record_event("refused", uid, {...})):
+Wired in app/policy_gate.py (admit, check_thread) and app/routes/chat.py. The chat route, in
+order (each refusal: count it in officellm:policy_refusals_total and record an event of kind
+policy_refusal, quota or concurrency; a truncation is recorded as kind truncation):
   1. who = app.db.authenticate(session, bearer) -> 401 if None; writer.touch_key(who.key_id)
   2. policy = app.db.get_effective_policy(session, who.user_id)   (read per request: live)
   3. check_daily_quota(policy, writer.tokens_today(uid))            -> 429 + Retry-After

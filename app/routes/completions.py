@@ -14,6 +14,7 @@ from app.auth import Principal, get_principal
 from app.errors import APIError, unavailable
 from app.generation import Generation
 from app.logprobs import completion_logprobs
+from app.policy_gate import admit
 from app.protocol import CompletionRequest
 from app.sse import DONE, SSEResponse, sse
 from app.state import ServerState, admitted_server
@@ -25,16 +26,21 @@ router = APIRouter()
 async def completions(body: CompletionRequest, request: Request,
                       principal: Principal = Depends(get_principal),
                       server: ServerState = Depends(admitted_server)) -> Response:
-    """OpenAI's text completions, streaming or not."""
+    """OpenAI's text completions, streaming or not; quota and concurrency apply (threads are a
+    chat notion, so no thread limits here)."""
     model = server.resolve_model(body.model)
     try:
         params = body.sampling_params()
         prompts = body.prompts()
     except ValueError as exc:
         raise APIError(400, str(exc), param="prompt") from exc
-    thread = request.headers.get("x-thread-id") or body.user
-    gen = Generation(server, f"cmpl-{uuid.uuid4().hex}", prompts, params, principal,
-                     endpoint="completions", stream=body.stream, thread=thread)
+    ticket = await admit(server, principal, "completions")  # 429: daily quota, concurrency
+    try:
+        gen = Generation(server, f"cmpl-{uuid.uuid4().hex}", prompts, params, ticket,
+                         endpoint="completions", stream=body.stream)
+    except BaseException:
+        ticket.finish()
+        raise
     await gen.start()
     if body.stream:
         return SSEResponse(_stream(gen, body, model), on_close=gen.close)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
 
 from app.auth import Principal, get_principal
 from app.errors import APIError
@@ -26,5 +27,7 @@ async def health(server: ServerState = Depends(get_server)) -> JSONResponse:
 @router.get("/metrics")
 async def metrics(principal: Principal = Depends(get_principal),
                   server: ServerState = Depends(get_server)) -> Response:
-    """Prometheus text format, from this app's own registry."""
-    return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    """Prometheus text format, from this app's own registry (on a worker thread: the
+    active-threads gauge reads the database)."""
+    body = await run_in_threadpool(generate_latest, server.metrics.registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

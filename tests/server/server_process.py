@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,20 +28,27 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """A running `python -m app.cli serve` with its log captured to a file."""
+    """A running `python -m app.cli serve` with its log captured to a file.
 
-    def __init__(self, *flags: str, api_key: str | None = API_KEY) -> None:
+    `db`: the database file (default: a fresh one in a temporary directory, removed by stop()),
+    so tests never touch the user's own data directory.
+    """
+
+    def __init__(self, *flags: str, api_key: str | None = API_KEY, db: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.api_key = api_key
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile("w+", prefix="officellm-serve-", suffix=".log",
                                                delete=False)
+        self._tmp_dir = None if db is not None else tempfile.mkdtemp(prefix="officellm-db-")
+        self.db_path = db if db is not None else Path(self._tmp_dir) / "officellm.db"
         args = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), *BASE_FLAGS,
-                *flags]
+                "--db", str(self.db_path), *flags]
         if api_key:
             args += ["--api-key", api_key]
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                   TOKENIZERS_PARALLELISM="false")
+                   TOKENIZERS_PARALLELISM="false", **(env or {}))
         # One compute thread: CI boxes are small and shared, and two OpenMP threads on two
         # contended cores made each step several times slower. Same as reference_llm's.
         env.setdefault("OMP_NUM_THREADS", TEST_THREADS)
@@ -73,7 +81,12 @@ class ServerProcess:
     def terminate(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
 
-    def stop(self) -> None:
+    def kill(self) -> None:
+        """SIGKILL: no drain, no final flush (the crash case)."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self, keep_db: bool = False) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -83,3 +96,5 @@ class ServerProcess:
                 self.proc.wait()
         self.log.close()
         os.unlink(self.log.name)
+        if self._tmp_dir is not None and not keep_db:
+            shutil.rmtree(self._tmp_dir, ignore_errors=True)

@@ -10,9 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.auth import AnonymousAuthenticator, StaticKeyAuthenticator
+from app.auth import DatabaseAuthenticator, DeskAuthenticator
 from app.cli import build_parser
 from app.commands.serve import settings_from_args
+from app.db import Database, create_user, disable_user, issue_key, revoke_key
 from app.server import create_app
 from app.settings import ServerSettings
 
@@ -30,14 +31,18 @@ def _sample_names(text: str) -> set[str]:
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 
 
-def test_health_503_while_loading_then_200(reference_llm) -> None:
+def _desk(tmp_path) -> ServerSettings:
+    return ServerSettings(no_auth=True, db_path=str(tmp_path / "officellm.db"))
+
+
+def test_health_503_while_loading_then_200(reference_llm, tmp_path) -> None:
     gate = threading.Event()
 
     def slow_factory():  # the real engine, handed over once the test lets "loading" end
         gate.wait(60)
         return reference_llm.llm_engine
 
-    app = create_app(ServerSettings(), slow_factory)
+    app = create_app(_desk(tmp_path), slow_factory)
     with TestClient(app) as client:
         r = client.get("/health")
         assert r.status_code == 503 and r.headers["retry-after"] == "5"
@@ -58,12 +63,13 @@ def test_health_503_while_loading_then_200(reference_llm) -> None:
     assert not any(n.endswith("_total_total") for n in names)
 
 
-def test_engine_failure_answers_503_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+def test_engine_failure_answers_503_and_is_logged(caplog: pytest.LogCaptureFixture,
+                                                  tmp_path) -> None:
     def broken_factory():
         raise FileNotFoundError("no such model: /nowhere")
 
     with caplog.at_level(logging.ERROR, logger="officellm.async_engine"):
-        app = create_app(ServerSettings(), broken_factory)
+        app = create_app(_desk(tmp_path), broken_factory)
         with TestClient(app) as client:
             app.state.server.async_engine.wait_ready(10)
             r = client.get("/health")
@@ -93,8 +99,41 @@ def test_profile_defaults_and_flag_overrides() -> None:
         settings_from_args(_args("--no-auth", "--api-key", "k"))
 
 
-def test_authenticators() -> None:
-    auth = StaticKeyAuthenticator(["alpha", "beta"])
+def test_authenticators(tmp_path) -> None:
+    db = Database(tmp_path / "officellm.db")
+    db.upgrade()
+    auth = DatabaseAuthenticator(db, ["alpha", "beta"])
     assert auth.authenticate("beta").user == "key2"
     assert auth.authenticate("gamma") is None and auth.authenticate(None) is None
-    assert AnonymousAuthenticator().authenticate(None).anonymous
+    with db.transaction() as s:
+        create_user(s, "ann")
+        raw = issue_key(s, "ann").raw
+    who = auth.authenticate(raw)
+    assert who.user == "ann" and who.key_id is not None and not who.anonymous
+    assert auth.authenticate(raw[:-1] + ("A" if raw[-1] != "A" else "B")) is None
+    with db.transaction() as s:
+        revoke_key(s, who.key_id)
+    assert auth.authenticate(raw) is None  # the very next lookup
+    with db.transaction() as s:
+        disable_user(s, "key1")
+    assert auth.authenticate("alpha") is None and auth.authenticate("beta").user == "key2"
+    desk = DeskAuthenticator(db)
+    assert desk.authenticate(None).anonymous and desk.authenticate("x").user == "local"
+    db.close()
+
+
+def test_admin_is_loopback_only_unless_admin_remote(tmp_path) -> None:
+    """TestClient's peer is "testclient", not a loopback address."""
+    def never_loads():
+        raise RuntimeError("not needed")
+
+    for remote, status in ((False, 403), (True, 200)):
+        settings = ServerSettings(no_auth=True, db_path=str(tmp_path / "officellm.db"),
+                                  admin_remote=remote)
+        app = create_app(settings, never_loads)
+        token = (tmp_path / "admin_token").read_text().strip()
+        with TestClient(app) as client:
+            r = client.get("/admin/users", headers={"Authorization": f"Bearer {token}"})
+            assert r.status_code == status, r.text
+            if status == 403:
+                assert r.json()["error"]["code"] == "admin_local_only"

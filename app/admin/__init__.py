@@ -1,0 +1,17 @@
+"""The admin API under /admin/ (docs/admin_api.md): the console's only way in.
+
+Every route needs the admin token (require_admin) and, unless `--admin-remote`, a loopback
+client. Routes are plain `def`s: FastAPI runs them on worker threads, so their SQLite reads and
+writes never block the event loop.
+"""
+
+from fastapi import APIRouter, Depends
+
+from app.admin import activity, keys, policies, stats, users
+from app.admin.access import require_admin
+
+router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+for _module in (stats, users, keys, policies, activity):
+    router.include_router(_module.router)
+
+__all__ = ["router"]

@@ -1,0 +1,54 @@
+"""Who may use /admin: loopback clients (unless --admin-remote) holding the admin token.
+
+The admin token's hash lives in the settings table; it is compared in constant time
+(verify_admin_token). A valid *user* key is a real identity without admin rights: 403, not 401.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from fastapi import Request
+
+from app.auth import Authenticator, bearer_token
+from app.db import verify_admin_token
+from app.errors import APIError
+from app.state import ServerState
+
+
+def is_loopback(host: str | None) -> bool:
+    """True for 127.0.0.0/8, ::1 and ::ffff:127.x (IPv4 loopback seen through IPv6)."""
+    if not host:
+        return False
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return host == "localhost"
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return addr.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def require_admin(request: Request) -> None:
+    """FastAPI dependency (sync: runs on a worker thread): 403 for a remote client without
+    --admin-remote or for a user key, 401 for no token or a wrong one."""
+    server: ServerState = request.app.state.server
+    client = request.client.host if request.client else None
+    if not server.settings.admin_remote and not is_loopback(client):
+        raise APIError(403, "The admin API answers only on this machine; start the server with "
+                            "--admin-remote to allow other machines.", code="admin_local_only")
+    token = bearer_token(request)
+    if token is None:
+        raise APIError(401, "The admin API needs the admin token: send 'Authorization: Bearer "
+                            "<token>' (the token is in the admin_token file beside the "
+                            "database).", code="invalid_admin_token",
+                       headers={"WWW-Authenticate": "Bearer"})
+    with server.accounts.db.session() as session:
+        if verify_admin_token(session, token):
+            return
+    authenticator: Authenticator = request.app.state.authenticator
+    principal = authenticator.authenticate(token)
+    if principal is not None and not principal.anonymous:
+        raise APIError(403, "This is a user key; the admin API needs the admin token.",
+                       code="not_admin")
+    raise APIError(401, "Incorrect admin token.", code="invalid_admin_token",
+                   headers={"WWW-Authenticate": "Bearer"})

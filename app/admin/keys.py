@@ -1,0 +1,46 @@
+"""/admin/keys: list, issue (the raw key is in this one answer and nowhere else), revoke."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from app.admin.errors import answered_errors
+from app.admin.views import issued_key_view, key_view
+from app.db import issue_key, list_keys, revoke_key
+from app.state import ServerState
+
+router = APIRouter()
+
+
+class NewKey(BaseModel):
+    user: str
+
+
+def _server(request: Request) -> ServerState:
+    return request.app.state.server
+
+
+@router.get("/keys")
+def get_keys(request: Request, user: str | None = None) -> list[dict[str, Any]]:
+    server = _server(request)
+    server.accounts.writer.flush()  # last_used of keys used a moment ago
+    with answered_errors("user"), server.accounts.db.session() as session:
+        return [key_view(k) for k in list_keys(session, user)]
+
+
+@router.post("/keys", status_code=201)
+def post_key(body: NewKey, request: Request) -> JSONResponse:
+    with answered_errors("user"), _server(request).accounts.db.transaction() as session:
+        issued = issue_key(session, body.user)
+    return JSONResponse(issued_key_view(issued), status_code=201)
+
+
+@router.delete("/keys/{key_id}")
+def delete_key(key_id: int, request: Request) -> dict[str, Any]:
+    """Revoke: the key is refused from the next request on (the record stays, for audit)."""
+    with answered_errors("id"), _server(request).accounts.db.transaction() as session:
+        return key_view(revoke_key(session, key_id))

@@ -1,0 +1,67 @@
+"""/admin/policies: the default row and per-user overrides. Changes apply to the next request
+(the chat route reads the policy per request)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Request
+from fastapi.responses import Response
+
+from app.admin.errors import answered_errors
+from app.admin.views import policy_view
+from app.db import clear_policy, get_policy, get_user, set_policy
+from app.db.policies import list_policy_overrides, validate_policy_fields
+from app.errors import APIError
+from app.state import ServerState
+
+router = APIRouter()
+
+
+def _server(request: Request) -> ServerState:
+    return request.app.state.server
+
+
+def _validated(values: Any, is_default: bool) -> dict[str, Any]:
+    """The body's fields, or 400 naming the first bad one (param = the field)."""
+    if not isinstance(values, dict):
+        raise APIError(400, "The body must be a JSON object of policy fields.")
+    for name, value in values.items():
+        try:
+            validate_policy_fields({name: value}, is_default)
+        except ValueError as exc:
+            raise APIError(400, str(exc), param=name) from exc
+    return values
+
+
+@router.get("/policies")
+def get_policies(request: Request) -> dict[str, Any]:
+    with _server(request).accounts.db.session() as session:
+        default = get_policy(session, None)
+        users = {name: policy_view(p) for name, p in list_policy_overrides(session).items()}
+    return {"default": policy_view(default), "users": users}
+
+
+@router.put("/policies/default")
+def put_default(request: Request, values: Any = Body(...)) -> dict[str, Any]:
+    """Set the given fields of the default policy (fields not in the body stay as they are;
+    null means no limit)."""
+    values = _validated(values, is_default=True)
+    with _server(request).accounts.db.transaction() as session:
+        return policy_view(set_policy(session, None, **values))
+
+
+@router.put("/policies/users/{name}")
+def put_user(name: str, request: Request, values: Any = Body(...)) -> dict[str, Any]:
+    """Set the given fields of a user's override (null: inherit the default)."""
+    values = _validated(values, is_default=False)
+    with answered_errors("name"), _server(request).accounts.db.transaction() as session:
+        return policy_view(set_policy(session, name, **values))
+
+
+@router.delete("/policies/users/{name}", status_code=204)
+def delete_user(name: str, request: Request) -> Response:
+    with answered_errors("name"), _server(request).accounts.db.transaction() as session:
+        get_user(session, name)  # 404 for an unknown user; no override is fine
+        clear_policy(session, name)
+    return Response(status_code=204)

@@ -1,0 +1,1 @@
+"""Sections of benchmarks/gpu_check.py, one concept per module."""

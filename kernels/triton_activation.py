@@ -1,0 +1,36 @@
+"""SiLU-and-mul (the gated MLP's activation) in Triton."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._triton_util import check_last_dim_contiguous
+
+BLOCK = 1024
+
+
+@triton.jit
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    gate = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
+    up = tl.load(x_ptr + row * stride_x + n_cols + cols, mask=mask, other=0.0)
+    g = gate.to(tl.float32)
+    # F.silu rounds its result to the input dtype before the multiply; do the same.
+    act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
+    tl.store(out_ptr + row * n_cols + cols, (act * up.to(tl.float32)).to(gate.dtype), mask=mask)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """x [..., 2I] holding gate then up -> silu(gate) * up, [..., I]."""
+    check_last_dim_contiguous(x)
+    half = x.shape[-1] // 2
+    x2 = x.reshape(-1, x.shape[-1])
+    out = torch.empty((*x.shape[:-1], half), dtype=x.dtype, device=x.device)
+    if x2.shape[0]:
+        grid = (x2.shape[0], triton.cdiv(half, BLOCK))
+        _silu_and_mul_kernel[grid](x2, out, x2.stride(0), half, BLOCK=BLOCK, num_warps=4)
+    return out

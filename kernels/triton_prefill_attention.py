@@ -1,0 +1,139 @@
+"""Varlen causal attention over the paged cache (prefill and chunked prefill) in Triton.
+
+One launch covers every sequence of the step, whatever its mix of cached prefix and new
+tokens: a program owns BLOCK_Q query tokens of one sequence times the query heads of one KV
+head (GQA packing: the group's heads become extra rows of the tile, so each K/V tile is read
+once per group), and streams that sequence's keys from the paged cache with an online
+softmax. This step's keys must already be in the cache (write_kv_cache first).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._triton_util import check_last_dim_contiguous, next_power_of_2
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr, kc_ptr, vc_ptr, bt_ptr, seq_lens_ptr, qsl_ptr, out_ptr,
+    stride_qt, stride_qh, stride_bt, stride_ot, stride_oh,
+    scale_log2, group, kv_heads, head_dim, tiles_per_seq,
+    PAGE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+):
+    BLOCK_M: tl.constexpr = BLOCK_Q * BLOCK_G
+    b = tl.program_id(0) // tiles_per_seq
+    tile = tl.program_id(0) % tiles_per_seq
+    kvh = tl.program_id(1)
+    q_start = tl.load(qsl_ptr + b)
+    q_len = tl.load(qsl_ptr + b + 1) - q_start
+    seq_len = tl.load(seq_lens_ptr + b)
+    prefix = seq_len - q_len  # cached tokens before this step's queries
+
+    m = tl.arange(0, BLOCK_M)
+    tok = tile * BLOCK_Q + m // BLOCK_G
+    gi = m % BLOCK_G
+    row_ok = (tok < q_len) & (gi < group)
+    heads = kvh * group + gi
+    q_pos = prefix + tok
+    d = tl.arange(0, BLOCK_D)
+    dmask = d < head_dim
+    qmask = row_ok[:, None] & dmask[None, :]
+    q_off = (q_start + tok)[:, None] * stride_qt + heads[:, None] * stride_qh + d[None, :]
+    q = tl.load(q_ptr + q_off, mask=qmask, other=0.0)
+
+    # Keys up to the tile's last query position; a tile past the sequence's end does nothing
+    # (programs are launched for the longest sequence's tile count).
+    tile_live = tile * BLOCK_Q < q_len
+    kv_end = tl.minimum(seq_len, prefix + (tile + 1) * BLOCK_Q)
+    kv_end = tl.where(tile_live, kv_end, 0)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for start in range(0, kv_end, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        nmask = n < kv_end
+        page = tl.load(bt_ptr + b * stride_bt + n // PAGE, mask=nmask, other=0).to(tl.int64)
+        row = ((page * PAGE + n % PAGE) * kv_heads + kvh) * head_dim
+        kv_mask = nmask[:, None] & dmask[None, :]
+        k = tl.load(kc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        # Padding rows attend to every real key (their output is discarded): this keeps
+        # each row's running max finite from key 0 on, so no -inf - -inf NaN appears.
+        causal = (n[None, :] <= q_pos[:, None]) | (~row_ok[:, None])
+        s = tl.where(nmask[None, :] & causal, s * scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(vc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if IEEE:
+            pv = tl.dot(p, v, input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    o_off = (q_start + tok)[:, None] * stride_ot + heads[:, None] * stride_oh + d[None, :]
+    tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=qmask)
+
+
+def _tile_shape(group: int, max_query_len: int) -> tuple[int, int]:
+    """(BLOCK_Q, BLOCK_G): about 64 rows per program, fewer tokens when groups are wide."""
+    block_g = next_power_of_2(group)
+    block_q = max(1, 64 // block_g)
+    # Short queries (decodes inside a mixed step) waste less with a smaller tile.
+    block_q = min(block_q, next_power_of_2(max(1, max_query_len)))
+    while block_q * block_g < 16:  # tl.dot needs at least 16 rows
+        block_q *= 2
+    return block_q, block_g
+
+
+def paged_prefill_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    scale: float,
+    max_query_len: int | None = None,
+    block_n: int = 64,
+) -> torch.Tensor:
+    """Same contract as kernels.reference.paged_attention. max_query_len (the longest
+    sequence's query count) sizes the grid; it is read from query_start_loc if not given,
+    which costs a device sync."""
+    check_last_dim_contiguous(q)
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("KV caches must be contiguous")
+    t, hq, d = q.shape
+    page, hk = k_cache.shape[1], k_cache.shape[2]
+    if hq % hk:
+        raise ValueError(f"{hq} query heads do not divide into {hk} KV heads")
+    group = hq // hk
+    out = torch.empty((t, hq, d), dtype=q.dtype, device=q.device)
+    bsz = block_tables.shape[0]
+    if t == 0 or bsz == 0:
+        return out
+    if max_query_len is None:
+        max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
+    block_q, block_g = _tile_shape(group, max_query_len)
+    tiles = triton.cdiv(max_query_len, block_q)
+    _prefill_kernel[(bsz * tiles, hk)](
+        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out,
+        q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
+        scale * LOG2E, group, hk, d, tiles,
+        PAGE=page, BLOCK_Q=block_q, BLOCK_G=block_g, BLOCK_D=max(16, next_power_of_2(d)),
+        BLOCK_N=block_n, IEEE=q.dtype == torch.float32, num_warps=4,
+    )
+    return out

@@ -1,0 +1,45 @@
+"""Kernel tests: the Triton kernels against kernels.reference.
+
+On a CPU machine they run under Triton's interpreter, which must be switched on before any
+kernel is decorated, hence at this module's import. With TRITON_INTERPRET=0 and a GPU they run
+compiled on the GPU instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import importlib.util  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+if importlib.util.find_spec("triton") is None:  # the dev extra installs it; say so, skip
+    collect_ignore_glob = ["test_*.py"]
+elif os.environ["TRITON_INTERPRET"] == "1":
+    from kernels.interpreter_compat import patch_scalar_index
+
+    patch_scalar_index()
+
+INTERPRET = os.environ["TRITON_INTERPRET"] == "1"
+DEVICE = torch.device("cpu" if INTERPRET or not torch.cuda.is_available() else "cuda")
+
+# Interpreter arithmetic on bf16 is not faithful; bf16 is covered on the GPU by gpu_check.sh.
+DTYPES = [torch.float32, torch.float16] if DEVICE.type == "cpu" else [
+    torch.float32, torch.float16, torch.bfloat16]
+
+TOLERANCE = {torch.float32: (2e-5, 2e-5), torch.float16: (2e-3, 2e-3),
+             torch.bfloat16: (2e-2, 2e-2)}
+
+
+def close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    """Assert agreement within the dtype's tolerance (absolute and relative)."""
+    atol, rtol = TOLERANCE[dtype]
+    torch.testing.assert_close(actual.float(), expected.float(), atol=atol, rtol=rtol)
+
+
+@pytest.fixture
+def device() -> torch.device:
+    return DEVICE

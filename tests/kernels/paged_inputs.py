@@ -1,0 +1,69 @@
+"""Random paged-attention problems: a shuffled block pool, block tables, varlen queries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class PagedProblem:
+    q: torch.Tensor  # [T, Hq, D]
+    k_cache: torch.Tensor  # [num_blocks + 1, block_size, Hk, D]; the last block is the null one
+    v_cache: torch.Tensor
+    block_tables: torch.Tensor  # [B, max_blocks], padded with the null block
+    seq_lens: torch.Tensor  # [B] int32
+    query_start_loc: torch.Tensor  # [B + 1] int32
+    scale: float
+
+    @property
+    def max_query_len(self) -> int:
+        return int((self.query_start_loc[1:] - self.query_start_loc[:-1]).max())
+
+
+def make_problem(seqs: list[tuple[int, int]], hq: int, hk: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device, block_size: int = 16,
+                 seed: int = 0) -> PagedProblem:
+    """seqs: (context length, query length) per sequence; queries are the context's tail.
+
+    Blocks are handed out in a shuffled order, so a kernel that assumed contiguous blocks
+    would read the wrong keys; unused cache entries hold large values, so a kernel that read
+    past a sequence's end would be visibly off.
+    """
+    g = torch.Generator().manual_seed(seed)
+    need = [-(-ctx // block_size) for ctx, _ in seqs]
+    num_blocks = sum(need) + 2
+    perm = torch.randperm(num_blocks, generator=g).tolist()
+    shape = (num_blocks + 1, block_size, hk, head_dim)
+    k_cache = (torch.randn(shape, generator=g) * 50).to(dtype)
+    v_cache = (torch.randn(shape, generator=g) * 50).to(dtype)
+    k_cache[-1] = 0
+    v_cache[-1] = 0
+    width = max(need)
+    tables = torch.full((len(seqs), width), num_blocks, dtype=torch.long)
+    for i, n in enumerate(need):
+        ids = [perm.pop() for _ in range(n)]
+        tables[i, :n] = torch.tensor(ids)
+        # Real tokens get ordinary values; the unused tail of the last block keeps the 50s.
+        for j, blk in enumerate(ids):
+            filled = min(block_size, seqs[i][0] - j * block_size)
+            k_cache[blk, :filled] = torch.randn(filled, hk, head_dim, generator=g).to(dtype)
+            v_cache[blk, :filled] = torch.randn(filled, hk, head_dim, generator=g).to(dtype)
+    q_lens = [q for _, q in seqs]
+    qsl = torch.tensor([0] + q_lens).cumsum(0).to(torch.int32)
+    q = torch.randn(int(qsl[-1]), hq, head_dim, generator=g).to(dtype)
+    return PagedProblem(
+        q=q.to(device), k_cache=k_cache.to(device), v_cache=v_cache.to(device),
+        block_tables=tables.to(device),
+        seq_lens=torch.tensor([c for c, _ in seqs], dtype=torch.int32, device=device),
+        query_start_loc=qsl.to(device), scale=head_dim ** -0.5,
+    )
+
+
+def reference_output(p: PagedProblem) -> torch.Tensor:
+    from kernels import reference
+
+    return reference.paged_attention(p.q.cpu(), p.k_cache.cpu(), p.v_cache.cpu(),
+                                     p.block_tables.cpu(), p.seq_lens.cpu(),
+                                     p.query_start_loc.cpu(), p.scale)

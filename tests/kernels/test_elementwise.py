@@ -1,0 +1,80 @@
+"""RMSNorm, fused add + RMSNorm, rotary, SiLU-and-mul and the KV write vs the references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import reference
+from kernels import triton_ops as tri
+from tests.kernels.conftest import DTYPES, close
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [64, 96])  # 96: a row that is not a power of two
+def test_rms_norm_rows(device, dtype, hidden):
+    x = torch.randn(7, hidden, dtype=dtype, device=device) * 3
+    w = torch.randn(hidden, dtype=dtype, device=device)
+    close(tri.rms_norm(x, w, 1e-6), reference.rms_norm(x, w, 1e-6), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_strided_heads(device, dtype):
+    """q/k norms see a [T, H, D] view cut out of the fused qkv output."""
+    qkv = torch.randn(5, 3 * 4 * 16, dtype=dtype, device=device)
+    q = qkv[:, : 4 * 16].view(5, 4, 16)
+    w = torch.randn(16, dtype=dtype, device=device)
+    got = tri.rms_norm(q, w, 1e-5)
+    assert got.shape == q.shape
+    close(got, reference.rms_norm(q, w, 1e-5), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_add_rms_norm(device, dtype):
+    x = torch.randn(9, 80, dtype=dtype, device=device)
+    res = torch.randn(9, 80, dtype=dtype, device=device)
+    w = torch.randn(80, dtype=dtype, device=device)
+    x0, res0 = x.clone(), res.clone()
+    out, new_res = tri.fused_add_rms_norm(x, res, w, 1e-6)
+    ref_out, ref_res = reference.fused_add_rms_norm(x, res, w, 1e-6)
+    close(out, ref_out, dtype)
+    torch.testing.assert_close(new_res, ref_res, atol=0, rtol=0)  # one rounding, same as torch
+    assert torch.equal(x, x0) and torch.equal(res, res0), "inputs must not be modified"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_apply_rotary(device, dtype, head_dim):
+    t, hq, hk = 5, 4, 2
+    qkv = torch.randn(t, (hq + 2 * hk) * head_dim, dtype=dtype, device=device)
+    q = qkv[:, : hq * head_dim].view(t, hq, head_dim)  # strided views, as the model passes
+    k = qkv[:, hq * head_dim : (hq + hk) * head_dim].view(t, hk, head_dim)
+    # Distinct halves, so a kernel that reused one half's cos/sin for both would fail.
+    cos = torch.randn(t, head_dim, device=device)
+    sin = torch.randn(t, head_dim, device=device)
+    q_out, k_out = tri.apply_rotary(q, k, cos, sin)
+    q_ref, k_ref = reference.apply_rotary(q, k, cos, sin)
+    close(q_out, q_ref, dtype)
+    close(k_out, k_ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("inter", [48, 1100])  # 1100: spans two column blocks with a tail
+def test_silu_and_mul(device, dtype, inter):
+    x = torch.randn(3, 2 * inter, dtype=dtype, device=device) * 4
+    close(tri.silu_and_mul(x), reference.silu_and_mul(x), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_write_kv_cache_skips_padding_slots(device, dtype):
+    blocks, bs, hk, d = 5, 4, 2, 16
+    kc = torch.randn(blocks, bs, hk, d, dtype=dtype, device=device)
+    vc = torch.randn(blocks, bs, hk, d, dtype=dtype, device=device)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    kv = torch.randn(6, 2 * hk * d, dtype=dtype, device=device)  # strided k/v views
+    k = kv[:, : hk * d].view(6, hk, d)
+    v = kv[:, hk * d :].view(6, hk, d)
+    slots = torch.tensor([3, 4, -1, 19, 0, -1], device=device)  # block boundary, last slot
+    tri.write_kv_cache(k, v, kc, vc, slots)
+    reference.write_kv_cache(k, v, kc_ref, vc_ref, slots)
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)

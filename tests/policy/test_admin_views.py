@@ -1,0 +1,84 @@
+"""The admin API's shapes (docs/admin_api.md) on the live server: stats, plan, users, keys,
+usage and events, with numbers that agree with what the requests did."""
+
+from __future__ import annotations
+
+import openai
+
+from tests.policy.helpers import Office, chat, metric
+
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+POLICY = {"max_context_tokens", "max_turns", "on_limit", "max_concurrent_requests",
+          "max_tokens_per_day", "share_prefix_cache"}
+
+
+def test_stats_and_plan(office: Office, uniq) -> None:
+    admin = office.admin
+    user = f"stats-{uniq}"
+    key = admin.user_with_key(user, max_context_tokens=1000)
+    client: openai.OpenAI = office.client(key)
+    r = client.chat.completions.create(model=MODEL, messages=chat(2, tag=uniq), max_tokens=5,
+                                       temperature=0, extra_body={"ignore_eos": True})
+    stats = admin.get("/stats")
+    assert stats["model"] == MODEL and stats["ready"] is True and stats["uptime_s"] > 0
+    engine = stats["engine"]
+    for field in ("num_blocks_total", "num_blocks_used", "num_blocks_cached", "kv_cache_usage",
+                  "num_running", "num_waiting", "num_preemptions_total", "prefix_cache_queries",
+                  "prefix_cache_hits", "prompt_tokens_total", "generation_tokens_total",
+                  "block_size", "kv_cache_tokens", "bytes_per_token", "max_model_len"):
+        assert isinstance(engine[field], (int, float)), field
+    assert engine["kv_cache_tokens"] == engine["num_blocks_total"] * engine["block_size"]
+    assert set(stats["rates"]) == {"prompt_tokens_per_s", "generation_tokens_per_s",
+                                   "preemptions_per_min"}
+    latency = stats["latency"]
+    assert latency["window_s"] == 60
+    assert 0 < latency["ttft_p50"] <= latency["ttft_p99"]
+    assert 0 < latency["itl_p50"] <= latency["itl_p99"]
+    assert latency["e2e_p50"] > 0
+    mine = [t for t in stats["active_threads"] if t["user"] == user]
+    assert len(mine) == 1
+    assert set(mine[0]) == {"user", "thread_key", "length", "turns", "cap", "last_seen"}
+    assert mine[0]["length"] == r.usage.total_tokens and mine[0]["turns"] == 2
+    assert mine[0]["cap"] == 1000
+    m = office.metrics(key)
+    assert metric(m, "officellm:active_threads", user=user) == 1
+    assert metric(m, "officellm:requests_total", user=user) == 1
+    assert metric(m, "officellm:prompt_tokens_total", user=user) == r.usage.prompt_tokens
+
+    plan = admin.get("/plan")
+    assert plan["model"] == MODEL
+    assert plan["kv_cache_tokens"] == plan["num_blocks"] * plan["block_size"]
+    assert plan["kv_cache_tokens"] == engine["kv_cache_tokens"]
+    assert plan["bytes_per_token"] == engine["bytes_per_token"] > 0
+    assert plan["max_model_len"] == engine["max_model_len"]
+    assert plan["avg_thread_tokens"] > 0
+    assert abs(plan["threads_at_avg"] - plan["kv_cache_tokens"] / plan["avg_thread_tokens"]) < 0.01
+    assert plan["cap"] == min(16384, plan["max_model_len"])  # default policy: no cap of its own
+    assert abs(plan["threads_at_cap"] - plan["kv_cache_tokens"] / plan["cap"]) < 0.01
+
+
+def test_users_keys_usage_events_shapes(office: Office, uniq) -> None:
+    admin = office.admin
+    user = f"shape-{uniq}"
+    created = admin.request("POST", "/users", json={"name": user}, expect=201)
+    assert set(created) == {"id", "name", "disabled", "created", "usage_today"}
+    issued = admin.request("POST", "/keys", json={"user": user}, expect=201)
+    assert set(issued) == {"key", "id", "prefix", "user"} and issued["key"].startswith("ocl-")
+    r = office.client(issued["key"]).completions.create(model=MODEL, prompt="One, two,",
+                                                        max_tokens=2)
+    (key,) = admin.get(f"/keys?user={user}")
+    assert set(key) == {"id", "prefix", "user", "created", "last_used", "revoked"}
+    assert key["id"] == issued["id"] and key["last_used"] is not None
+    (row,) = [u for u in admin.get("/usage?days=2") if u["user"] == user]
+    assert set(row) == {"user", "day", "requests", "prompt_tokens", "completion_tokens"}
+    assert (row["requests"], row["prompt_tokens"], row["completion_tokens"]) == (
+        1, r.usage.prompt_tokens, r.usage.completion_tokens)
+    assert admin.get(f"/threads?user={user}") == []  # completions have no threads
+    events = admin.get("/events?limit=500")
+    assert events == sorted(events, key=lambda e: e["time"], reverse=True)
+    kinds = {e["kind"] for e in events if e["user"] == user}
+    assert {"user_created", "key_issued"} <= kinds
+    assert set(events[0]) == {"time", "kind", "user", "detail"}
+    policies = admin.get("/policies")
+    assert set(policies["default"]) == POLICY
+    assert admin.get("/events?limit=1&kind=key_issued")[0]["kind"] == "key_issued"

@@ -1,0 +1,89 @@
+"""Acceptance 7: SIGKILL the server while requests are being counted, restart on the same
+database: the file passes `PRAGMA integrity_check`, users, keys and policies are intact, and
+the counts committed before the kill are still there."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import openai
+
+from app.db import Database, list_usage
+from tests.policy.helpers import TIMEOUT, Admin, Office, chat
+from tests.server.server_process import ServerProcess
+
+MODEL = "SmolLM2-135M-Instruct.Q4_1"
+
+
+def _traffic(office: Office, key: str, stop: threading.Event, done: list[int]) -> None:
+    client = openai.OpenAI(base_url=f"{office.base_url}/v1", api_key=key, timeout=TIMEOUT,
+                           max_retries=0)
+    while not stop.is_set():
+        try:
+            client.chat.completions.create(model=MODEL, messages=chat(1), max_tokens=2,
+                                           temperature=0)
+            done.append(1)
+        except (openai.APIConnectionError, openai.APIStatusError):
+            return  # the server is gone
+
+
+def test_sigkill_while_counting_then_restart(tmp_path: Path) -> None:
+    db_path = tmp_path / "officellm.db"
+    srv = ServerProcess(api_key=None, db=db_path)
+    try:
+        srv.wait_ready()
+        office = Office(srv, Admin(srv.base_url, db_path))
+        keys = {name: office.admin.user_with_key(name, max_turns=5 + i, on_limit="notify")
+                for i, name in enumerate(("kim", "lee", "max"))}
+        office.admin.request("PUT", "/policies/default", json={"max_tokens_per_day": 10**6})
+        stop, done = threading.Event(), []
+        workers = [threading.Thread(target=_traffic, args=(office, k, stop, done))
+                   for k in keys.values()]
+        for w in workers:
+            w.start()
+        deadline = time.monotonic() + 60
+        while len(done) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.7)  # past at least one flush, with more requests still in flight
+        srv.kill()
+        stop.set()
+        for w in workers:
+            w.join(TIMEOUT)
+        assert len(done) >= 6
+    finally:
+        srv.stop(keep_db=True)
+
+    db = Database(db_path)
+    assert db.integrity_check() == "ok"
+    db.close()
+
+    again = ServerProcess(api_key=None, db=db_path)
+    try:
+        again.wait_ready()
+        office = Office(again, Admin(again.base_url, db_path))
+        assert "Admin token created" not in again.output()  # the same token still works
+        users = {u["name"]: u for u in office.admin.get("/users")}
+        assert {"kim", "lee", "max"} <= set(users)
+        served = sum(users[n]["usage_today"]["requests"] for n in keys)
+        assert 1 <= served <= len(done) + 3  # committed counts survived; at most in-flight lost
+        policies = office.admin.get("/policies")
+        assert policies["default"]["max_tokens_per_day"] == 10**6
+        assert [policies["users"][n]["max_turns"] for n in keys] == [5, 6, 7]
+        keys_listed = office.admin.get("/keys")
+        assert len(keys_listed) == 3 and not any(k["revoked"] for k in keys_listed)
+        for key in keys.values():  # every key still authenticates
+            r = office.client(key).chat.completions.create(model=MODEL, messages=chat(1),
+                                                           max_tokens=1, temperature=0)
+            assert r.usage.completion_tokens == 1
+    finally:
+        again.stop()  # SIGTERM: a clean stop writes every queued count
+    db = Database(db_path)
+    try:
+        assert db.integrity_check() == "ok"
+        with db.session() as s:
+            rows = [u for u in list_usage(s) if u.user_id in {users[n]["id"] for n in keys}]
+        assert sum(u.requests for u in rows) == served + len(keys)
+    finally:
+        db.close()
