@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -126,6 +127,15 @@ def _looks_like_our_server(record: ServerRecord) -> bool:
     return b"serve" in args and str(record.port).encode() in args
 
 
+def port_in_use(host: str, port: int) -> bool:
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    try:
+        with socket.create_connection((target, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def read_log_tail(path: str | Path, max_bytes: int = 16_384) -> str:
     """The end of a log file, starting at a line boundary."""
     try:
@@ -189,6 +199,11 @@ class LocalServer:
         if self.is_running():
             raise RuntimeError(f"a server is already running (pid {self.record.pid}, "
                                f"port {self.record.port})")
+        # Otherwise the new server would fail to bind while the console, polling that port,
+        # showed whatever else answers there as if it were ours.
+        if port_in_use(config.host, config.port):
+            raise RuntimeError(f"port {config.port} is already in use on {config.host}; stop "
+                               "what listens there or choose another port")
         data_dir = config.resolved_data_dir()
         data_dir.mkdir(parents=True, exist_ok=True)
         logs = self.state_dir / "logs"

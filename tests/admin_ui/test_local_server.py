@@ -62,6 +62,21 @@ def test_stale_state_file_is_forgotten(tmp_path):
     assert local.reattach() is None
 
 
+def test_start_refuses_a_busy_port(tmp_path):
+    import socket
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        local = LocalServer(tmp_path)
+        with pytest.raises(RuntimeError, match="already in use"):
+            local.start(LaunchConfig(port=busy.getsockname()[1], data_dir=str(tmp_path)))
+        assert local.record is None and not local.state_path.exists()
+    finally:
+        busy.close()
+
+
 def test_log_tail_starts_at_a_line(tmp_path):
     log = tmp_path / "x.log"
     log.write_text("".join(f"line {i}\n" for i in range(5000)))
