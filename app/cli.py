@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "app.commands.keys",
     "app.commands.policy",
     "app.commands.admin",
+    "app.commands.bench",
 ]
 
 

@@ -1,0 +1,61 @@
+"""Seeded filler text: chat questions, pasted documents, long system prompts.
+
+Plain common English words, so any tokenizer sees roughly one token per word (we budget
+TOKENS_PER_WORD to stay under a server's context limit; the true counts come from usage).
+"""
+
+from __future__ import annotations
+
+import random
+
+TOKENS_PER_WORD = 1.3  # a cautious upper estimate for BPE tokenizers on common words
+
+_WORDS = (
+    "the office team meeting report budget quarter client project plan schedule email draft "
+    "review summary table figure result customer order invoice payment policy holiday manager "
+    "colleague printer coffee kitchen desk window server network password account document "
+    "contract proposal deadline target sales market product price cost revenue growth risk "
+    "issue update change request approval decision question answer idea note list item week "
+    "month year morning afternoon today tomorrow yesterday please thanks could would should "
+    "will can need want know think make take give send check write read find help show tell "
+    "new old good better best small large long short early late first last next other same "
+    "and or but so because if when while after before about with from into over under for"
+).split()
+
+_TOPICS = [
+    "the quarterly sales report", "a polite reply to a late invoice", "the new holiday policy",
+    "how to share a printer on the network", "a plan for the client workshop",
+    "a summary of the budget meeting", "three ideas for the team newsletter",
+    "the risks in the product launch", "a short agenda for Monday", "a checklist for new staff",
+]
+
+
+def words(rng: random.Random, n: int) -> str:
+    """n random words in sentences of 8-16 words."""
+    out: list[str] = []
+    while len(out) < n:
+        k = min(rng.randint(8, 16), n - len(out))
+        sentence = [rng.choice(_WORDS) for _ in range(k)]
+        sentence[0] = sentence[0].capitalize()
+        sentence[-1] += "."
+        out.extend(sentence)
+    return " ".join(out)
+
+
+def question(rng: random.Random, min_words: int = 10, max_words: int = 60) -> str:
+    """A chat turn: an ask about an office topic plus some context."""
+    topic = rng.choice(_TOPICS)
+    return f"Please help me with {topic}. " + words(rng, rng.randint(min_words, max_words))
+
+
+def document(rng: random.Random, tokens: int) -> str:
+    """A pasted document of about `tokens` tokens, with a request to summarise it."""
+    body = words(rng, max(1, int(tokens / TOKENS_PER_WORD)))
+    return f"Summarise this document for the team:\n\n{body}"
+
+
+def system_prompt(tokens: int, seed: int = 0) -> str:
+    """The long shared system prompt of the shared-prefix scenario (same for every user)."""
+    rng = random.Random(f"system-{seed}")
+    return ("You are the office assistant. Follow the house rules below. "
+            + words(rng, max(1, int(tokens / TOKENS_PER_WORD))))

