@@ -14,6 +14,7 @@ COMMAND_MODULES = [
     "app.commands.users",
     "app.commands.keys",
     "app.commands.policy",
+    "app.commands.admin",
     "app.commands.bench",
 ]
 

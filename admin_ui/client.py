@@ -1,0 +1,129 @@
+"""The admin API over HTTP (docs/admin_api.md): one method per route, JSON in and out.
+
+Blocking httpx calls: the console runs them on worker threads (admin_ui.workers), never on
+the UI thread. Errors come back as AdminError with the server's own sentence, so the UI can
+show it as is ("max_context_tokens must be a positive integer", "user bob exists", ...).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+DEFAULT_TIMEOUT_S = 3.0
+
+
+class AdminError(Exception):
+    """The server answered with an error, or did not answer at all (status None)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def unreachable(self) -> bool:
+        return self.status is None
+
+
+def _message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text.strip() or resp.reason_phrase
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if "detail" in body:  # FastAPI's own 404/422 shape
+            return str(body["detail"])
+    return resp.text.strip()
+
+
+class AdminClient:
+    """A connection to one server's `/admin` routes with one admin token."""
+
+    def __init__(self, base_url: str, token: str | None,
+                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            resp = self._http.request(method, path, headers=headers, **kwargs)
+        except httpx.TransportError as exc:
+            raise AdminError(f"cannot reach {self.base_url}: {exc or type(exc).__name__}") from exc
+        if resp.status_code >= 400:
+            text = _message(resp)
+            if resp.status_code == 404 and path.startswith("/admin") and "not found" in text.lower():
+                text = (f"{self.base_url} has no admin API at {path} (an officellm server "
+                        "older than the console?)")
+            raise AdminError(text, resp.status_code)
+        if resp.status_code == 204 or not resp.content:
+            return None
+        return resp.json()
+
+    # --- live numbers ------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        return self._request("GET", "/admin/stats")
+
+    def plan(self) -> dict[str, Any]:
+        return self._request("GET", "/admin/plan")
+
+    def threads(self, user: str | None = None, active_minutes: int | None = None) -> list[dict]:
+        params: dict[str, Any] = {}
+        if user:
+            params["user"] = user
+        if active_minutes is not None:
+            params["active_minutes"] = active_minutes
+        return self._request("GET", "/admin/threads", params=params)
+
+    def events(self, limit: int = 50, kind: str | None = None) -> list[dict]:
+        params: dict[str, Any] = {"limit": limit}
+        if kind:
+            params["kind"] = kind
+        return self._request("GET", "/admin/events", params=params)
+
+    # --- users and keys ------------------------------------------------------------------
+    def users(self) -> list[dict]:
+        return self._request("GET", "/admin/users")
+
+    def create_user(self, name: str) -> dict:
+        return self._request("POST", "/admin/users", json={"name": name})
+
+    def set_user_disabled(self, name: str, disabled: bool) -> dict:
+        return self._request("PATCH", f"/admin/users/{name}", json={"disabled": disabled})
+
+    def keys(self, user: str | None = None) -> list[dict]:
+        return self._request("GET", "/admin/keys", params={"user": user} if user else None)
+
+    def issue_key(self, user: str) -> dict:
+        return self._request("POST", "/admin/keys", json={"user": user})
+
+    def revoke_key(self, key_id: int | str) -> dict:
+        return self._request("DELETE", f"/admin/keys/{key_id}")
+
+    # --- policies ------------------------------------------------------------------------
+    def policies(self) -> dict:
+        return self._request("GET", "/admin/policies")
+
+    def put_default_policy(self, policy: dict) -> dict:
+        return self._request("PUT", "/admin/policies/default", json=policy)
+
+    def put_user_policy(self, user: str, policy: dict) -> dict:
+        return self._request("PUT", f"/admin/policies/users/{user}", json=policy)
+
+    def delete_user_policy(self, user: str) -> None:
+        self._request("DELETE", f"/admin/policies/users/{user}")
+
+    def health(self) -> bool:
+        """True when the server answers /health with 200 (no token needed)."""
+        try:
+            return self._http.get("/health").status_code == 200
+        except httpx.TransportError:
+            return False

@@ -1,0 +1,1 @@
+"""Qt table models of the console (QAbstractTableModel over plain records)."""

@@ -1,0 +1,93 @@
+"""Policy form values <-> the admin API's POLICY JSON, with the same validation rules as the
+server (app.db.policies.validate_policy_fields), so a mistake is named before Save is sent.
+
+Blank means None: in the default policy "no limit", in a user's override "inherit".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+INT_FIELDS = ("max_context_tokens", "max_turns", "max_concurrent_requests", "max_tokens_per_day")
+ON_LIMIT_CHOICES = ("reject", "notify", "truncate")
+LABELS = {
+    "max_context_tokens": "Max context (tokens per thread)",
+    "max_turns": "Max turns per thread",
+    "on_limit": "When a thread hits its limit",
+    "max_concurrent_requests": "Max concurrent requests",
+    "max_tokens_per_day": "Max tokens per day",
+    "share_prefix_cache": "Share prefix cache",
+}
+
+
+@dataclass
+class PolicyForm:
+    """The form's raw state: text for numbers, "" for inherit in on_limit / share."""
+
+    max_context_tokens: str = ""
+    max_turns: str = ""
+    on_limit: str = ""
+    max_concurrent_requests: str = ""
+    max_tokens_per_day: str = ""
+    share_prefix_cache: str = ""  # "yes" | "no" | "" (inherit)
+
+    @classmethod
+    def from_policy(cls, policy: dict[str, Any] | None) -> PolicyForm:
+        p = policy or {}
+        form = cls()
+        for name in INT_FIELDS:
+            value = p.get(name)
+            setattr(form, name, "" if value is None else str(value))
+        form.on_limit = p.get("on_limit") or ""
+        share = p.get("share_prefix_cache")
+        form.share_prefix_cache = "" if share is None else ("yes" if share else "no")
+        return form
+
+
+class PolicyError(ValueError):
+    """One sentence per bad field."""
+
+    def __init__(self, problems: dict[str, str]) -> None:
+        super().__init__("; ".join(problems.values()))
+        self.problems = problems
+
+
+def form_to_policy(form: PolicyForm, is_default: bool) -> dict[str, Any]:
+    """The PUT body for this form, or PolicyError naming each field that is wrong."""
+    problems: dict[str, str] = {}
+    out: dict[str, Any] = {}
+    for name in INT_FIELDS:
+        text = getattr(form, name).strip().replace(",", "").replace("_", "")
+        if not text:
+            out[name] = None
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            problems[name] = f"{LABELS[name]} must be a whole number (or blank), not {text!r}"
+            continue
+        if value < 1:
+            problems[name] = f"{LABELS[name]} must be at least 1 (leave it blank for " + \
+                ("no limit)" if is_default else "the default)")
+            continue
+        out[name] = value
+    if form.on_limit:
+        if form.on_limit not in ON_LIMIT_CHOICES:
+            problems["on_limit"] = f"{LABELS['on_limit']} must be one of " \
+                                   f"{', '.join(ON_LIMIT_CHOICES)}"
+        else:
+            out["on_limit"] = form.on_limit
+    elif is_default:
+        problems["on_limit"] = "the default policy needs an action for when a limit is hit"
+    else:
+        out["on_limit"] = None
+    if form.share_prefix_cache in ("yes", "no"):
+        out["share_prefix_cache"] = form.share_prefix_cache == "yes"
+    elif is_default:
+        problems["share_prefix_cache"] = "the default policy needs yes or no for sharing"
+    else:
+        out["share_prefix_cache"] = None
+    if problems:
+        raise PolicyError(problems)
+    return out

@@ -1,0 +1,140 @@
+"""`GET /admin/stats` as plain dataclasses, parsed leniently.
+
+The console must keep drawing when the server is a little older or newer than itself, so a
+missing field reads as 0 / None rather than raising.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _f(d: dict[str, Any], key: str, default: float = 0.0) -> float:
+    value = d.get(key)
+    return float(value) if isinstance(value, (int, float)) else default
+
+
+def _opt(d: dict[str, Any], key: str) -> float | None:
+    value = d.get(key)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+@dataclass
+class EngineNumbers:
+    """The engine block of the stats answer (mirrors engine.stats.EngineStats)."""
+
+    num_blocks_total: int = 0
+    num_blocks_used: int = 0
+    num_blocks_cached: int = 0
+    kv_cache_usage: float = 0.0
+    num_running: int = 0
+    num_waiting: int = 0
+    num_preemptions_total: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    block_size: int = 16
+    kv_cache_tokens: int = 0
+    bytes_per_token: int = 0
+    max_model_len: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EngineNumbers:
+        out = cls()
+        for name, default in vars(cls()).items():
+            if isinstance(default, float):
+                setattr(out, name, _f(d, name, default))
+            else:
+                setattr(out, name, int(_f(d, name, default)))
+        return out
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        """Share of looked-up prompt tokens found in the prefix cache (None before any query)."""
+        if self.prefix_cache_queries <= 0:
+            return None
+        return self.prefix_cache_hits / self.prefix_cache_queries
+
+
+@dataclass
+class Rates:
+    prompt_tokens_per_s: float = 0.0
+    generation_tokens_per_s: float = 0.0
+    preemptions_per_min: float = 0.0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Rates:
+        return cls(_f(d, "prompt_tokens_per_s"), _f(d, "generation_tokens_per_s"),
+                   _f(d, "preemptions_per_min"))
+
+
+@dataclass
+class Latency:
+    """Percentiles in seconds over the last `window_s`; None where there were no samples."""
+
+    ttft_p50: float | None = None
+    ttft_p99: float | None = None
+    itl_p50: float | None = None
+    itl_p99: float | None = None
+    e2e_p50: float | None = None
+    e2e_p99: float | None = None
+    window_s: float = 60.0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Latency:
+        return cls(_opt(d, "ttft_p50"), _opt(d, "ttft_p99"), _opt(d, "itl_p50"),
+                   _opt(d, "itl_p99"), _opt(d, "e2e_p50"), _opt(d, "e2e_p99"),
+                   _f(d, "window_s", 60.0))
+
+
+@dataclass
+class ActiveThread:
+    """One conversation the server counts as active; `cap` is None when the user has none."""
+
+    user: str
+    thread_key: str
+    length: int
+    turns: int
+    cap: int | None = None
+    last_seen: str | float | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ActiveThread:
+        cap = d.get("cap")
+        return cls(user=str(d.get("user") or "(anonymous)"), thread_key=str(d.get("thread_key", "")),
+                   length=int(_f(d, "length")), turns=int(_f(d, "turns")),
+                   cap=int(cap) if isinstance(cap, (int, float)) and cap > 0 else None,
+                   last_seen=d.get("last_seen"))
+
+    @property
+    def fraction_of_cap(self) -> float | None:
+        return None if not self.cap else self.length / self.cap
+
+
+@dataclass
+class StatsSnapshot:
+    """One answer of `/admin/stats`, stamped with the console's own monotonic clock on arrival
+    (the diagnosis rules compare snapshots by that clock, not by the server's)."""
+
+    model: str = ""
+    uptime_s: float = 0.0
+    ready: bool = False
+    engine: EngineNumbers = field(default_factory=EngineNumbers)
+    rates: Rates = field(default_factory=Rates)
+    latency: Latency = field(default_factory=Latency)
+    active_threads: list[ActiveThread] = field(default_factory=list)
+    received: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], received: float | None = None) -> StatsSnapshot:
+        return cls(
+            model=str(d.get("model", "")), uptime_s=_f(d, "uptime_s"), ready=bool(d.get("ready")),
+            engine=EngineNumbers.from_json(d.get("engine") or {}),
+            rates=Rates.from_json(d.get("rates") or {}),
+            latency=Latency.from_json(d.get("latency") or {}),
+            active_threads=[ActiveThread.from_json(t) for t in d.get("active_threads") or []],
+            received=time.monotonic() if received is None else received,
+        )

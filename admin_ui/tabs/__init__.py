@@ -1,0 +1,1 @@
+"""The console's tabs, one module each."""

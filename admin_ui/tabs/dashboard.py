@@ -1,0 +1,70 @@
+"""Dashboard: KV cache gauge and live chart, preemptions, prefix-cache hits, throughput and
+latency percentiles, refreshed from every stats snapshot."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QFormLayout, QGridLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+
+from admin_ui import format as fmt
+from admin_ui.history import StatsHistory
+from admin_ui.stats import StatsSnapshot
+from admin_ui.widgets.kv_gauge import KVGauge
+from admin_ui.widgets.live_chart import LiveChart
+
+
+class DashboardTab(QWidget):
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        self.model_label = QLabel("No server yet.")
+        self.model_label.setStyleSheet("font-size: 14px; font-weight: bold;")
+        layout.addWidget(self.model_label)
+        self.gauge = KVGauge()
+        layout.addWidget(self.gauge)
+        self.chart = LiveChart()
+        layout.addWidget(self.chart, stretch=1)
+
+        grid = QGridLayout()
+        self.values: dict[str, QLabel] = {}
+        groups = {
+            "Requests": [("running", "Running"), ("waiting", "Waiting"),
+                         ("preemptions", "Preemptions (total)"),
+                         ("preemptions_min", "Preemptions per minute")],
+            "Throughput": [("prompt_tps", "Prompt tokens/s"), ("gen_tps", "Generation tokens/s"),
+                           ("prefix_hit", "Prefix-cache hit rate"), ("blocks", "KV blocks")],
+            "Latency": [("ttft", "Time to first token p50 / p99"),
+                        ("itl", "Inter-token latency p50 / p99"),
+                        ("e2e", "End to end p50 / p99"), ("window", "Window")],
+        }
+        for col, (title, rows) in enumerate(groups.items()):
+            box = QGroupBox(title)
+            form = QFormLayout(box)
+            for key, label in rows:
+                value = QLabel("—")
+                value.setStyleSheet("font-weight: bold;")
+                self.values[key] = value
+                form.addRow(label, value)
+            grid.addWidget(box, 0, col)
+        layout.addLayout(grid)
+
+    def show_snapshot(self, snap: StatsSnapshot, history: StatsHistory) -> None:
+        e, r, lat = snap.engine, snap.rates, snap.latency
+        self.model_label.setText(
+            f"{snap.model or 'model'} — up {fmt.duration(snap.uptime_s)}"
+            + ("" if snap.ready else " — loading…"))
+        self.gauge.set_usage(e.kv_cache_usage, e.num_blocks_used, e.num_blocks_total)
+        v = self.values
+        v["running"].setText(str(e.num_running))
+        v["waiting"].setText(str(e.num_waiting))
+        v["preemptions"].setText(f"{e.num_preemptions_total:,}")
+        v["preemptions_min"].setText(f"{r.preemptions_per_min:,.1f}")
+        v["prompt_tps"].setText(fmt.rate(r.prompt_tokens_per_s, "tok/s"))
+        v["gen_tps"].setText(fmt.rate(r.generation_tokens_per_s, "tok/s"))
+        v["prefix_hit"].setText(fmt.pct(e.prefix_hit_rate))
+        v["blocks"].setText(f"{e.num_blocks_used:,} used, {e.num_blocks_cached:,} cached, "
+                            f"{e.num_blocks_total:,} total")
+        v["ttft"].setText(f"{fmt.ms(lat.ttft_p50)} / {fmt.ms(lat.ttft_p99)}")
+        v["itl"].setText(f"{fmt.ms(lat.itl_p50)} / {fmt.ms(lat.itl_p99)}")
+        v["e2e"].setText(f"{fmt.ms(lat.e2e_p50)} / {fmt.ms(lat.e2e_p99)}")
+        v["window"].setText(f"last {lat.window_s:.0f} s")
+        self.chart.update_from(history)

@@ -1,0 +1,1 @@
+"""Reusable widgets and delegates of the console."""

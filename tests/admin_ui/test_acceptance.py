@@ -1,0 +1,232 @@
+"""Acceptance 1, 3, 4 and 5 of issue 6: the console against a real `officellm serve` with the
+admin API, started by the test with a small KV pool so that preemption can be forced.
+
+Set OFFICELLM_DOCS_SCREENSHOTS=1 to also write docs/img/dashboard.png and threads.png.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from admin_ui.client import AdminClient, AdminError
+from admin_ui.local_server import LocalServer
+from admin_ui.main_window import MainWindow
+from admin_ui.models.record_table import RECORD_ROLE
+from admin_ui.settings import REMOTE, ConsoleSettings
+from admin_ui.widgets.status_banner import UP
+from tests.admin_ui.real_server import REPO, SMALL_POOL_FLAGS, RealServer
+
+openai = pytest.importorskip("openai")
+
+REFRESH_MS = 1000
+# "Within one refresh": one poll interval, plus the request's own round trip on a busy box.
+ONE_REFRESH_MS = REFRESH_MS + 1500
+
+
+@pytest.fixture(scope="module")
+def server(console_data_dir) -> Iterator[RealServer]:
+    srv = RealServer(console_data_dir, *SMALL_POOL_FLAGS)
+    try:
+        srv.wait_ready()
+        client = AdminClient(srv.base_url, srv.admin_token)
+        try:
+            client.stats()
+        except AdminError as exc:
+            if exc.status == 404:
+                pytest.skip("the admin API (GET /admin/stats, docs/admin_api.md) is not in "
+                            "this tree's server yet")
+            raise
+        finally:
+            client.close()
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(server) -> Iterator[AdminClient]:
+    client = AdminClient(server.base_url, server.admin_token, timeout=10)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def window(qapp, server, console_data_dir) -> Iterator[MainWindow]:
+    settings = ConsoleSettings(mode=REMOTE, remote_url=server.base_url,
+                               token_file=str(console_data_dir / "admin_token"),
+                               poll_interval_ms=REFRESH_MS)
+    w = MainWindow(settings, LocalServer(console_data_dir / "console"), use_tray=False,
+                   show_dialogs=False)
+    w.resize(1100, 760)
+    w.show()
+    yield w
+    w.close()
+
+
+def user_client(admin: AdminClient, server: RealServer, name: str) -> openai.OpenAI:
+    try:
+        admin.create_user(name)
+    except AdminError as exc:
+        if exc.status != 409:
+            raise
+    key = admin.issue_key(name)["key"]
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=key, max_retries=0,
+                         timeout=300)
+
+
+def model_name(client: openai.OpenAI) -> str:
+    return client.models.list().data[0].id
+
+
+class Load:
+    """n concurrent chats that ignore EOS, so each really holds max_tokens of KV cache."""
+
+    def __init__(self, client: openai.OpenAI, n: int, max_tokens: int) -> None:
+        self.errors: list[Exception] = []
+        model = model_name(client)
+
+        def one(i: int) -> None:
+            try:
+                client.chat.completions.create(
+                    model=model, max_tokens=max_tokens, temperature=0,
+                    messages=[{"role": "user", "content": f"Count slowly from {i} to a thousand."}],
+                    extra_body={"ignore_eos": True})
+            except Exception as exc:  # noqa: BLE001 - reported by join()
+                self.errors.append(exc)
+
+        self.threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(300)
+        assert not self.errors, self.errors
+
+
+def test_1_dashboard_kv_running_and_preemptions(qtbot, window, server, admin):
+    qtbot.waitUntil(lambda: window.banner.state == UP, timeout=10_000)
+    client = user_client(admin, server, "loadgen")
+    before = admin.stats()["engine"]["num_preemptions_total"]
+    # 3 x ~230 tokens > the pool's 352 tokens: the scheduler has to preempt.
+    load = Load(client, 3, max_tokens=200)
+    qtbot.waitUntil(lambda: admin.stats()["engine"]["num_running"] > 0, timeout=60_000)
+    qtbot.waitUntil(lambda: window.dashboard.values["running"].text() not in ("—", "0")
+                    and window.dashboard.gauge.value() > 0, timeout=ONE_REFRESH_MS)
+    load.join()
+    engine = admin.stats()["engine"]
+    assert engine["num_preemptions_total"] > before, "the small pool did not force a preemption"
+    expected = f"{engine['num_preemptions_total']:,}"
+    qtbot.waitUntil(lambda: window.dashboard.values["preemptions"].text() == expected,
+                    timeout=ONE_REFRESH_MS)
+    # The diagnosis tab turns the rise into the plain-words warning.
+    qtbot.waitUntil(lambda: any(f.rule == "kv_cache_full" for f in window.diagnosis.findings),
+                    timeout=ONE_REFRESH_MS)
+
+
+def test_4_threads_view_lists_multi_turn_chat(qtbot, window, server, admin):
+    client = user_client(admin, server, "dana")
+    model = model_name(client)
+    messages = [{"role": "system", "content": "You are brief."}]
+    usage = None
+    for question in ("What is a cat?", "And a dog?", "Which is bigger?"):
+        messages.append({"role": "user", "content": question})
+        reply = client.chat.completions.create(model=model, messages=messages, max_tokens=12,
+                                               temperature=0)
+        messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+        usage = reply.usage
+    expected = usage.prompt_tokens + usage.completion_tokens  # DESIGN §6: a thread's length
+
+    def dana_rows():
+        m = window.threads.model
+        return [m.index(r, 0).data(RECORD_ROLE) for r in range(m.rowCount())
+                if m.index(r, 0).data() == "dana"]
+
+    qtbot.waitUntil(lambda: any(t.length == expected and t.turns == 3 for t in dana_rows()),
+                    timeout=15_000)
+
+
+def test_3_user_key_and_policy_through_the_ui(qtbot, window, server):
+    tab = window.users
+    window.tabs.setCurrentWidget(tab)
+    tab.name_edit.setText("erin")
+    qtbot.mouseClick(tab.add_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: tab.select_user("erin"), timeout=10_000)
+    qtbot.mouseClick(tab.issue_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: tab.last_key_dialog is not None, timeout=10_000)
+    key = tab.last_key_dialog.field.text()
+    qtbot.waitUntil(lambda: any(k.user == "erin" for k in tab.keys_model.records()),
+                    timeout=10_000)
+
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=key, max_retries=0,
+                           timeout=120)
+    model = model_name(client)
+    long_prompt = [{"role": "user", "content": "Please summarise in one line: " + "the quick "
+                    "brown fox jumps over the lazy dog. " * 4}]
+    ok = client.chat.completions.create(model=model, messages=long_prompt, max_tokens=4)
+    assert ok.usage.prompt_tokens > 40
+
+    # A policy for erin, edited in the UI: a 30-token cap, rejected with a sentence.
+    pol = window.policies
+    window.tabs.setCurrentWidget(pol)
+    pol.refresh()
+    qtbot.waitUntil(lambda: pol.target.findText("erin") >= 0, timeout=10_000)
+    pol.select("erin")
+    cap_edit = pol.int_edits["max_context_tokens"]
+    cap_edit.clear()
+    qtbot.keyClicks(cap_edit, "30")  # typed, as the admin would: marks the form edited
+    pol.on_limit.setCurrentIndex(pol.on_limit.findData("reject"))
+    qtbot.mouseClick(pol.save_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "Saved" in pol.message.text(), timeout=10_000)
+
+    with pytest.raises((openai.BadRequestError, openai.PermissionDeniedError)) as err:
+        client.chat.completions.create(model=model, messages=long_prompt, max_tokens=4)
+    assert "new chat" in str(err.value)
+
+    # An invalid value is refused in the form, naming the field, and nothing is sent.
+    qtbot.keyClicks(pol.int_edits["max_turns"], "0")
+    qtbot.mouseClick(pol.save_button, Qt.MouseButton.LeftButton)
+    assert "Max turns" in pol.message.text() and "Not saved" in pol.message.text()
+
+
+def test_5_screenshots_of_every_tab(qtbot, window, server, admin, tmp_path):
+    # A cap for everyone, so the Threads view draws lengths against it.
+    admin.put_default_policy({"max_context_tokens": 256})
+    client = user_client(admin, server, "frank")
+    model = model_name(client)
+    for who, turns in (("frank", 2), ("dana", 1)):
+        msgs = [{"role": "user", "content": f"Hello from {who}, tell me about tea."}]
+        for _ in range(turns):
+            r = client.chat.completions.create(model=model, messages=msgs, max_tokens=20)
+            msgs += [{"role": "assistant", "content": r.choices[0].message.content},
+                     {"role": "user", "content": "More, please."}]
+    load = Load(client, 3, max_tokens=120)
+    qtbot.waitUntil(lambda: window.last_snapshot is not None
+                    and window.last_snapshot.engine.num_running >= 2, timeout=60_000)
+    qtbot.wait(3000)  # a few more points on the live chart
+
+    shots: dict[str, Path] = {}
+    for i in range(window.tabs.count()):
+        window.tabs.setCurrentIndex(i)
+        qtbot.wait(50)
+        name = window.tabs.tabText(i).replace("&&", "and").replace(" ", "_").lower()
+        path = tmp_path / f"{name}.png"
+        assert window.grab().save(str(path))
+        assert path.stat().st_size > 5000
+        shots[name] = path
+    if os.environ.get("OFFICELLM_DOCS_SCREENSHOTS"):
+        img = REPO / "docs" / "img"
+        img.mkdir(parents=True, exist_ok=True)
+        window.tabs.setCurrentWidget(window.dashboard)
+        window.grab().save(str(img / "dashboard.png"))
+        window.tabs.setCurrentWidget(window.threads)
+        window.grab().save(str(img / "threads.png"))
+    load.join()
+    assert set(shots) >= {"dashboard", "threads", "users_and_keys", "policies", "diagnosis",
+                          "capacity", "server"}

@@ -1,0 +1,39 @@
+"""The policy form's validation: same rules as the server, named in plain words."""
+
+from __future__ import annotations
+
+import pytest
+
+from admin_ui.policy_values import PolicyError, PolicyForm, form_to_policy
+
+
+def test_round_trip_default():
+    stored = {"max_context_tokens": 8192, "max_turns": None, "on_limit": "notify",
+              "max_concurrent_requests": 2, "max_tokens_per_day": None,
+              "share_prefix_cache": False}
+    assert form_to_policy(PolicyForm.from_policy(stored), is_default=True) == stored
+
+
+def test_user_blanks_inherit():
+    body = form_to_policy(PolicyForm(max_context_tokens="1,024"), is_default=False)
+    assert body == {"max_context_tokens": 1024, "max_turns": None, "on_limit": None,
+                    "max_concurrent_requests": None, "max_tokens_per_day": None,
+                    "share_prefix_cache": None}
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("max_context_tokens", "0", "at least 1"),
+    ("max_turns", "ten", "whole number"),
+    ("max_tokens_per_day", "-5", "at least 1"),
+])
+def test_bad_numbers_are_named(field, value, words):
+    form = PolicyForm(on_limit="reject", share_prefix_cache="no", **{field: value})
+    with pytest.raises(PolicyError) as err:
+        form_to_policy(form, is_default=True)
+    assert field in err.value.problems and words in str(err.value)
+
+
+def test_default_needs_on_limit_and_share():
+    with pytest.raises(PolicyError) as err:
+        form_to_policy(PolicyForm(), is_default=True)
+    assert set(err.value.problems) == {"on_limit", "share_prefix_cache"}

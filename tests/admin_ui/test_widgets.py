@@ -1,0 +1,115 @@
+"""Tabs, models and widgets fed with answers shaped like the admin API contract."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+
+from admin_ui.history import StatsHistory
+from admin_ui.models.record_table import RECORD_ROLE
+from admin_ui.poller import StatsPoller
+from admin_ui.stats import StatsSnapshot
+from admin_ui.tabs.dashboard import DashboardTab
+from admin_ui.tabs.diagnosis import DiagnosisTab
+from admin_ui.tabs.threads import ThreadsTab
+from admin_ui.widgets.key_dialog import KeyDialog
+from tests.admin_ui.real_server import free_port
+from tests.admin_ui.samples import stats_json, thread_json
+
+
+def _snap(**kw) -> StatsSnapshot:
+    return StatsSnapshot.from_json(stats_json(**kw))
+
+
+def test_threads_heaviest_first_and_sortable(qtbot):
+    tab = ThreadsTab()
+    qtbot.addWidget(tab)
+    tab.show_snapshot(_snap(threads=[
+        thread_json("alice", "a1", 300, 2, 1000), thread_json("bob", "b1", 9000, 40, 8192),
+        thread_json("alice", "a2", 5000, 12, 1000 * 8), thread_json("carol", "c1", 40, 1, None)]))
+    rows = [tab.proxy.index(r, 0).data(RECORD_ROLE) for r in range(tab.proxy.rowCount())]
+    assert [t.length for t in rows] == [9000, 5000, 300, 40]
+    assert tab.proxy.index(0, 4).data() == "9,000 / 8,192 (110%)"
+    assert "4 active thread(s) from 3 user(s)" in tab.summary.text()
+    # Sorting by cap use puts the thread over its cap first, the uncapped one last.
+    tab.view.sortByColumn(4, Qt.SortOrder.DescendingOrder)
+    assert tab.proxy.index(0, 1).data() == "b1"
+    assert tab.proxy.index(3, 1).data() == "c1"
+    tab.user_filter.setCurrentText("alice")
+    assert tab.proxy.rowCount() == 2
+    tab.grab()  # paints the progress-bar delegate
+
+
+def test_dashboard_shows_the_numbers(qtbot):
+    tab = DashboardTab()
+    qtbot.addWidget(tab)
+    history = StatsHistory()
+    for i, usage in enumerate([0.1, 0.5, 0.93]):
+        snap = StatsSnapshot.from_json(stats_json(usage=usage, running=i + 1, waiting=i,
+                                                  preemptions=i * 2, queries=100, hits=40,
+                                                  itl=(0.025, 0.08)), received=float(i))
+        history.add(snap)
+        tab.show_snapshot(snap, history)
+    assert tab.values["running"].text() == "3"
+    assert tab.values["waiting"].text() == "2"
+    assert tab.values["preemptions"].text() == "4"
+    assert tab.values["prefix_hit"].text() == "40.0%"
+    assert tab.values["itl"].text() == "25 ms / 80 ms"
+    assert tab.gauge.value() == 930 and "93.0%" in tab.gauge.format()
+    xs, ys = tab.chart.kv_curve.getData()
+    assert list(xs) == [-2.0, -1.0, 0.0] and list(ys) == [10.0, 50.0, 93.0]
+
+
+def test_diagnosis_tab_lists_live_findings(qtbot):
+    tab = DiagnosisTab()
+    qtbot.addWidget(tab)
+    history = StatsHistory()
+    for i, p in enumerate([0, 0, 3]):
+        history.add(StatsSnapshot.from_json(stats_json(preemptions=p, usage=0.99, uptime=i),
+                                            received=float(i)))
+    tab.show_history(history)
+    assert tab.model.rowCount() >= 1
+    assert "KV cache is full" in tab.model.index(0, 2).data()
+
+
+def test_key_dialog_copies_the_key(qtbot):
+    dialog = KeyDialog("alice", "ocl-sk-123")
+    qtbot.addWidget(dialog)
+    qtbot.mouseClick(dialog.copy_button, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == "ocl-sk-123"
+
+
+def test_poller_reports_an_unreachable_server_without_blocking(qtbot):
+    poller = StatsPoller(interval_ms=200)
+    failures = []
+    poller.failed.connect(lambda msg, status: failures.append((msg, status)))
+    port = free_port()  # nothing listens there
+    poller.set_target(f"http://127.0.0.1:{port}", "t")
+    poller.start()
+    try:
+        qtbot.waitUntil(lambda: len(failures) >= 2, timeout=5000)
+    finally:
+        poller.stop()
+    msg, status = failures[0]
+    assert status is None and f"127.0.0.1:{port}" in msg
+
+
+def test_relative_times_and_event_rows():
+    from admin_ui.format import ago
+    from admin_ui.models.events_model import EventRow
+
+    assert ago("2026-11-30T10:00:00+00:00", now=1796032800 + 75) == "1 min ago"
+    assert ago(100.0, now=112.0) == "12 s ago"
+    assert ago(None) == ""
+    row = EventRow.from_json({"time": "t", "kind": "policy_refusal", "user": "erin",
+                              "detail": {"reason": "max_context_tokens", "tokens": 9120,
+                                         "kv_cache_usage": 0.9712}})
+    assert row.detail == "reason: max_context_tokens, tokens: 9,120, kv cache usage: 0.97"
+
+
+def test_cap_colors():
+    from admin_ui.widgets.cap_bar_delegate import level_color
+
+    assert level_color(0.2) == "#4cae4c"
+    assert level_color(0.85) == "#f0ad4e"
+    assert level_color(1.3) == "#d9534f"
