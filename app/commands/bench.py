@@ -7,7 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from app.bench import plot, report
+from app.bench import report
 from app.bench.runner import Target, run_bench
 from app.bench.scenarios import SCENARIOS, ScenarioConfig
 
@@ -55,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
     doc = report.build(result)
     report.write(doc, args.out)
     if args.plot is not None:
+        try:  # matplotlib is the `bench` extra: only --plot needs it
+            from app.bench import plot
+        except ImportError as exc:
+            raise ValueError(f"--plot needs matplotlib (pip install 'officellm[bench]'): {exc}") from exc
         plot.plot({args.scenario: doc}, args.plot)
     print(report.text_summary(doc))
     print(f"wrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
