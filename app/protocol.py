@@ -1,6 +1,7 @@
 """Request bodies of the OpenAI routes (pydantic), and their translation to SamplingParams.
 
-Unknown fields are ignored: clients send many (tools, response_format, ...). Type errors and
+Unknown fields are ignored: clients send many. Tool/function calling is refused with a clear
+400 rather than silently ignored (the model would answer as if no tool existed). Type errors and
 out-of-range values become 400s through the validation handler in app/errors.py.
 """
 
@@ -8,10 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine import SamplingParams
 from engine.sampling_params import MAX_N, MAX_TOP_LOGPROBS
+
+# Roles a chat template can render here; "tool"/"function" messages belong to tool calling.
+CHAT_ROLES = frozenset({"system", "developer", "user", "assistant"})
 
 
 class StreamOptions(BaseModel):
@@ -115,6 +119,23 @@ class ChatCompletionRequest(_SamplingFields):
     # vLLM's extras
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
+    # Tool calling is not supported: accepted here only to refuse it plainly.
+    tools: list[Any] | None = None
+    functions: list[Any] | None = None
+    tool_choice: Any = None
+    function_call: Any = None
+
+    @model_validator(mode="after")
+    def _no_tool_calling(self) -> ChatCompletionRequest:
+        if self.tools or self.functions or self.tool_choice not in (None, "none") \
+                or self.function_call not in (None, "none"):
+            raise ValueError("Tool and function calling are not supported by this server; "
+                             "send the request without tools/functions.")
+        for message in self.messages:
+            if message.role not in CHAT_ROLES:
+                raise ValueError(f"Unsupported message role {message.role!r}; use one of "
+                                 f"{', '.join(sorted(CHAT_ROLES))}.")
+        return self
 
     def sampling_params(self) -> SamplingParams:
         max_tokens = self.max_completion_tokens or self.max_tokens

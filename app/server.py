@@ -16,6 +16,7 @@ from app.accounts import Accounts
 from app.admin import router as admin_router
 from app.async_engine import AsyncEngine
 from app.auth import make_authenticator
+from app.body_limit import BodySizeLimit
 from app.db import Database, prepare_database
 from app.db.threads import active_thread_counts
 from app.db.types import utcnow
@@ -90,6 +91,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     app.state.server = state
     app.state.authenticator = make_authenticator(db, settings.api_keys, settings.no_auth)
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     for module in (chat, completions, models, system):
         app.include_router(module.router)
     app.include_router(admin_router)

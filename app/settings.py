@@ -47,6 +47,7 @@ class ServerSettings:
     # Longest prompt (a chat's length so far) accepted; None = only max_model_len limits it.
     max_context_tokens: int | None = None
     retry_after_s: int = 5  # what 503 answers tell clients to wait
+    max_request_bytes: int = 10 * 1024 * 1024  # bodies over this get 413 (0: no limit)
 
     def engine_config(self) -> EngineConfig:
         """The EngineConfig these settings describe."""

@@ -57,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "admin token is needed either way")
     p.add_argument("--max-context-tokens", type=int, default=None,
                    help="refuse prompts longer than this (0: no cap; default: the profile's)")
+    p.add_argument("--max-request-bytes", type=int, default=10 * 1024 * 1024,
+                   help="request bodies over this many bytes get 413 (default 10 MiB; 0: no limit)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds in-flight requests get to finish on SIGTERM (default 30)")
     p.add_argument("--profile", choices=sorted(PROFILES), default="office",
@@ -72,6 +74,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
     s = ServerSettings(model=args.model, host=args.host, port=args.port,
                        served_model_name=list(args.served_model_name or []),
                        api_keys=list(args.api_key), shutdown_timeout=args.shutdown_timeout,
+                       max_request_bytes=args.max_request_bytes,
                        no_auth=args.no_auth, admin_remote=args.admin_remote,
                        db_path=str(args.db) if args.db is not None else None)
     explicit = set()
