@@ -30,14 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from app.bench import plot, report  # noqa: E402
 from app.bench.runner import Target, run_bench  # noqa: E402
 from app.bench.scenarios import ScenarioConfig  # noqa: E402
+from app.bench.server_wait import wait_until_healthy  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 
@@ -83,19 +82,10 @@ class Server:
                                                delete=False)
         self.proc = subprocess.Popen(self.args, cwd=REPO, env=self.env, stdout=self.log,
                                      stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode} "
-                                   f"(-4 or 132: illegal instruction, a binary built for another "
-                                   f"CPU); log {self.log.name}:\n{self.tail()}")
-            try:
-                if httpx.get(f"{self.base_url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"{self.name} not ready in {timeout} s:\n{self.tail()}")
+        wait_until_healthy(
+            self.base_url, proc=self.proc, timeout=timeout, interval=0.5, name=self.name,
+            describe=lambda: (f"(-4 or 132: illegal instruction, a binary built for another CPU); "
+                              f"log {self.log.name}:\n{self.tail()}"))
 
     def tail(self) -> str:
         self.log.flush()

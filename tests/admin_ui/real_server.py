@@ -7,10 +7,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from app.bench.server_wait import wait_until_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 # SmolLM2-135M in float32 is 46,080 B/token: 16 MiB is 22 blocks of 16 = 352 tokens, so a few
@@ -41,18 +40,8 @@ def server_env(data_dir: Path) -> dict[str, str]:
 
 def wait_health(base_url: str, proc: subprocess.Popen | None = None, log: Path | None = None,
                 timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n"
-                               f"{log.read_text() if log else ''}")
-        try:
-            if httpx.get(f"{base_url}/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    raise TimeoutError(f"{base_url} not ready in {timeout} s:\n{log.read_text() if log else ''}")
+    wait_until_healthy(base_url, proc=proc, timeout=timeout,
+                       describe=lambda: log.read_text() if log else "")
 
 
 class RealServer:

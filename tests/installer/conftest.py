@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tests.installer.installer_helpers import make_sandbox_env
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.installer.installer_helpers import INSTALLER, make_sandbox_env, run
 
 pytestmark = [

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from app.bench.server_wait import wait_until_healthy
 from tests.installer.installer_helpers import INSTALLER, REPO_ROOT, make_sandbox_env, run
 
 pytestmark = pytest.mark.slow
@@ -114,16 +116,8 @@ def test_installed_officellm_serves_a_chat(installed: Installed):
     headers = {"Authorization": f"Bearer {key}"}
     try:
         # The first start dequantizes the bundled GGUF into the (sandboxed) cache: ~30 s.
-        deadline = time.monotonic() + 300
-        while True:
-            assert server.poll() is None, "server exited: " + (installed.root / "serve.log").read_text()
-            try:
-                if httpx.get(f"{base}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server not healthy within 300 s"
-            time.sleep(1)
+        wait_until_healthy(base, proc=server, timeout=300, interval=1.0,
+                           describe=lambda: (installed.root / "serve.log").read_text())
         models = httpx.get(f"{base}/v1/models", headers=headers, timeout=30).json()
         model = models["data"][0]["id"]
         reply = httpx.post(

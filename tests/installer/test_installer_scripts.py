@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from tests.installer.installer_helpers import INSTALLER, REPO_ROOT, run
 
 README = REPO_ROOT / "README.md"

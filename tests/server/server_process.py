@@ -9,10 +9,9 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
+from app.bench.server_wait import wait_until_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-officellm-test"
@@ -61,18 +60,8 @@ class ServerProcess:
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Poll /health until 200; fail with the server's log if it dies or never gets ready."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                r = httpx.get(f"{self.base_url}/health", timeout=2.0)
-                if r.status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"server not ready in {timeout} s:\n{self.output()}")
+        wait_until_healthy(self.base_url, proc=self.proc, describe=self.output, timeout=timeout,
+                           interval=0.2)
 
     def output(self) -> str:
         self.log.flush()
