@@ -29,6 +29,8 @@ class AttentionMetadata:
     decode_rows: torch.Tensor  # [Bd] rows of q that are single-token (decode) queries
     decode_slots: torch.Tensor  # [Bd, L] flat cache slots to read, padded
     decode_mask: torch.Tensor  # [Bd, 1, 1, L] True where the key is real
+    decode_block_tables: torch.Tensor | None = None  # [Bd, max_blocks] int64, for paged kernels
+    decode_seq_lens: torch.Tensor | None = None  # [Bd] int64
     prefills: list[PrefillSpan] = field(default_factory=list)
     # The varlen view that the Triton kernels and the reference use.
     block_tables: torch.Tensor | None = None  # [B, max_blocks]

@@ -45,7 +45,7 @@ class EngineConfig:
     seed: int = 0
     tensor_parallel_size: int = 1
     num_threads: int | None = None  # CPU threads; None = all cores
-    attention_backend: str | None = None  # torch | triton; None = by device
+    attention_backend: str | None = None  # torch | cpu | triton; None = by device
     enforce_eager: bool = False  # CUDA: no decode CUDA graphs (vLLM's --enforce-eager)
     stats_log_interval: float = 5.0  # seconds between periodic stats lines while busy
 

@@ -1,7 +1,9 @@
 """Which kernel implementations (and attention backend) the model uses on a given device.
 
-`torch` is the reference path (CPU, any dtype); `triton` is the GPU path. By default the
-engine picks Triton on CUDA when Triton can be imported, else torch; `--attention-backend`
+`torch` is the reference path (any device, any dtype); `cpu` is torch plus the C++ paged
+decode attention kernel (kernels/cpu_decode_attention.cpp, built on first use); `triton` is
+the GPU path. By default the engine picks Triton on CUDA when Triton can be imported, `cpu` on
+the CPU when its kernel builds, else torch; `--attention-backend`
 (EngineConfig.attention_backend) overrides, which is how the CPU tests drive the Triton
 path through Triton's interpreter.
 """
@@ -13,9 +15,9 @@ from typing import Any
 
 import torch
 
-from kernels import reference, triton_available
+from kernels import cpu_attention, reference, triton_available
 
-BACKENDS = ("torch", "triton")
+BACKENDS = ("torch", "cpu", "triton")
 
 
 def backend_for(device: torch.device, requested: str | None = None) -> str:
@@ -25,8 +27,15 @@ def backend_for(device: torch.device, requested: str | None = None) -> str:
             raise ValueError(f"Unknown attention backend {requested!r}; use one of {BACKENDS}.")
         if requested == "triton" and not triton_available():
             raise ValueError("The triton backend needs Triton: pip install 'officellm[gpu]'.")
+        if requested == "cpu" and (device.type != "cpu" or cpu_attention.load() is None):
+            raise ValueError("The cpu backend needs a CPU device and a C++ compiler to build "
+                             "its kernel; use --attention-backend torch.")
         return requested
-    return "triton" if device.type == "cuda" and triton_available() else "torch"
+    if device.type == "cuda" and triton_available():
+        return "triton"
+    if device.type == "cpu" and cpu_attention.load() is not None:
+        return "cpu"
+    return "torch"
 
 
 def ops_for(device: torch.device, backend: str | None = None) -> SimpleNamespace:
@@ -45,11 +54,16 @@ def ops_for(device: torch.device, backend: str | None = None) -> SimpleNamespace
 
 def attention_for(device: torch.device, k_caches: list[torch.Tensor],
                   v_caches: list[torch.Tensor], scale: float, backend: str | None = None) -> Any:
-    """An attention backend over these caches: TritonAttention or TorchAttention."""
-    if backend_for(device, backend) == "triton":
+    """An attention backend over these caches: TritonAttention, CpuAttention or TorchAttention."""
+    name = backend_for(device, backend)
+    if name == "triton":
         from engine.attention_triton import TritonAttention
 
         return TritonAttention(k_caches, v_caches, scale)
+    if name == "cpu":
+        from engine.attention_cpu import CpuAttention
+
+        return CpuAttention(k_caches, v_caches, scale, cpu_attention.load())
     from engine.attention import TorchAttention
 
     return TorchAttention(k_caches, v_caches, scale)

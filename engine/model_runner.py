@@ -96,6 +96,8 @@ class ModelRunner:
             decode_rows=torch.tensor(decode_rows, dtype=torch.long, device=dev),
             decode_slots=decode_slots,
             decode_mask=decode_mask,
+            decode_block_tables=None if gather else self._pad_tables(decode_tables),
+            decode_seq_lens=None if gather else torch.tensor(decode_ctx, dtype=torch.long, device=dev),
             prefills=prefills,
             block_tables=self._pad_tables(tables),
             seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),

@@ -1,0 +1,168 @@
+// Paged decode attention for the CPU: one query token per sequence, keys and values read
+// straight from the paged cache through the block table.
+//
+// Why not gather + SDPA: gathering each sequence's keys into a padded [B, L] tensor writes and
+// re-reads the whole context every layer of every step; at office context lengths the KV
+// cache is bigger than the weights, so that triples the step's dominant memory traffic.
+// Here each (sequence, KV head) pair streams its blocks once, with an online softmax, and the
+// query heads of a GQA group share every key and value row they load.
+//
+// Built on first use by kernels/cpu_attention.py (torch.utils.cpp_extension, -O3 -march=native).
+
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+inline float to_float(float x) { return x; }
+
+inline float to_float(double x) { return static_cast<float>(x); }
+
+inline float to_float(at::BFloat16 x) {
+  // bf16 is the top half of an fp32: a shift, which the compiler vectorizes.
+  uint32_t bits = static_cast<uint32_t>(x.x) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline float to_float(at::Half x) { return static_cast<float>(x); }
+
+template <typename T>
+inline void load_row(const T* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+// HEAD_DIM > 0 fixes the head size at compile time (fully unrolled, register-resident
+// rows); 0 reads it from head_dim.
+template <typename T, int64_t HEAD_DIM>
+void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int64_t* block_tables,
+                      const int64_t* seq_lens, T* out, int64_t num_seqs, int64_t num_q_heads,
+                      int64_t num_kv_heads, int64_t head_dim, int64_t block_size,
+                      int64_t table_width, float scale) {
+  const int64_t group = num_q_heads / num_kv_heads;
+  const int64_t d = HEAD_DIM > 0 ? HEAD_DIM : head_dim;
+  // Stride between consecutive tokens of one KV head inside a block.
+  const int64_t token_stride = num_kv_heads * d;
+  at::parallel_for(0, num_seqs * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> qf(group * d), acc(group * d), row(d), probs(group * block_size);
+    std::vector<float> run_max(group), run_sum(group);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / num_kv_heads;
+      const int64_t h = item % num_kv_heads;
+      const int64_t first_q_head = h * group;
+      for (int64_t g = 0; g < group; ++g) {
+        const T* src = q + (b * num_q_heads + first_q_head + g) * d;
+        for (int64_t i = 0; i < d; ++i) qf[g * d + i] = to_float(src[i]) * scale;
+      }
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      // Finite, not -inf: the kernel is built with -ffast-math (vectorized exp), which
+      // assumes no infinities; exp(-1e30 - max) is still exactly 0.
+      std::fill(run_max.begin(), run_max.end(), -1e30f);
+      std::fill(run_sum.begin(), run_sum.end(), 0.0f);
+      const int64_t n = seq_lens[b];
+      const int64_t num_blocks = (n + block_size - 1) / block_size;
+      for (int64_t blk = 0; blk < num_blocks; ++blk) {
+        const int64_t block = block_tables[b * table_width + blk];
+        const int64_t tokens = std::min(block_size, n - blk * block_size);
+        const T* k_base = k_cache + (block * block_size * num_kv_heads + h) * d;
+        const T* v_base = v_cache + (block * block_size * num_kv_heads + h) * d;
+        // Scores of this block's keys for every query head of the group.
+        for (int64_t t = 0; t < tokens; ++t) {
+          load_row(k_base + t * token_stride, row.data(), d);
+          for (int64_t g = 0; g < group; ++g) {
+            const float* qg = qf.data() + g * d;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int64_t i = 0; i < d; ++i) s += qg[i] * row[i];
+            probs[g * block_size + t] = s;
+          }
+        }
+        // Online softmax: rescale what was accumulated when the running max grows.
+        for (int64_t g = 0; g < group; ++g) {
+          float* p = probs.data() + g * block_size;
+          float block_max = p[0];
+          for (int64_t t = 1; t < tokens; ++t) block_max = std::max(block_max, p[t]);
+          const float new_max = std::max(run_max[g], block_max);
+          const float correction = std::exp(run_max[g] - new_max);
+          float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t t = 0; t < tokens; ++t) {
+            p[t] = std::exp(p[t] - new_max);
+            sum += p[t];
+          }
+          run_sum[g] = run_sum[g] * correction + sum;
+          run_max[g] = new_max;
+          float* a = acc.data() + g * d;
+          for (int64_t i = 0; i < d; ++i) a[i] *= correction;
+        }
+        for (int64_t t = 0; t < tokens; ++t) {
+          load_row(v_base + t * token_stride, row.data(), d);
+          for (int64_t g = 0; g < group; ++g) {
+            const float p = probs[g * block_size + t];
+            float* a = acc.data() + g * d;
+            for (int64_t i = 0; i < d; ++i) a[i] += p * row[i];
+          }
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        T* dst = out + (b * num_q_heads + first_q_head + g) * d;
+        const float inv = run_sum[g] > 0.0f ? 1.0f / run_sum[g] : 0.0f;
+        for (int64_t i = 0; i < d; ++i) dst[i] = static_cast<T>(acc[g * d + i] * inv);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+// q [B, Hq, D]; caches [num_blocks, block_size, Hk, D] (q's dtype); block_tables [B, W] and
+// seq_lens [B] int64. Returns [B, Hq, D].
+torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+                                     torch::Tensor block_tables, torch::Tensor seq_lens,
+                                     double scale) {
+  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4, "bad ranks");
+  TORCH_CHECK(q.device().is_cpu(), "CPU tensors only");
+  TORCH_CHECK(k_cache.scalar_type() == q.scalar_type() && v_cache.scalar_type() == q.scalar_type(),
+              "q and the caches must share a dtype");
+  TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && seq_lens.scalar_type() == torch::kInt64,
+              "block_tables and seq_lens must be int64");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
+  q = q.contiguous();
+  block_tables = block_tables.contiguous();
+  seq_lens = seq_lens.contiguous();
+  const int64_t num_seqs = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
+  const int64_t block_size = k_cache.size(1), num_kv_heads = k_cache.size(2);
+  TORCH_CHECK(num_q_heads % num_kv_heads == 0, "query heads must be a multiple of KV heads");
+  TORCH_CHECK(k_cache.size(3) == head_dim, "head_dim mismatch");
+  TORCH_CHECK(block_tables.size(0) == num_seqs && seq_lens.size(0) == num_seqs, "batch mismatch");
+  auto out = torch::empty_like(q);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode_attention", [&] {
+    auto run = [&](auto kernel) {
+      kernel(q.data_ptr<scalar_t>(), k_cache.data_ptr<scalar_t>(), v_cache.data_ptr<scalar_t>(),
+             block_tables.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(),
+             out.data_ptr<scalar_t>(), num_seqs, num_q_heads, num_kv_heads, head_dim, block_size,
+             block_tables.size(1), static_cast<float>(scale));
+    };
+    if (head_dim == 64) {
+      run(decode_attention<scalar_t, 64>);
+    } else if (head_dim == 128) {
+      run(decode_attention<scalar_t, 128>);
+    } else {
+      run(decode_attention<scalar_t, 0>);
+    }
+  });
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("paged_decode_attention", &paged_decode_attention,
+        "Decode attention over the paged KV cache (CPU)");
+}
