@@ -28,6 +28,7 @@ class ServerSettings:
     kv_cache_memory: int | str | None = None
     gpu_memory_utilization: float = 0.9
     seed: int = 0
+    prefill_pacing: float | None = None  # see EngineConfig; 0 from the flag = off
     # CPU threads for the engine; None = $OMP_NUM_THREADS if set (as vLLM and PyTorch honour
     # it), else the engine's default of every core.
     num_threads: int | None = None
@@ -58,6 +59,7 @@ class ServerSettings:
             enable_prefix_caching=self.enable_prefix_caching,
             kv_cache_memory=self.kv_cache_memory,
             gpu_memory_utilization=self.gpu_memory_utilization, seed=self.seed,
+            prefill_pacing=self.prefill_pacing or None,
             num_threads=self.num_threads or _omp_num_threads(),
         )
 

@@ -48,6 +48,9 @@ class EngineConfig:
     attention_backend: str | None = None  # torch | cpu | triton; None = by device
     enforce_eager: bool = False  # CUDA: no decode CUDA graphs (vLLM's --enforce-eager)
     stats_log_interval: float = 5.0  # seconds between periodic stats lines while busy
+    # While decodes run, size prefill chunks so a step costs about this many decode-only
+    # steps (engine/prefill_pacer.py); None = the token budget alone decides.
+    prefill_pacing: float | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
@@ -60,5 +63,7 @@ class EngineConfig:
             raise ValueError("gpu_memory_utilization must be in (0, 1].")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be at least 2.")
+        if self.prefill_pacing is not None and self.prefill_pacing <= 1:
+            raise ValueError("prefill_pacing must be above 1 (a decode-only step is 1).")
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_memory(self.kv_cache_memory)

@@ -22,6 +22,7 @@ from engine.model_runner import ModelRunner
 from engine.model_spec import ModelSpec
 from engine.models.decoder import DecoderModel
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from engine.prefill_pacer import PrefillPacer
 from engine.request import Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
@@ -131,7 +132,9 @@ class LLMEngine:
         self.bytes_per_token = self.spec.kv_bytes_per_token(nbytes)
         self.model.init_rotary(self.max_model_len + 1)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens)
+        pacer = PrefillPacer(config.prefill_pacing) if config.prefill_pacing else None
+        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
+                                   pacer)
         self.runner = ModelRunner(self.model, self.spec, num_blocks, config.block_size,
                                   self.dtype, self.device, config.seed, self.backend)
         if self._graph_batch():
@@ -255,6 +258,7 @@ class LLMEngine:
         if so.is_empty:
             return []
         self.num_steps_total += 1
+        started = time.perf_counter()
         try:
             sampled_reqs, sampler_out = self.runner.execute(so)
         except Exception as exc:  # noqa: BLE001 - isolate the failure to this batch
@@ -262,6 +266,9 @@ class LLMEngine:
                              len(so.scheduled))
             failed = [s.request for s in so.scheduled]
             return self._fail(failed, f"internal error while running the model: {exc}")
+        if self.scheduler.pacer is not None:
+            self.scheduler.pacer.observe(so.num_decodes, so.num_prefill_tokens,
+                                         time.perf_counter() - started)
         now = time.monotonic()
         touched: dict[str, _Group] = {}
         for sched in so.scheduled:

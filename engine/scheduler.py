@@ -8,6 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engine.kv_cache_manager import KVCacheManager
+from engine.prefill_pacer import PrefillPacer
 from engine.request import Request, RequestStatus
 
 logger = logging.getLogger("engine.scheduler")
@@ -40,6 +41,14 @@ class SchedulerOutput:
     def is_empty(self) -> bool:
         return not self.scheduled
 
+    @property
+    def num_decodes(self) -> int:
+        return sum(1 for s in self.scheduled if s.num_new_tokens == 1 and s.samples)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return self.num_tokens - self.num_decodes
+
 
 class Scheduler:
     """Continuous batching under a per-step token budget and a cap on running sequences."""
@@ -49,10 +58,12 @@ class Scheduler:
         kv_cache_manager: KVCacheManager,
         max_num_seqs: int,
         max_num_batched_tokens: int,
+        pacer: PrefillPacer | None = None,
     ) -> None:
         self.kv = kv_cache_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.pacer = pacer
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions_total = 0
@@ -71,12 +82,19 @@ class Scheduler:
 
         decodes = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
         prefills = [r for r in self.running if r.num_tokens - r.num_computed_tokens > 1]
+        # While others decode, the pacer bounds this step's prompt tokens (their next word
+        # waits for the whole step); alone, a prompt gets the whole budget.
+        prefill_left = self.pacer.prefill_cap() if self.pacer and decodes else budget
         for req in decodes + prefills:
             if budget == 0:
                 break
             if req.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this step
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            remaining = req.num_tokens - req.num_computed_tokens
+            if remaining > 1 and prefill_left <= 0:
+                continue
+            num_new = min(remaining, budget) if remaining == 1 else min(remaining, budget,
+                                                                        prefill_left)
             while not self.kv.allocate_slots(req, num_new):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -89,14 +107,17 @@ class Scheduler:
             if num_new:
                 chosen[req.request_id] = ScheduledRequest(req, num_new)
                 budget -= num_new
+                if remaining > 1:
+                    prefill_left -= num_new
 
         # Admit new work only when nothing had to be preempted: otherwise we would take
         # blocks from the very requests we just paused.
         if not out.preempted:
-            while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            while (self.waiting and budget > 0 and prefill_left > 0
+                   and len(self.running) < self.max_num_seqs):
                 req = self.waiting[0]
                 hits, num_hit = self.kv.get_computed_blocks(req)
-                num_new = min(req.num_tokens - num_hit, budget)
+                num_new = min(req.num_tokens - num_hit, budget, prefill_left)
                 if not self.kv.allocate_slots(req, num_new, hits):
                     break
                 self.waiting.popleft()
@@ -109,6 +130,7 @@ class Scheduler:
                 self.running.append(req)
                 chosen[req.request_id] = ScheduledRequest(req, num_new)
                 budget -= num_new
+                prefill_left -= num_new
 
         out.scheduled = list(chosen.values())
         return out
