@@ -13,6 +13,11 @@
 
 #include <ATen/Parallel.h>
 
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+#define OFFICELLM_AVX512_BF16 1
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -121,6 +126,125 @@ void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int6
   });
 }
 
+#ifdef OFFICELLM_AVX512_BF16
+// bf16 on CPUs with AVX512-BF16 (Zen 4, Sapphire Rapids): q.k with vdpbf16ps straight on the
+// stored bf16 (products of bf16 are exact in fp32, sums in fp32), p.v with fp32 FMAs into
+// accumulators that stay in registers (G query heads x D/16 vectors).
+template <int64_t D, int64_t G>
+void decode_attention_avx512_bf16(const at::BFloat16* q, const at::BFloat16* k_cache,
+                                  const at::BFloat16* v_cache, const int64_t* block_tables,
+                                  const int64_t* seq_lens, at::BFloat16* out, int64_t num_seqs,
+                                  int64_t num_q_heads, int64_t num_kv_heads, int64_t block_size,
+                                  int64_t table_width, float scale) {
+  constexpr int64_t kPairs = D / 32;  // 512-bit vectors of bf16 per row
+  constexpr int64_t kVecs = D / 16;   // 512-bit vectors of fp32 per row
+  const int64_t token_stride = num_kv_heads * D;
+  at::parallel_for(0, num_seqs * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> probs(G * block_size);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / num_kv_heads;
+      const int64_t h = item % num_kv_heads;
+      __m512bh qv[G][kPairs];
+      for (int64_t g = 0; g < G; ++g) {
+        const at::BFloat16* src = q + (b * num_q_heads + h * G + g) * D;
+        for (int64_t p = 0; p < kPairs; ++p) {
+          qv[g][p] = (__m512bh)_mm512_loadu_si512(src + p * 32);
+        }
+      }
+      __m512 acc[G][kVecs];
+      float run_max[G], run_sum[G];
+      for (int64_t g = 0; g < G; ++g) {
+        for (int64_t v = 0; v < kVecs; ++v) acc[g][v] = _mm512_setzero_ps();
+        run_max[g] = -1e30f;
+        run_sum[g] = 0.0f;
+      }
+      const int64_t n = seq_lens[b];
+      const int64_t num_blocks = (n + block_size - 1) / block_size;
+      for (int64_t blk = 0; blk < num_blocks; ++blk) {
+        const int64_t block = block_tables[b * table_width + blk];
+        const int64_t tokens = std::min(block_size, n - blk * block_size);
+        const at::BFloat16* k_base = k_cache + (block * block_size * num_kv_heads + h) * D;
+        const at::BFloat16* v_base = v_cache + (block * block_size * num_kv_heads + h) * D;
+        for (int64_t t = 0; t < tokens; ++t) {
+          const at::BFloat16* kr = k_base + t * token_stride;
+          __m512bh kv[kPairs];
+          for (int64_t p = 0; p < kPairs; ++p) kv[p] = (__m512bh)_mm512_loadu_si512(kr + p * 32);
+          for (int64_t g = 0; g < G; ++g) {
+            __m512 dot = _mm512_setzero_ps();
+            for (int64_t p = 0; p < kPairs; ++p) dot = _mm512_dpbf16_ps(dot, qv[g][p], kv[p]);
+            probs[g * block_size + t] = _mm512_reduce_add_ps(dot) * scale;
+          }
+        }
+        for (int64_t g = 0; g < G; ++g) {
+          float* pr = probs.data() + g * block_size;
+          float block_max = pr[0];
+          for (int64_t t = 1; t < tokens; ++t) block_max = std::max(block_max, pr[t]);
+          const float new_max = std::max(run_max[g], block_max);
+          const float correction = std::exp(run_max[g] - new_max);
+          float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t t = 0; t < tokens; ++t) {
+            pr[t] = std::exp(pr[t] - new_max);
+            sum += pr[t];
+          }
+          run_sum[g] = run_sum[g] * correction + sum;
+          run_max[g] = new_max;
+          const __m512 c = _mm512_set1_ps(correction);
+          for (int64_t v = 0; v < kVecs; ++v) acc[g][v] = _mm512_mul_ps(acc[g][v], c);
+        }
+        for (int64_t t = 0; t < tokens; ++t) {
+          const at::BFloat16* vr = v_base + t * token_stride;
+          __m512 vf[kVecs];
+          for (int64_t v = 0; v < kVecs; ++v) {
+            vf[v] = _mm512_cvtpbh_ps((__m256bh)_mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(vr + v * 16)));
+          }
+          for (int64_t g = 0; g < G; ++g) {
+            const __m512 p = _mm512_set1_ps(probs[g * block_size + t]);
+            for (int64_t v = 0; v < kVecs; ++v) acc[g][v] = _mm512_fmadd_ps(p, vf[v], acc[g][v]);
+          }
+        }
+      }
+      for (int64_t g = 0; g < G; ++g) {
+        at::BFloat16* dst = out + (b * num_q_heads + h * G + g) * D;
+        const __m512 inv = _mm512_set1_ps(run_sum[g] > 0.0f ? 1.0f / run_sum[g] : 0.0f);
+        for (int64_t v = 0; v < kVecs; ++v) {
+          // Round to nearest even, as torch's float -> bf16 does.
+          __m256bh r = _mm512_cvtneps_pbh(_mm512_mul_ps(acc[g][v], inv));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + v * 16), (__m256i)r);
+        }
+      }
+    }
+  });
+}
+
+// The bf16 fast path for this shape, or nullptr when there is none.
+using Bf16Kernel = void (*)(const at::BFloat16*, const at::BFloat16*, const at::BFloat16*,
+                            const int64_t*, const int64_t*, at::BFloat16*, int64_t, int64_t,
+                            int64_t, int64_t, int64_t, float);
+
+template <int64_t D>
+Bf16Kernel pick_for_group(int64_t group) {
+  switch (group) {
+    case 1: return decode_attention_avx512_bf16<D, 1>;
+    case 2: return decode_attention_avx512_bf16<D, 2>;
+    case 3: return decode_attention_avx512_bf16<D, 3>;
+    case 4: return decode_attention_avx512_bf16<D, 4>;
+    case 5: return decode_attention_avx512_bf16<D, 5>;
+    case 6: return decode_attention_avx512_bf16<D, 6>;
+    case 7: return decode_attention_avx512_bf16<D, 7>;
+    case 8: return decode_attention_avx512_bf16<D, 8>;
+    default: return nullptr;
+  }
+}
+
+Bf16Kernel pick_bf16_kernel(int64_t head_dim, int64_t group) {
+  if (head_dim == 64) return pick_for_group<64>(group);
+  if (head_dim == 128) return pick_for_group<128>(group);
+  return nullptr;
+}
+#endif
+
 }  // namespace
 
 // q [B, Hq, D]; caches [num_blocks, block_size, Hk, D] (q's dtype); block_tables [B, W] and
@@ -144,6 +268,17 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
   TORCH_CHECK(k_cache.size(3) == head_dim, "head_dim mismatch");
   TORCH_CHECK(block_tables.size(0) == num_seqs && seq_lens.size(0) == num_seqs, "batch mismatch");
   auto out = torch::empty_like(q);
+#ifdef OFFICELLM_AVX512_BF16
+  if (q.scalar_type() == at::kBFloat16) {
+    if (Bf16Kernel kernel = pick_bf16_kernel(head_dim, num_q_heads / num_kv_heads)) {
+      kernel(q.data_ptr<at::BFloat16>(), k_cache.data_ptr<at::BFloat16>(),
+             v_cache.data_ptr<at::BFloat16>(), block_tables.data_ptr<int64_t>(),
+             seq_lens.data_ptr<int64_t>(), out.data_ptr<at::BFloat16>(), num_seqs, num_q_heads,
+             num_kv_heads, block_size, block_tables.size(1), static_cast<float>(scale));
+      return out;
+    }
+  }
+#endif
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode_attention", [&] {
     auto run = [&](auto kernel) {
       kernel(q.data_ptr<scalar_t>(), k_cache.data_ptr<scalar_t>(), v_cache.data_ptr<scalar_t>(),
