@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from kernels import cpu_attention, reference, triton_available
+from kernels import cpu_kernels, reference, triton_available
 
 BACKENDS = ("torch", "cpu", "triton")
 
@@ -27,20 +27,25 @@ def backend_for(device: torch.device, requested: str | None = None) -> str:
             raise ValueError(f"Unknown attention backend {requested!r}; use one of {BACKENDS}.")
         if requested == "triton" and not triton_available():
             raise ValueError("The triton backend needs Triton: pip install 'officellm[gpu]'.")
-        if requested == "cpu" and (device.type != "cpu" or cpu_attention.load() is None):
+        if requested == "cpu" and (device.type != "cpu" or cpu_kernels.load() is None):
             raise ValueError("The cpu backend needs a CPU device and a C++ compiler to build "
                              "its kernel; use --attention-backend torch.")
         return requested
     if device.type == "cuda" and triton_available():
         return "triton"
-    if device.type == "cpu" and cpu_attention.load() is not None:
+    if device.type == "cpu" and cpu_kernels.load() is not None:
         return "cpu"
     return "torch"
 
 
 def ops_for(device: torch.device, backend: str | None = None) -> SimpleNamespace:
     """The norm/rotary/activation ops the model calls: Triton's or the references."""
-    if backend_for(device, backend) == "triton":
+    name = backend_for(device, backend)
+    if name == "cpu":
+        from kernels.cpu_ops import make_ops
+
+        return make_ops(cpu_kernels.load())
+    if name == "triton":
         from kernels import triton_ops as impl  # imported only here: the CPU never needs it
     else:
         impl = reference  # type: ignore[assignment]
@@ -63,7 +68,7 @@ def attention_for(device: torch.device, k_caches: list[torch.Tensor],
     if name == "cpu":
         from engine.attention_cpu import CpuAttention
 
-        return CpuAttention(k_caches, v_caches, scale, cpu_attention.load())
+        return CpuAttention(k_caches, v_caches, scale, cpu_kernels.load())
     from engine.attention import TorchAttention
 
     return TorchAttention(k_caches, v_caches, scale)

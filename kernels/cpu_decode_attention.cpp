@@ -7,7 +7,7 @@
 // Here each (sequence, KV head) pair streams its blocks once, with an online softmax, and the
 // query heads of a GQA group share every key and value row they load.
 //
-// Built on first use by kernels/cpu_attention.py (torch.utils.cpp_extension, -O3 -march=native).
+// Built on first use by kernels/cpu_kernels.py (torch.utils.cpp_extension, -O3 -march=native).
 
 #include <torch/extension.h>
 
@@ -295,9 +295,4 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
     }
   });
   return out;
-}
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("paged_decode_attention", &paged_decode_attention,
-        "Decode attention over the paged KV cache (CPU)");
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels import cpu_attention
+from kernels import cpu_kernels
 from tests.kernels.conftest import close
 from tests.kernels.paged_inputs import make_problem, reference_output
 
@@ -15,7 +15,7 @@ DECODE_LENS = [17, 1, 32, 45, 300]
 
 @pytest.fixture(scope="module")
 def kernel():
-    module = cpu_attention.load()
+    module = cpu_kernels.load()
     if module is None:
         pytest.fail("the CPU attention kernel did not build (is a C++ compiler installed?)")
     return module

@@ -1,0 +1,24 @@
+// Python bindings of the CPU kernels (one extension module: kernels/cpu_kernels.py builds it).
+
+#include <torch/extension.h>
+
+#include <tuple>
+
+torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+                                     torch::Tensor block_tables, torch::Tensor seq_lens,
+                                     double scale);
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
+std::tuple<torch::Tensor, torch::Tensor> fused_add_rms_norm(torch::Tensor x, torch::Tensor residual,
+                                                            torch::Tensor weight, double eps);
+std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Tensor k,
+                                                      torch::Tensor cos, torch::Tensor sin);
+torch::Tensor silu_and_mul(torch::Tensor x);
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("paged_decode_attention", &paged_decode_attention,
+        "Decode attention over the paged KV cache");
+  m.def("rms_norm", &rms_norm, "RMSNorm over rows");
+  m.def("fused_add_rms_norm", &fused_add_rms_norm, "residual add, then RMSNorm");
+  m.def("apply_rotary", &apply_rotary, "neox rotary embedding of q and k");
+  m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up");
+}

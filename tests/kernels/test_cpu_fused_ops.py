@@ -1,0 +1,70 @@
+"""The C++ fused per-layer ops (kernels/cpu_fused_ops.cpp) vs kernels/reference.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import cpu_kernels, reference
+from kernels.cpu_ops import make_ops
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(scope="module")
+def ops():
+    module = cpu_kernels.load()
+    if module is None:
+        pytest.fail("the CPU kernels did not build (is a C++ compiler installed?)")
+    return make_ops(module)
+
+
+def _rand(*shape, dtype, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_matches_reference(ops, dtype):
+    x, w = _rand(7, 576, dtype=dtype), _rand(576, dtype=dtype, seed=1)
+    # Only the float32 sum of squares is taken in another order: at most one rounding step.
+    torch.testing.assert_close(ops.rms_norm(x, w, 1e-5), reference.rms_norm(x, w, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fused_add_rms_norm_matches_reference(ops, dtype):
+    x, r = (_rand(5, 320, dtype=dtype, seed=s) for s in range(2))
+    w = _rand(320, dtype=dtype, seed=2)
+    out, residual = ops.fused_add_rms_norm(x, r, w, 1e-6)
+    ref_out, ref_residual = reference.fused_add_rms_norm(x, r, w, 1e-6)
+    assert torch.equal(residual, ref_residual)
+    torch.testing.assert_close(out, ref_out)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rotary_is_bit_identical_to_reference(ops, dtype):
+    """q and k are strided views of one fused qkv output, as in the model."""
+    t, hq, hk, d = 6, 9, 3, 64
+    qkv = _rand(t, (hq + 2 * hk) * d, dtype=dtype)
+    q, k, _ = qkv.split([hq * d, hk * d, hk * d], dim=-1)
+    q, k = q.view(t, hq, d), k.view(t, hk, d)
+    angles = _rand(t, d // 2, dtype=torch.float32, seed=4)
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    got_q, got_k = ops.apply_rotary(q, k, cos, sin)
+    ref_q, ref_k = reference.apply_rotary(q, k, cos, sin)
+    assert torch.equal(got_q, ref_q) and torch.equal(got_k, ref_k)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul_matches_reference(ops, dtype):
+    x = _rand(4, 2 * 1536, dtype=dtype) * 4
+    got, ref = ops.silu_and_mul(x), reference.silu_and_mul(x)
+    # exp is vectorized differently from torch's: equal up to one rounding of the dtype.
+    torch.testing.assert_close(got, ref)
+
+
+def test_uneven_layouts_fall_back_to_the_reference(ops):
+    """Per-head q/k norms (Qwen3) pass [T, H, D] views with uneven strides."""
+    qkv = _rand(3, 5 * 32, dtype=torch.float32)
+    q = qkv[:, : 3 * 32].view(3, 3, 32)
+    w = _rand(32, dtype=torch.float32, seed=2)
+    assert torch.equal(ops.rms_norm(q, w, 1e-6), reference.rms_norm(q, w, 1e-6))
