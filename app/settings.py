@@ -28,6 +28,7 @@ class ServerSettings:
     kv_cache_memory: int | str | None = None
     gpu_memory_utilization: float = 0.9
     seed: int = 0
+    tensor_parallel_size: int = 1
     # CPU threads for the engine; None = $OMP_NUM_THREADS if set (as vLLM and PyTorch honour
     # it), else the engine's default of every core.
     num_threads: int | None = None
@@ -58,7 +59,7 @@ class ServerSettings:
             enable_prefix_caching=self.enable_prefix_caching,
             kv_cache_memory=self.kv_cache_memory,
             gpu_memory_utilization=self.gpu_memory_utilization, seed=self.seed,
-            num_threads=self.num_threads or _omp_num_threads(),
+            tensor_parallel_size=self.tensor_parallel_size, num_threads=self.num_threads or _omp_num_threads(),
         )
 
 

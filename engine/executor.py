@@ -24,7 +24,6 @@ from engine.config import EngineConfig
 from engine.model_runner import StepBatch
 from engine.parallel_state import (
     ParallelState,
-    destroy_parallel_state,
     init_parallel_state,
     rendezvous_store,
 )
@@ -58,9 +57,6 @@ class MultiprocExecutor:
 
     def __init__(self, config: EngineConfig, model_dir: Path) -> None:
         tp = config.tensor_parallel_size
-        if dist.is_initialized():
-            raise RuntimeError("This process already runs an engine with tensor parallelism: "
-                               "one per process; close the other first.")
         ctx = mp.get_context("spawn")
         store = rendezvous_store(tp)
         self.broken: str | None = None
@@ -152,4 +148,4 @@ def _stop_workers(workers: _Workers) -> None:
             proc.kill()
             proc.join()
     if workers.parallel is not None:
-        destroy_parallel_state()
+        workers.parallel.destroy()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from engine.config import EngineConfig
 from engine.kv_plan import KVCacheTooSmallError
-from engine.parallel_state import destroy_parallel_state, init_parallel_state, join_store
+from engine.parallel_state import init_parallel_state, join_store
 from engine.worker import Worker, rank_device
 
 logger = logging.getLogger("engine.tp_worker")
@@ -79,4 +79,4 @@ def worker_main(args: WorkerArgs, parent: Connection) -> None:
         logger.exception("Tensor-parallel worker rank %d failed", args.rank)
         raise
     finally:
-        destroy_parallel_state()
+        parallel.destroy()

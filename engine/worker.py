@@ -120,7 +120,7 @@ class Worker:
         tells the others, or raises KVCacheTooSmallError on every rank.
         """
         budget, flag = self.kv_budget()
-        budgets = self.parallel.all_gather_object(budget)
+        budgets = self.parallel.all_gather_int(budget)
         decision: tuple[int, int] | KVCacheTooSmallError | None = None
         if self.parallel.is_first:
             tp = self.parallel.world_size

@@ -21,7 +21,7 @@ logger = logging.getLogger("officellm.server")
 # user gave (those override the profile).
 _ENGINE_FLAGS = ["max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
                  "enable_prefix_caching", "dtype", "device", "kv_cache_memory",
-                 "gpu_memory_utilization", "seed", "max_context_tokens"]
+                 "gpu_memory_utilization", "seed", "tensor_parallel_size", "max_context_tokens"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-cache-memory", default=None, help="KV pool size, e.g. 4GiB (CPU)")
     p.add_argument("--gpu-memory-utilization", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=None,
+                   help="split the model over this many GPUs (or CPU processes); "
+                        "--kv-cache-memory is then per rank")
     p.add_argument("--served-model-name", nargs="+", default=None,
                    help="name(s) clients use for the model (default: the model's own)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
