@@ -102,7 +102,8 @@ class MultiprocExecutor:
 
     def send_scrub(self, block_ids: list[int]) -> None:
         """Tell every worker to zero these KV blocks in its shard of the pool."""
-        self._send((SCRUB, block_ids))
+        if self.broken is None:  # else no worker runs another step: nothing to protect
+            self._send((SCRUB, block_ids))
 
     def mark_broken(self, reason: str) -> None:
         """A step failed part-way: the ranks may be out of step, so run no more."""
@@ -117,7 +118,11 @@ class MultiprocExecutor:
             self.broken = ", ".join(f"{p.name} exited with code {p.exitcode}" for p in dead)
             raise WorkerDiedError(f"Tensor-parallel worker gone: {self.broken}; restart the "
                                   "engine.")
-        self.parallel.broadcast_object(message)
+        try:
+            self.parallel.broadcast_object(message)
+        except RuntimeError as exc:  # gloo: a worker died since the check above
+            self.broken = f"broadcast failed: {exc}"
+            raise WorkerDiedError(f"Tensor-parallel worker gone: {exc}") from exc
 
     def shutdown(self) -> None:
         """Stop every worker (idempotent); leave the process group."""

@@ -12,7 +12,7 @@ import torch
 
 from engine.config import EngineConfig, format_gib
 from engine.detokenizer import IncrementalDetokenizer
-from engine.executor import MultiprocExecutor
+from engine.executor import MultiprocExecutor, WorkerDiedError
 from engine.kv_cache_manager import KVCacheManager
 from engine.model_loader import eos_token_ids, load_config_dict, resolve_model_dir
 from engine.model_spec import ModelSpec
@@ -213,7 +213,9 @@ class LLMEngine:
         """Schedule, run the model, update requests; return what changed (deltas).
 
         A failure while running the batch fails the requests of that batch alone (their
-        outputs carry `error`); the engine and every other request go on.
+        outputs carry `error`); the engine and every other request go on. The exception is
+        a tensor-parallel worker that died (WorkerDiedError): the batch's requests are
+        failed, then the error is raised, since no further step can run.
         """
         so = self.scheduler.schedule()
         if so.is_empty:
@@ -225,7 +227,10 @@ class LLMEngine:
             logger.exception("Engine step failed; failing the %d requests of this batch",
                              len(so.scheduled))
             failed = [s.request for s in so.scheduled]
-            return self._fail(failed, f"internal error while running the model: {exc}")
+            outputs = self._fail(failed, f"internal error while running the model: {exc}")
+            if isinstance(exc, WorkerDiedError):
+                raise  # no step can run any more: the engine's owner must restart it
+            return outputs
         now = time.monotonic()
         touched: dict[str, _Group] = {}
         for sched in so.scheduled:
