@@ -152,5 +152,8 @@ def _stop_workers(workers: _Workers) -> None:
         if proc.is_alive():
             proc.kill()
             proc.join()
+    if procs:
+        logger.info("Stopped %d tensor-parallel worker process(es): exit codes %s", len(procs),
+                    ", ".join(str(p.exitcode) for p in procs))
     if workers.parallel is not None:
         workers.parallel.destroy()

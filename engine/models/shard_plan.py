@@ -71,6 +71,16 @@ class ShardPlan:
     def num_kv_heads(self) -> int:
         return len(self.kv_heads)
 
+    def num_parameters(self, spec: ModelSpec) -> int:
+        """Parameters this rank holds: its slices, plus the norms every rank keeps whole."""
+        h, d = spec.hidden_size, spec.head_dim
+        q, kv, inter = self.num_q_heads * d, self.num_kv_heads * d, len(self.intermediate)
+        attn = h * (q + 2 * kv) + q * h
+        attn += (q + 2 * kv) * spec.qkv_bias + h * spec.o_bias + 2 * d * spec.qk_norm
+        mlp = 3 * h * inter + (2 * inter + h) * spec.mlp_bias
+        vocab = self.vocab_shard * h * (1 if spec.tie_word_embeddings else 2)
+        return spec.num_layers * (attn + mlp + 2 * h) + vocab + h
+
     def shard(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """This rank's slice of the checkpoint tensor `name` (Hugging Face naming, without
         the `model.` and `layers.N.` prefixes)."""

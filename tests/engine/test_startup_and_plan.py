@@ -36,8 +36,40 @@ def test_plan_for_qwen25_7b_on_80gib():
     assert plan.weight_bytes == spec.num_parameters() * 2
     assert plan.pool_tokens == (80 * 1024**3 - plan.weight_bytes) // (57_344 * 16) * 16
     assert plan.concurrency_at_max_len == pytest.approx(plan.pool_tokens / 32768)
+
+
+def test_plan_with_tensor_parallelism_divides_weights_and_kv_per_gpu():
+    spec, name = load_spec("Qwen2.5-7B-Instruct")
+    one = make_plan(spec, name, 80 * 1024**3, "bf16", 32768)
     tp2 = make_plan(spec, name, 80 * 1024**3, "bf16", 32768, tensor_parallel_size=2)
-    assert tp2.bytes_per_token == 57_344 // 2 and tp2.weight_bytes == plan.weight_bytes // 2
+    assert tp2.bytes_per_token == 57_344 // 2  # 2 of the 4 KV heads per GPU
+    norms = (spec.num_layers * 2 + 1) * spec.hidden_size * 2  # every GPU keeps them whole
+    assert tp2.weight_bytes == (one.weight_bytes - norms) // 2 + norms
+    assert tp2.pool_bytes == 80 * 1024**3 - tp2.weight_bytes
+    assert tp2.pool_tokens > 2 * one.pool_tokens
+
+
+def test_plan_counts_the_largest_share_of_an_uneven_split():
+    spec, name = load_spec("SmolLM2-135M-Instruct")  # 3 KV heads: 1 and 2 per GPU
+    tp2 = make_plan(spec, name, 8 * 1024**3, "bf16", tensor_parallel_size=2)
+    assert tp2.bytes_per_token == spec.kv_bytes_per_token(2) * 2 // 3
+
+
+def test_plan_refuses_a_split_the_engine_cannot_run():
+    from engine.models.shard_plan import TensorParallelSplitError
+
+    spec, name = load_spec("SmolLM2-135M-Instruct")  # 9 heads over 3 KV heads
+    with pytest.raises(TensorParallelSplitError, match="across 4 ranks"):
+        make_plan(spec, name, 8 * 1024**3, "bf16", tensor_parallel_size=4)
+
+
+def test_plan_cli_prints_per_gpu_numbers_under_tensor_parallelism():
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
+         "--max-model-len", "32768", "--tensor-parallel-size", "2"],
+        capture_output=True, text=True, check=True).stdout
+    assert "(tensor parallel 2)" in out and "KV cache per token: 28,672 bytes per GPU" in out
+    assert "Weights: 7.09 GiB per GPU" in out
 
 
 def test_plan_cli_prints_the_arithmetic():
