@@ -60,5 +60,10 @@ class EngineConfig:
             raise ValueError("gpu_memory_utilization must be in (0, 1].")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be at least 2.")
+        if self.tensor_parallel_size < 1:
+            raise ValueError("tensor_parallel_size must be at least 1.")
+        if self.tensor_parallel_size > 1 and ":" in self.device:
+            raise ValueError(f"With tensor_parallel_size > 1 give the device without an index "
+                             f"(rank r uses cuda:r), not {self.device!r}.")
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_memory(self.kv_cache_memory)

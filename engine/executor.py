@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import time
 import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -27,7 +28,7 @@ from engine.parallel_state import (
     init_parallel_state,
     rendezvous_store,
 )
-from engine.tp_worker import SCRUB, SHUTDOWN, STEP, WorkerArgs, worker_main
+from engine.tp_worker import SCRUB, SHUTDOWN, STEP, WorkerArgs, started_key, worker_main
 from engine.worker import rank_device
 
 logger = logging.getLogger("engine.executor")
@@ -86,7 +87,19 @@ class MultiprocExecutor:
             workers.pipes.append(ours)
         logger.info("Started %d tensor-parallel worker process(es): pids %s", tp - 1,
                     ", ".join(str(p.pid) for p in workers.procs))
+        self._wait_started(store)
         return init_parallel_state(store, 0, tp, rank_device(config.device, 0))
+
+    def _wait_started(self, store: dist.TCPStore) -> None:
+        """Wait until every worker process is up, failing at once if one dies first (joining
+        the group would otherwise wait its whole timeout for a rank that never comes)."""
+        keys = [started_key(rank) for rank in range(1, len(self._workers.procs) + 1)]
+        while not store.check(keys):
+            dead = [p for p in self._workers.procs if not p.is_alive()]
+            if dead:
+                raise WorkerDiedError("Tensor-parallel worker failed to start: " + ", ".join(
+                    f"{p.name} exited with code {p.exitcode}" for p in dead))
+            time.sleep(0.02)
 
     @property
     def worker_pids(self) -> list[int]:
@@ -106,23 +119,31 @@ class MultiprocExecutor:
             self._send((SCRUB, block_ids))
 
     def mark_broken(self, reason: str) -> None:
-        """A step failed part-way: the ranks may be out of step, so run no more."""
+        """A step failed part-way: the ranks may be out of step, so run no more (and stop
+        the workers without a shutdown message, which they might take for something else)."""
         self.broken = reason
+        self._workers.in_loop = False
 
     def _send(self, message: tuple) -> None:
         if self.broken is not None:
             raise WorkerDiedError(f"The tensor-parallel group is out of order ({self.broken}); "
                                   "restart the engine.")
-        dead = [p for p in self._workers.procs if not p.is_alive()]
-        if dead:
-            self.broken = ", ".join(f"{p.name} exited with code {p.exitcode}" for p in dead)
-            raise WorkerDiedError(f"Tensor-parallel worker gone: {self.broken}; restart the "
-                                  "engine.")
+        self._raise_if_dead()
         try:
             self.parallel.broadcast_object(message)
-        except RuntimeError as exc:  # gloo: a worker died since the check above
-            self.broken = f"broadcast failed: {exc}"
-            raise WorkerDiedError(f"Tensor-parallel worker gone: {exc}") from exc
+        except RuntimeError as exc:  # gloo: a worker is dying or died since the check above
+            for proc in self._workers.procs:
+                proc.join(JOIN_TIMEOUT)  # long enough to be reaped, if it is dying
+            self._raise_if_dead()
+            self.mark_broken(f"broadcast failed: {exc}")
+            raise WorkerDiedError(f"Tensor-parallel broadcast failed: {exc}") from exc
+
+    def _raise_if_dead(self) -> None:
+        dead = [p for p in self._workers.procs if not p.is_alive()]
+        if dead:
+            self.mark_broken(", ".join(f"{p.name} exited with code {p.exitcode}" for p in dead))
+            raise WorkerDiedError(f"Tensor-parallel worker gone: {self.broken}; restart the "
+                                  "engine.")
 
     def shutdown(self) -> None:
         """Stop every worker (idempotent); leave the process group."""

@@ -24,7 +24,7 @@ from engine.sampler import SamplerOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler, SchedulerOutput
 from engine.stats import EngineStats
-from engine.worker import Worker
+from engine.worker import Worker, check_devices
 
 logger = logging.getLogger("engine")
 
@@ -83,6 +83,7 @@ class LLMEngine:
         spec = ModelSpec.from_config_dict(load_config_dict(self.model_dir))
         # Refuse an impossible split before any worker process starts.
         ShardPlan.for_rank(spec, 0, config.tensor_parallel_size)
+        check_devices(config.device, config.tensor_parallel_size)
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))

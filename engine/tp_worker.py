@@ -28,6 +28,11 @@ logger = logging.getLogger("engine.tp_worker")
 STEP, SCRUB, SHUTDOWN = "step", "scrub", "shutdown"
 
 
+def started_key(rank: int) -> str:
+    """The store key a worker sets once its process is up and about to join the group."""
+    return f"officellm/worker-started/{rank}"
+
+
 @dataclass
 class WorkerArgs:
     """What a worker process needs to join the group and build its shard."""
@@ -60,8 +65,9 @@ def worker_main(args: WorkerArgs, parent: Connection) -> None:
                         format=f"%(asctime)s %(levelname)s (tp rank {args.rank}) %(name)s: "
                                "%(message)s")
     device = rank_device(args.config.device, args.rank)
-    parallel = init_parallel_state(join_store(args.store_port, args.world_size), args.rank,
-                                   args.world_size, device)
+    store = join_store(args.store_port, args.world_size)
+    store.set(started_key(args.rank), "1")  # rank 0 waits for this before it joins the group
+    parallel = init_parallel_state(store, args.rank, args.world_size, device)
     try:
         worker = Worker(args.config, args.model_dir, parallel)
         runner = worker.init_cache(*worker.size_pool())

@@ -59,6 +59,13 @@ def rank_device(device: str, rank: int) -> torch.device:
     return dev
 
 
+def check_devices(device: str, world_size: int) -> None:
+    """Refuse, before any worker starts, a tensor-parallel size this machine cannot run."""
+    if torch.device(device).type == "cuda" and world_size > torch.cuda.device_count():
+        raise ValueError(f"--tensor-parallel-size {world_size} needs {world_size} GPUs; this "
+                         f"machine has {torch.cuda.device_count()}.")
+
+
 class Worker:
     """Builds this rank's model shard and, once the pool is sized, its ModelRunner."""
 

@@ -45,6 +45,37 @@ def tiny_dir(tmp_path_factory, smollm2_dir) -> Path:
     return build_tiny_model("llama", tmp_path_factory.mktemp("llama"), smollm2_dir)
 
 
+def spawned_children() -> list[psutil.Process]:
+    """Live processes this one started with multiprocessing's spawn (not its resource
+    tracker, which multiprocessing keeps for the whole session)."""
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if not gone(child.pid) and "spawn_main" in " ".join(child.cmdline()):
+                out.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_an_impossible_split_is_refused_before_any_worker_starts(tiny_dir):
+    from engine.models.shard_plan import TensorParallelSplitError
+
+    before = {c.pid for c in spawned_children()}
+    with pytest.raises(TensorParallelSplitError, match="across 3 ranks"):
+        make_llm(tiny_dir, tensor_parallel_size=3)  # 8 heads over 2 KV heads
+    assert {c.pid for c in spawned_children()} == before
+
+
+def test_a_start_up_error_leaves_no_worker(tiny_dir):
+    from engine.kv_plan import KVCacheTooSmallError
+
+    before = {c.pid for c in spawned_children()}
+    with pytest.raises(KVCacheTooSmallError, match="max_model_len=1,024"):
+        make_llm(tiny_dir, kv_cache_memory="64KiB", max_model_len=1024, tensor_parallel_size=2)
+    assert wait_gone([c.pid for c in spawned_children() if c.pid not in before])
+
+
 def test_close_stops_every_worker(tiny_dir):
     llm = make_llm(tiny_dir, kv_cache_memory="4MiB", tensor_parallel_size=2)
     pids = llm.llm_engine.executor.worker_pids
