@@ -14,7 +14,7 @@ import pytest
 from engine import LLM, SamplingParams
 from engine.kv_plan import make_plan
 from engine.model_spec import ModelSpec
-from tests.engine.conftest import make_llm
+from tests.engine.conftest import POISON, make_llm
 from tests.support.hf_reference import compare_greedy_outputs
 from tests.support.tiny_models import build_tiny_model
 
@@ -92,3 +92,19 @@ def test_the_pool_is_the_smallest_rank_budget_and_the_log_says_so(tiny_dir, capl
     plan = make_plan(spec, "tiny", 4 * 1024**2, "fp32", tensor_parallel_size=2)
     assert engine.bytes_per_token == plan.bytes_per_token == spec.kv_bytes_per_token(4) // 2
     assert engine.kv.pool.num_blocks == 4 * 1024**2 // (plan.bytes_per_token * 16)
+
+
+def test_a_request_that_fails_on_nan_has_its_blocks_scrubbed_on_every_rank(poisoned_model):
+    with make_llm(poisoned_model, kv_cache_memory="4MiB", tensor_parallel_size=2) as tp2:
+        engine = tp2.llm_engine
+        scrubbed: list[list[int]] = []
+        send = engine.executor.send_scrub
+        engine.executor.send_scrub = lambda ids: (scrubbed.append(list(ids)), send(ids))
+        params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+        engine.add_request("poisoned", [10, POISON, 12, 13], params)
+        outputs = engine.step()
+        assert "NaN" in (outputs[0].error or "")
+        assert len(scrubbed) == 1 and scrubbed[0]  # told to the worker, not only done here
+        engine.add_request("after", [20, 21, 22], params)
+        while engine.has_unfinished_requests():
+            assert all(out.error is None for out in engine.step())
