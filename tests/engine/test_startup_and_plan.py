@@ -113,3 +113,32 @@ def test_prompt_too_long_is_refused_in_vllm_wording(smollm2_dir):
             "input tokens. Please reduce the length of the input messages.")):
         llm.llm_engine.add_request("long", list(range(10, 210)), SamplingParams())
     assert not llm.llm_engine.has_unfinished_requests()
+
+
+def test_under_tensor_parallelism_the_pool_is_sized_by_the_smallest_rank(caplog):
+    import torch
+
+    from engine.config import EngineConfig
+    from engine.parallel_state import ParallelState
+    from engine.worker import Worker
+
+    class TwoRanks(ParallelState):
+        """Rank 0 of two, whose rank 1 reports half rank 0's budget."""
+
+        def all_gather_int(self, value: int) -> list[int]:
+            return [value, value // 2]
+
+        def broadcast_object(self, obj=None):
+            return obj
+
+    spec, _ = load_spec("SmolLM2-135M-Instruct")
+    worker = object.__new__(Worker)  # the sizing alone: no model to load
+    worker.config, worker.spec, worker.dtype = EngineConfig(), spec, torch.bfloat16
+    worker.parallel = TwoRanks(0, 2)
+    worker.kv_budget = lambda: (2 * 1024**3, "--gpu-memory-utilization")
+    with caplog.at_level(logging.INFO):
+        num_blocks, _ = worker.size_pool()
+    assert num_blocks == 1024**3 // (spec.kv_bytes_per_token(2, 2) * 16)
+    assert "Rank 0: available KV cache memory: 2.00 GiB" in caplog.text
+    assert "Rank 1: available KV cache memory: 1.00 GiB" in caplog.text
+    assert "KV cache pool per rank: the minimum over 2 ranks, 1.00 GiB" in caplog.text

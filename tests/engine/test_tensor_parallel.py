@@ -79,19 +79,18 @@ def test_smollm2_on_two_ranks_gives_the_tokens_of_one(smollm2_dir, smollm2_llm, 
 
 
 @pytest.mark.parametrize("tiny_dir", ["llama"], indirect=True)
-def test_the_pool_is_the_smallest_rank_budget_and_the_log_says_so(tiny_dir, caplog):
+def test_each_rank_holds_its_share_of_the_kv_as_plan_says(tiny_dir, caplog):
     with caplog.at_level(logging.INFO), \
             make_llm(tiny_dir, kv_cache_memory="4MiB", tensor_parallel_size=2) as tp2:
         engine = tp2.llm_engine
-    assert "Rank 0: available KV cache memory: 0.00 GiB" in caplog.text
-    assert "Rank 1: available KV cache memory: 0.00 GiB" in caplog.text
     assert "KV cache pool per rank: the minimum over 2 ranks" in caplog.text
-    # Each rank holds half the KV heads: twice the tokens of one process in the same memory,
-    # and the same bytes per token as `officellm plan --tensor-parallel-size 2`.
+    # Each rank holds one of the two KV heads: twice the tokens of one process in the same
+    # memory, and the bytes per token of `officellm plan --tensor-parallel-size 2`.
     spec = ModelSpec.from_json(tiny_dir / "config.json")
     plan = make_plan(spec, "tiny", 4 * 1024**2, "fp32", tensor_parallel_size=2)
     assert engine.bytes_per_token == plan.bytes_per_token == spec.kv_bytes_per_token(4) // 2
     assert engine.kv.pool.num_blocks == 4 * 1024**2 // (plan.bytes_per_token * 16)
+    assert f"{plan.bytes_per_token:,} B/token" in caplog.text
 
 
 def test_a_request_that_fails_on_nan_has_its_blocks_scrubbed_on_every_rank(poisoned_model):
