@@ -97,8 +97,11 @@ class MultiprocExecutor:
         while not store.check(keys):
             dead = [p for p in self._workers.procs if not p.is_alive()]
             if dead:
-                raise WorkerDiedError("Tensor-parallel worker failed to start: " + ", ".join(
-                    f"{p.name} exited with code {p.exitcode}" for p in dead))
+                raise WorkerDiedError(
+                    "Tensor-parallel worker failed to start: " + ", ".join(
+                        f"{p.name} exited with code {p.exitcode}" for p in dead)
+                    + " (see its error above; workers start with spawn, so a script that "
+                    "builds the engine at import time needs `if __name__ == '__main__':`)")
             time.sleep(0.02)
 
     @property
