@@ -209,6 +209,9 @@ class AsyncEngine:
             self.state = EngineState.DEAD
         else:
             self.state = EngineState.STOPPED
+        finally:
+            # Stops tensor-parallel worker processes; nothing to do for a one-process engine.
+            self.engine.close()
         self._fail_pending(EngineDeadError(self._unavailable_reason()))
 
     def _loop(self, engine: LLMEngine) -> None:

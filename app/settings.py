@@ -29,6 +29,7 @@ class ServerSettings:
     gpu_memory_utilization: float = 0.9
     seed: int = 0
     prefill_pacing: float | None = None  # see EngineConfig; 0 from the flag = off
+    tensor_parallel_size: int = 1
     # CPU threads for the engine; None = $OMP_NUM_THREADS if set (as vLLM and PyTorch honour
     # it), else the engine's default of every core.
     num_threads: int | None = None
@@ -60,6 +61,7 @@ class ServerSettings:
             kv_cache_memory=self.kv_cache_memory,
             gpu_memory_utilization=self.gpu_memory_utilization, seed=self.seed,
             prefill_pacing=self.prefill_pacing or None,
+            tensor_parallel_size=self.tensor_parallel_size,
             num_threads=self.num_threads or _omp_num_threads(),
         )
 

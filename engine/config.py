@@ -65,5 +65,10 @@ class EngineConfig:
             raise ValueError("max_model_len must be at least 2.")
         if self.prefill_pacing is not None and self.prefill_pacing <= 1:
             raise ValueError("prefill_pacing must be above 1 (a decode-only step is 1).")
+        if self.tensor_parallel_size < 1:
+            raise ValueError("tensor_parallel_size must be at least 1.")
+        if self.tensor_parallel_size > 1 and ":" in self.device:
+            raise ValueError(f"With tensor_parallel_size > 1 give the device without an index "
+                             f"(rank r uses cuda:r), not {self.device!r}.")
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_memory(self.kv_cache_memory)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.config import format_gib
 from engine.model_spec import ModelSpec
+from engine.models.shard_plan import ShardPlan
 
 logger = logging.getLogger("engine.kv_plan")
 
@@ -90,11 +91,13 @@ def make_plan(
     tensor_parallel_size: int = 1,
     overhead_bytes: int = 0,
 ) -> KVPlan:
-    """Size the KV pool that fits beside the weights in `memory_bytes` (per GPU under TP)."""
+    """Size the KV pool that fits beside the weights in `memory_bytes` (per GPU under TP:
+    the largest rank's share of the weights and of the KV heads; raises
+    TensorParallelSplitError for a split the engine cannot run)."""
     nbytes = dtype_bytes(dtype)
     tp = tensor_parallel_size
     per_token = spec.kv_bytes_per_token(nbytes, tp)
-    weights = -(-spec.num_parameters() * nbytes // tp)
+    weights = nbytes * max(ShardPlan.for_rank(spec, r, tp).num_parameters(spec) for r in range(tp))
     pool = max(0, memory_bytes - weights - overhead_bytes)
     num_blocks = pool // (per_token * block_size)
     pool_tokens = num_blocks * block_size

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,30 +10,24 @@ from typing import Any
 
 import torch
 
-from engine import kernels_ops
 from engine.config import EngineConfig, format_gib
 from engine.detokenizer import IncrementalDetokenizer
-from engine.dtype_choice import resolve_dtype
+from engine.executor import MultiprocExecutor, WorkerDiedError
 from engine.kv_cache_manager import KVCacheManager
-from engine.kv_plan import size_pool
-from engine.model_loader import eos_token_ids, iter_safetensors, load_config_dict, resolve_model_dir
-from engine.model_runner import ModelRunner
+from engine.model_loader import eos_token_ids, load_config_dict, resolve_model_dir
 from engine.model_spec import ModelSpec
-from engine.models.decoder import DecoderModel
+from engine.models.shard_plan import ShardPlan
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
+from engine.parallel_state import ParallelState
 from engine.prefill_pacer import PrefillPacer
 from engine.request import Request, RequestStatus
+from engine.sampler import SamplerOutput
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import Scheduler, SchedulerOutput
 from engine.stats import EngineStats
+from engine.worker import Worker, check_devices
 
 logger = logging.getLogger("engine")
-
-# Default CPU KV pool when --kv-cache-memory is not given: this share of available RAM,
-# capped, so that a desk machine keeps room for everything else it runs.
-CPU_KV_FRACTION = 0.2
-CPU_KV_CAP = 8 * 1024**3
-
 
 class PromptTooLongError(ValueError):
     """The prompt (plus at least one generated token) exceeds max_model_len."""
@@ -58,23 +51,6 @@ class _Group:
     prompt: str | None
     prompt_token_ids: list[int]
     seqs: list[_Sequence] = field(default_factory=list)
-
-
-def _cpu_threads(requested: int | None) -> int:
-    """Threads for CPU matmuls: as asked, else OMP_NUM_THREADS when set, else every core."""
-    if requested:
-        return requested
-    env = os.environ.get("OMP_NUM_THREADS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return os.cpu_count() or 1
-
-
-def _available_memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return 4 * 1024**3
 
 
 def _group_metrics(requests: list[Request]) -> RequestMetrics:
@@ -104,41 +80,42 @@ class LLMEngine:
     def __init__(self, config: EngineConfig | None = None, **kwargs: Any) -> None:
         config = config or EngineConfig(**kwargs)
         self.config = config
-        t0 = time.monotonic()
-        self.device = torch.device(config.device)
-        if self.device.type == "cpu":
-            torch.set_num_threads(_cpu_threads(config.num_threads))
         self.model_dir = resolve_model_dir(config.model)
-        self.spec = ModelSpec.from_config_dict(load_config_dict(self.model_dir))
+        spec = ModelSpec.from_config_dict(load_config_dict(self.model_dir))
+        # Refuse an impossible split before any worker process starts.
+        ShardPlan.for_rank(spec, 0, config.tensor_parallel_size)
+        check_devices(config.device, config.tensor_parallel_size)
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
         self.eos_token_ids = frozenset(eos_token_ids(self.model_dir, self.tokenizer))
-        self.dtype = resolve_dtype(config.dtype, self.device, self.spec.torch_dtype,
-                                   self.spec.hidden_size, self.spec.intermediate_size)
-        self.backend = kernels_ops.backend_for(self.device, config.attention_backend)
-        self.model = DecoderModel(self.spec, self.dtype, kernels_ops.ops_for(self.device, self.backend))
-        self.model.to(self.device)
-        self.model.load_weights(iter_safetensors(self.model_dir))
-        weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        logger.info("Loaded %s (%s, %s) in %.1f s: %s of weights",
-                    self.model_name, self.spec.model_type, str(self.dtype).removeprefix("torch."),
-                    time.monotonic() - t0, format_gib(weight_bytes))
-
-        nbytes = torch.finfo(self.dtype).bits // 8
-        available, flag = self._kv_budget(weight_bytes)
-        num_blocks, self.max_model_len = size_pool(
-            self.spec, available, nbytes, config.block_size, config.max_model_len, flag)
-        self.bytes_per_token = self.spec.kv_bytes_per_token(nbytes)
-        self.model.init_rotary(self.max_model_len + 1)
+        # Ranks 1..tp-1 run in worker processes, in step with this one (rank 0).
+        self.executor = (MultiprocExecutor(config, self.model_dir)
+                         if config.tensor_parallel_size > 1 else None)
+        try:
+            worker = Worker(config, self.model_dir,
+                            self.executor.parallel if self.executor else ParallelState())
+            logger.info("Loaded %s (%s, %s) in %.1f s: %s of weights%s",
+                        self.model_name, worker.spec.model_type,
+                        str(worker.dtype).removeprefix("torch."), worker.load_seconds,
+                        format_gib(worker.weight_bytes),
+                        f" on rank 0 of {config.tensor_parallel_size} (tensor parallel)"
+                        if self.executor else "")
+            num_blocks, self.max_model_len = worker.size_pool()
+            self.runner = worker.init_cache(num_blocks, self.max_model_len)
+        except BaseException:
+            self.close()
+            raise
+        if self.executor is not None:
+            self.executor.started()
+        self.spec, self.dtype, self.device = worker.spec, worker.dtype, worker.device
+        self.backend, self.model = worker.backend, worker.model
+        self.bytes_per_token = self.spec.kv_bytes_per_token(
+            torch.finfo(self.dtype).bits // 8, config.tensor_parallel_size)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         pacer = PrefillPacer(config.prefill_pacing) if config.prefill_pacing else None
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    pacer)
-        self.runner = ModelRunner(self.model, self.spec, num_blocks, config.block_size,
-                                  self.dtype, self.device, config.seed, self.backend)
-        if self._graph_batch():
-            self.runner.capture_decode_graphs(config.max_num_seqs, self.max_model_len)
         self._groups: dict[str, _Group] = {}
         self._seqs: dict[str, _Sequence] = {}
         self.prompt_tokens_total = 0
@@ -147,29 +124,17 @@ class LLMEngine:
         self.num_steps_total = 0
         self._log_state = (time.monotonic(), 0, 0)
 
-    # -- sizing --------------------------------------------------------------------------
-    def _kv_budget(self, weight_bytes: int) -> tuple[int, str]:
-        cfg = self.config
-        if cfg.kv_cache_memory is not None:
-            return int(cfg.kv_cache_memory), "--kv-cache-memory"
-        if self.device.type == "cuda":
-            from engine.memory_profiling import profile_cuda
+    def close(self) -> None:
+        """Stop the tensor-parallel worker processes, if any (idempotent). An engine that is
+        never closed stops them when it is garbage-collected or the interpreter exits."""
+        if self.executor is not None:
+            self.executor.shutdown()
 
-            profile = profile_cuda(self.model, self.spec, self.dtype, self.device, weight_bytes,
-                                   cfg.gpu_memory_utilization, cfg.max_num_batched_tokens,
-                                   cfg.max_num_seqs, cfg.block_size, self._graph_batch(),
-                                   self.backend)
-            return profile.kv_budget, "--gpu-memory-utilization"
-        return int(min(_available_memory_bytes() * CPU_KV_FRACTION, CPU_KV_CAP)), "--kv-cache-memory"
+    def __enter__(self) -> LLMEngine:
+        return self
 
-    def _graph_batch(self) -> int:
-        """The largest decode batch captured in CUDA graphs; 0 when none are (CPU, torch
-        backend, whose decode shapes vary with context length, or --enforce-eager)."""
-        if self.device.type != "cuda" or self.backend != "triton" or self.config.enforce_eager:
-            return 0
-        from engine.cuda_graphs import capture_sizes
-
-        return capture_sizes(self.config.max_num_seqs)[-1]
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- requests ------------------------------------------------------------------------
     @property
@@ -252,7 +217,9 @@ class LLMEngine:
         """Schedule, run the model, update requests; return what changed (deltas).
 
         A failure while running the batch fails the requests of that batch alone (their
-        outputs carry `error`); the engine and every other request go on.
+        outputs carry `error`); the engine and every other request go on. The exception is
+        a tensor-parallel worker that died (WorkerDiedError): the batch's requests are
+        failed, then the error is raised, since no further step can run.
         """
         so = self.scheduler.schedule()
         if so.is_empty:
@@ -260,12 +227,15 @@ class LLMEngine:
         self.num_steps_total += 1
         started = time.perf_counter()
         try:
-            sampled_reqs, sampler_out = self.runner.execute(so)
+            sampled_reqs, sampler_out = self._execute(so)
         except Exception as exc:  # noqa: BLE001 - isolate the failure to this batch
             logger.exception("Engine step failed; failing the %d requests of this batch",
                              len(so.scheduled))
             failed = [s.request for s in so.scheduled]
-            return self._fail(failed, f"internal error while running the model: {exc}")
+            outputs = self._fail(failed, f"internal error while running the model: {exc}")
+            if isinstance(exc, WorkerDiedError):
+                raise  # no step can run any more: the engine's owner must restart it
+            return outputs
         if self.scheduler.pacer is not None:
             self.scheduler.pacer.observe(so.num_decodes, so.num_prefill_tokens,
                                          time.perf_counter() - started)
@@ -305,6 +275,19 @@ class LLMEngine:
         self._maybe_log_stats(now)
         return outputs
 
+    def _execute(self, so: SchedulerOutput) -> tuple[list[Request], SamplerOutput | None]:
+        """Run the step here, after telling the other tensor-parallel ranks to run it too."""
+        if self.executor is None:
+            return self.runner.execute(so)
+        batch, sampling = self.runner.batch_for(so)
+        self.executor.send_step(batch)
+        try:
+            return self.runner.execute_batch(batch, sampling)
+        except Exception as exc:
+            # The other ranks may be waiting in a collective this rank never reached.
+            self.executor.mark_broken(f"a step failed on rank 0: {exc}")
+            raise
+
     def _fail(self, requests: list[Request], message: str) -> list[RequestOutput]:
         """End these requests (and their sibling sequences) with an error; free their blocks."""
         outputs = []
@@ -341,6 +324,8 @@ class LLMEngine:
     def _finish(self, req: Request, status: RequestStatus) -> None:
         scrub = self.scheduler.finish_request(req, status)
         if scrub:
+            if self.executor is not None:
+                self.executor.send_scrub(scrub)
             self.runner.scrub_blocks(scrub)
         self.runner.sampler.release(req.request_id)
         req.metrics.finished_time = time.monotonic()

@@ -91,12 +91,13 @@ def dummy_step(spec: ModelSpec, num_tokens: int, block_size: int, null_block: in
 @torch.inference_mode()
 def run_dummy_step(model: Any, spec: ModelSpec, dtype: torch.dtype, device: torch.device,
                    num_tokens: int, num_sampled: int, block_size: int, decode: bool,
-                   backend: str | None = None) -> torch.Tensor:
-    """One forward of a synthetic step over a one-block scratch cache; returns the logits.
+                   backend: str | None = None) -> torch.Tensor | None:
+    """One forward of a synthetic step over a one-block scratch cache; returns the logits
+    (None on tensor-parallel ranks other than 0, which run it in step with rank 0).
 
     Runs on any device (the CPU tests use it); the caller measures memory around it.
     """
-    shape = (1, block_size, spec.num_kv_heads, spec.head_dim)  # only the null block
+    shape = (1, block_size, model.plan.num_kv_heads, spec.head_dim)  # only the null block
     k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
     v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
     attention = kernels_ops.attention_for(device, k_caches, v_caches, spec.head_dim ** -0.5,
@@ -109,8 +110,9 @@ def run_dummy_step(model: Any, spec: ModelSpec, dtype: torch.dtype, device: torc
                                                           device=device)
     rows = torch.arange(num_tokens - min(num_sampled, num_tokens), num_tokens, device=device)
     logits = model(ids, positions, attention, rows)
-    # The sampler's largest temporaries: probabilities, and top-p's sorted copy and indices.
-    logits.softmax(-1).sort(-1, descending=True)
+    if logits is not None:
+        # The sampler's largest temporaries: probabilities, and top-p's sorted copy and indices.
+        logits.softmax(-1).sort(-1, descending=True)
     return logits
 
 

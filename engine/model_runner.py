@@ -17,6 +17,21 @@ from engine.scheduler import SchedulerOutput
 
 
 @dataclass
+class StepBatch:
+    """One step's work as plain arrays, without Request objects: what every tensor-parallel
+    rank needs to run the forward. Rank 0 builds it from the SchedulerOutput and broadcasts
+    it; it is the whole per-step message to the other ranks."""
+
+    token_ids: np.ndarray  # [T] int64, every scheduled token in batch order
+    positions: np.ndarray  # [T] int64
+    slot_mapping: np.ndarray  # [T] int64, flat KV slot each token is written to
+    query_lens: list[int]  # [B] new tokens per sequence
+    context_lens: list[int]  # [B] tokens in the KV cache once this step has run
+    block_tables: list[list[int]]  # [B] block ids per sequence
+    logits_indices: list[int]  # rows whose logits are sampled
+
+
+@dataclass
 class StepInputs:
     input_ids: torch.Tensor
     positions: torch.Tensor
@@ -26,7 +41,11 @@ class StepInputs:
 
 
 class ModelRunner:
-    """Owns the model, the KV cache tensors, the attention backend and the sampler."""
+    """Owns the model, the KV cache tensors, the attention backend and the sampler.
+
+    Under tensor parallelism every rank has one, holding its shard of the model and of the
+    KV pool (its KV heads); only rank 0's samples.
+    """
 
     def __init__(self, model: Any, spec: ModelSpec, num_blocks: int, block_size: int,
                  dtype: torch.dtype, device: torch.device, seed: int = 0,
@@ -38,7 +57,7 @@ class ModelRunner:
         # One extra, never-allocated block stays zero: padded reads point at it. Masked keys
         # get zero weight, but 0 * NaN is NaN, so padding must never read a stale NaN.
         self.null_block = num_blocks
-        shape = (num_blocks + 1, block_size, spec.num_kv_heads, spec.head_dim)
+        shape = (num_blocks + 1, block_size, model.plan.num_kv_heads, spec.head_dim)
         self.k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
         self.v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
         self.attention = kernels_ops.attention_for(device, self.k_caches, self.v_caches,
@@ -47,20 +66,16 @@ class ModelRunner:
         self.sampler = Sampler(seed)
         self._arange_block = torch.arange(block_size, device=device)
 
-    def prepare(self, so: SchedulerOutput) -> StepInputs:
-        """Flatten the scheduled chunks into the tensors of one forward pass."""
+    def batch_for(self, so: SchedulerOutput) -> tuple[StepBatch, list[Request]]:
+        """Flatten the scheduled chunks; also return the requests that sample, in row order."""
         bs = self.block_size
         ids: list[int] = []
         pos_parts: list[np.ndarray] = []
         slot_parts: list[np.ndarray] = []
         logits_idx: list[int] = []
         sampling: list[Request] = []
-        decode_rows: list[int] = []
-        decode_ctx: list[int] = []
-        decode_tables: list[list[int]] = []
-        prefills: list[PrefillSpan] = []
-        q_starts = [0]
-        seq_lens: list[int] = []
+        q_lens: list[int] = []
+        ctx_lens: list[int] = []
         tables: list[list[int]] = []
         offset = 0
         for sched in so.scheduled:
@@ -69,44 +84,62 @@ class ModelRunner:
             ids.extend(req.all_token_ids[start : start + n])
             positions = np.arange(start, start + n, dtype=np.int64)
             blocks = np.asarray(req.block_ids, dtype=np.int64)
-            slots = blocks[positions // bs] * bs + positions % bs
             pos_parts.append(positions)
-            slot_parts.append(slots)
-            ctx = start + n
-            if n == 1:
-                decode_rows.append(offset)
-                decode_ctx.append(ctx)
-                decode_tables.append(req.block_ids)
-            else:
-                prefills.append(self._prefill_span(offset, n, ctx, blocks))
+            slot_parts.append(blocks[positions // bs] * bs + positions % bs)
             if sched.samples:
                 logits_idx.append(offset + n - 1)
                 sampling.append(req)
             offset += n
-            q_starts.append(offset)
-            seq_lens.append(ctx)
+            q_lens.append(n)
+            ctx_lens.append(start + n)
             tables.append(req.block_ids)
+        batch = StepBatch(np.asarray(ids, dtype=np.int64), np.concatenate(pos_parts),
+                          np.concatenate(slot_parts), q_lens, ctx_lens, tables, logits_idx)
+        return batch, sampling
+
+    def prepare(self, so: SchedulerOutput) -> StepInputs:
+        """Flatten the scheduled chunks into the tensors of one forward pass."""
+        batch, sampling = self.batch_for(so)
+        return self.inputs_for(batch, sampling)
+
+    def inputs_for(self, batch: StepBatch, sampling: list[Request]) -> StepInputs:
+        """The tensors of one forward pass (on any rank)."""
+        decode_rows: list[int] = []
+        decode_ctx: list[int] = []
+        decode_tables: list[list[int]] = []
+        prefills: list[PrefillSpan] = []
+        q_starts = [0]
+        offset = 0
+        for n, ctx, table in zip(batch.query_lens, batch.context_lens, batch.block_tables):
+            if n == 1:
+                decode_rows.append(offset)
+                decode_ctx.append(ctx)
+                decode_tables.append(table)
+            else:
+                prefills.append(self._prefill_span(offset, n, ctx, np.asarray(table, dtype=np.int64)))
+            offset += n
+            q_starts.append(offset)
 
         dev = self.device
         # Only the torch backend reads the [batch, context] gather; Triton reads block tables.
         gather = getattr(self.attention, "needs_decode_gather", True)
         decode_slots, decode_mask = self._decode_gather(decode_ctx if gather else [], decode_tables)
         md = AttentionMetadata(
-            slot_mapping=torch.from_numpy(np.concatenate(slot_parts)).to(dev),
+            slot_mapping=torch.from_numpy(batch.slot_mapping).to(dev),
             decode_rows=torch.tensor(decode_rows, dtype=torch.long, device=dev),
             decode_slots=decode_slots,
             decode_mask=decode_mask,
             decode_block_tables=None if gather else self._pad_tables(decode_tables),
             decode_seq_lens=None if gather else torch.tensor(decode_ctx, dtype=torch.long, device=dev),
             prefills=prefills,
-            block_tables=self._pad_tables(tables),
-            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+            block_tables=self._pad_tables(batch.block_tables),
+            seq_lens=torch.tensor(batch.context_lens, dtype=torch.int32, device=dev),
             query_start_loc=torch.tensor(q_starts, dtype=torch.int32, device=dev),
         )
         return StepInputs(
-            input_ids=torch.tensor(ids, dtype=torch.long, device=dev),
-            positions=torch.from_numpy(np.concatenate(pos_parts)).to(dev),
-            logits_indices=torch.tensor(logits_idx, dtype=torch.long, device=dev),
+            input_ids=torch.from_numpy(batch.token_ids).to(dev),
+            positions=torch.from_numpy(batch.positions).to(dev),
+            logits_indices=torch.tensor(batch.logits_indices, dtype=torch.long, device=dev),
             metadata=md,
             sampling_requests=sampling,
         )
@@ -163,7 +196,13 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, so: SchedulerOutput) -> tuple[list[Request], SamplerOutput | None]:
         """Run one step; return the requests that sampled and their tokens."""
-        inputs = self.prepare(so)
+        return self.execute_batch(*self.batch_for(so))
+
+    @torch.inference_mode()
+    def execute_batch(self, batch: StepBatch, sampling: list[Request]
+                      ) -> tuple[list[Request], SamplerOutput | None]:
+        """Run one built step (every rank runs this; only rank 0 has logits to sample)."""
+        inputs = self.inputs_for(batch, sampling)
         n = inputs.input_ids.shape[0]
         graphs = self.decode_graphs
         if graphs is not None and graphs.can_run(n, inputs.metadata) and \
@@ -173,6 +212,6 @@ class ModelRunner:
             self.attention.metadata = inputs.metadata
             logits = self.model(inputs.input_ids, inputs.positions, self.attention,
                                 inputs.logits_indices)
-        if not inputs.sampling_requests:
+        if not inputs.sampling_requests or logits is None:
             return [], None
         return inputs.sampling_requests, self.sampler(logits, inputs.sampling_requests)

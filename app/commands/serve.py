@@ -21,7 +21,8 @@ logger = logging.getLogger("officellm.server")
 # user gave (those override the profile).
 _ENGINE_FLAGS = ["max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
                  "enable_prefix_caching", "dtype", "device", "kv_cache_memory",
-                 "gpu_memory_utilization", "seed", "max_context_tokens", "prefill_pacing"]
+                 "gpu_memory_utilization", "seed", "tensor_parallel_size", "max_context_tokens",
+                 "prefill_pacing"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prefill-pacing", type=float, default=None, metavar="X",
                    help="while others are typing, a prompt's chunk is sized so a step costs "
                         "about X decode-only steps (0: off; default: the profile's)")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=None,
+                   help="split the model over this many GPUs (or CPU processes); "
+                        "--kv-cache-memory is then per rank")
     p.add_argument("--served-model-name", nargs="+", default=None,
                    help="name(s) clients use for the model (default: the model's own)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",

@@ -75,15 +75,15 @@ def write_model_dir(config: Any, out_dir: Path) -> Path:
 @contextmanager
 def weights_from(model: torch.nn.Module):
     """While active, the engine loads its weights from `model` instead of safetensors."""
-    import engine.llm_engine as llm_engine
+    import engine.worker as worker  # where the engine (each rank's Worker) loads weights
 
-    original = llm_engine.iter_safetensors
-    llm_engine.iter_safetensors = lambda _dir: (
+    original = worker.iter_safetensors
+    worker.iter_safetensors = lambda _dir: (
         (k, v) for k, v in model.state_dict().items() if "rotary_emb" not in k)
     try:
         yield
     finally:
-        llm_engine.iter_safetensors = original
+        worker.iter_safetensors = original
 
 
 def build_engine(model: torch.nn.Module, model_dir: Path, **config: Any):

@@ -3,6 +3,9 @@
 Weights are fused at load time (q/k/v into one matrix, gate/up into another) so a layer is
 four matmuls. The forward pass takes flat token batches (no padding): attention over the
 paged KV cache is delegated to an attention backend that reads per-step metadata.
+
+Under tensor parallelism each rank builds the same model over its ShardPlan: its heads,
+its intermediate range, its vocabulary rows, and loads only those slices.
 """
 
 from __future__ import annotations
@@ -14,22 +17,30 @@ import torch
 from torch import nn
 
 from engine.model_spec import ModelSpec
+from engine.models.parallel_linear import ColumnParallelLinear, RowParallelLinear
 from engine.models.rotary import RotaryTable
+from engine.models.shard_plan import ShardPlan
+from engine.models.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
+from engine.parallel_state import ParallelState
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, spec: ModelSpec, dtype: torch.dtype) -> None:
+    def __init__(self, spec: ModelSpec, dtype: torch.dtype, plan: ShardPlan,
+                 parallel: ParallelState) -> None:
         super().__init__()
         h, d = spec.hidden_size, spec.head_dim
-        self.q_size = spec.num_heads * d
-        self.kv_size = spec.num_kv_heads * d
+        self.num_heads = plan.num_q_heads
+        self.num_kv_heads = plan.num_kv_heads
+        self.q_size = self.num_heads * d
+        self.kv_size = self.num_kv_heads * d
+        inter = len(plan.intermediate)
         e = dict(dtype=dtype)
         self.input_norm = nn.Parameter(torch.ones(h, **e), requires_grad=False)
         self.post_attn_norm = nn.Parameter(torch.ones(h, **e), requires_grad=False)
-        self.qkv = nn.Linear(h, self.q_size + 2 * self.kv_size, bias=spec.qkv_bias, **e)
-        self.o_proj = nn.Linear(self.q_size, h, bias=spec.o_bias, **e)
-        self.gate_up = nn.Linear(h, 2 * spec.intermediate_size, bias=spec.mlp_bias, **e)
-        self.down = nn.Linear(spec.intermediate_size, h, bias=spec.mlp_bias, **e)
+        self.qkv = ColumnParallelLinear(h, self.q_size + 2 * self.kv_size, spec.qkv_bias, dtype)
+        self.o_proj = RowParallelLinear(self.q_size, h, spec.o_bias, dtype, parallel)
+        self.gate_up = ColumnParallelLinear(h, 2 * inter, spec.mlp_bias, dtype)
+        self.down = RowParallelLinear(inter, h, spec.mlp_bias, dtype, parallel)
         if spec.qk_norm:
             self.q_norm = nn.Parameter(torch.ones(d, **e), requires_grad=False)
             self.k_norm = nn.Parameter(torch.ones(d, **e), requires_grad=False)
@@ -40,29 +51,31 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     """The whole model: embeddings, layers, final norm, LM head."""
 
-    def __init__(self, spec: ModelSpec, dtype: torch.dtype, ops: Any) -> None:
+    def __init__(self, spec: ModelSpec, dtype: torch.dtype, ops: Any,
+                 parallel: ParallelState | None = None) -> None:
         super().__init__()
+        parallel = parallel or ParallelState()
         self.spec = spec
         self.ops = ops
-        self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size, dtype=dtype)
-        self.layers = nn.ModuleList(DecoderLayer(spec, dtype) for _ in range(spec.num_layers))
-        self.norm = nn.Parameter(torch.ones(spec.hidden_size, dtype=dtype), requires_grad=False)
-        if spec.tie_word_embeddings:
-            self.lm_head = None
-        else:
-            self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False, dtype=dtype)
+        self.parallel = parallel
+        self.plan = ShardPlan.for_rank(spec, parallel.rank, parallel.world_size)
+        h = spec.hidden_size
+        self.embed = VocabParallelEmbedding(self.plan, h, dtype, parallel)
+        self.layers = nn.ModuleList(DecoderLayer(spec, dtype, self.plan, parallel)
+                                    for _ in range(spec.num_layers))
+        self.norm = nn.Parameter(torch.ones(h, dtype=dtype), requires_grad=False)
+        self.lm_head = ParallelLMHead(self.plan, h, spec.vocab_size, dtype, parallel,
+                                      tied=self.embed if spec.tie_word_embeddings else None)
         self.requires_grad_(False)
         self.rotary: RotaryTable | None = None
 
     def init_rotary(self, max_positions: int) -> None:
         self.rotary = RotaryTable(self.spec, max_positions, self.embed.weight.device)
 
-    @property
-    def lm_head_weight(self) -> torch.Tensor:
-        return self.embed.weight if self.lm_head is None else self.lm_head.weight
-
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load Hugging Face-named tensors, fusing q/k/v and gate/up as they arrive."""
+        """Load Hugging Face-named tensors, fusing q/k/v and gate/up as they arrive; under
+        tensor parallelism each tensor is cut to this rank's slice first."""
+        plan = self.plan
         pending: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
         seen: set[str] = set()
         fused = {
@@ -75,6 +88,7 @@ class DecoderModel(nn.Module):
             name = name.removeprefix("model.")
             if name.startswith("layers."):
                 _, idx, rest = name.split(".", 2)
+                tensor = plan.shard(rest, tensor)
                 layer = self.layers[int(idx)]
                 module_name, kind = rest.rsplit(".", 1)
                 if module_name in fused:
@@ -105,20 +119,20 @@ class DecoderModel(nn.Module):
                 self._copy(obj, attr, tensor, name)
                 seen.add(name)
             elif name == "embed_tokens.weight":
-                self._copy(self.embed, "weight", tensor, name)
+                self._copy(self.embed, "weight", plan.shard("embed_tokens.weight", tensor), name)
                 seen.add(name)
             elif name == "norm.weight":
                 self._copy(self, "norm", tensor, name)
                 seen.add(name)
             elif name == "lm_head.weight":
-                if self.lm_head is not None:
-                    self._copy(self.lm_head, "weight", tensor, name)
+                if self.lm_head.weight is not None:
+                    self._copy(self.lm_head, "weight", plan.shard(name, tensor), name)
                     seen.add(name)
             else:
                 raise ValueError(f"Unexpected weight {name!r} in checkpoint.")
         if pending:
             raise ValueError(f"Incomplete fused weights in checkpoint: {sorted(pending)}")
-        expected = 2 + (self.lm_head is not None) + self.spec.num_layers * (
+        expected = 2 + (self.lm_head.weight is not None) + self.spec.num_layers * (
             6 + 2 * self.spec.qk_norm + self.spec.qkv_bias + self.spec.o_bias
             + 2 * self.spec.mlp_bias
         )
@@ -142,10 +156,12 @@ class DecoderModel(nn.Module):
         positions: torch.Tensor,
         attention: Any,
         logits_indices: torch.Tensor,
-    ) -> torch.Tensor:
-        """Run flat tokens [T] through the model; return logits (float32) at logits_indices."""
+    ) -> torch.Tensor | None:
+        """Run flat tokens [T] through the model; return logits (float32) at logits_indices
+        (on rank 0; None on the other tensor-parallel ranks)."""
         ops, spec = self.ops, self.spec
-        d, hq, hk, eps = spec.head_dim, spec.num_heads, spec.num_kv_heads, spec.rms_norm_eps
+        d, eps = spec.head_dim, spec.rms_norm_eps
+        hq, hk = self.plan.num_q_heads, self.plan.num_kv_heads
         assert self.rotary is not None, "init_rotary() first"
         cos, sin = self.rotary.lookup(positions)
         x = self.embed(input_ids)
@@ -170,5 +186,4 @@ class DecoderModel(nn.Module):
             h, residual = ops.fused_add_rms_norm(x, residual, layer.post_attn_norm, eps)
             x = layer.down(ops.silu_and_mul(layer.gate_up(h)))
         h, _ = ops.fused_add_rms_norm(x, residual, self.norm, eps)
-        h = h.index_select(0, logits_indices)
-        return torch.nn.functional.linear(h, self.lm_head_weight).float()
+        return self.lm_head(h.index_select(0, logits_indices))

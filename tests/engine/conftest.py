@@ -26,6 +26,7 @@ CHATS = [
      {"role": "user", "content": "Tell me a fun fact about octopuses."}],
 ]
 MAX_NEW = 64
+POISON = 777  # a token whose embedding is NaN in the poisoned model
 
 
 @pytest.fixture(scope="session")
@@ -62,3 +63,18 @@ def make_llm(model_dir: Path, **kwargs) -> LLM:
 def smollm2_llm(smollm2_dir: Path) -> LLM:
     """The default-configured fp32 engine shared by tests that do not change its settings."""
     return make_llm(smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def poisoned_model(tmp_path_factory, smollm2_dir: Path) -> Path:
+    """A tiny Llama (untied head) whose embedding of POISON is NaN."""
+    from safetensors.torch import load_file, save_file
+
+    from tests.support.tiny_models import build_tiny_model
+
+    model_dir = build_tiny_model("llama", tmp_path_factory.mktemp("poisoned"), smollm2_dir)
+    weights_file = model_dir / "model.safetensors"
+    weights = load_file(str(weights_file))
+    weights["model.embed_tokens.weight"][POISON] = float("nan")
+    save_file(weights, str(weights_file), metadata={"format": "pt"})
+    return model_dir

@@ -36,8 +36,40 @@ def test_plan_for_qwen25_7b_on_80gib():
     assert plan.weight_bytes == spec.num_parameters() * 2
     assert plan.pool_tokens == (80 * 1024**3 - plan.weight_bytes) // (57_344 * 16) * 16
     assert plan.concurrency_at_max_len == pytest.approx(plan.pool_tokens / 32768)
+
+
+def test_plan_with_tensor_parallelism_divides_weights_and_kv_per_gpu():
+    spec, name = load_spec("Qwen2.5-7B-Instruct")
+    one = make_plan(spec, name, 80 * 1024**3, "bf16", 32768)
     tp2 = make_plan(spec, name, 80 * 1024**3, "bf16", 32768, tensor_parallel_size=2)
-    assert tp2.bytes_per_token == 57_344 // 2 and tp2.weight_bytes == plan.weight_bytes // 2
+    assert tp2.bytes_per_token == 57_344 // 2  # 2 of the 4 KV heads per GPU
+    norms = (spec.num_layers * 2 + 1) * spec.hidden_size * 2  # every GPU keeps them whole
+    assert tp2.weight_bytes == (one.weight_bytes - norms) // 2 + norms
+    assert tp2.pool_bytes == 80 * 1024**3 - tp2.weight_bytes
+    assert tp2.pool_tokens > 2 * one.pool_tokens
+
+
+def test_plan_counts_the_largest_share_of_an_uneven_split():
+    spec, name = load_spec("SmolLM2-135M-Instruct")  # 3 KV heads: 1 and 2 per GPU
+    tp2 = make_plan(spec, name, 8 * 1024**3, "bf16", tensor_parallel_size=2)
+    assert tp2.bytes_per_token == spec.kv_bytes_per_token(2) * 2 // 3
+
+
+def test_plan_refuses_a_split_the_engine_cannot_run():
+    from engine.models.shard_plan import TensorParallelSplitError
+
+    spec, name = load_spec("SmolLM2-135M-Instruct")  # 9 heads over 3 KV heads
+    with pytest.raises(TensorParallelSplitError, match="across 4 ranks"):
+        make_plan(spec, name, 8 * 1024**3, "bf16", tensor_parallel_size=4)
+
+
+def test_plan_cli_prints_per_gpu_numbers_under_tensor_parallelism():
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
+         "--max-model-len", "32768", "--tensor-parallel-size", "2"],
+        capture_output=True, text=True, check=True).stdout
+    assert "(tensor parallel 2)" in out and "KV cache per token: 28,672 bytes per GPU" in out
+    assert "Weights: 7.09 GiB per GPU" in out
 
 
 def test_plan_cli_prints_the_arithmetic():
@@ -81,3 +113,32 @@ def test_prompt_too_long_is_refused_in_vllm_wording(smollm2_dir):
             "input tokens. Please reduce the length of the input messages.")):
         llm.llm_engine.add_request("long", list(range(10, 210)), SamplingParams())
     assert not llm.llm_engine.has_unfinished_requests()
+
+
+def test_under_tensor_parallelism_the_pool_is_sized_by_the_smallest_rank(caplog):
+    import torch
+
+    from engine.config import EngineConfig
+    from engine.parallel_state import ParallelState
+    from engine.worker import Worker
+
+    class TwoRanks(ParallelState):
+        """Rank 0 of two, whose rank 1 reports half rank 0's budget."""
+
+        def all_gather_int(self, value: int) -> list[int]:
+            return [value, value // 2]
+
+        def broadcast_object(self, obj=None):
+            return obj
+
+    spec, _ = load_spec("SmolLM2-135M-Instruct")
+    worker = object.__new__(Worker)  # the sizing alone: no model to load
+    worker.config, worker.spec, worker.dtype = EngineConfig(), spec, torch.bfloat16
+    worker.parallel = TwoRanks(0, 2)
+    worker.kv_budget = lambda: (2 * 1024**3, "--gpu-memory-utilization")
+    with caplog.at_level(logging.INFO):
+        num_blocks, _ = worker.size_pool()
+    assert num_blocks == 1024**3 // (spec.kv_bytes_per_token(2, 2) * 16)
+    assert "Rank 0: available KV cache memory: 2.00 GiB" in caplog.text
+    assert "Rank 1: available KV cache memory: 1.00 GiB" in caplog.text
+    assert "KV cache pool per rank: the minimum over 2 ranks, 1.00 GiB" in caplog.text

@@ -47,6 +47,17 @@ def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos_ids: set[in
     return HFGreedy(gen, lps[: len(gen)])
 
 
+def _near_tie(a: int, b: int, lps_x: dict[int, float], lps_y: dict[int, float]) -> bool:
+    """Both tokens in each side's top-2 log-probabilities, within TIE_TOLERANCE on both."""
+    return all(a in lps and b in lps and abs(lps[a] - lps[b]) <= TIE_TOLERANCE
+               for lps in (lps_x, lps_y))
+
+
+def _engine_top2(logprobs: dict) -> dict[int, float]:
+    top = sorted(logprobs, key=lambda t: -logprobs[t].logprob)[:2]
+    return {t: logprobs[t].logprob for t in top}
+
+
 def compare_greedy(ours_ids: list[int], ours_logprobs, ref: HFGreedy) -> str | None:
     """Assert the engine's greedy tokens equal transformers'; allow only a genuine near-tie.
 
@@ -57,15 +68,10 @@ def compare_greedy(ours_ids: list[int], ours_logprobs, ref: HFGreedy) -> str | N
         if a == b:
             continue
         ref_lp = ref.logprobs[i]
-        ref_top2 = ref_lp.topk(2).indices.tolist()
-        ours = ours_logprobs[i] if ours_logprobs else {}
-        ours_top2 = sorted(ours, key=lambda t: -ours[t].logprob)[:2]
-        near_tie = (
-            a in ref_top2 and b in ref_top2 and a in ours_top2 and b in ours_top2
-            and abs(float(ref_lp[a] - ref_lp[b])) <= TIE_TOLERANCE
-            and abs(ours[a].logprob - ours[b].logprob) <= TIE_TOLERANCE
-        )
-        assert near_tie, (
+        top = ref_lp.topk(2)
+        ref_top2 = dict(zip(top.indices.tolist(), top.values.tolist()))
+        ours_top2 = _engine_top2(ours_logprobs[i]) if ours_logprobs else {}
+        assert _near_tie(a, b, ref_top2, ours_top2), (
             f"greedy divergence at generated position {i}: engine {a}, transformers {b} "
             f"(transformers logprobs {float(ref_lp[a]):.6f} vs {float(ref_lp[b]):.6f})\n"
             f"engine: {ours_ids}\ntransformers: {ref.token_ids}")
@@ -73,4 +79,19 @@ def compare_greedy(ours_ids: list[int], ours_logprobs, ref: HFGreedy) -> str | N
     assert len(ours_ids) == len(ref.token_ids), (
         f"length differs: engine {len(ours_ids)} tokens, transformers {len(ref.token_ids)}\n"
         f"engine: {ours_ids}\ntransformers: {ref.token_ids}")
+    return None
+
+
+def compare_greedy_outputs(ours, ref) -> str | None:
+    """compare_greedy between two engine runs (CompletionOutputs with logprobs>=2), e.g.
+    tensor parallel against one process: the same near-tie rule, both sides' logprobs."""
+    for i, (a, b) in enumerate(zip(ours.token_ids, ref.token_ids)):
+        if a == b:
+            continue
+        assert _near_tie(a, b, _engine_top2(ours.logprobs[i]), _engine_top2(ref.logprobs[i])), (
+            f"greedy divergence at generated position {i}: {a} vs reference {b}\n"
+            f"ours: {ours.token_ids}\nreference: {ref.token_ids}")
+        return f"near-tie at position {i}: {a} vs reference {b}"
+    assert ours.token_ids == ref.token_ids, (
+        f"length differs\nours: {ours.token_ids}\nreference: {ref.token_ids}")
     return None

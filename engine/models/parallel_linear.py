@@ -1,0 +1,43 @@
+"""Column- and row-parallel linear layers (Megatron-LM's split, as in vLLM).
+
+A column-parallel layer holds a slice of the output features and needs no communication:
+the fused q/k/v and gate/up matrices hold, per rank, the rows of its heads and of its
+intermediate range (ShardPlan cuts them before they are fused). A row-parallel layer holds
+the matching slice of the input features, so each rank computes a partial sum of the full
+output, and one all_reduce per layer (after o_proj and after down_proj) completes it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.parallel_state import ParallelState
+
+
+class ColumnParallelLinear(nn.Linear):
+    """y_local = x W_local^T + b_local: this rank's output features only."""
+
+    def __init__(self, in_features: int, out_features_local: int, bias: bool,
+                 dtype: torch.dtype) -> None:
+        super().__init__(in_features, out_features_local, bias=bias, dtype=dtype)
+
+
+class RowParallelLinear(nn.Module):
+    """y = all_reduce(x_local W_local^T) + b: the bias is added once, after the sum."""
+
+    def __init__(self, in_features_local: int, out_features: int, bias: bool,
+                 dtype: torch.dtype, parallel: ParallelState) -> None:
+        super().__init__()
+        self.parallel = parallel
+        self.weight = nn.Parameter(torch.empty(out_features, in_features_local, dtype=dtype),
+                                   requires_grad=False)
+        self.bias = (nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False)
+                     if bias else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.parallel.world_size == 1:
+            return F.linear(x, self.weight, self.bias)  # bit for bit the unsplit layer
+        y = self.parallel.all_reduce(F.linear(x, self.weight))
+        return y + self.bias if self.bias is not None else y

@@ -1,0 +1,59 @@
+"""The vocabulary split across tensor-parallel ranks: embedding lookup and LM head.
+
+Each rank holds a contiguous range of vocab_shard rows (ShardPlan.vocab; the last rank's
+tail is zero padding). The embedding looks up the ids in its range, zeroes the others, and
+an all_reduce assembles every row (a sum with exactly one non-zero term, so it is exact).
+The LM head computes this rank's logits and gathers them on rank 0, the only rank that
+samples. With tied embeddings both share one weight shard.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.models.shard_plan import ShardPlan
+from engine.parallel_state import ParallelState
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Token embeddings, this rank's vocabulary rows only."""
+
+    def __init__(self, plan: ShardPlan, hidden_size: int, dtype: torch.dtype,
+                 parallel: ParallelState) -> None:
+        super().__init__()
+        self.plan = plan
+        self.parallel = parallel
+        self.weight = nn.Parameter(torch.empty(plan.vocab_shard, hidden_size, dtype=dtype),
+                                   requires_grad=False)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.parallel.world_size == 1:
+            return F.embedding(input_ids, self.weight)
+        start = self.plan.rank * self.plan.vocab_shard
+        local = input_ids - start
+        outside = (local < 0) | (local >= self.plan.vocab_shard)
+        x = F.embedding(local.masked_fill(outside, 0), self.weight)
+        x.masked_fill_(outside.unsqueeze(-1), 0)
+        return self.parallel.all_reduce(x)
+
+
+class ParallelLMHead(nn.Module):
+    """Logits over the whole vocabulary on rank 0 (None on the other ranks)."""
+
+    def __init__(self, plan: ShardPlan, hidden_size: int, vocab_size: int, dtype: torch.dtype,
+                 parallel: ParallelState, tied: VocabParallelEmbedding | None = None) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.parallel = parallel
+        self.tied = tied
+        self.weight = None if tied is not None else nn.Parameter(
+            torch.empty(plan.vocab_shard, hidden_size, dtype=dtype), requires_grad=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor | None:
+        weight = self.tied.weight if self.tied is not None else self.weight
+        logits = self.parallel.gather_to_first(F.linear(h, weight))
+        if logits is None:
+            return None
+        return logits[..., : self.vocab_size].float()

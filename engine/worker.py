@@ -1,0 +1,159 @@
+"""One rank's share of the engine: its model shard, its KV budget, its ModelRunner.
+
+The engine process (rank 0) and every tensor-parallel worker process run the same start-up
+through this class, in step, since loading, profiling, sizing and graph capture involve
+collectives: build and load the shard, measure the KV budget, agree on one pool size, then
+allocate the KV cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from engine import kernels_ops
+from engine.config import EngineConfig, format_gib
+from engine.dtype_choice import resolve_dtype
+from engine.kv_plan import KVCacheTooSmallError, size_pool
+from engine.model_loader import iter_safetensors, load_config_dict
+from engine.model_runner import ModelRunner
+from engine.model_spec import ModelSpec
+from engine.models.decoder import DecoderModel
+from engine.parallel_state import ParallelState
+
+logger = logging.getLogger("engine")
+
+# Default CPU KV pool when --kv-cache-memory is not given: this share of available RAM,
+# capped, so that a desk machine keeps room for everything else it runs.
+CPU_KV_FRACTION = 0.2
+CPU_KV_CAP = 8 * 1024**3
+
+
+def cpu_threads(requested: int | None, world_size: int = 1) -> int:
+    """Threads for CPU matmuls: as asked, else OMP_NUM_THREADS when set, else the cores
+    shared out among the tensor-parallel ranks (which all run on this machine)."""
+    if requested:
+        return requested
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return max(1, (os.cpu_count() or 1) // world_size)
+
+
+def available_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 4 * 1024**3
+
+
+def rank_device(device: str, rank: int) -> torch.device:
+    """Rank r uses GPU r; the CPU is shared."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        return torch.device("cuda", rank)
+    return dev
+
+
+def check_devices(device: str, world_size: int) -> None:
+    """Refuse, before any worker starts, a tensor-parallel size this machine cannot run."""
+    if torch.device(device).type == "cuda" and world_size > torch.cuda.device_count():
+        raise ValueError(f"--tensor-parallel-size {world_size} needs {world_size} GPUs; this "
+                         f"machine has {torch.cuda.device_count()}.")
+
+
+class Worker:
+    """Builds this rank's model shard and, once the pool is sized, its ModelRunner."""
+
+    def __init__(self, config: EngineConfig, model_dir: Path, parallel: ParallelState) -> None:
+        t0 = time.monotonic()
+        self.config = config
+        self.parallel = parallel
+        self.device = rank_device(config.device, parallel.rank)
+        if self.device.type == "cpu":
+            torch.set_num_threads(cpu_threads(config.num_threads, parallel.world_size))
+        elif self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.spec = ModelSpec.from_config_dict(load_config_dict(model_dir))
+        self.dtype = resolve_dtype(config.dtype, self.device, self.spec.torch_dtype,
+                                   self.spec.hidden_size, self.spec.intermediate_size)
+        self.backend = kernels_ops.backend_for(self.device, config.attention_backend)
+        self.model = DecoderModel(self.spec, self.dtype,
+                                  kernels_ops.ops_for(self.device, self.backend), parallel)
+        self.model.to(self.device)
+        self.model.load_weights(iter_safetensors(model_dir))
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        self.load_seconds = time.monotonic() - t0
+        self.runner: ModelRunner | None = None
+
+    def kv_budget(self) -> tuple[int, str]:
+        """Bytes this rank can give its KV pool, and the flag that sets it."""
+        cfg = self.config
+        if cfg.kv_cache_memory is not None:
+            return int(cfg.kv_cache_memory), "--kv-cache-memory"
+        if self.device.type == "cuda":
+            from engine.memory_profiling import profile_cuda
+
+            profile = profile_cuda(self.model, self.spec, self.dtype, self.device,
+                                   self.weight_bytes, cfg.gpu_memory_utilization,
+                                   cfg.max_num_batched_tokens, cfg.max_num_seqs,
+                                   cfg.block_size, self.graph_batch(), self.backend)
+            return profile.kv_budget, "--gpu-memory-utilization"
+        # The ranks of a CPU engine share this machine's memory.
+        share = min(available_memory_bytes() * CPU_KV_FRACTION, CPU_KV_CAP)
+        return int(share / self.parallel.world_size), "--kv-cache-memory"
+
+    def graph_batch(self) -> int:
+        """The largest decode batch captured in CUDA graphs; 0 when none are (CPU, torch
+        backend, whose decode shapes vary with context length, --enforce-eager, or tensor
+        parallelism, whose collectives are not captured)."""
+        cfg = self.config
+        if (self.device.type != "cuda" or self.backend != "triton" or cfg.enforce_eager
+                or self.parallel.world_size > 1):
+            return 0
+        from engine.cuda_graphs import capture_sizes
+
+        return capture_sizes(cfg.max_num_seqs)[-1]
+
+    def size_pool(self) -> tuple[int, int]:
+        """(num_blocks, max_model_len), the same on every rank.
+
+        Each rank measures its own budget; rank 0 sizes the pool from the smallest, logs the
+        numbers (DESIGN §3's lines, plus each rank's budget under tensor parallelism) and
+        tells the others, or raises KVCacheTooSmallError on every rank.
+        """
+        budget, flag = self.kv_budget()
+        budgets = self.parallel.all_gather_int(budget)
+        decision: tuple[int, int] | KVCacheTooSmallError | None = None
+        if self.parallel.is_first:
+            tp = self.parallel.world_size
+            if tp > 1:
+                for rank, b in enumerate(budgets):
+                    logger.info("Rank %d: available KV cache memory: %s", rank, format_gib(b))
+                logger.info("KV cache pool per rank: the minimum over %d ranks, %s", tp,
+                            format_gib(min(budgets)))
+            nbytes = torch.finfo(self.dtype).bits // 8
+            try:
+                decision = size_pool(self.spec, min(budgets), nbytes, self.config.block_size,
+                                     self.config.max_model_len, flag, tp)
+            except KVCacheTooSmallError as exc:
+                decision = exc
+        decision = self.parallel.broadcast_object(decision)
+        if isinstance(decision, KVCacheTooSmallError):
+            raise decision
+        assert decision is not None
+        return decision
+
+    def init_cache(self, num_blocks: int, max_model_len: int) -> ModelRunner:
+        """Allocate this rank's KV pool and runner (and capture decode graphs on CUDA)."""
+        cfg = self.config
+        self.model.init_rotary(max_model_len + 1)
+        self.runner = ModelRunner(self.model, self.spec, num_blocks, cfg.block_size, self.dtype,
+                                  self.device, cfg.seed, self.backend)
+        if self.graph_batch():
+            self.runner.capture_decode_graphs(cfg.max_num_seqs, max_model_len)
+        return self.runner
