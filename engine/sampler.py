@@ -125,17 +125,24 @@ class Sampler:
             probs = scaled.softmax(-1)
             scaled = scaled.masked_fill(probs < min_p * probs.max(-1, keepdim=True).values, float("-inf"))
         probs = scaled.softmax(-1)
-        # Exponential race (Gumbel-max in another form): argmax(p / E) samples from p.
-        noise = torch.empty_like(probs)
+        # Inverse-CDF sampling: one uniform per row (drawing a noise value per vocabulary
+        # entry, as the exponential race does, cost 17 ms a step at 16 x 49k on one core).
+        uniforms = torch.empty(len(requests), dtype=torch.float32)
         unseeded = [i for i, r in enumerate(requests) if r.params.seed is None]
         if unseeded:
-            noise[unseeded] = torch.empty(len(unseeded), probs.shape[1]).exponential_(
-                generator=self.generator).to(device)
+            uniforms[unseeded] = torch.rand(len(unseeded), generator=self.generator)
         for i, r in enumerate(requests):
             g = self._generator_for(r)
             if g is not None:
-                noise[i] = torch.empty(probs.shape[1]).exponential_(generator=g).to(device)
-        sampled = (probs / noise).argmax(dim=-1)
+                uniforms[i] = torch.rand(1, generator=g)
+        cdf = probs.cumsum(dim=-1)
+        total = cdf[:, -1:]
+        # Strictly inside the mass: u * total can round up to total when u is near 1.
+        target = torch.minimum(uniforms.to(device).unsqueeze(1) * total,
+                               torch.nextafter(total, torch.zeros_like(total)))
+        # right=True: the first token whose cumulative mass exceeds the target, so tokens of
+        # zero probability (masked by top-k/top-p/min-p) are never chosen.
+        sampled = torch.searchsorted(cdf, target, right=True).squeeze(1)
         greedy_t = torch.tensor(greedy, device=device)
         if greedy_t.any():
             sampled = torch.where(greedy_t, logits.argmax(dim=-1), sampled)

@@ -140,3 +140,29 @@ def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
     params = [SamplingParams(top_p=0.8)]
     out = Sampler._top_k_top_p(logits.clone(), params)
     assert torch.isfinite(out[0, :2]).all() and torch.isinf(out[0, 2:]).all()
+
+
+def _sample_many(params: SamplingParams, probs: list[float], draws: int) -> torch.Tensor:
+    """Token counts of `draws` samples from one row of logits log(probs)."""
+    from engine.request import Request
+    from engine.sampler import Sampler
+
+    sampler = Sampler(seed=1)
+    logits = torch.log(torch.tensor([probs] * draws, dtype=torch.float32))
+    requests = [Request(f"r{i}", [1], params, eos_token_ids=frozenset()) for i in range(draws)]
+    tokens = sampler(logits, requests).token_ids
+    return torch.bincount(torch.tensor(tokens), minlength=len(probs))
+
+
+def test_temperature_sampling_follows_the_distribution():
+    probs = [0.5, 0.3, 0.15, 0.05, 0.0]
+    counts = _sample_many(SamplingParams(temperature=1.0), probs, 20000)
+    freq = counts.float() / counts.sum()
+    # 20,000 draws: 4 standard deviations of the largest share is under 0.015.
+    assert torch.allclose(freq, torch.tensor(probs), atol=0.015)
+    assert counts[4] == 0  # a token of zero probability is never drawn
+
+
+def test_top_k_never_draws_outside_the_k_best():
+    counts = _sample_many(SamplingParams(temperature=1.0, top_k=2), [0.4, 0.35, 0.2, 0.05], 5000)
+    assert counts[2] == 0 and counts[3] == 0 and counts[0] > counts[1] > 0
