@@ -22,6 +22,7 @@ from engine.kv_plan import KVCacheTooSmallError, size_pool
 from engine.model_loader import iter_safetensors, load_config_dict
 from engine.model_runner import ModelRunner
 from engine.model_spec import ModelSpec
+from engine.models import packed_linear
 from engine.models.decoder import DecoderModel
 from engine.parallel_state import ParallelState
 
@@ -87,6 +88,8 @@ class Worker:
         self.model.to(self.device)
         self.model.load_weights(iter_safetensors(model_dir))
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        if self.backend == "cpu" and packed_linear.can_pack(self.device, self.dtype):
+            self.model.pack_linears()
         self.load_seconds = time.monotonic() - t0
         self.runner: ModelRunner | None = None
 

