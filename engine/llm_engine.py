@@ -238,7 +238,7 @@ class LLMEngine:
             return outputs
         if self.scheduler.pacer is not None:
             self.scheduler.pacer.observe(so.num_decodes, so.num_prefill_tokens,
-                                         time.perf_counter() - started)
+                                         time.perf_counter() - started, so.prefill_context)
         now = time.monotonic()
         touched: dict[str, _Group] = {}
         for sched in so.scheduled:

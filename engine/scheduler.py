@@ -49,6 +49,13 @@ class SchedulerOutput:
     def num_prefill_tokens(self) -> int:
         return self.num_tokens - self.num_decodes
 
+    @property
+    def prefill_context(self) -> int:
+        """Sum over this step's prompt tokens of the context each attends to (read before
+        the step advances the requests): the attention share of the prefill's cost."""
+        return sum(s.num_new_tokens * (s.request.num_computed_tokens + s.num_new_tokens // 2)
+                   for s in self.scheduled if not (s.num_new_tokens == 1 and s.samples))
+
 
 class Scheduler:
     """Continuous batching under a per-step token budget and a cap on running sequences."""
@@ -84,17 +91,24 @@ class Scheduler:
         prefills = [r for r in self.running if r.num_tokens - r.num_computed_tokens > 1]
         # While others decode, the pacer bounds this step's prompt tokens (their next word
         # waits for the whole step); alone, a prompt gets the whole budget.
-        prefill_left = self.pacer.prefill_cap() if self.pacer and decodes else budget
+        pacer = self.pacer if decodes else None
+        prefill_used = 0
+
+        def prefill_room(context: int) -> int:
+            if pacer is None:
+                return budget
+            return pacer.prefill_cap(len(decodes), context) - prefill_used
+
         for req in decodes + prefills:
             if budget == 0:
                 break
             if req.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this step
             remaining = req.num_tokens - req.num_computed_tokens
-            if remaining > 1 and prefill_left <= 0:
+            room = budget if remaining == 1 else prefill_room(req.num_computed_tokens)
+            if room <= 0:
                 continue
-            num_new = min(remaining, budget) if remaining == 1 else min(remaining, budget,
-                                                                        prefill_left)
+            num_new = min(remaining, budget, room)
             while not self.kv.allocate_slots(req, num_new):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -108,16 +122,18 @@ class Scheduler:
                 chosen[req.request_id] = ScheduledRequest(req, num_new)
                 budget -= num_new
                 if remaining > 1:
-                    prefill_left -= num_new
+                    prefill_used += num_new
 
         # Admit new work only when nothing had to be preempted: otherwise we would take
         # blocks from the very requests we just paused.
         if not out.preempted:
-            while (self.waiting and budget > 0 and prefill_left > 0
-                   and len(self.running) < self.max_num_seqs):
+            while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
                 req = self.waiting[0]
                 hits, num_hit = self.kv.get_computed_blocks(req)
-                num_new = min(req.num_tokens - num_hit, budget, prefill_left)
+                room = prefill_room(num_hit)  # a cached history is context the chunk attends to
+                if room <= 0:
+                    break
+                num_new = min(req.num_tokens - num_hit, budget, room)
                 if not self.kv.allocate_slots(req, num_new, hits):
                     break
                 self.waiting.popleft()
@@ -130,7 +146,7 @@ class Scheduler:
                 self.running.append(req)
                 chosen[req.request_id] = ScheduledRequest(req, num_new)
                 budget -= num_new
-                prefill_left -= num_new
+                prefill_used += num_new
 
         out.scheduled = list(chosen.values())
         return out

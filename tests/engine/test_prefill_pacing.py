@@ -11,32 +11,56 @@ from tests.engine.test_parity_smollm2 import GREEDY, _assert_all_match
 
 
 def test_pacer_starts_with_its_first_chunk():
-    assert PrefillPacer(2.0, first_chunk=64).prefill_cap() == 64
+    assert PrefillPacer(2.0, first_chunk=64).prefill_cap(8) == 64
+
+
+def _feed(pacer: PrefillPacer, fixed: float, per_decode: float, per_token: float,
+          steps: list[tuple[int, int]]) -> None:
+    for decodes, tokens in steps:
+        pacer.observe(decodes, tokens, fixed + per_decode * decodes + per_token * tokens)
 
 
 def test_pacer_sizes_chunk_to_the_allowed_slowdown():
     pacer = PrefillPacer(2.0)
-    pacer.observe(num_decodes=8, num_prefill_tokens=0, seconds=0.040)
-    pacer.observe(num_decodes=8, num_prefill_tokens=100, seconds=0.140)  # 1 ms per token
-    # A step may cost 2 decode steps: 40 ms of prefill on top, 40 tokens.
-    assert pacer.prefill_cap() == 40
+    # 20 ms a step + 2 ms a decode + 1 ms a prompt token, over varied steps.
+    _feed(pacer, 0.020, 0.002, 0.001, [(8, 0), (8, 100), (4, 50), (12, 0), (10, 30), (6, 200)])
+    # A step of 10 decodes costs 40 ms: it may carry 40 ms of prompt, 40 tokens.
+    assert pacer.prefill_cap(10) == 40
+    assert pacer.prefill_cap(30) == 80  # more people typing: a dearer step, a larger chunk
+
+
+def test_pacer_uses_the_current_batch_not_a_stale_decode_only_step():
+    """Under load nearly every step carries a prompt: the only decode-only steps are from
+    when few people were typing, yet the cap must follow today's batch."""
+    pacer = PrefillPacer(2.0)
+    _feed(pacer, 0.020, 0.002, 0.001, [(2, 0), (3, 0)] + [(n, 40 + n) for n in range(20, 33)])
+    assert pacer.prefill_cap(32) == 84  # (20 + 64) ms of decodes
 
 
 def test_pacer_never_goes_below_its_minimum_chunk():
     pacer = PrefillPacer(1.5, min_chunk=16)
-    pacer.observe(4, 0, 0.010)
-    pacer.observe(0, 10, 1.0)  # 100 ms per token: a very slow machine
-    assert pacer.prefill_cap() == 16
+    _feed(pacer, 0.010, 0.0, 0.1, [(4, 0), (4, 10), (2, 5), (4, 0)])  # 100 ms a prompt token
+    assert pacer.prefill_cap(4) == 16
 
 
 def test_pacer_follows_a_slowing_machine():
-    pacer = PrefillPacer(3.0)
-    pacer.observe(4, 0, 0.050)
-    pacer.observe(4, 100, 0.150)
-    fast = pacer.prefill_cap()
-    for _ in range(10):  # later chunks attend over a longer prompt: dearer per token
-        pacer.observe(4, 100, 0.450)
-    assert pacer.prefill_cap() < fast / 2
+    pacer = PrefillPacer(3.0, window=8)
+    _feed(pacer, 0.020, 0.002, 0.001, [(4, 0), (4, 100), (6, 50), (5, 0)])
+    fast = pacer.prefill_cap(4)
+    # Later chunks attend over a longer prompt: dearer per token; old steps leave the window.
+    _feed(pacer, 0.020, 0.002, 0.004, [(4, 100), (5, 0), (6, 50), (4, 80)] * 2)
+    assert pacer.prefill_cap(4) < fast / 2
+
+
+def test_pacer_gives_a_long_context_smaller_chunks():
+    """Attention makes a chunk deep into a long paste dearer per token than an early one."""
+    pacer = PrefillPacer(2.0)
+    steps = [(8, 0, 0), (8, 64, 64 * 500), (8, 32, 32 * 3000), (6, 0, 0), (8, 64, 64 * 100),
+             (7, 48, 48 * 5000)]
+    for decodes, tokens, context in steps:
+        seconds = 0.020 + 0.002 * decodes + 0.0005 * tokens + 1e-7 * context
+        pacer.observe(decodes, tokens, seconds, context)
+    assert pacer.prefill_cap(8, 5000) < pacer.prefill_cap(8, 0) / 1.5
 
 
 def test_pacer_rejects_a_slowdown_of_one_or_less():
@@ -51,7 +75,11 @@ def _spy(engine) -> list[tuple[list[tuple[str, int]], int | None]]:
     pacer = engine.scheduler.pacer
 
     def schedule():
-        cap = pacer.prefill_cap() if pacer is not None else None
+        # The cap for one typing user and the document's chunk (which starts where the
+        # document's computed tokens end), as the scheduler will ask for it.
+        doc = next((r for r in engine.scheduler.running if r.request_id == "doc"), None)
+        context = doc.num_computed_tokens if doc is not None else 0
+        cap = pacer.prefill_cap(1, context) if pacer is not None else None
         so = original()
         seen.append(([(s.request.request_id, s.num_new_tokens) for s in so.scheduled], cap))
         return so
