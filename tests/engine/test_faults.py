@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from engine import SamplingParams
 from tests.engine.conftest import make_llm
-from tests.support.tiny_models import build_tiny_model
+from tests.support.tiny_models import build_tiny_model, poison_token
 
 POISON = 777  # a token whose embedding is NaN in the poisoned model
 
@@ -16,11 +15,7 @@ POISON = 777  # a token whose embedding is NaN in the poisoned model
 @pytest.fixture(scope="module")
 def poisoned_model(tmp_path_factory, smollm2_dir):
     model_dir = build_tiny_model("llama", tmp_path_factory.mktemp("poisoned"), smollm2_dir)  # untied head
-    weights_file = model_dir / "model.safetensors"
-    weights = load_file(str(weights_file))
-    weights["model.embed_tokens.weight"][POISON] = float("nan")
-    save_file(weights, str(weights_file), metadata={"format": "pt"})
-    return model_dir
+    return poison_token(model_dir, POISON)
 
 
 def test_nan_logits_fail_only_that_request(poisoned_model):

@@ -30,11 +30,12 @@ class ServerProcess:
     """A running `python -m app.cli serve` with its log captured to a file.
 
     `db`: the database file (default: a fresh one in a temporary directory, removed by stop()),
-    so tests never touch the user's own data directory.
+    so tests never touch the user's own data directory. `module`: what `python -m` runs (a
+    test launcher that injects a fault, then calls app.cli.main).
     """
 
     def __init__(self, *flags: str, api_key: str | None = API_KEY, db: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, module: str = "app.cli") -> None:
         self.port = free_port()
         self.api_key = api_key
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -42,7 +43,7 @@ class ServerProcess:
                                                delete=False)
         self._tmp_dir = None if db is not None else tempfile.mkdtemp(prefix="officellm-db-")
         self.db_path = db if db is not None else Path(self._tmp_dir) / "officellm.db"
-        args = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), *BASE_FLAGS,
+        args = [sys.executable, "-m", module, "serve", "--port", str(self.port), *BASE_FLAGS,
                 "--db", str(self.db_path), *flags]
         if api_key:
             args += ["--api-key", api_key]
