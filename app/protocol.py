@@ -89,7 +89,9 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    role: str
+    # The schema lists the roles (clients and fuzzers see what is valid); the check itself is
+    # ChatCompletionRequest's, for a message that names the unknown role.
+    role: str = Field(json_schema_extra={"enum": sorted(CHAT_ROLES)})
     content: str | list[dict[str, Any]] | None = None
 
     def to_template_dict(self) -> dict[str, Any]:
