@@ -26,7 +26,8 @@ class StreamOptions(BaseModel):
 class _SamplingFields(BaseModel):
     """Fields shared by chat and completions, OpenAI's and vLLM's extras."""
 
-    model_config = ConfigDict(extra="ignore")
+    # NaN and Infinity parse as JSON numbers in Python; no sampling field means anything by them.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     model: str | None = None
     n: int = Field(1, ge=1, le=MAX_N)
