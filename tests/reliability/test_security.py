@@ -1,17 +1,18 @@
 """Security: guessing keys is throttled per address, browsers' cross-site calls are off unless
 configured, keys and prompts stay out of the database and the log.
 
-(Covered elsewhere: /admin answers loopback clients only unless --admin-remote, in
-tests/server/test_app_inprocess.py; no cross-user prefix-cache hits by default, read from the
-engine's hit counter, in tests/policy/test_prefix_cache_isolation.py.)
+(Covered elsewhere: no cross-user prefix-cache hits by default, read from the engine's hit
+counter, in tests/policy/test_prefix_cache_isolation.py.)
 
-One real server with --auth-failure-limit 5 and one CORS origin. The throttling tests send
-from 127.0.0.2/.3, so the lock-outs never touch the other tests' 127.0.0.1.
+One real server on every interface (--host 0.0.0.0, so /admin can be tried from this machine's
+network address) with --auth-failure-limit 5 and one CORS origin. The throttling tests send
+from 127.0.0.2/.3/.4, so the lock-outs never touch the other tests' 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import hashlib
+import socket
 import stat
 import uuid
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ ORIGIN = "http://intranet.example"
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
     srv = ServerProcess(str(tiny_model_dir), "--max-model-len", "256", "--auth-failure-limit",
-                        str(LIMIT), "--cors-origin", ORIGIN)
+                        str(LIMIT), "--cors-origin", ORIGIN, "--host", "0.0.0.0")
     try:
         srv.wait_ready()
         yield srv
@@ -43,6 +44,18 @@ def client_from(address: str, server: ServerProcess) -> httpx.Client:
     """An HTTP client whose requests come from `address` (any 127.x reaches the server)."""
     return httpx.Client(base_url=server.base_url, timeout=30,
                         transport=httpx.HTTPTransport(local_address=address))
+
+
+def network_address() -> str | None:
+    """This machine's address on its network (the one a colleague's machine would reach), or
+    None without one. Connecting a UDP socket sends nothing; it only picks the route."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.254", 9))
+        except OSError:
+            return None
+        address = s.getsockname()[0]
+    return None if address.startswith("127.") else address
 
 
 def counter(server: ServerProcess, name: str) -> float:
@@ -87,6 +100,20 @@ def test_requests_without_a_key_are_refused_but_not_counted(server: ServerProces
         for _ in range(LIMIT + 3):
             openai_error(forgetful.get("/v1/models"), 401)
         assert forgetful.get("/v1/models", headers=server.headers).status_code == 200
+
+
+def test_the_admin_api_refuses_other_machines_by_default(server: ServerProcess) -> None:
+    address = network_address()
+    if address is None:
+        pytest.skip("this machine has no network address besides loopback")
+    token = admin_for(server).headers
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=10) as lan:
+        remote = lan.get(f"http://{address}:{server.port}/admin/users", headers=token)
+        assert openai_error(remote, 403)["code"] == "admin_local_only"
+        # The OpenAI API itself is open to the network (that is what --host 0.0.0.0 is for).
+        assert lan.get(f"http://{address}:{server.port}/v1/models",
+                       headers=server.headers).status_code == 200
+    assert httpx.get(f"{server.base_url}/admin/users", headers=token, timeout=10).status_code == 200
 
 
 def test_cors_answers_only_the_configured_origin(server: ServerProcess) -> None:
