@@ -5,12 +5,14 @@ starts; reports errors, RSS growth and KV leaks, and exits 1 if it found any.
         [--threads 1] [--kv-cache-memory 512MiB] [--out benchmarks/results/soak.json]
         [--server-flag=--max-num-seqs=16]
 
-While the load runs it samples the server's resident memory (/proc) and its engine gauges
-(/metrics) every --sample-every seconds. Afterwards it waits for the server to go idle and
-checks that no KV block is still held (vllm:kv_cache_usage_perc counts blocks held by live
-requests only, so an idle server must read 0) and that the log has no ERROR line. RSS growth
-is measured from the end of the warm-up (allocator pools, caches and the prefix cache fill
-during the first minute), so what is left is what a week of uptime would accumulate.
+The run is split into rounds of --round-minutes (new conversations each round, same shape).
+After every round it waits for the server to go idle and reads, at rest: resident memory
+(/proc), and the engine's gauges (/metrics): no request may be left running or waiting, and
+no KV block held (vllm:kv_cache_usage_perc counts blocks held by live requests only, so an idle
+server must read 0). RSS under load follows the conversations' lengths (bigger batches, longer
+attention), so a leak is judged at rest: the idle RSS may grow in the first round (allocator
+pools, the largest shapes) but not round after round. The log must have no ERROR line. While
+the load runs, RSS and the gauges are also sampled every --sample-every seconds.
 """
 
 from __future__ import annotations
@@ -89,46 +91,81 @@ async def wait_idle(http: httpx.AsyncClient, timeout: float) -> dict[str, float]
         await asyncio.sleep(0.5)
 
 
+@dataclass
+class RoundEnd:
+    """The server at rest after one round: what a leak would show."""
+
+    round: int
+    t: float
+    requests: int
+    errors: int
+    idle_rss_mib: float
+    kv_usage: float
+    running: float
+    waiting: float
+
+
 async def soak(args: argparse.Namespace, server: Server) -> dict[str, Any]:
+    """Rounds of the office scenario (a new seed each: new conversations, same shape); after
+    each, wait for the server to go idle and read its RSS and KV usage at rest."""
     assert server.proc is not None
     pid = server.proc.pid
     target = Target(server.base_url, API_KEY)
-    config = ScenarioConfig("office", args.users, args.seed, args.max_tokens, args.think_time)
+    rounds = max(1, round(args.minutes / args.round_minutes))
     samples: list[Sample] = []
+    ends: list[RoundEnd] = []
+    docs = []
     stop = asyncio.Event()
     async with httpx.AsyncClient(base_url=server.base_url, timeout=30,
                                  headers={"Authorization": f"Bearer {API_KEY}"}) as http:
         t0 = time.monotonic()
         sampler = asyncio.create_task(sample_until(http, pid, t0, args.sample_every, samples,
                                                    stop))
-        result = await run_bench(target, config, None, args.minutes * 60)
-        idle = await wait_idle(http, 120)
+        for i in range(rounds):
+            config = ScenarioConfig("office", args.users, args.seed + i, args.max_tokens,
+                                    args.think_time)
+            result = await run_bench(target, config, None, args.minutes * 60 / rounds)
+            idle = await wait_idle(http, 120)
+            await asyncio.sleep(1.0)  # let the allocator settle after the last request
+            docs.append(report.build(result))
+            ends.append(RoundEnd(i, round(time.monotonic() - t0, 1), len(result.records),
+                                 sum(1 for r in result.records if r.error),
+                                 round(rss_mib(pid), 1), **idle))
+            print(f"round {i}: {ends[-1]}", flush=True)
         stop.set()
         await sampler
-    doc = report.build(result)
-    records = result.records
-    errors = [r.error for r in records if r.error]
-    warm = [s for s in samples if s.t >= args.warmup] or samples
+    errors = [r.error for d in docs for r in d["requests"] if r.get("error")]
     log_errors = [line for line in server.output().splitlines()
                   if " ERROR " in line or " CRITICAL " in line]
+    # Round 0 warms up (allocator pools, the prefix cache, the largest batch shapes); growth
+    # from its end to the last round's end is what more weeks of the same would accumulate.
+    growth = ends[-1].idle_rss_mib - ends[0].idle_rss_mib
+    per_round = growth / (len(ends) - 1) if len(ends) > 1 else 0.0
     summary = {
-        "minutes": args.minutes, "users": args.users,
-        "requests": {"sent": len(records), "completed": sum(r.ok for r in records),
+        "minutes": args.minutes, "users": args.users, "rounds": rounds,
+        "requests": {"sent": sum(e.requests for e in ends),
+                     "completed": sum(d["summary"]["requests"]["completed"] for d in docs),
                      "errors": len(errors), "first_errors": sorted(set(errors))[:5]},
-        "output_tok_per_s": doc["summary"]["output_tok_per_s"],
-        "e2e_p99_s": doc["summary"]["e2e_s"]["p99"],
-        "preemptions": doc["server_metrics"]["preemptions"],
-        "rss_mib": {"start": samples[0].rss_mib, "after_warmup": warm[0].rss_mib,
-                    "peak": max(s.rss_mib for s in samples), "end": samples[-1].rss_mib,
-                    "growth_after_warmup": round(samples[-1].rss_mib - warm[0].rss_mib, 1)},
-        "kv": {"peak_usage": max(s.kv_usage for s in samples), "idle_usage": idle["kv_usage"],
-               "idle_running": idle["running"], "idle_waiting": idle["waiting"]},
+        "output_tok_per_s": round(sum(d["summary"]["output_tok_per_s"] for d in docs)
+                                  / len(docs), 1),
+        "e2e_p99_s": max(d["summary"]["e2e_s"]["p99"] or 0.0 for d in docs),
+        "preemptions": sum(d["server_metrics"]["preemptions"] or 0 for d in docs),
+        "rss_mib": {"start": samples[0].rss_mib, "peak": max(s.rss_mib for s in samples),
+                    "idle_after_each_round": [e.idle_rss_mib for e in ends],
+                    "growth_after_warmup_round": round(growth, 1),
+                    "growth_per_round": round(per_round, 1)},
+        "kv": {"peak_usage": max(s.kv_usage for s in samples),
+               "idle_usage_after_each_round": [e.kv_usage for e in ends],
+               "left_running_or_waiting": sum(e.running + e.waiting for e in ends)},
         "log_errors": log_errors[:10],
     }
-    leaks = idle["kv_usage"] > 0 or idle["running"] > 0 or idle["waiting"] > 0
+    leaks = any(e.kv_usage > 0 or e.running > 0 or e.waiting > 0 for e in ends)
     summary["ok"] = (not errors and not leaks and not log_errors
-                     and summary["rss_mib"]["growth_after_warmup"] <= args.max_rss_growth_mib)
-    return {"summary": summary, "samples": [asdict(s) for s in samples], "bench": doc}
+                     and per_round <= args.max_rss_growth_mib)
+    for doc in docs:  # the per-request detail (chunk times) would make the file huge
+        doc.pop("requests")
+    return {"summary": summary, "round_ends": [asdict(e) for e in ends],
+            "samples": [asdict(s) for s in samples], "rounds": docs}
 
 
 def make_server(args: argparse.Namespace, tmp: Path) -> Server:
@@ -155,9 +192,10 @@ def main() -> int:
     p.add_argument("--think-time", type=float, default=2.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-every", type=float, default=5.0, help="seconds")
-    p.add_argument("--warmup", type=float, default=60.0,
-                   help="seconds before RSS growth is counted")
-    p.add_argument("--max-rss-growth-mib", type=float, default=64.0)
+    p.add_argument("--round-minutes", type=float, default=0.5,
+                   help="length of one round; the server is checked at rest after each")
+    p.add_argument("--max-rss-growth-mib", type=float, default=16.0,
+                   help="most idle-RSS growth per round after the first that still passes")
     p.add_argument("--kv-cache-memory", default="512MiB", help="the server's KV pool")
     p.add_argument("--server-flag", action="append", default=[],
                    help="extra flag for officellm serve (repeat; use --server-flag=--x=1)")

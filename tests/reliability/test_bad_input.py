@@ -26,13 +26,9 @@ JSON = {"Content-Type": "application/json"}
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(str(tiny_model_dir), "--max-model-len", "256",
-                        "--max-request-bytes", str(LIMIT))
-    try:
-        srv.wait_ready()
+    with ServerProcess(str(tiny_model_dir), "--max-model-len", "256",
+                       "--max-request-bytes", str(LIMIT)) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def post_raw(server: ServerProcess, path: str, content: bytes) -> httpx.Response:

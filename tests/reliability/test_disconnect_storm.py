@@ -25,13 +25,9 @@ MAX_TOKENS = 200
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(str(tiny_model_dir), "--max-model-len", "512", "--max-num-seqs", "32",
-                        "--max-waiting-requests", str(CLIENTS))
-    try:
-        srv.wait_ready()
+    with ServerProcess(str(tiny_model_dir), "--max-model-len", "512", "--max-num-seqs", "32",
+                       "--max-waiting-requests", str(CLIENTS)) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @dataclass

@@ -34,13 +34,9 @@ TIMEOUT = 60.0
 def server(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Iterator[ServerProcess]:
     model = poison_token(build_tiny_model("llama", tmp_path_factory.mktemp("poisoned"),
                                           smollm2_dir), POISON)
-    srv = ServerProcess(str(model), "--max-model-len", "512",
-                        module="tests.reliability.faulty_serve")
-    try:
-        srv.wait_ready()
+    with ServerProcess(str(model), "--max-model-len", "512",
+                       module="tests.reliability.faulty_serve") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def complete(server: ServerProcess, prompt: list[int], **extra) -> httpx.Response:

@@ -33,14 +33,10 @@ EXAMPLES = 40  # per operation and mode: ~1,000 requests, about a minute on two 
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(str(tiny_model_dir), "--max-model-len", "128", "--max-num-seqs", "16",
-                        # the fuzzer's requests all come from 127.0.0.1; some carry bad keys
-                        "--auth-failure-limit", "0")
-    try:
-        srv.wait_ready()
+    with ServerProcess(str(tiny_model_dir), "--max-model-len", "128", "--max-num-seqs", "16",
+                       # the fuzzer's requests all come from 127.0.0.1; some carry bad keys
+                       "--auth-failure-limit", "0") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @dataclass

@@ -27,13 +27,9 @@ MAX_TOKENS = 48
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(str(tiny_model_dir), "--max-model-len", "256", "--max-num-seqs",
-                        str(RUNNING), "--max-waiting-requests", str(WAITING))
-    try:
-        srv.wait_ready()
+    with ServerProcess(str(tiny_model_dir), "--max-model-len", "256", "--max-num-seqs",
+                       str(RUNNING), "--max-waiting-requests", str(WAITING)) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @dataclass

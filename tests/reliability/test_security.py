@@ -31,13 +31,9 @@ ORIGIN = "http://intranet.example"
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    srv = ServerProcess(str(tiny_model_dir), "--max-model-len", "256", "--auth-failure-limit",
-                        str(LIMIT), "--cors-origin", ORIGIN, "--host", "0.0.0.0")
-    try:
-        srv.wait_ready()
+    with ServerProcess(str(tiny_model_dir), "--max-model-len", "256", "--auth-failure-limit",
+                       str(LIMIT), "--cors-origin", ORIGIN, "--host", "0.0.0.0") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def client_from(address: str, server: ServerProcess) -> httpx.Client:

@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from app.bench.local_server import stop_process
 from app.bench.server_wait import wait_until_healthy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,6 +56,18 @@ class ServerProcess:
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT)
 
+    def __enter__(self) -> ServerProcess:
+        """Ready to answer (stopped again, log and database removed, on exit)."""
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     @property
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -77,13 +90,7 @@ class ServerProcess:
         self.proc.wait()
 
     def stop(self, keep_db: bool = False) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.log.close()
         os.unlink(self.log.name)
         if self._tmp_dir is not None and not keep_db:
