@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from app.bench.local_server import stop_process
+from app.bench.local_server import free_port, stop_process
 from app.bench.server_wait import wait_until_healthy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,12 +18,6 @@ API_KEY = "sk-officellm-test"
 # Small pool and float32, for exact parity with engine.LLM.
 TEST_THREADS = "1"
 BASE_FLAGS = ["--dtype", "float32", "--kv-cache-memory", "256MiB"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerProcess:
