@@ -46,6 +46,13 @@ class FuzzReport:
     failures: list[str] = field(default_factory=list)
     operations: list[str] = field(default_factory=list)
 
+    def merge(self, other: FuzzReport) -> None:
+        self.tried += other.tried
+        for status, count in other.by_status.items():
+            self.by_status[status] = self.by_status.get(status, 0) + count
+        self.failures += other.failures
+        self.operations += other.operations
+
     def check(self, label: str, status: int, content: bytes) -> None:
         self.tried += 1
         self.by_status[status] = self.by_status.get(status, 0) + 1
@@ -147,10 +154,7 @@ def test_the_public_api_never_answers_5xx_and_errors_are_openai_shaped(
 
 def test_health_and_metrics_never_answer_5xx(server: ServerProcess, record_property) -> None:
     report = fuzz(server, "/health", server.headers)
-    more = fuzz(server, "/metrics", server.headers)
-    report.tried += more.tried
-    report.failures += more.failures
-    report.operations += more.operations
+    report.merge(fuzz(server, "/metrics", server.headers))
     _record(report, "system", record_property)
     assert report.failures == []
 
