@@ -13,7 +13,7 @@ from typing import Any
 
 from app.db import Database
 from app.policy import ConcurrencyLimiter
-from app.policy.writer import UsageWriter
+from app.policy.writer import FLUSH_INTERVAL_S, UsageWriter
 
 logger = logging.getLogger("officellm.server")
 
@@ -28,7 +28,7 @@ class Accounts:
     owns_db: bool = False
 
     @classmethod
-    def open(cls, db: Database, owns_db: bool = False, flush_interval: float = 0.5) -> Accounts:
+    def open(cls, db: Database, owns_db: bool = False, flush_interval: float = FLUSH_INTERVAL_S) -> Accounts:
         """Accounts over an upgraded database; the writer starts with start()."""
         return cls(db, UsageWriter(db, interval=flush_interval, start=False), owns_db=owns_db)
 

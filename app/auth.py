@@ -7,6 +7,8 @@ threads work the same for all of them:
 - `--api-key` static keys, key i (from 1) being the user "key<i>";
 - `--no-auth` (single-user desk mode): every request is the local user "local".
 A revoked key or a disabled user is refused from the very next request: nothing is cached.
+Refused tokens are counted per client address (app/auth_throttle.py): too many, and that
+address gets 429 with Retry-After for a while.
 """
 
 from __future__ import annotations
@@ -128,6 +130,28 @@ def bearer_token(request: Request) -> str | None:
     return token.strip()
 
 
+def client_address(request: Request) -> str | None:
+    """The peer's IP address as uvicorn saw it (the throttle's key)."""
+    return request.client.host if request.client else None
+
+
+def check_throttle(request: Request) -> None:
+    """429 with Retry-After if the caller's address failed authentication too often lately."""
+    server = request.app.state.server
+    try:
+        server.auth_throttle.check(client_address(request))
+    except APIError:
+        server.metrics.auth_throttled.inc()
+        raise
+
+
+def record_auth_failure(request: Request) -> None:
+    """Count a refused token against the caller's address (and in officellm:auth_failures)."""
+    server = request.app.state.server
+    server.metrics.auth_failures.inc()
+    server.auth_throttle.failed(client_address(request))
+
+
 def unauthorized() -> APIError:
     return APIError(401, "Incorrect or missing API key. Send 'Authorization: Bearer <key>'.",
                     code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
@@ -139,9 +163,13 @@ async def get_principal(request: Request) -> Principal:
     The lookup is a quick indexed SQLite read, run on a worker thread so the event loop
     never waits on the database.
     """
+    check_throttle(request)
     authenticator: Authenticator = request.app.state.authenticator
-    principal = await run_in_threadpool(authenticator.authenticate, bearer_token(request))
+    token = bearer_token(request)
+    principal = await run_in_threadpool(authenticator.authenticate, token)
     if principal is None:
+        if token is not None:  # a guess; a missing key guesses nothing
+            record_auth_failure(request)
         raise unauthorized()
     if principal.key_id is not None:
         request.app.state.server.accounts.touch_key(principal.key_id)

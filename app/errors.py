@@ -47,6 +47,12 @@ class APIError(Exception):
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
+NOT_JSON = "The request body is not valid JSON."
+# What FastAPI says when the body cannot be decoded at all (invalid UTF-8, nesting deeper than
+# Python's parser recurses): the same fault for the client as a syntax error.
+_FASTAPI_BODY_ERROR = "There was an error parsing the body"
+
+
 def unavailable(message: str, retry_after_s: int) -> APIError:
     """503 with Retry-After: not ready yet, shutting down, or the engine failed."""
     return APIError(503, message, code="service_unavailable",
@@ -60,7 +66,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     first = errors[0]
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     if first.get("type") == "json_invalid":
-        return "The request body is not valid JSON.", None
+        return NOT_JSON, None
     param = ".".join(loc) or None
     msg = first.get("msg", "Invalid value")
     return (f"{msg} (at '{param}')." if param else f"{msg}."), param
@@ -83,6 +89,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404:
             message = f"Not found: {request.method} {request.url.path}"
+        elif exc.status_code == 400 and exc.detail == _FASTAPI_BODY_ERROR:
+            message = f"{NOT_JSON.removesuffix('.')} (it must be UTF-8, nested at most a few " \
+                      "hundred levels deep)."
         else:
             message = str(exc.detail)
         return APIError(exc.status_code, message, headers=getattr(exc, "headers", None)).response()

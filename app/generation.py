@@ -17,6 +17,7 @@ from fastapi import Request
 
 from app.async_engine import EngineDeadError, RequestAborted
 from app.errors import APIError, unavailable
+from app.overload import queue_full
 from app.policy import prefix_cache_salt
 from app.policy_gate import Ticket
 from app.prompts import ChatPrompt, ContextLimitError, PromptBuilder
@@ -57,6 +58,12 @@ class ClientGone(Exception):
     """The client disconnected before its (non-streaming) answer was ready."""
 
 
+class RequestFailed(RuntimeError):
+    """The engine failed this request alone (NaN logits, a tokenizer error in its output):
+    a 500 for this client, while the engine and every other request go on. A dead engine
+    is EngineDeadError instead (503: the server as a whole cannot serve)."""
+
+
 class Generation:
     """Drives the engine requests behind one HTTP request."""
 
@@ -83,12 +90,18 @@ class Generation:
         self._first_token: float | None = None
         self._closed = False
         self._entered = False
-        self._failed = False  # the engine failed under this request
+        self._queued = False  # holds room in the bounded waiting queue (server.admission)
+        self._failure: int | None = None  # 500 (this request failed) or 503 (engine died)
 
     # -- admission -----------------------------------------------------------------------
     async def start(self) -> None:
-        """Admit every prompt, or none: raises APIError (400/503) for the client."""
+        """Admit every prompt, or none: raises APIError (400/429/503) for the client."""
         server = self.server
+        if not server.admission.try_enter(self.num_sequences):
+            server.metrics.record_refusal(self.principal.user, "queue_full")
+            self.close(status=429)
+            raise queue_full(server.admission, server.settings.retry_after_s)
+        self._queued = True
         server.lifecycle.enter()
         self._entered = True
         server.metrics.in_flight.inc()
@@ -143,13 +156,14 @@ class Generation:
     async def deltas(self) -> AsyncIterator[list[Delta]]:
         """Yield each engine step's deltas until every choice has finished.
 
-        Raises EngineDeadError if the engine fails meanwhile.
+        Raises RequestFailed if the engine fails this request, EngineDeadError if the engine
+        dies meanwhile.
         """
         n = self.params.n
         while self._unfinished:
             item = await self._queue.get()
             if isinstance(item, EngineDeadError):
-                self._failed = True
+                self._failure = 503
                 raise item
             if isinstance(item, RequestAborted):
                 yield self._aborted(item.request_id)
@@ -157,8 +171,8 @@ class Generation:
             assert isinstance(item, RequestOutput)
             prompt_index = self.engine_ids.index(item.request_id)
             if item.error:
-                self._failed = True
-                raise EngineDeadError(item.error)
+                self._failure = 500
+                raise RequestFailed(item.error)
             out = []
             for o in item.outputs:
                 c = self.choices[prompt_index * n + o.index]
@@ -188,7 +202,8 @@ class Generation:
 
     async def complete(self, request: Request) -> bool:
         """Run to the end for a non-streaming answer, then close. False if the client left
-        first (the request is aborted); 503 APIError if the engine failed."""
+        first (the request is aborted); APIError 500 if the engine failed this request, 503
+        if the engine died."""
         async def consume() -> None:
             async for _ in self.deltas():
                 pass
@@ -199,14 +214,29 @@ class Generation:
         except ClientGone:
             status = 499
             return False
-        except EngineDeadError as exc:
-            status = 503
-            raise unavailable(str(exc), self.server.settings.retry_after_s) from exc
+        except (RequestFailed, EngineDeadError) as exc:
+            error = self.failure_error(exc)
+            status = error.status
+            raise error from exc
         finally:
             self.close(status)
         return True
 
+    def failure_error(self, exc: RequestFailed | EngineDeadError) -> APIError:
+        """What the client is told when the engine fails under this request: 500 in OpenAI's
+        shape for a fault in this request alone, 503 with Retry-After for a dead engine."""
+        if isinstance(exc, RequestFailed):
+            self.server.metrics.record_refusal(self.principal.user, "engine_error")
+            return APIError(500, f"The server had an error while processing this request: {exc}",
+                            code="internal_error")
+        return unavailable(str(exc), self.server.settings.retry_after_s)
+
     # -- accounting ----------------------------------------------------------------------
+    @property
+    def num_sequences(self) -> int:
+        """Engine sequences this request runs: its prompts times n."""
+        return len(self.prompts) * self.params.n
+
     @property
     def num_prompt_tokens(self) -> int:
         return sum(len(ids) for ids in self.prompt_token_ids)
@@ -224,12 +254,14 @@ class Generation:
         if self._closed:
             return
         self._closed = True
-        if self._failed and status == 200:
-            status = 503
+        if self._failure is not None and status == 200:
+            status = self._failure
         for eid in self._unfinished:
             self.server.async_engine.abort(eid)
         aborted = bool(self._unfinished)
         self._unfinished.clear()
+        if self._queued:
+            self.server.admission.leave(self.num_sequences)
         if self._entered:
             self.server.lifecycle.leave()
             self.server.metrics.in_flight.dec()

@@ -136,6 +136,14 @@ class ServerMetrics:
             "officellm:policy_refusals",
             "Requests stopped or truncated by a policy, per user, limit (reason) and action "
             "(reject, notify, truncate).", u + ["reason", "action"], registry=r)
+        # No address label: an attacker must not be able to grow the metrics' cardinality.
+        self.auth_failures = Counter("officellm:auth_failures",
+                                     "Requests refused for a wrong API key or admin token.",
+                                     registry=r)
+        self.auth_throttled = Counter(
+            "officellm:auth_throttled",
+            "Requests refused with 429 because their address failed authentication too often.",
+            registry=r)
         self.in_flight = Gauge("officellm:requests_in_flight",
                                "Generation requests being served now.", registry=r)
 

@@ -26,7 +26,8 @@ class StreamOptions(BaseModel):
 class _SamplingFields(BaseModel):
     """Fields shared by chat and completions, OpenAI's and vLLM's extras."""
 
-    model_config = ConfigDict(extra="ignore")
+    # NaN and Infinity parse as JSON numbers in Python; no sampling field means anything by them.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     model: str | None = None
     n: int = Field(1, ge=1, le=MAX_N)
@@ -89,7 +90,9 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    role: str
+    # The schema lists the roles (clients and fuzzers see what is valid); the check itself is
+    # ChatCompletionRequest's, for a message that names the unknown role.
+    role: str = Field(json_schema_extra={"enum": sorted(CHAT_ROLES)})
     content: str | list[dict[str, Any]] | None = None
 
     def to_template_dict(self) -> dict[str, Any]:

@@ -11,11 +11,13 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from app.accounts import Accounts
 from app.admin import router as admin_router
 from app.async_engine import AsyncEngine
 from app.auth import make_authenticator
+from app.auth_throttle import AuthThrottle
 from app.body_limit import BodySizeLimit
 from app.db import Database, prepare_database
 from app.db.threads import active_thread_counts
@@ -23,6 +25,7 @@ from app.db.types import utcnow
 from app.errors import install_error_handlers
 from app.lifecycle import Lifecycle
 from app.metrics import ServerMetrics
+from app.overload import AdmissionLimit
 from app.routes import chat, completions, models, system
 from app.settings import ACTIVE_THREAD_MINUTES, ServerSettings
 from app.state import ServerState
@@ -86,12 +89,21 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
 
     state = ServerState(settings=settings, async_engine=async_engine, metrics=server_metrics,
                         lifecycle=Lifecycle(async_engine), accounts=accounts, stats_window=window,
+                        admission=AdmissionLimit(settings.max_num_seqs,
+                                                 settings.max_waiting_requests),
+                        auth_throttle=AuthThrottle(settings.auth_failure_limit),
                         created=int(time.time()))
     app = FastAPI(title="officellm", version="0.1.0", lifespan=lifespan)
     app.state.server = state
     app.state.authenticator = make_authenticator(db, settings.api_keys, settings.no_auth)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    if settings.cors_origins:
+        # Off unless configured: without CORS headers no other site's page, opened in an
+        # office browser, can call the API with a key the browser holds.
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
+                           allow_methods=["GET", "POST", "PUT", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type", "X-Thread-Id"])
     for module in (chat, completions, models, system):
         app.include_router(module.router)
     app.include_router(admin_router)

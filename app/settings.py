@@ -50,6 +50,12 @@ class ServerSettings:
     max_context_tokens: int | None = None
     retry_after_s: int = 5  # what 503 answers tell clients to wait
     max_request_bytes: int = 10 * 1024 * 1024  # bodies over this get 413 (0: no limit)
+    # Requests queued beyond the max_num_seqs running; more get 429 + Retry-After at once
+    # (app/overload.py) rather than an unbounded wait.
+    max_waiting_requests: int = 128
+    # Refused tokens per client address per minute before that address gets 429 (0: off).
+    auth_failure_limit: int = 10
+    cors_origins: list[str] = field(default_factory=list)  # empty: no CORS headers at all
 
     def engine_config(self) -> EngineConfig:
         """The EngineConfig these settings describe."""

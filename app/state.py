@@ -9,11 +9,13 @@ from fastapi import Request
 
 from app.accounts import Accounts
 from app.async_engine import AsyncEngine, EngineState
+from app.auth_throttle import AuthThrottle
 from app.chat_tokens import ChatTokenizer
 from app.errors import APIError, unavailable
 from app.lifecycle import Lifecycle
 from app.logprobs import TokenText
 from app.metrics import ServerMetrics
+from app.overload import AdmissionLimit
 from app.settings import ServerSettings
 from app.stats_window import StatsWindow
 
@@ -28,6 +30,8 @@ class ServerState:
     lifecycle: Lifecycle
     accounts: Accounts
     stats_window: StatsWindow
+    admission: AdmissionLimit  # the bounded waiting queue (--max-waiting-requests)
+    auth_throttle: AuthThrottle  # failed-auth attempts per client address
     created: int = 0  # unix time the app was built; /v1/models reports it
     started_monotonic: float = field(default_factory=time.monotonic)  # for uptime
     _token_text: TokenText | None = field(default=None, repr=False)

@@ -22,13 +22,9 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +32,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from app.bench import plot, report  # noqa: E402
+from app.bench.local_server import Server, free_port  # noqa: E402
 from app.bench.runner import Target, run_bench  # noqa: E402
 from app.bench.scenarios import ScenarioConfig  # noqa: E402
-from app.bench.server_wait import wait_until_healthy  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_idle(max_load: float, timeout: float) -> float:
@@ -71,43 +61,6 @@ def default_llama_server() -> tuple[str, dict[str, str]]:
     return str(skulk.binary_path()), skulk.launch_environment()
 
 
-@dataclass
-class Server:
-    name: str
-    args: list[str]
-    env: dict[str, str]
-    port: int
-    proc: subprocess.Popen | None = None
-    log: Any = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 300.0) -> None:
-        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"{self.name}-", suffix=".log",
-                                               delete=False)
-        self.proc = subprocess.Popen(self.args, cwd=REPO, env=self.env, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        wait_until_healthy(
-            self.base_url, proc=self.proc, timeout=timeout, interval=0.5, name=self.name,
-            describe=lambda: (f"(-4 or 132: illegal instruction, a binary built for another CPU); "
-                              f"log {self.log.name}:\n{self.tail()}"))
-
-    def tail(self) -> str:
-        self.log.flush()
-        return "\n".join(Path(self.log.name).read_text().splitlines()[-20:])
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 def make_servers(args: argparse.Namespace, gguf: Path, tmp: Path) -> list[Server]:
     slots = max(args.users)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false",
@@ -116,7 +69,7 @@ def make_servers(args: argparse.Namespace, gguf: Path, tmp: Path) -> list[Server
                                      "--port", "0", "--no-auth", "--db", str(tmp / "o.db"),
                                      "--max-num-seqs", str(slots),
                                      "--max-model-len", str(args.ctx_per_slot),
-                                     *args.officellm_flag], env, 0)
+                                     *args.officellm_flag], env, 0, cwd=REPO)
     if args.llama_server:
         binary, lenv = args.llama_server, dict(os.environ)
     else:
@@ -124,7 +77,7 @@ def make_servers(args: argparse.Namespace, gguf: Path, tmp: Path) -> list[Server
     llama = Server("llama-server", [binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", "0",
                                     "-t", str(args.threads), "-tb", str(args.threads),
                                     "--parallel", str(slots),
-                                    "-c", str(args.ctx_per_slot * slots), "--metrics"], lenv, 0)
+                                    "-c", str(args.ctx_per_slot * slots), "--metrics"], lenv, 0, cwd=REPO)
     servers = {"officellm": officellm, "llama-server": llama}
     return [servers[n] for n in args.systems]
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 MAX_TOP_LOGPROBS = 20
 MAX_N = 16
+# Integers the sampler hands to torch: a seed seeds a torch.Generator (64 bits) and top_k
+# becomes an int64 tensor. Beyond these a request would fail inside the engine, and take the
+# rest of its batch with it, instead of getting a 400.
+SEED_RANGE = (-(2**63), 2**63 - 1)
+MAX_TOP_K = 2**31 - 1
 
 
 @dataclass
@@ -46,6 +52,14 @@ class SamplingParams:
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field."""
+        for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+                     "repetition_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}.")
+        if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
+            raise ValueError(f"seed must be a 64-bit integer, got {self.seed}.")
+        if self.top_k > MAX_TOP_K:
+            raise ValueError(f"top_k must be at most {MAX_TOP_K}, got {self.top_k}.")
         if not 1 <= self.n <= MAX_N:
             raise ValueError(f"n must be between 1 and {MAX_N}, got {self.n}.")
         if self.temperature < 0:

@@ -10,7 +10,7 @@ import ipaddress
 
 from fastapi import Request
 
-from app.auth import Authenticator, bearer_token
+from app.auth import Authenticator, bearer_token, check_throttle, record_auth_failure
 from app.db import verify_admin_token
 from app.errors import APIError
 from app.state import ServerState
@@ -36,6 +36,7 @@ def require_admin(request: Request) -> None:
     if not server.settings.admin_remote and not is_loopback(client):
         raise APIError(403, "The admin API answers only on this machine; start the server with "
                             "--admin-remote to allow other machines.", code="admin_local_only")
+    check_throttle(request)
     token = bearer_token(request)
     if token is None:
         raise APIError(401, "The admin API needs the admin token: send 'Authorization: Bearer "
@@ -50,5 +51,6 @@ def require_admin(request: Request) -> None:
     if principal is not None and not principal.anonymous:
         raise APIError(403, "This is a user key; the admin API needs the admin token.",
                        code="not_admin")
+    record_auth_failure(request)
     raise APIError(401, "Incorrect admin token.", code="invalid_admin_token",
                    headers={"WWW-Authenticate": "Bearer"})

@@ -25,6 +25,8 @@ from app.state import ServerState
 router = APIRouter()
 
 MAX_THREADS = 1000
+# Ten years, as /admin/usage's `days`; beyond it a timedelta overflows (found by fuzzing).
+MAX_ACTIVE_MINUTES = 3660 * 24 * 60
 
 
 def _server(request: Request) -> ServerState:
@@ -49,7 +51,8 @@ def threads_with_caps(server: ServerState, session: Session, user: str | None = 
 
 @router.get("/threads")
 def get_threads(request: Request, user: str | None = None,
-                active_minutes: float | None = Query(None, gt=0)) -> list[dict[str, Any]]:
+                active_minutes: float | None = Query(None, gt=0, le=MAX_ACTIVE_MINUTES),
+                ) -> list[dict[str, Any]]:
     server = _server(request)
     server.accounts.writer.flush()  # include the request answered a moment ago
     with answered_errors("user"), server.accounts.db.session() as session:

@@ -66,6 +66,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="refuse prompts longer than this (0: no cap; default: the profile's)")
     p.add_argument("--max-request-bytes", type=int, default=10 * 1024 * 1024,
                    help="request bodies over this many bytes get 413 (default 10 MiB; 0: no limit)")
+    p.add_argument("--max-waiting-requests", type=int, default=128,
+                   help="requests that may wait beyond the --max-num-seqs running; more get "
+                        "429 with Retry-After at once (default 128)")
+    p.add_argument("--auth-failure-limit", type=int, default=10,
+                   help="wrong keys or admin tokens one client address may send per minute "
+                        "before it gets 429 (default 10; 0: no limit)")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let browser pages from this origin call the API (repeatable; "
+                        "default: no CORS headers, so no other site's page can)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds in-flight requests get to finish on SIGTERM (default 30)")
     p.add_argument("--profile", choices=sorted(PROFILES), default="office",
@@ -82,6 +91,9 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        served_model_name=list(args.served_model_name or []),
                        api_keys=list(args.api_key), shutdown_timeout=args.shutdown_timeout,
                        max_request_bytes=args.max_request_bytes,
+                       max_waiting_requests=args.max_waiting_requests,
+                       cors_origins=list(args.cors_origin),
+                       auth_failure_limit=args.auth_failure_limit,
                        no_auth=args.no_auth, admin_remote=args.admin_remote,
                        db_path=str(args.db) if args.db is not None else None)
     explicit = set()
@@ -90,6 +102,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
         if value is not None:
             explicit.add(name)
             setattr(s, name, value)
+    if args.max_waiting_requests < 0:
+        raise ValueError("--max-waiting-requests must be 0 or more.")
     if s.max_context_tokens == 0:
         s.max_context_tokens = None
     lines = apply_profile(s, args.profile, explicit)
@@ -117,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         static = f" and {len(settings.api_keys)} static --api-key key(s)" if settings.api_keys else ""
         logger.info("Auth: per-user keys from the database%s", static)
+    logger.info("CORS: %s", ", ".join(settings.cors_origins) if settings.cors_origins
+                else "off (no --cors-origin)")
     logger.info("Admin API: /admin on %s", "any address (--admin-remote)" if settings.admin_remote
                 else "this machine only")
     try:

@@ -34,6 +34,9 @@ from app.db.usage import add_usage, usage_on, utc_today
 
 log = logging.getLogger(__name__)
 
+# How often the buffered usage is committed: also the most a crash can lose (docs/security.md).
+FLUSH_INTERVAL_S = 0.5
+
 
 @dataclass
 class _UsageDelta:
@@ -86,7 +89,8 @@ class UsageWriter:
     """Buffers usage, thread stats, key last_used and events; flushes them in one transaction
     every `interval` seconds on a background thread, and on flush() / close()."""
 
-    def __init__(self, db: Database, interval: float = 0.5, start: bool = True) -> None:
+    def __init__(self, db: Database, interval: float = FLUSH_INTERVAL_S,
+                 start: bool = True) -> None:
         self.db = db
         self.interval = interval
         self._lock = threading.Lock()

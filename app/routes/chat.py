@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse, Response
 
 from app.async_engine import EngineDeadError
 from app.auth import Principal, get_principal
-from app.errors import APIError, unavailable
-from app.generation import Delta, Generation
+from app.errors import APIError
+from app.generation import Delta, Generation, RequestFailed
 from app.logprobs import chat_logprobs
 from app.policy_gate import ThreadPlan, admit, check_thread
 from app.prompts import ChatPrompt
@@ -146,8 +146,9 @@ async def _stream(gen: Generation, body: ChatCompletionRequest, model: str) -> A
                     final = choice(d, {})
                     final["logprobs"] = None
                     yield chunk([final])
-    except EngineDeadError as exc:
-        yield sse(unavailable(str(exc), gen.server.settings.retry_after_s).body())
+    except (RequestFailed, EngineDeadError) as exc:
+        # Headers are sent: the error travels as the last event, in OpenAI's shape.
+        yield sse(gen.failure_error(exc).body())
         return
     if include_usage:
         yield sse({"id": gen.request_id, "object": "chat.completion.chunk", "created": gen.created,

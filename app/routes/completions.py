@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse, Response
 
 from app.async_engine import EngineDeadError
 from app.auth import Principal, get_principal
-from app.errors import APIError, unavailable
-from app.generation import Generation
+from app.errors import APIError
+from app.generation import Generation, RequestFailed
 from app.logprobs import completion_logprobs
 from app.policy_gate import admit
 from app.protocol import CompletionRequest
@@ -101,8 +101,9 @@ async def _stream(gen: Generation, body: CompletionRequest, model: str) -> Async
                                               gen.server.token_text, offsets[d.index])
                 offsets[d.index] += len(d.text)
                 yield chunk(d.index, d.text, lps, d.finish_reason, d.stop_reason)
-    except EngineDeadError as exc:
-        yield sse(unavailable(str(exc), gen.server.settings.retry_after_s).body())
+    except (RequestFailed, EngineDeadError) as exc:
+        # Headers are sent: the error travels as the last event, in OpenAI's shape.
+        yield sse(gen.failure_error(exc).body())
         return
     if include_usage:
         yield sse({"id": gen.request_id, "object": "text_completion", "created": gen.created,

@@ -68,13 +68,7 @@ def smollm2_llm(smollm2_dir: Path) -> LLM:
 @pytest.fixture(scope="session")
 def poisoned_model(tmp_path_factory, smollm2_dir: Path) -> Path:
     """A tiny Llama (untied head) whose embedding of POISON is NaN."""
-    from safetensors.torch import load_file, save_file
-
-    from tests.support.tiny_models import build_tiny_model
+    from tests.support.tiny_models import build_tiny_model, poison_token
 
     model_dir = build_tiny_model("llama", tmp_path_factory.mktemp("poisoned"), smollm2_dir)
-    weights_file = model_dir / "model.safetensors"
-    weights = load_file(str(weights_file))
-    weights["model.embed_tokens.weight"][POISON] = float("nan")
-    save_file(weights, str(weights_file), metadata={"format": "pt"})
-    return model_dir
+    return poison_token(model_dir, POISON)

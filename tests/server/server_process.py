@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from app.bench.local_server import free_port, stop_process
 from app.bench.server_wait import wait_until_healthy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,21 +20,16 @@ TEST_THREADS = "1"
 BASE_FLAGS = ["--dtype", "float32", "--kv-cache-memory", "256MiB"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ServerProcess:
     """A running `python -m app.cli serve` with its log captured to a file.
 
     `db`: the database file (default: a fresh one in a temporary directory, removed by stop()),
-    so tests never touch the user's own data directory.
+    so tests never touch the user's own data directory. `module`: what `python -m` runs (a
+    test launcher that injects a fault, then calls app.cli.main).
     """
 
     def __init__(self, *flags: str, api_key: str | None = API_KEY, db: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, module: str = "app.cli") -> None:
         self.port = free_port()
         self.api_key = api_key
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -42,7 +37,7 @@ class ServerProcess:
                                                delete=False)
         self._tmp_dir = None if db is not None else tempfile.mkdtemp(prefix="officellm-db-")
         self.db_path = db if db is not None else Path(self._tmp_dir) / "officellm.db"
-        args = [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), *BASE_FLAGS,
+        args = [sys.executable, "-m", module, "serve", "--port", str(self.port), *BASE_FLAGS,
                 "--db", str(self.db_path), *flags]
         if api_key:
             args += ["--api-key", api_key]
@@ -53,6 +48,18 @@ class ServerProcess:
         env.setdefault("OMP_NUM_THREADS", TEST_THREADS)
         self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT)
+
+    def __enter__(self) -> ServerProcess:
+        """Ready to answer (stopped again, log and database removed, on exit)."""
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     @property
     def headers(self) -> dict[str, str]:
@@ -76,13 +83,7 @@ class ServerProcess:
         self.proc.wait()
 
     def stop(self, keep_db: bool = False) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.log.close()
         os.unlink(self.log.name)
         if self._tmp_dir is not None and not keep_db:

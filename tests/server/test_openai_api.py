@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine import SamplingParams
 from tests.server.server_process import ServerProcess
+from tests.support.openai_errors import openai_error as _error
 
 TIMEOUT = 120.0
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
@@ -134,15 +135,6 @@ def test_n_seed_logprobs_and_stop(client, model) -> None:
 
 
 # -- 4. errors in OpenAI's shape, and the server keeps serving -----------------------------
-
-def _error(r: httpx.Response, status: int) -> dict:
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert set(body) == {"error"}
-    assert set(body["error"]) == {"message", "type", "param", "code"}
-    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
-    return body["error"]
-
 
 def test_errors_are_openai_shaped_and_harmless(server: ServerProcess, client, model) -> None:
     url = f"{server.base_url}/v1/chat/completions"

@@ -58,3 +58,15 @@ def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 
         if src.is_file() and not (out_dir / extra).exists():
             shutil.copy(src, out_dir / extra)
     return out_dir
+
+
+def poison_token(model_dir: Path, token: int) -> Path:
+    """Make `token`'s embedding row NaN, so any request whose prompt holds it gets NaN logits
+    (a real numeric fault, not a mock). Returns `model_dir`."""
+    from safetensors.torch import load_file, save_file
+
+    weights_file = model_dir / "model.safetensors"
+    weights = load_file(str(weights_file))
+    weights["model.embed_tokens.weight"][token] = float("nan")
+    save_file(weights, str(weights_file), metadata={"format": "pt"})
+    return model_dir

@@ -1,0 +1,40 @@
+"""`officellm serve` with two bugs injected, for the engine-fault tests (run with `python -m`).
+
+- A prompt holding DETOKENIZER_FAULT makes its detokenizer raise, like a tokenizer bug on a
+  strange byte sequence: the engine must fail that request alone.
+- A prompt holding SCHEDULER_FAULT makes the scheduler raise. Nothing isolates the scheduler
+  (a scheduler that failed once cannot be trusted with everyone's blocks), so this kills the
+  engine loop: the server must say so (/health 503, the reason in the log), never hang.
+"""
+
+from __future__ import annotations
+
+from app.cli import main
+from engine.detokenizer import IncrementalDetokenizer
+from engine.scheduler import Scheduler
+
+DETOKENIZER_FAULT = 778
+SCHEDULER_FAULT = 779
+SCHEDULER_FAULT_MESSAGE = "injected scheduler fault"
+
+
+def _install() -> None:
+    decode, schedule = IncrementalDetokenizer._decode, Scheduler.schedule
+
+    def faulty_decode(self, ids):  # type: ignore[no-untyped-def]
+        if DETOKENIZER_FAULT in self.tokens:
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "injected detokenizer fault")
+        return decode(self, ids)
+
+    def faulty_schedule(self):  # type: ignore[no-untyped-def]
+        if any(SCHEDULER_FAULT in r.prompt_token_ids for r in self.waiting):
+            raise RuntimeError(SCHEDULER_FAULT_MESSAGE)
+        return schedule(self)
+
+    IncrementalDetokenizer._decode = faulty_decode  # type: ignore[method-assign]
+    Scheduler.schedule = faulty_schedule  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    _install()
+    main()

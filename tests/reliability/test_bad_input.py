@@ -1,0 +1,114 @@
+"""Bad input by hand: each gets a clear 4xx in OpenAI's shape, never a crash, and none of it
+reaches the engine as a fault (the log stays free of ERRORs, the server stays healthy).
+
+One real server with a 1 MiB body limit (--max-request-bytes) over a tiny model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.reliability.probes import error_lines
+from tests.server.server_process import ServerProcess
+from tests.support.openai_errors import openai_error
+
+LIMIT = 1024 * 1024
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+USER = [{"role": "user", "content": "hi"}]
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    with ServerProcess(str(tiny_model_dir), "--max-model-len", "256",
+                       "--max-request-bytes", str(LIMIT)) as srv:
+        yield srv
+
+
+def post_raw(server: ServerProcess, path: str, content: bytes) -> httpx.Response:
+    return httpx.post(f"{server.base_url}{path}", content=content,
+                      headers=server.headers | JSON, timeout=60)
+
+
+def post(server: ServerProcess, path: str, body: object) -> httpx.Response:
+    return httpx.post(f"{server.base_url}{path}", json=body, headers=server.headers, timeout=60)
+
+
+def test_a_10_mb_body_is_refused_with_413_before_it_is_read(server: ServerProcess) -> None:
+    body = b'{"messages": [{"role": "user", "content": "' + b"a" * (10 * 1024 * 1024) + b'"}]}'
+    t0 = time.monotonic()
+    err = openai_error(post_raw(server, CHAT, body), 413)
+    assert f"{LIMIT:,} bytes" in err["message"] and err["code"] == "request_too_large"
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_body_just_under_the_configured_limit_is_read(server: ServerProcess) -> None:
+    body = {"messages": [{"role": "user", "content": "a " * (LIMIT // 2 - 100)}], "max_tokens": 1}
+    err = openai_error(post(server, CHAT, body), 400)  # read and parsed: only too long for the model
+    assert err["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize("body, fragment", [
+    (b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not valid JSON"),
+    (b'{"messages": [{"role": "user", "content": "x", "meta": ' + b'{"a": ' * 50_000 + b"1"
+     + b"}" * 50_000 + b"}]}", "not valid JSON"),
+    (b'{"messages": [{"role": "user", "content": "\xff\xfe\xfd"}]}', "not valid JSON"),
+    (b'{"messages": [{"role": "user", "content": "x"', "not valid JSON"),
+    (b"", "Field required"),
+], ids=["deeply-nested-lists", "deeply-nested-objects", "invalid-utf8", "truncated-json",
+        "empty-body"])
+def test_malformed_bodies_get_400(server: ServerProcess, body: bytes, fragment: str) -> None:
+    assert fragment in openai_error(post_raw(server, CHAT, body), 400)["message"]
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p", "min_p", "presence_penalty",
+                                   "frequency_penalty", "repetition_penalty", "max_tokens"])
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_in_numbers_get_400(server: ServerProcess, field: str,
+                                             value: str) -> None:
+    body = f'{{"messages": [{{"role": "user", "content": "x"}}], "{field}": {value}}}'
+    err = openai_error(post_raw(server, CHAT, body.encode()), 400)
+    assert err["param"] == field
+
+
+@pytest.mark.parametrize("path, body, fragment", [
+    (CHAT, {"messages": USER, "max_tokens": -5}, "greater than or equal to 1"),
+    (CHAT, {"messages": USER, "max_tokens": 0}, "greater than or equal to 1"),
+    (CHAT, {"messages": USER, "max_tokens": 10**30}, "maximum context length is 256 tokens"),
+    (CHAT, {"messages": USER, "n": 17}, "less than or equal to 16"),
+    (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 21}, "less than or equal to 20"),
+    (COMPLETIONS, {"prompt": "x", "logprobs": 21}, "less than or equal to 20"),
+    (CHAT, {"messages": []}, "at least 1 item"),
+    (CHAT, {"messages": "hello"}, "valid list"),
+    (CHAT, {"messages": [{"content": "no role"}]}, "Field required"),
+    (CHAT, {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+     "Only text content parts"),
+    (CHAT, {"messages": USER, "seed": 2**70}, "seed must be a 64-bit integer"),
+    (CHAT, {"messages": USER, "top_k": 10**30}, "top_k must be at most"),
+    (CHAT, {"messages": USER, "min_tokens": 9, "max_tokens": 8}, "must not exceed max_tokens"),
+    (COMPLETIONS, {"prompt": []}, "The prompt is empty"),
+    (COMPLETIONS, {"prompt": [[]]}, "The prompt is empty"),
+    (COMPLETIONS, {"prompt": [10**20]}, "Prompt token ids must be in"),
+    (COMPLETIONS, {"prompt": [-1]}, "Prompt token ids must be in"),
+    (CHAT, [1, 2], "valid dictionary"),
+], ids=["negative-max-tokens", "zero-max-tokens", "huge-max-tokens", "n-over-16",
+        "top-logprobs-over-20", "completion-logprobs-over-20", "empty-messages",
+        "messages-not-a-list", "message-without-role", "image-content", "seed-over-64-bits",
+        "huge-top-k", "min-tokens-over-max", "empty-prompt", "empty-nested-prompt",
+        "token-id-over-vocab", "negative-token-id", "body-not-an-object"])
+def test_out_of_range_values_get_a_clear_400(server: ServerProcess, path: str, body: object,
+                                             fragment: str) -> None:
+    assert fragment in openai_error(post(server, path, body), 400)["message"]
+
+
+def test_none_of_it_reached_the_engine_as_a_fault(server: ServerProcess) -> None:
+    assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
+    r = post(server, CHAT, {"messages": USER, "max_tokens": 3, "seed": -1, "top_k": 10**9})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
+    assert error_lines(server.output()) == []

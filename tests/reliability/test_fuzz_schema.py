@@ -1,0 +1,168 @@
+"""Fuzzing from the server's own OpenAPI schema (schemathesis): valid and schema-violating
+requests to every public and admin operation. No answer is a 5xx, and every error is in
+OpenAI's shape.
+
+Bounded for CI: EXAMPLES requests per operation and mode, against a tiny model whose
+--max-model-len (128) caps what a fuzzed max_tokens can cost. The counts (examples tried,
+failures) are printed and kept as test properties (`-rA` or junit XML show them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+
+from tests.reliability.probes import admin_for
+from tests.server.server_process import ServerProcess
+from tests.support.openai_errors import is_openai_error
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = 40  # per operation and mode: ~1,000 requests, about a minute on two cores
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
+    with ServerProcess(str(tiny_model_dir), "--max-model-len", "128", "--max-num-seqs", "16",
+                       # the fuzzer's requests all come from 127.0.0.1; some carry bad keys
+                       "--auth-failure-limit", "0") as srv:
+        yield srv
+
+
+@dataclass
+class FuzzReport:
+    tried: int = 0
+    by_status: dict[int, int] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    operations: list[str] = field(default_factory=list)
+
+    def merge(self, other: FuzzReport) -> None:
+        self.tried += other.tried
+        for status, count in other.by_status.items():
+            self.by_status[status] = self.by_status.get(status, 0) + count
+        self.failures += other.failures
+        self.operations += other.operations
+
+    def check(self, label: str, status: int, content: bytes) -> None:
+        self.tried += 1
+        self.by_status[status] = self.by_status.get(status, 0) + 1
+        if status >= 500:
+            self.failures.append(f"{label}: {status} {content[:300]!r}")
+        elif status >= 400:
+            try:
+                body = json.loads(content)
+            except ValueError:
+                body = None
+            if not is_openai_error(body):
+                self.failures.append(f"{label}: {status} not in OpenAI's shape: {content[:300]!r}")
+
+
+TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
+
+
+def _token_ids(prompt: Any) -> Any:
+    if isinstance(prompt, int):
+        return abs(prompt) % 1000
+    if isinstance(prompt, list):
+        return [_token_ids(p) for p in prompt if not (isinstance(p, list | str) and not p)] \
+            or "Hello"
+    return prompt or "Hello"
+
+
+def reach_the_engine(case: schemathesis.Case) -> None:
+    """Steer a valid generation request past the refusals the schema cannot express (an
+    unknown model name, max_tokens over the context, min_tokens over max_tokens, tool calling,
+    empty prompts, token ids outside the vocabulary), so the other fuzzed fields really reach
+    the engine. The negative mode covers those refusals."""
+    body = case.body
+    if not (isinstance(body, dict) and case.path.startswith("/v1/")):
+        return
+    body.pop("model", None)
+    for key in TOOL_FIELDS:
+        body.pop(key, None)
+    for key in ("max_tokens", "max_completion_tokens"):
+        if isinstance(body.get(key), int):
+            body[key] = min(body[key], 8)
+    body["min_tokens"] = 0
+    if "prompt" in body:
+        body["prompt"] = _token_ids(body["prompt"])
+
+
+def fuzz_operation(server: ServerProcess, operation: Any, mode: GenerationMode,
+                   headers: dict[str, str], report: FuzzReport) -> None:
+    """Up to EXAMPLES requests of one operation in one mode, each checked into `report`."""
+    label = f"{operation.method.upper()} {operation.path} [{mode.value}]"
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(case=operation.as_strategy(generation_mode=mode))
+    def run(case: schemathesis.Case) -> None:
+        if mode is GenerationMode.POSITIVE:
+            reach_the_engine(case)
+        response = case.call(base_url=server.base_url, headers=headers, timeout=60)
+        report.check(label, response.status_code, response.content)
+
+    try:
+        run()
+    except Unsatisfiable:
+        # No parameters and no body (GET /v1/models): nothing to make invalid.
+        assert mode is GenerationMode.NEGATIVE, label
+
+
+def fuzz(server: ServerProcess, prefix: str, headers: dict[str, str]) -> FuzzReport:
+    """Run every operation under `prefix` with EXAMPLES valid and EXAMPLES invalid requests."""
+    schema = schemathesis.openapi.from_url(f"{server.base_url}/openapi.json")
+    report = FuzzReport()
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        if not operation.path.startswith(prefix):
+            continue
+        report.operations.append(f"{operation.method.upper()} {operation.path}")
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            fuzz_operation(server, operation, mode, headers, report)
+    return report
+
+
+def _record(report: FuzzReport, name: str, record_property) -> None:
+    record_property(f"{name}_examples_tried", report.tried)
+    record_property(f"{name}_failures", len(report.failures))
+    print(f"\n{name}: {report.tried} examples over {len(report.operations)} operations, "
+          f"{len(report.failures)} failures; statuses {dict(sorted(report.by_status.items()))}")
+    for failure in report.failures:
+        print("  FAILURE", failure)
+
+
+def test_the_public_api_never_answers_5xx_and_errors_are_openai_shaped(
+        server: ServerProcess, record_property) -> None:
+    report = fuzz(server, "/v1/", server.headers)
+    _record(report, "public", record_property)
+    assert report.tried >= EXAMPLES * len(report.operations)
+    assert report.failures == []
+    assert report.by_status.get(200, 0) >= EXAMPLES  # the engine really ran fuzzed requests
+    assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
+
+
+def test_health_and_metrics_never_answer_5xx(server: ServerProcess, record_property) -> None:
+    report = fuzz(server, "/health", server.headers)
+    report.merge(fuzz(server, "/metrics", server.headers))
+    _record(report, "system", record_property)
+    assert report.failures == []
+
+
+# After the public API: the admin fuzzing rewrites policies and users at random.
+def test_the_admin_api_never_answers_5xx_and_errors_are_openai_shaped(
+        server: ServerProcess, record_property) -> None:
+    report = fuzz(server, "/admin/", admin_for(server).headers)
+    _record(report, "admin", record_property)
+    assert report.tried >= EXAMPLES * len(report.operations)
+    assert report.failures == []
