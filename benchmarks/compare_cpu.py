@@ -84,12 +84,14 @@ def make_servers(args: argparse.Namespace, gguf: Path, tmp: Path) -> list[Server
 
 def scenario_runs(args: argparse.Namespace) -> list[tuple[str, ScenarioConfig]]:
     runs = []
-    for users in args.users:
-        runs.append((f"office-{users}", ScenarioConfig("office", users, args.seed, args.max_tokens,
-                                                       args.think_time)))
-    runs.append((f"long-doc-{args.long_doc_users}",
-                 ScenarioConfig("long-doc", args.long_doc_users, args.seed, args.max_tokens,
-                                args.think_time, doc_tokens=args.doc_tokens)))
+    if "office" in args.scenarios:
+        for users in args.users:
+            runs.append((f"office-{users}", ScenarioConfig("office", users, args.seed,
+                                                           args.max_tokens, args.think_time)))
+    if "long-doc" in args.scenarios:
+        runs.append((f"long-doc-{args.long_doc_users}",
+                     ScenarioConfig("long-doc", args.long_doc_users, args.seed, args.max_tokens,
+                                    args.think_time, doc_tokens=args.doc_tokens)))
     return runs
 
 
@@ -166,6 +168,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--scenarios", nargs="+", default=["office", "long-doc"],
+                   choices=["office", "long-doc"])
     p.add_argument("--users", type=int, nargs="+", default=[16, 32])
     p.add_argument("--long-doc-users", type=int, default=4)
     p.add_argument("--duration", type=float, default=60.0, help="seconds per scenario run")
