@@ -11,7 +11,7 @@
 # Prints the binary's path; benchmarks/compare_cpu.py finds it there by itself.
 set -euo pipefail
 version="${1:-0.3.36}"
-root="${OFFICELLM_CACHE:-$HOME/.cache/officellm}/llama.cpp/$version"
+root="${OFFICELLM_CACHE_DIR:-$HOME/.cache/officellm}/llama.cpp/$version"
 binary="$root/build/bin/llama-server"
 if [ -x "$binary" ]; then
     echo "$binary"

