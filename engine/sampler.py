@@ -143,6 +143,13 @@ class Sampler:
         # right=True: the first token whose cumulative mass exceeds the target, so tokens of
         # zero probability (masked by top-k/top-p/min-p) are never chosen.
         sampled = torch.searchsorted(cdf, target, right=True).squeeze(1)
+        # A row with no finite distribution (a temperature so small that logits / T
+        # overflowed) has no CDF to search: it takes its most likely token.
+        mass = total.squeeze(1)
+        broken = ~torch.isfinite(mass) | (mass <= 0)
+        if bool(broken.any()):
+            sampled = torch.where(broken, logits.argmax(dim=-1), sampled)
+        sampled = sampled.clamp_(max=logits.shape[1] - 1)
         greedy_t = torch.tensor(greedy, device=device)
         if greedy_t.any():
             sampled = torch.where(greedy_t, logits.argmax(dim=-1), sampled)

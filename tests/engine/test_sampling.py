@@ -166,3 +166,9 @@ def test_temperature_sampling_follows_the_distribution():
 def test_top_k_never_draws_outside_the_k_best():
     counts = _sample_many(SamplingParams(temperature=1.0, top_k=2), [0.4, 0.35, 0.2, 0.05], 5000)
     assert counts[2] == 0 and counts[3] == 0 and counts[0] > counts[1] > 0
+
+
+def test_a_temperature_that_overflows_the_logits_still_samples_a_valid_token():
+    """logits / 1e-40 is inf in float32: no distribution to sample; the most likely token."""
+    counts = _sample_many(SamplingParams(temperature=1e-40), [0.1, 0.7, 0.2], 50)
+    assert counts.tolist() == [0, 50, 0]
