@@ -17,6 +17,7 @@ import time
 
 def measure(tp: int, batch: int, steps: int, threads: int, prompt_len: int) -> dict:
     from engine import LLM, SamplingParams
+    from engine.executor import MultiprocExecutor
 
     with LLM(None, dtype="float32", kv_cache_memory="512MiB", tensor_parallel_size=tp,
              num_threads=threads) as llm:
@@ -34,19 +35,19 @@ def measure(tp: int, batch: int, steps: int, threads: int, prompt_len: int) -> d
             times.append(time.perf_counter() - t0)
         out = {"tp": tp, "prefill_step_ms": 1e3 * prefill,
                "decode_step_ms": 1e3 * statistics.median(times)}
-        if engine.executor is not None:
+        if isinstance(engine.engine_core.executor, MultiprocExecutor):
             # The broadcast alone: rank 0 pickles a decode StepBatch and sends it; the
             # workers receive it and run a step, which rank 0 then has to join.
             for i in range(batch):
                 engine.add_request(f"b{i}", [100 + i, 101, 102], SamplingParams(max_tokens=3))
             engine.step()
-            so = engine.scheduler.schedule()
-            step_batch, sampling = engine.runner.batch_for(so)
+            so = engine.engine_core.scheduler.schedule()
+            step_batch, sampling = engine.engine_core.runner.batch_for(so)
             t0 = time.perf_counter()
-            engine.executor.send_step(step_batch)
+            engine.engine_core.executor.send_step(step_batch)
             out["broadcast_ms"] = 1e3 * (time.perf_counter() - t0)
             out["broadcast_bytes"] = len(pickle.dumps(("step", step_batch)))
-            engine.runner.execute_batch(step_batch, sampling)
+            engine.engine_core.runner.execute_batch(step_batch, sampling)
             for i in range(batch):
                 engine.abort_request(f"b{i}")
         return out

@@ -1,10 +1,11 @@
-"""Rank 0's handle on the other tensor-parallel ranks: start them, tell them each step, stop.
+"""Executors: how the engine core runs a scheduled step on the model's ranks.
 
-The engine process is rank 0: it schedules, runs its own shard and samples. Ranks 1..tp-1
-are processes started here (spawn: CUDA cannot be forked), each running
-engine.tp_worker.worker_main. Each step rank 0 broadcasts the compact StepBatch (token ids,
-positions, slot mapping, block tables) over the gloo group, then every rank runs the same
-forward. With tensor_parallel_size 1 the engine has no executor at all.
+`UniprocExecutor` runs it in this process. `MultiprocExecutor` is rank 0's handle on the other
+tensor-parallel ranks: the engine process is rank 0 (it schedules, runs its own shard and
+samples); ranks 1..tp-1 are processes started here (spawn: CUDA cannot be forked), each
+running engine.tp_worker.worker_main. Each step rank 0 broadcasts the compact StepBatch
+(token ids, positions, slot mapping, block tables) over the gloo group, then every rank runs
+the same forward.
 """
 
 from __future__ import annotations
@@ -17,18 +18,20 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch.distributed as dist
 
 from engine.config import EngineConfig
-from engine.model_runner import StepBatch
+from engine.core.scheduler_output import SchedulerOutput
+from engine.model_runner import ModelRunner, StepBatch
 from engine.parallel_state import (
     ParallelState,
     init_parallel_state,
     rendezvous_store,
 )
 from engine.tp_worker import SCRUB, SHUTDOWN, STEP, WorkerArgs, started_key, worker_main
+from engine.sampler import SamplerOutput
 from engine.worker import rank_device
 
 logger = logging.getLogger("engine.executor")
@@ -40,6 +43,38 @@ JOIN_TIMEOUT = 5.0
 class WorkerDiedError(RuntimeError):
     """A tensor-parallel worker is gone, or the group fell out of step: the engine cannot
     run another step and must be restarted."""
+
+
+class Executor(Protocol):
+    """Runs steps on every rank of the model and keeps their KV caches in step."""
+
+    def execute(self, so: SchedulerOutput) -> SamplerOutput:
+        """Run one step; rank 0's samples, a row per request that samples."""
+        ...
+
+    def scrub(self, block_ids: list[int]) -> None:
+        """Zero these KV blocks on every rank (a failed request may have written NaN)."""
+        ...
+
+    def close(self) -> None:
+        """Stop whatever the executor started (idempotent)."""
+        ...
+
+
+class UniprocExecutor:
+    """The model on one rank, in this process."""
+
+    def __init__(self, runner: ModelRunner) -> None:
+        self.runner = runner
+
+    def execute(self, so: SchedulerOutput) -> SamplerOutput:
+        return self.runner.execute(so)
+
+    def scrub(self, block_ids: list[int]) -> None:
+        self.runner.scrub_blocks(block_ids)
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass
@@ -61,13 +96,14 @@ class MultiprocExecutor:
         ctx = mp.get_context("spawn")
         store = rendezvous_store(tp)
         self.broken: str | None = None
+        self.runner: ModelRunner | None = None  # rank 0's, once start-up is over
         self._workers = workers = _Workers()
         # Set up before the first start: whatever fails below, the workers get stopped.
         self._finalizer = weakref.finalize(self, _stop_workers, workers)
         try:
             self.parallel = self._start(config, model_dir, ctx, store)
         except BaseException:
-            self.shutdown()
+            self.close()
             raise
         workers.parallel = self.parallel
 
@@ -108,18 +144,34 @@ class MultiprocExecutor:
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self._workers.procs if p.pid is not None]
 
-    def started(self) -> None:
-        """Start-up is over: the workers now wait for step messages."""
+    def started(self, runner: ModelRunner) -> None:
+        """Start-up is over: rank 0 runs steps with `runner`; the workers wait for them."""
+        self.runner = runner
         self._workers.in_loop = True
+
+    def execute(self, so: SchedulerOutput) -> SamplerOutput:
+        """Tell every worker to run this step, then run it here (rank 0 samples)."""
+        assert self.runner is not None, "started() comes first"
+        self.runner.sampler.release(so.finished_request_ids)
+        batch, sampling = self.runner.batch_for(so)
+        self.send_step(batch)
+        try:
+            return self.runner.execute_batch(batch, sampling)
+        except Exception as exc:
+            # The other ranks may be waiting in a collective this rank never reached.
+            self.mark_broken(f"a step failed on rank 0: {exc}")
+            raise
 
     def send_step(self, batch: StepBatch) -> None:
         """Tell every worker to run this step (rank 0 then runs it too)."""
         self._send((STEP, batch))
 
-    def send_scrub(self, block_ids: list[int]) -> None:
-        """Tell every worker to zero these KV blocks in its shard of the pool."""
+    def scrub(self, block_ids: list[int]) -> None:
+        """Zero these KV blocks in every rank's shard of the pool."""
         if self.broken is None:  # else no worker runs another step: nothing to protect
             self._send((SCRUB, block_ids))
+        if self.runner is not None:
+            self.runner.scrub_blocks(block_ids)
 
     def mark_broken(self, reason: str) -> None:
         """A step failed part-way: the ranks may be out of step, so run no more (and stop
@@ -148,7 +200,7 @@ class MultiprocExecutor:
             raise WorkerDiedError(f"Tensor-parallel worker gone: {self.broken}; restart the "
                                   "engine.")
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         """Stop every worker (idempotent); leave the process group."""
         self._finalizer()
 

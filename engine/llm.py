@@ -8,7 +8,8 @@ from typing import Any
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
-from engine.outputs import CompletionOutput, RequestOutput
+from engine.output_processor import OutputKind
+from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 
 Prompt = str | list[int]
@@ -16,22 +17,13 @@ Message = dict[str, Any]
 
 
 class LLM:
-    """Generate for a batch of prompts with continuous batching under the hood."""
+    """Generate for a batch of prompts with continuous batching under the hood.
 
-    def __init__(self, model: str | None = None, *, device: str = "cpu", dtype: str = "auto",
-                 max_model_len: int | None = None, block_size: int = 16,
-                 max_num_seqs: int = 256, max_num_batched_tokens: int = 2048,
-                 enable_prefix_caching: bool = True, kv_cache_memory: int | str | None = None,
-                 gpu_memory_utilization: float = 0.9, seed: int = 0,
-                 tensor_parallel_size: int = 1, **kwargs: Any) -> None:
-        config = EngineConfig(
-            model=model, device=device, dtype=dtype, max_model_len=max_model_len,
-            block_size=block_size, max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            enable_prefix_caching=enable_prefix_caching, kv_cache_memory=kv_cache_memory,
-            gpu_memory_utilization=gpu_memory_utilization, seed=seed,
-            tensor_parallel_size=tensor_parallel_size, **kwargs)
-        self.llm_engine = LLMEngine(config)
+    Keyword arguments are EngineConfig's fields (vLLM's names).
+    """
+
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        self.llm_engine = LLMEngine(EngineConfig(model=model, **kwargs))
         self._ids = itertools.count()
 
     def close(self) -> None:
@@ -49,7 +41,7 @@ class LLM:
 
     def generate(self, prompts: Prompt | Sequence[Prompt],
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 **_: Any) -> list[RequestOutput]:
+                 ) -> list[RequestOutput]:
         """Run every prompt to completion; outputs come back in the prompts' order.
 
         A prompt is a string or a list of token ids.
@@ -65,13 +57,13 @@ class LLM:
             raise ValueError("Give one SamplingParams, or one per prompt.")
         ids = [f"gen-{next(self._ids)}" for _ in prompts]
         for rid, prompt, p in zip(ids, prompts, params):
-            self.llm_engine.add_request(rid, prompt, p)
+            self.llm_engine.add_request(rid, prompt, p, output_kind=OutputKind.FINAL)
         return self._run(ids)
 
     def chat(self, messages: list[Message] | list[list[Message]],
              sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
              add_generation_prompt: bool = True,
-             chat_template_kwargs: dict[str, Any] | None = None, **_: Any) -> list[RequestOutput]:
+             chat_template_kwargs: dict[str, Any] | None = None) -> list[RequestOutput]:
         """Apply the model's chat template to one conversation or a list of them, then generate."""
         convs = [messages] if messages and isinstance(messages[0], dict) else messages
         prompts = [self.apply_chat_template(c, add_generation_prompt, **(chat_template_kwargs or {}))
@@ -89,38 +81,11 @@ class LLM:
         while pending:
             if not engine.has_unfinished_requests():
                 raise RuntimeError(f"engine idle with requests pending: {sorted(pending)}")
-            for delta in engine.step():
-                if delta.request_id not in pending:
-                    continue
-                acc = results.get(delta.request_id)
-                if acc is None:
-                    acc = results[delta.request_id] = RequestOutput(
-                        delta.request_id, delta.prompt, delta.prompt_token_ids, [], False,
-                        delta.num_cached_tokens, delta.metrics)
-                _merge(acc, delta)
-                acc.error = acc.error or delta.error
-                if delta.finished:
-                    acc.finished = True
-                    acc.outputs.sort(key=lambda o: o.index)
-                    pending.discard(delta.request_id)
+            for out in engine.step():
+                if out.finished and out.request_id in pending:
+                    results[out.request_id] = out
+                    pending.discard(out.request_id)
         return [results[i] for i in ids]
-
-
-def _merge(acc: RequestOutput, delta: RequestOutput) -> None:
-    by_index = {o.index: o for o in acc.outputs}
-    for d in delta.outputs:
-        o = by_index.get(d.index)
-        if o is None:
-            o = CompletionOutput(d.index, "", [], logprobs=[] if d.logprobs is not None else None)
-            acc.outputs.append(o)
-            by_index[d.index] = o
-        o.text += d.text
-        o.token_ids.extend(d.token_ids)
-        if d.logprobs is not None and o.logprobs is not None:
-            o.logprobs.extend(d.logprobs)
-        o.finish_reason = d.finish_reason
-        o.stop_reason = d.stop_reason
-        o.num_output_tokens = d.num_output_tokens
 
 
 def apply_chat_template(tokenizer: Any, messages: list[Message], add_generation_prompt: bool = True,

@@ -139,6 +139,14 @@ def iter_safetensors(model_dir: Path):
                 yield name, f.get_tensor(name)
 
 
+def model_display_name(model_dir: Path) -> str:
+    """A readable name: the directory's, or the GGUF file's stem for a converted GGUF."""
+    source = model_dir / "SOURCE"
+    if source.is_file():
+        return Path(source.read_text().strip()).stem
+    return model_dir.name
+
+
 def eos_token_ids(model_dir: Path, tokenizer) -> set[int]:
     """EOS ids from generation_config.json and the tokenizer (a chat model's end-of-turn)."""
     ids: set[int] = set()

@@ -11,9 +11,9 @@ import torch
 from engine import kernels_ops
 from engine.attention import AttentionMetadata, PrefillSpan
 from engine.model_spec import ModelSpec
-from engine.request import Request
+from engine.core.request import Request
 from engine.sampler import Sampler, SamplerOutput
-from engine.scheduler import SchedulerOutput
+from engine.core.scheduler_output import SchedulerOutput
 
 
 @dataclass
@@ -70,31 +70,35 @@ class ModelRunner:
         """Flatten the scheduled chunks; also return the requests that sample, in row order."""
         bs = self.block_size
         ids: list[int] = []
-        pos_parts: list[np.ndarray] = []
-        slot_parts: list[np.ndarray] = []
+        positions: list[int] = []
+        slots: list[int] = []
         logits_idx: list[int] = []
         sampling: list[Request] = []
         q_lens: list[int] = []
         ctx_lens: list[int] = []
         tables: list[list[int]] = []
         offset = 0
-        for sched in so.scheduled:
-            req, n = sched.request, sched.num_new_tokens
-            start = req.num_computed_tokens
-            ids.extend(req.all_token_ids[start : start + n])
-            positions = np.arange(start, start + n, dtype=np.int64)
-            blocks = np.asarray(req.block_ids, dtype=np.int64)
-            pos_parts.append(positions)
-            slot_parts.append(blocks[positions // bs] * bs + positions % bs)
-            if sched.samples:
-                logits_idx.append(offset + n - 1)
-                sampling.append(req)
+        for chunk in so.chunks:
+            req, start, n = chunk.request, chunk.start, chunk.num_new_tokens
+            blocks = req.block_ids
+            if n == 1:  # a decode: plain ints are cheaper than numpy for one token
+                ids.append(req.all_token_ids[start])
+                positions.append(start)
+                slots.append(blocks[start // bs] * bs + start % bs)
+            else:
+                ids.extend(req.all_token_ids[start : start + n])
+                pos = np.arange(start, start + n, dtype=np.int64)
+                positions.extend(pos.tolist())
+                slots.extend((np.asarray(blocks, dtype=np.int64)[pos // bs] * bs + pos % bs).tolist())
             offset += n
+            if chunk.samples:
+                logits_idx.append(offset - 1)
+                sampling.append(req)
             q_lens.append(n)
             ctx_lens.append(start + n)
-            tables.append(req.block_ids)
-        batch = StepBatch(np.asarray(ids, dtype=np.int64), np.concatenate(pos_parts),
-                          np.concatenate(slot_parts), q_lens, ctx_lens, tables, logits_idx)
+            tables.append(blocks)
+        batch = StepBatch(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64),
+                          np.asarray(slots, dtype=np.int64), q_lens, ctx_lens, tables, logits_idx)
         return batch, sampling
 
     def prepare(self, so: SchedulerOutput) -> StepInputs:
@@ -194,13 +198,13 @@ class ModelRunner:
         self.decode_graphs = graphs
 
     @torch.inference_mode()
-    def execute(self, so: SchedulerOutput) -> tuple[list[Request], SamplerOutput | None]:
-        """Run one step; return the requests that sampled and their tokens."""
+    def execute(self, so: SchedulerOutput) -> SamplerOutput:
+        """Run one step; return the sampled tokens of the requests that sample, in order."""
+        self.sampler.release(so.finished_request_ids)
         return self.execute_batch(*self.batch_for(so))
 
     @torch.inference_mode()
-    def execute_batch(self, batch: StepBatch, sampling: list[Request]
-                      ) -> tuple[list[Request], SamplerOutput | None]:
+    def execute_batch(self, batch: StepBatch, sampling: list[Request]) -> SamplerOutput:
         """Run one built step (every rank runs this; only rank 0 has logits to sample)."""
         inputs = self.inputs_for(batch, sampling)
         n = inputs.input_ids.shape[0]
@@ -213,5 +217,5 @@ class ModelRunner:
             logits = self.model(inputs.input_ids, inputs.positions, self.attention,
                                 inputs.logits_indices)
         if not inputs.sampling_requests or logits is None:
-            return [], None
-        return inputs.sampling_requests, self.sampler(logits, inputs.sampling_requests)
+            return SamplerOutput.empty()
+        return self.sampler(logits, inputs.sampling_requests)

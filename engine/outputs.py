@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -22,14 +22,15 @@ SampleLogprobs = list[dict[int, Logprob]]
 class CompletionOutput:
     """One of a request's n sequences.
 
-    From `LLMEngine.step()` the token_ids/text/logprobs are the *delta* since the previous
-    step; `LLM.generate` returns them whole.
+    For a request added with OutputKind.DELTA (streaming) the token_ids/text/logprobs are
+    what the step added; with OutputKind.FINAL (`LLM.generate`, a non-streamed answer) they
+    are the whole output, reported once at the end.
     """
 
     index: int
     text: str
     token_ids: list[int]
-    finish_reason: str | None = None  # "stop" | "length" | "abort" | None while running
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error" | None while running
     stop_reason: int | str | None = None  # the stop string or stop token that ended it
     logprobs: SampleLogprobs | None = None
     num_output_tokens: int = 0  # tokens generated so far in total (not only this delta)
@@ -44,7 +45,6 @@ class RequestMetrics:
     """Wall-clock times (time.monotonic()) of one request's life."""
 
     arrival_time: float
-    first_scheduled_time: float | None = None
     first_token_time: float | None = None
     last_token_time: float | None = None
     finished_time: float | None = None
@@ -62,4 +62,3 @@ class RequestOutput:
     num_cached_tokens: int = 0
     metrics: RequestMetrics | None = None
     error: str | None = None  # set when the engine failed this request alone
-    extra: dict = field(default_factory=dict)

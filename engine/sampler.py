@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 
+from engine.core.request import Request
 from engine.outputs import Logprob
-from engine.request import Request
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplerOutput:
+    """One step's samples, a row per request that sampled (in batch order)."""
+
     token_ids: list[int]
     logprobs: list[dict[int, Logprob] | None]
     invalid: list[bool]  # rows whose logits held NaN: those requests fail, the rest go on
+
+    @classmethod
+    def empty(cls) -> SamplerOutput:
+        return cls([], [], [])
 
 
 class Sampler:
@@ -29,15 +36,17 @@ class Sampler:
         self.generator = torch.Generator().manual_seed(seed)
         self._request_generators: dict[str, torch.Generator] = {}
 
-    def release(self, request_id: str) -> None:
-        self._request_generators.pop(request_id, None)
+    def release(self, request_ids: Iterable[str]) -> None:
+        """Forget the generators of requests that finished."""
+        for rid in request_ids:
+            self._request_generators.pop(rid, None)
 
     def _generator_for(self, req: Request) -> torch.Generator | None:
-        if req.params.seed is None:
+        if req.seed is None:
             return None
         g = self._request_generators.get(req.request_id)
         if g is None:
-            g = torch.Generator().manual_seed(req.params.seed + req.index)
+            g = torch.Generator().manual_seed(req.seed)
             self._request_generators[req.request_id] = g
         return g
 
@@ -128,7 +137,7 @@ class Sampler:
         # Inverse-CDF sampling: one uniform per row (drawing a noise value per vocabulary
         # entry, as the exponential race does, cost 17 ms a step at 16 x 49k on one core).
         uniforms = torch.empty(len(requests), dtype=torch.float32)
-        unseeded = [i for i, r in enumerate(requests) if r.params.seed is None]
+        unseeded = [i for i, r in enumerate(requests) if r.seed is None]
         if unseeded:
             uniforms[unseeded] = torch.rand(len(unseeded), generator=self.generator)
         for i, r in enumerate(requests):

@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass
+@dataclass(frozen=True)
 class EngineStats:
     """A snapshot of the engine.
 
     `kv_cache_usage` counts blocks held by live requests; cached blocks that no request holds
     are free (evictable), so an idle engine reads 0. Prefix-cache queries and hits count tokens.
+    Token totals count each sequence (a request with n = 2 counts its prompt twice), as vLLM's
+    counters do.
     """
 
     num_blocks_total: int
@@ -30,5 +32,3 @@ class EngineStats:
     max_model_len: int = 0
     num_requests_finished_total: int = 0
     num_steps_total: int = 0
-    kv_slots_allocated: int = 0  # token slots in blocks held by live requests
-    kv_slots_filled: int = 0  # of those, slots holding a token

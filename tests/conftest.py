@@ -39,12 +39,11 @@ def no_leaked_kv_blocks():
     yield
     gc.collect()
     for engine in list(_LIVE_ENGINES):
-        sched = engine.scheduler
-        leftover = [r.request_id for r in list(sched.running) + list(sched.waiting)]
+        core = engine.engine_core
+        leftover = list(core.scheduler.requests)
         # Clean up before failing, so one leak does not cascade into later tests.
-        for rid in list(engine._groups):
-            engine.abort_request(rid)
-        pool = engine.kv.pool
+        core.abort_requests(leftover)
+        pool = core.kv.pool
         assert not leftover, f"requests left in the engine: {leftover}"
         assert pool.num_free_blocks == pool.num_blocks, (
             f"{pool.num_blocks - pool.num_free_blocks} KV blocks leaked")

@@ -20,7 +20,7 @@ from engine.sampling_params import SamplingParams
 
 def weight_bytes_read(engine, batch: int) -> int:
     """Bytes of weights one decode step of `batch` sequences reads."""
-    model = engine.model
+    model = engine.engine_core.model
     total = sum(p.numel() * p.element_size() for p in model.parameters())
     emb = model.embed.weight
     tied = model.lm_head is None  # a tied table is read in full by the LM head
@@ -34,7 +34,7 @@ def _sync(device: torch.device) -> None:
 
 
 def _replay_seconds(engine, batch: int, iters: int) -> float | None:
-    graphs = engine.runner.decode_graphs
+    graphs = engine.engine_core.runner.decode_graphs
     if graphs is None or not graphs.use_graphs:
         return None
     graph = graphs.graphs[graphs.padded_size(batch)]
@@ -59,11 +59,11 @@ def measure(engine, batch: int, context: int, steps: int, bandwidth: float) -> d
     for rid, p in zip(ids, prompts):
         engine.add_request(rid, p, params)
     # Until every request has its first token, steps still carry prefills.
-    while any(r.num_output_tokens == 0 for r in engine.scheduler.running) or \
-            engine.scheduler.waiting:
+    while any(r.num_output_tokens == 0 for r in engine.engine_core.scheduler.running) or \
+            engine.engine_core.scheduler.waiting:
         engine.step()
     engine.step()  # one plain decode step, so the graph for this size is warm
-    running = list(engine.scheduler.running)
+    running = list(engine.engine_core.scheduler.running)
     assert len(running) == batch, f"{len(running)} of {batch} requests running"
     tokens_before = sum(r.num_tokens for r in running)
     _sync(dev)
@@ -78,7 +78,7 @@ def measure(engine, batch: int, context: int, steps: int, bandwidth: float) -> d
     context = round(kv_tokens / batch)
     for rid in ids:
         engine.abort_request(rid)
-    kv_bytes = kv_tokens * engine.bytes_per_token
+    kv_bytes = kv_tokens * engine.engine_core.bytes_per_token
     w_bytes = weight_bytes_read(engine, batch)
     floor = (w_bytes + kv_bytes) / bandwidth
     return {"batch": batch, "context": context, "step_ms": step_s * 1e3,

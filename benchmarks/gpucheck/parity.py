@@ -82,7 +82,7 @@ def run(device: torch.device, smoke: bool) -> dict:
             ours = _engine_greedy(engine, prompts, max_new)
             report[str(dtype).removeprefix("torch.")] = {
                 **_compare(ours, ref), "backend": engine.backend,
-                "cuda_graphs": engine.runner.decode_graphs is not None}
+                "cuda_graphs": engine.engine_core.runner.decode_graphs is not None}
             del engine, hf
             free_cuda()
         del hf32

@@ -38,15 +38,15 @@ def test_abort_of_a_waiting_request(smollm2_dir):
 def _spy_on_schedule(engine) -> list:
     """Record every SchedulerOutput's (request id, new tokens) and the running count."""
     seen = []
-    original = engine.scheduler.schedule
+    original = engine.engine_core.scheduler.schedule
 
     def schedule():
         so = original()
-        seen.append(([(s.request.request_id, s.num_new_tokens) for s in so.scheduled],
-                     len(engine.scheduler.running)))
+        seen.append(([(s.request.request_id, s.num_new_tokens) for s in so.chunks],
+                     len(engine.engine_core.scheduler.running)))
         return so
 
-    engine.scheduler.schedule = schedule
+    engine.engine_core.scheduler.schedule = schedule
     return seen
 
 

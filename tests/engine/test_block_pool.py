@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from engine.block_pool import BlockPool, hash_block_tokens
-from engine.kv_cache_manager import KVCacheManager
-from engine.request import Request
+from engine.core.block_pool import BlockPool, hash_block_tokens
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.request import Request
 from engine.sampling_params import SamplingParams
 
 

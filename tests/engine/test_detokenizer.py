@@ -35,4 +35,13 @@ def test_text_that_may_start_a_stop_string_is_held_back(smollm2_tokenizer):
 def test_stop_string_spanning_tokens_is_found(smollm2_tokenizer):
     ids = smollm2_tokenizer.encode("one two three four", add_special_tokens=False)
     pieces, d = _stream(smollm2_tokenizer, ids, stop=["o thr"])
-    assert d.text == "one tw"
+    assert "".join(pieces) == "one tw"
+
+
+def test_stop_strings_are_ignored_while_stop_checks_are_off(smollm2_tokenizer):
+    """Before min_tokens a stop string neither ends the text nor cuts it."""
+    ids = smollm2_tokenizer.encode("alpha END beta", add_special_tokens=False)
+    d = IncrementalDetokenizer(smollm2_tokenizer, [], ["END"])
+    hits = [d.add_token(t, check_stop=False) for t in ids]
+    assert hits == [None] * len(ids)
+    assert d.take_delta(finished=True) == "alpha END beta"

@@ -26,7 +26,7 @@ def test_nan_logits_fail_only_that_request(poisoned_model):
     assert "healthy" not in errors
     assert sum(len(o.outputs[0].token_ids) for o in results["healthy"]) == 8
     assert engine.stats().num_blocks_used == 0
-    assert not torch.isnan(engine.runner.k_caches[0][0]).all()  # the engine still serves
+    assert not torch.isnan(engine.engine_core.runner.k_caches[0][0]).all()  # the engine still serves
     engine.add_request("after", [20, 21, 22], params)
     while engine.has_unfinished_requests():
         for out in engine.step():

@@ -36,10 +36,10 @@ def test_bf16_engine_gives_the_same_tokens_packed_or_not(smollm2_dir, chat_promp
                                                          monkeypatch):
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     packed_llm = make_llm(smollm2_dir, dtype="bfloat16")
-    assert packed_llm.llm_engine.model.layers[0].qkv.packed is not None
+    assert packed_llm.llm_engine.engine_core.model.layers[0].qkv.packed is not None
     packed = [o.outputs[0].token_ids for o in packed_llm.generate(chat_prompt_ids[:4], params)]
     monkeypatch.setattr(packed_linear, "can_pack", lambda device, dtype: False)
     plain_llm = make_llm(smollm2_dir, dtype="bfloat16")
-    assert plain_llm.llm_engine.model.layers[0].qkv.packed is None
+    assert plain_llm.llm_engine.engine_core.model.layers[0].qkv.packed is None
     plain = [o.outputs[0].token_ids for o in plain_llm.generate(chat_prompt_ids[:4], params)]
     assert packed == plain

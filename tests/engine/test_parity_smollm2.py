@@ -42,7 +42,7 @@ def test_chunked_prefill_equals_transformers(smollm2_dir, chat_prompt_ids, smoll
     llm = make_llm(smollm2_dir, max_num_batched_tokens=16)
     outputs = llm.generate(chat_prompt_ids, GREEDY)
     _assert_all_match(outputs, smollm2_refs)
-    assert llm.llm_engine.num_steps_total > sum(len(p) for p in chat_prompt_ids) // 16
+    assert llm.llm_engine.engine_core.num_steps_total > sum(len(p) for p in chat_prompt_ids) // 16
 
 
 def test_prefix_caching_off_equals_transformers(smollm2_dir, chat_prompt_ids, smollm2_refs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine import SamplingParams
-from engine.prefill_pacer import PrefillPacer
+from engine.core.prefill_pacer import PrefillPacer
 from tests.engine.conftest import make_llm
 from tests.engine.test_parity_smollm2 import GREEDY, _assert_all_match
 
@@ -71,26 +71,26 @@ def test_pacer_rejects_a_slowdown_of_one_or_less():
 def _spy(engine) -> list[tuple[list[tuple[str, int]], int | None]]:
     """Each step's (request id, new tokens), with the pacer's cap when it was scheduled."""
     seen: list[tuple[list[tuple[str, int]], int | None]] = []
-    original = engine.scheduler.schedule
-    pacer = engine.scheduler.pacer
+    original = engine.engine_core.scheduler.schedule
+    pacer = engine.engine_core.scheduler.pacer
 
     def schedule():
         # The cap for one typing user and the document's chunk (which starts where the
         # document's computed tokens end), as the scheduler will ask for it.
-        doc = next((r for r in engine.scheduler.running if r.request_id == "doc"), None)
+        doc = next((r for r in engine.engine_core.scheduler.running if r.request_id == "doc"), None)
         context = doc.num_computed_tokens if doc is not None else 0
         cap = pacer.prefill_cap(1, context) if pacer is not None else None
         so = original()
-        seen.append(([(s.request.request_id, s.num_new_tokens) for s in so.scheduled], cap))
+        seen.append(([(s.request.request_id, s.num_new_tokens) for s in so.chunks], cap))
         return so
 
-    engine.scheduler.schedule = schedule
+    engine.engine_core.scheduler.schedule = schedule
     return seen
 
 
 def test_a_long_prompt_is_paced_while_others_decode(smollm2_dir):
     engine = make_llm(smollm2_dir, max_num_batched_tokens=512, prefill_pacing=2.0).llm_engine
-    engine.scheduler.pacer.first_chunk = 24
+    engine.engine_core.scheduler.pacer.first_chunk = 24
     engine.add_request("chat", [1, 2, 3], SamplingParams(temperature=0, max_tokens=60,
                                                          ignore_eos=True))
     engine.step()
@@ -117,7 +117,7 @@ def test_a_prompt_alone_gets_the_whole_budget(smollm2_dir):
 
 def test_paced_prefill_equals_transformers(smollm2_dir, chat_prompt_ids, smollm2_refs):
     llm = make_llm(smollm2_dir, prefill_pacing=1.5)
-    pacer = llm.llm_engine.scheduler.pacer
+    pacer = llm.llm_engine.engine_core.scheduler.pacer
     pacer.first_chunk = pacer.min_chunk = 8  # small chunks whatever this machine's speed
     engine = llm.llm_engine
     engine.add_request("warm", chat_prompt_ids[0], GREEDY)  # so later prompts meet decodes

@@ -144,7 +144,7 @@ def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
 
 def _sample_many(params: SamplingParams, probs: list[float], draws: int) -> torch.Tensor:
     """Token counts of `draws` samples from one row of logits log(probs)."""
-    from engine.request import Request
+    from engine.core.request import Request
     from engine.sampler import Sampler
 
     sampler = Sampler(seed=1)

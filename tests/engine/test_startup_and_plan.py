@@ -83,7 +83,7 @@ def test_startup_logs_the_pool_in_vllm_wording(smollm2_dir, caplog):
     with caplog.at_level(logging.INFO):
         llm = make_llm(smollm2_dir, kv_cache_memory="64MiB", max_model_len=1024)
     text = caplog.text
-    tokens = llm.llm_engine.kv.pool.num_blocks * 16
+    tokens = llm.llm_engine.engine_core.kv.pool.num_blocks * 16
     assert "Available KV cache memory: 0.06 GiB" in text
     assert f"KV cache size: {tokens:,} tokens ({tokens // 16:,} blocks of 16; 46,080 B/token)" in text
     assert f"Maximum concurrency for 1,024 tokens per request: {tokens / 1024:.2f}x" in text

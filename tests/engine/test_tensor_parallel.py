@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine import LLM, SamplingParams
+from engine.tp_worker import SCRUB
 from engine.kv_plan import make_plan
 from engine.model_spec import ModelSpec
 from tests.engine.conftest import POISON, make_llm
@@ -67,7 +68,7 @@ def test_two_ranks_give_the_tokens_of_one_under_preemption(tiny_dir, chat_prompt
     tp1 = make_llm(tiny_dir, kv_cache_memory=blocks * 16 * spec.kv_bytes_per_token(4))
     with make_llm(tiny_dir, kv_cache_memory=blocks * 16 * spec.kv_bytes_per_token(4, 2),
                   tensor_parallel_size=2) as tp2:
-        assert tp2.llm_engine.kv.pool.num_blocks == blocks
+        assert tp2.llm_engine.engine_core.kv.pool.num_blocks == blocks
         assert_same_greedy(tp2, tp1, prompts)
         assert tp2.llm_engine.stats().num_preemptions_total > 0
 
@@ -88,8 +89,8 @@ def test_each_rank_holds_its_share_of_the_kv_as_plan_says(tiny_dir, caplog):
     # memory, and the bytes per token of `officellm plan --tensor-parallel-size 2`.
     spec = ModelSpec.from_json(tiny_dir / "config.json")
     plan = make_plan(spec, "tiny", 4 * 1024**2, "fp32", tensor_parallel_size=2)
-    assert engine.bytes_per_token == plan.bytes_per_token == spec.kv_bytes_per_token(4) // 2
-    assert engine.kv.pool.num_blocks == 4 * 1024**2 // (plan.bytes_per_token * 16)
+    assert engine.engine_core.bytes_per_token == plan.bytes_per_token == spec.kv_bytes_per_token(4) // 2
+    assert engine.engine_core.kv.pool.num_blocks == 4 * 1024**2 // (plan.bytes_per_token * 16)
     assert f"{plan.bytes_per_token:,} B/token" in caplog.text
 
 
@@ -97,8 +98,15 @@ def test_a_request_that_fails_on_nan_has_its_blocks_scrubbed_on_every_rank(poiso
     with make_llm(poisoned_model, kv_cache_memory="4MiB", tensor_parallel_size=2) as tp2:
         engine = tp2.llm_engine
         scrubbed: list[list[int]] = []
-        send = engine.executor.send_scrub
-        engine.executor.send_scrub = lambda ids: (scrubbed.append(list(ids)), send(ids))
+        executor = engine.engine_core.executor
+        send = executor._send  # what goes to the workers
+
+        def spy(message: tuple) -> None:
+            if message[0] == SCRUB:
+                scrubbed.append(list(message[1]))
+            send(message)
+
+        executor._send = spy
         params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
         engine.add_request("poisoned", [10, POISON, 12, 13], params)
         outputs = engine.step()

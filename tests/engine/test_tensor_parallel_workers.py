@@ -78,7 +78,7 @@ def test_a_start_up_error_leaves_no_worker(tiny_dir):
 
 def test_close_stops_every_worker(tiny_dir):
     llm = make_llm(tiny_dir, kv_cache_memory="4MiB", tensor_parallel_size=2)
-    pids = llm.llm_engine.executor.worker_pids
+    pids = llm.llm_engine.engine_core.executor.worker_pids
     assert len(pids) == 1 and not gone(pids[0])
     llm.close()
     assert all(gone(p) for p in pids)
@@ -92,7 +92,7 @@ ENGINE_SCRIPT = textwrap.dedent("""
 
     if __name__ == "__main__":
         llm = LLM(sys.argv[1], dtype="float32", kv_cache_memory="4MiB", tensor_parallel_size=2)
-        print(*llm.llm_engine.executor.worker_pids, flush=True)
+        print(*llm.llm_engine.engine_core.executor.worker_pids, flush=True)
         sys.stdin.read()
 """)
 
@@ -118,7 +118,7 @@ def test_workers_exit_when_the_engine_process_dies(tiny_dir, tmp_path, sig):
 def test_a_dead_worker_fails_the_batch_and_stops_the_engine(tiny_dir):
     with make_llm(tiny_dir, kv_cache_memory="4MiB", tensor_parallel_size=2) as llm:
         engine = llm.llm_engine
-        pid = engine.executor.worker_pids[0]
+        pid = engine.engine_core.executor.worker_pids[0]
         os.kill(pid, signal.SIGKILL)
         assert wait_gone([pid])
         engine.add_request("r", [10, 11, 12], SamplingParams(temperature=0, max_tokens=4))

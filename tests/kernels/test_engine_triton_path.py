@@ -35,7 +35,7 @@ def _generate(model_dir, prompts, backend, graphs=False, rounds=2, **kwargs):
               attention_backend=backend, **kwargs)
     engine = llm.llm_engine
     if graphs:
-        engine.runner.capture_decode_graphs(4, engine.max_model_len, use_graphs=False)
+        engine.engine_core.runner.capture_decode_graphs(4, engine.max_model_len, use_graphs=False)
     params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
     # Two rounds: the second hits the prefix cache (a chunk after cached blocks).
     first = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
@@ -52,8 +52,8 @@ def torch_tokens(tiny_qwen3, prompts):
 
 def test_triton_backend_matches_torch_backend(tiny_qwen3, prompts, torch_tokens):
     engine, tokens = _generate(tiny_qwen3, prompts, "triton", max_num_batched_tokens=16)
-    assert isinstance(engine.runner.attention, TritonAttention)
-    assert engine.model.ops.rms_norm.__module__ == "kernels.triton_norm"
+    assert isinstance(engine.engine_core.runner.attention, TritonAttention)
+    assert engine.engine_core.model.ops.rms_norm.__module__ == "kernels.triton_norm"
     assert tokens == torch_tokens
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from app.cli import main
 from engine.detokenizer import IncrementalDetokenizer
-from engine.scheduler import Scheduler
+from engine.core.scheduler import Scheduler
 
 DETOKENIZER_FAULT = 778
 SCHEDULER_FAULT = 779

@@ -1,12 +1,10 @@
-"""One generation as the scheduler sees it."""
+"""One sequence as the engine core sees it: token ids, progress, KV blocks."""
 
 from __future__ import annotations
 
 import enum
-import time
 from dataclasses import dataclass, field
 
-from engine.outputs import RequestMetrics, SampleLogprobs
 from engine.sampling_params import SamplingParams
 
 
@@ -21,21 +19,41 @@ class RequestStatus(enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self.value.startswith("finished")
+        return self in _FINISH_REASONS
 
     @property
     def finish_reason(self) -> str | None:
-        return {
-            RequestStatus.FINISHED_STOPPED: "stop",
-            RequestStatus.FINISHED_LENGTH: "length",
-            RequestStatus.FINISHED_ABORTED: "abort",
-            RequestStatus.FINISHED_ERROR: "error",
-        }.get(self)
+        """OpenAI's finish_reason for a finished status, else None."""
+        return _FINISH_REASONS.get(self)
+
+
+_FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_ERROR: "error",
+}
+
+
+@dataclass(frozen=True)
+class EngineCoreRequest:
+    """What the front end hands the core: one sequence to generate.
+
+    A request with n > 1 reaches the core as n of these (engine/input_processor.py), each
+    with its own `seed` (the request's seed plus the sequence's index), so that every
+    sequence draws its own reproducible noise.
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    seed: int | None = None
+    cache_salt: str | None = None
 
 
 @dataclass(eq=False)
 class Request:
-    """Prompt and output token ids, progress, KV blocks and timing of one sequence.
+    """Prompt and output token ids, progress and KV blocks of one sequence.
 
     `num_computed_tokens` counts tokens whose KV is in the cache. Everything in
     `all_token_ids` past it still has to run through the model; after preemption by
@@ -46,12 +64,8 @@ class Request:
     prompt_token_ids: list[int]
     params: SamplingParams
     eos_token_ids: frozenset[int] = frozenset()
-    parent_id: str | None = None  # the user's request id when n > 1
-    index: int = 0  # which of the parent's n sequences
-    user: str | None = None
-    thread: str | None = None
+    seed: int | None = None
     cache_salt: str | None = None
-    prompt: str | None = None
     output_token_ids: list[int] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
@@ -59,15 +73,16 @@ class Request:
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)
     num_preemptions: int = 0
-    stop_reason: int | str | None = None
-    logprobs: SampleLogprobs | None = None
-    error: str | None = None
-    metrics: RequestMetrics = field(default_factory=lambda: RequestMetrics(time.monotonic()))
+    stop_reason: int | None = None  # the stop token that ended it
+    scheduled: bool = False  # admitted at least once
 
     def __post_init__(self) -> None:
         self.all_token_ids: list[int] = list(self.prompt_token_ids)
-        if self.params.logprobs is not None:
-            self.logprobs = []
+
+    @classmethod
+    def from_core_request(cls, req: EngineCoreRequest, eos_token_ids: frozenset[int]) -> Request:
+        return cls(req.request_id, req.prompt_token_ids, req.params, eos_token_ids, req.seed,
+                   req.cache_salt)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -80,11 +95,6 @@ class Request:
     @property
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids)
-
-    @property
-    def output_id(self) -> str:
-        """The id outputs are reported under (the parent's when n > 1)."""
-        return self.parent_id or self.request_id
 
     @property
     def is_finished(self) -> bool:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.block_pool import BlockPool, KVBlock, hash_block_tokens
-from engine.request import Request
+from engine.core.block_pool import BlockPool, KVBlock, hash_block_tokens
+from engine.core.request import Request
 
 
 class KVCacheManager:
@@ -14,6 +14,9 @@ class KVCacheManager:
         self.enable_prefix_caching = enable_prefix_caching
         self.pool = BlockPool(num_blocks, enable_prefix_caching)
         self.req_blocks: dict[str, list[KVBlock]] = {}
+        # How many of a request's leading blocks were already offered to the prefix cache:
+        # each full block is registered once, not re-examined every step.
+        self._num_registered: dict[str, int] = {}
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
 
@@ -59,33 +62,44 @@ class KVCacheManager:
         `new_computed_blocks` are prefix-cache hits taken at admission: they are referenced
         here (and count as computed) only if the allocation as a whole succeeds.
         """
-        computed = new_computed_blocks or []
-        held = self.req_blocks.get(request.request_id, [])
-        num_computed = request.num_computed_tokens + len(computed) * self.block_size
-        total_tokens = num_computed + num_new_tokens
-        needed = -(-total_tokens // self.block_size) - len(held) - len(computed)
-        # Hit blocks that nobody holds sit in the free queue: taking them uses free capacity.
-        evictable_hits = sum(1 for b in computed if b.ref_count == 0)
-        if needed + evictable_hits > self.pool.num_free_blocks:
-            return False
-        blocks = self.req_blocks.setdefault(request.request_id, [])
-        if computed:
-            self.pool.touch(computed)
-            blocks.extend(computed)
-        if needed > 0:
-            blocks.extend(self.pool.allocate(needed))
-        request.block_ids = [b.block_id for b in blocks]
-        if self.enable_prefix_caching:
-            self._cache_full_blocks(request, blocks, total_tokens)
+        bs = self.block_size
+        computed = new_computed_blocks or ()
+        blocks = self.req_blocks.get(request.request_id)
+        num_held = len(blocks) if blocks is not None else 0
+        total_tokens = request.num_computed_tokens + len(computed) * bs + num_new_tokens
+        needed = -(-total_tokens // bs) - num_held - len(computed)
+        if needed > 0 or computed:
+            # Hit blocks that nobody holds sit in the free queue: taking them uses free capacity.
+            evictable_hits = sum(1 for b in computed if b.ref_count == 0)
+            if needed + evictable_hits > self.pool.num_free_blocks:
+                return False
+            if blocks is None:
+                blocks = self.req_blocks[request.request_id] = []
+            if computed:
+                self.pool.touch(computed)
+                blocks.extend(computed)
+                request.block_ids.extend(b.block_id for b in computed)
+            if needed > 0:
+                new = self.pool.allocate(needed)
+                blocks.extend(new)
+                request.block_ids.extend(b.block_id for b in new)
+        if self.enable_prefix_caching and blocks:
+            self._register_full_blocks(request, blocks, total_tokens)
         return True
 
-    def _cache_full_blocks(self, request: Request, blocks: list[KVBlock], num_tokens: int) -> None:
-        """Hash blocks that this step fills completely (their KV is written in this step)."""
+    def _register_full_blocks(self, request: Request, blocks: list[KVBlock], num_tokens: int) -> None:
+        """Offer the blocks this step fills completely to the prefix cache (their KV is
+        written in this step); hit blocks are cached already."""
+        done = self._num_registered.get(request.request_id, 0)
+        num_full = num_tokens // self.block_size
+        if num_full <= done:
+            return
         self._update_block_hashes(request)
-        num_full = min(num_tokens // self.block_size, len(request.block_hashes))
-        for i in range(num_full):
+        num_full = min(num_full, len(request.block_hashes))
+        for i in range(done, num_full):
             if blocks[i].block_hash is None:
                 self.pool.cache_block(blocks[i], request.block_hashes[i])
+        self._num_registered[request.request_id] = num_full
 
     # -- release -------------------------------------------------------------------------
     def free(self, request: Request, discard: bool = False) -> list[int]:
@@ -95,6 +109,7 @@ class KVCacheManager:
         their hash so they are never hit again; their ids are returned for scrubbing.
         """
         blocks = self.req_blocks.pop(request.request_id, [])
+        self._num_registered.pop(request.request_id, None)
         self.pool.free(list(reversed(blocks)))
         request.block_ids = []
         if not discard:

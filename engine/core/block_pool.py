@@ -114,9 +114,3 @@ class BlockPool:
             if self._cached.get(block.block_hash) is block:
                 del self._cached[block.block_hash]
             block.block_hash = None
-
-    def reset_prefix_cache(self) -> None:
-        """Forget every cached hash (blocks held by requests keep their contents)."""
-        for block in self.blocks:
-            block.block_hash = None
-        self._cached.clear()

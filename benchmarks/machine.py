@@ -1,0 +1,29 @@
+"""What a benchmark ran on: the CPU's model and the instruction-set flags that pick kernels."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+# The flags that decide which kernels and dtypes can run (the rest of /proc/cpuinfo's list
+# says nothing about speed here).
+ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+             "avx512_vnni", "avx512_bf16", "avx_vnni", "avx_ne_convert", "amx_bf16",
+             "amx_int8", "amx_tile")
+
+
+def cpu_description() -> dict:
+    """{"model", "isa_flags", "cores"} of this machine (Linux /proc/cpuinfo; else platform)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    return {"model": model, "isa_flags": [f for f in ISA_FLAGS if f in flags],
+            "cores": os.cpu_count()}

@@ -1,0 +1,167 @@
+"""EngineCore: the step loop over token ids (schedule -> execute -> update), and its stats."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from engine.config import EngineConfig, format_gib
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.prefill_pacer import PrefillPacer
+from engine.core.request import EngineCoreRequest, Request, RequestStatus
+from engine.core.scheduler import Scheduler
+from engine.core.scheduler_output import EngineCoreOutput
+from engine.executor import Executor, MultiprocExecutor, UniprocExecutor, WorkerDiedError
+from engine.model_loader import load_config_dict, model_display_name
+from engine.model_spec import ModelSpec
+from engine.models.shard_plan import ShardPlan
+from engine.parallel_state import ParallelState
+from engine.stats import EngineStats
+from engine.worker import Worker, check_devices
+
+logger = logging.getLogger("engine")
+
+
+class EngineCore:
+    """Loads the model on its ranks, sizes the KV pool, and runs steps.
+
+    Knows nothing of text, HTTP, users or SQL: requests arrive as token ids
+    (EngineCoreRequest) and leave as sampled tokens (EngineCoreOutput); `cache_salt` is an
+    opaque tag. Not thread-safe: one thread owns it.
+    """
+
+    def __init__(self, config: EngineConfig, model_dir: Path,
+                 eos_token_ids: frozenset[int]) -> None:
+        self.config = config
+        self.eos_token_ids = eos_token_ids
+        spec = ModelSpec.from_config_dict(load_config_dict(model_dir))
+        # Refuse an impossible split before any worker process starts.
+        ShardPlan.for_rank(spec, 0, config.tensor_parallel_size)
+        check_devices(config.device, config.tensor_parallel_size)
+        # Ranks 1..tp-1 run in worker processes, in step with this one (rank 0).
+        workers = (MultiprocExecutor(config, model_dir)
+                   if config.tensor_parallel_size > 1 else None)
+        try:
+            worker = Worker(config, model_dir, workers.parallel if workers else ParallelState())
+            logger.info("Loaded %s (%s, %s) in %.1f s: %s of weights%s",
+                        model_display_name(model_dir), worker.spec.model_type,
+                        str(worker.dtype).removeprefix("torch."), worker.load_seconds,
+                        format_gib(worker.weight_bytes),
+                        f" on rank 0 of {config.tensor_parallel_size} (tensor parallel)"
+                        if workers else "")
+            num_blocks, self.max_model_len = worker.size_pool()
+            runner = worker.init_cache(num_blocks, self.max_model_len)
+        except BaseException:
+            if workers is not None:
+                workers.close()
+            raise
+        if workers is not None:
+            workers.started(runner)
+        self.executor: Executor = workers if workers is not None else UniprocExecutor(runner)
+        self.runner = runner  # rank 0's: for introspection (tests, benchmarks), not for steps
+        self.spec, self.dtype, self.device = worker.spec, worker.dtype, worker.device
+        self.backend, self.model = worker.backend, worker.model
+        self.bytes_per_token = self.spec.kv_bytes_per_token(
+            torch.finfo(self.dtype).bits // 8, config.tensor_parallel_size)
+        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        pacer = PrefillPacer(config.prefill_pacing) if config.prefill_pacing else None
+        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
+                                   self.max_model_len, pacer)
+        self.num_steps_total = 0
+        self._log_state = (time.monotonic(), 0, 0)
+
+    def close(self) -> None:
+        """Stop the tensor-parallel worker processes, if any (idempotent)."""
+        self.executor.close()
+
+    # -- requests ------------------------------------------------------------------------
+    def add_request(self, request: EngineCoreRequest) -> None:
+        """Queue one sequence (already validated by the front end)."""
+        self.scheduler.add_request(Request.from_core_request(request, self.eos_token_ids))
+
+    def abort_requests(self, request_ids: Iterable[str]) -> None:
+        """Stop these requests now and free their blocks (unknown ids are ignored)."""
+        self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    # -- stepping ------------------------------------------------------------------------
+    def step(self) -> list[EngineCoreOutput]:
+        """Schedule, run the model, update the requests; one output per request that
+        sampled (or failed).
+
+        A failure while running the batch fails the requests of that batch alone; the
+        engine and every other request go on. The exception is a tensor-parallel worker
+        that died (WorkerDiedError): the batch's requests are failed, then the error is
+        raised, since no further step can run.
+        """
+        so = self.scheduler.schedule()
+        if so.is_empty:
+            return []
+        self.num_steps_total += 1
+        started = time.perf_counter()
+        try:
+            sampled = self.executor.execute(so)
+        except Exception as exc:  # noqa: BLE001 - isolate the failure to this batch
+            logger.exception("Engine step failed; failing the %d requests of this batch",
+                             len(so.chunks))
+            outputs = self.scheduler.fail_batch(so, f"internal error while running the model: {exc}")
+            if isinstance(exc, WorkerDiedError):
+                raise  # no step can run any more: the engine's owner must restart it
+            self._scrub()
+            return outputs
+        outputs = self.scheduler.update_from_output(so, sampled, time.perf_counter() - started)
+        self._scrub()
+        self._maybe_log_stats()
+        return outputs
+
+    def _scrub(self) -> None:
+        """Zero the blocks failed requests left (they may hold NaN that a later reader's
+        masked tail would turn into NaN output)."""
+        blocks, self.scheduler.blocks_to_scrub = self.scheduler.blocks_to_scrub, []
+        if blocks:
+            self.executor.scrub(blocks)
+
+    # -- observability -------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        pool, sched = self.kv.pool, self.scheduler
+        return EngineStats(
+            num_blocks_total=pool.num_blocks,
+            num_blocks_used=pool.num_used_blocks,
+            num_blocks_cached=pool.num_cached_blocks,
+            kv_cache_usage=pool.usage(),
+            num_running=len(sched.running),
+            num_waiting=len(sched.waiting),
+            num_preemptions_total=sched.num_preemptions_total,
+            prefix_cache_queries=self.kv.prefix_cache_queries,
+            prefix_cache_hits=self.kv.prefix_cache_hits,
+            prompt_tokens_total=sched.prompt_tokens_total,
+            generation_tokens_total=sched.generation_tokens_total,
+            block_size=self.kv.block_size,
+            kv_cache_tokens=pool.num_blocks * self.kv.block_size,
+            bytes_per_token=self.bytes_per_token,
+            max_model_len=self.max_model_len,
+            num_requests_finished_total=sched.num_finished_total,
+            num_steps_total=self.num_steps_total,
+        )
+
+    def _maybe_log_stats(self) -> None:
+        now = time.monotonic()
+        last, p0, g0 = self._log_state
+        interval = self.config.stats_log_interval
+        if interval <= 0 or now - last < interval:
+            return
+        dt = now - last
+        s = self.stats()
+        hit = 100.0 * s.prefix_cache_hits / s.prefix_cache_queries if s.prefix_cache_queries else 0.0
+        logger.info(
+            "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
+            "Running: %d reqs, Waiting: %d reqs, KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
+            (s.prompt_tokens_total - p0) / dt, (s.generation_tokens_total - g0) / dt,
+            s.num_running, s.num_waiting, 100.0 * s.kv_cache_usage, hit)
+        self._log_state = (now, s.prompt_tokens_total, s.generation_tokens_total)

@@ -1,0 +1,85 @@
+"""What one step runs (the scheduler's decision) and what it produced, per request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.core.request import Request
+from engine.outputs import Logprob
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledChunk:
+    """`num_new_tokens` of a request's tokens, from position `start`, run in this step."""
+
+    request: Request
+    start: int  # the request's computed tokens when the step was scheduled
+    num_new_tokens: int
+    samples: bool  # the chunk reaches the request's last known token, so it samples the next
+
+    @property
+    def is_decode(self) -> bool:
+        return self.num_new_tokens == 1 and self.samples
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    """One step's batch, frozen when scheduled: decodes first, then prefill chunks.
+
+    Every number is read at scheduling time, so nothing here changes when the step's
+    results advance the requests.
+    """
+
+    chunks: tuple[ScheduledChunk, ...]
+    # Requests that finished since the previous step: the runner drops their state.
+    finished_request_ids: frozenset[str] = frozenset()
+    num_preempted: int = 0
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(c.num_new_tokens for c in self.chunks)
+
+    @property
+    def num_decodes(self) -> int:
+        return sum(1 for c in self.chunks if c.is_decode)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(c.num_new_tokens for c in self.chunks if not c.is_decode)
+
+    @property
+    def prefill_context(self) -> int:
+        """Sum over this step's prompt tokens of the context each attends to: the
+        attention share of the prefill's cost (engine/core/prefill_pacer.py)."""
+        return sum(c.num_new_tokens * (c.start + c.num_new_tokens // 2)
+                   for c in self.chunks if not c.is_decode)
+
+    @property
+    def sampling_requests(self) -> list[Request]:
+        """The requests that sample this step, in batch (and so logits-row) order."""
+        return [c.request for c in self.chunks if c.samples]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCoreOutput:
+    """What one step did for one request: the token it sampled, or how it ended.
+
+    `finish_reason` is set on the request's last output ("stop" for EOS or a stop token,
+    "length", "error" with `error` saying why).
+    """
+
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: list[dict[int, Logprob]] | None = None
+    finish_reason: str | None = None
+    stop_reason: int | None = None  # the stop token id that ended it
+    num_cached_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None

@@ -1,0 +1,60 @@
+"""The front end's way in: a prompt to token ids, the model's length rule, n-way fan-out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.core.request import EngineCoreRequest
+from engine.sampling_params import SamplingParams
+
+
+class PromptTooLongError(ValueError):
+    """The prompt (plus at least one generated token) exceeds max_model_len."""
+
+
+class InputProcessor:
+    """Turns a request into the EngineCoreRequests the core runs.
+
+    The length rule and its sentences (vLLM's wording, which clients already parse) live
+    here and nowhere else; the server's own limits add theirs in app/serving/prompt.py.
+    """
+
+    def __init__(self, tokenizer: Any, vocab_size: int, max_model_len: int) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.max_model_len = max_model_len
+
+    def encode(self, prompt: str | list[int]) -> list[int]:
+        """Token ids of a text prompt (with the tokenizer's special tokens), or the ids given."""
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt, add_special_tokens=True)
+        return [int(t) for t in prompt]
+
+    def check_prompt(self, token_ids: list[int], max_tokens: int | None = None) -> None:
+        """Raise ValueError for ids the model cannot read, PromptTooLongError when the
+        request cannot fit in max_model_len (with `max_tokens`, prompt plus completion)."""
+        if not token_ids:
+            raise ValueError("The prompt is empty.")
+        if max(token_ids) >= self.vocab_size or min(token_ids) < 0:
+            raise ValueError(f"Prompt token ids must be in [0, {self.vocab_size}).")
+        n, mml = len(token_ids), self.max_model_len
+        if n + 1 > mml:
+            raise PromptTooLongError(
+                f"This model's maximum context length is {mml} tokens. However, your request has "
+                f"{n} input tokens. Please reduce the length of the input messages.")
+        if max_tokens is not None and n + max_tokens > mml:
+            raise PromptTooLongError(
+                f"This model's maximum context length is {mml} tokens. However, you requested "
+                f"{n + max_tokens} tokens ({n} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion.")
+
+    @staticmethod
+    def core_requests(request_id: str, token_ids: list[int], params: SamplingParams,
+                      cache_salt: str | None = None) -> list[EngineCoreRequest]:
+        """The n sequences of a request: the request's id when n is 1, else `id#i`, each
+        seeded with the request's seed plus its index."""
+        if params.n == 1:
+            return [EngineCoreRequest(request_id, token_ids, params, params.seed, cache_salt)]
+        return [EngineCoreRequest(f"{request_id}#{i}", token_ids, params,
+                                  None if params.seed is None else params.seed + i, cache_salt)
+                for i in range(params.n)]
