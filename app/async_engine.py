@@ -1,10 +1,13 @@
-"""AsyncEngine: the engine's step loop on its own thread, outputs streamed to asyncio queues.
+"""AsyncEngine: the engine core's step loop on its own thread; its front end on the event loop.
 
-The LLMEngine is not thread-safe, so exactly one thread (the loop thread) touches it. The
-event loop sends commands (add, abort, stop) through a thread-safe queue that the loop thread
-drains between steps; step outputs come back to each request's asyncio.Queue through
-`loop.call_soon_threadsafe`, one call per step. When idle the loop thread blocks on the
-command queue, so an idle server uses no CPU.
+vLLM v1's split: the loop thread only schedules, executes and updates (LLMEngine.engine_core:
+token ids in, tokens out, no tokenizer); everything a client reads is made on the event
+loop's thread by the engine's OutputProcessor (detokenization, stop strings, n-way fan-in,
+deltas), so the step loop never waits for text. Commands (add, abort, stop) reach the loop
+thread through a thread-safe queue that it drains between steps; each step's outputs come
+back to the event loop in one `call_soon_threadsafe`, and are handed to each request's
+asyncio.Queue. When idle the loop thread blocks on the command queue: an idle server uses
+no CPU.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine import EngineStats, LLMEngine, RequestOutput, SamplingParams
+from engine import EngineStats, LLMEngine, OutputKind, RequestOutput, SamplingParams
+from engine.core.request import EngineCoreRequest
+from engine.core.scheduler_output import EngineCoreOutput
+from engine.input_processor import InputProcessor
 
 logger = logging.getLogger("officellm.async_engine")
-
-PromptInput = str | list[int] | Callable[[LLMEngine], list[int]]
 
 
 class EngineState(enum.Enum):
@@ -45,7 +49,7 @@ class RequestAborted:
 
 
 class StepListener(Protocol):
-    """Observes every step on the loop thread (e.g. latency histograms)."""
+    """Observes every step's outputs on the event loop (e.g. latency histograms)."""
 
     def on_outputs(self, outputs: list[RequestOutput], now: float) -> None: ...
 
@@ -54,64 +58,29 @@ class StepListener(Protocol):
 
 @dataclass
 class _Add:
-    request_id: str
-    prompt: PromptInput
-    params: SamplingParams
-    user: str | None
-    thread: str | None
-    cache_salt: str | None
-    sink: asyncio.Queue
-    accepted: asyncio.Future
-    loop: asyncio.AbstractEventLoop
+    requests: list[EngineCoreRequest]
 
 
 @dataclass
 class _Abort:
-    request_id: str | None  # None = every request
-    notify: bool
+    core_ids: list[str]
 
 
 class _Stop:
     pass
 
 
-@dataclass
-class _Stream:
-    sink: asyncio.Queue
-    loop: asyncio.AbstractEventLoop
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:  # the event loop is closed: nobody is listening any more
-        pass
-
-
-def _resolve(fut: asyncio.Future, result: Any = None, exc: BaseException | None = None) -> None:
-    if fut.done():  # cancelled: the client went away before acceptance
-        return
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(result)
-
-
-def _deliver(batch: list[tuple[asyncio.Queue, Any]]) -> None:
-    for sink, item in batch:
-        sink.put_nowait(item)
-
-
 class AsyncEngine:
-    """Runs an LLMEngine built by `engine_factory` on a dedicated thread."""
+    """Runs the core of an LLMEngine built by `engine_factory` on a dedicated thread."""
 
     def __init__(self, engine_factory: Callable[[], LLMEngine],
                  listener: StepListener | None = None) -> None:
         self._factory = engine_factory
         self.listener = listener
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._streams: dict[str, _Stream] = {}  # loop thread only
+        self._sinks: dict[str, asyncio.Queue] = {}  # event loop only
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
         self.state = EngineState.LOADING
         self.error: str | None = None
@@ -120,9 +89,11 @@ class AsyncEngine:
 
     # -- lifecycle (event loop side) -----------------------------------------------------
     def start(self) -> None:
-        """Start the loop thread, which builds the engine (the model loads there)."""
+        """Start the loop thread, which builds the engine (the model loads there). Called
+        on the event loop that will receive the outputs."""
         if self._thread is not None:
             return
+        self._loop = asyncio.get_running_loop()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._thread.start()
 
@@ -149,60 +120,97 @@ class AsyncEngine:
         return self._stats
 
     # -- requests (event loop side) ------------------------------------------------------
-    async def add_request(self, request_id: str, prompt: PromptInput, params: SamplingParams, *,
-                          user: str | None = None, thread: str | None = None,
-                          cache_salt: str | None = None,
-                          sink: asyncio.Queue | None = None) -> tuple[asyncio.Queue, list[int]]:
-        """Queue a request; return (the queue its outputs arrive on, the prompt token ids).
-
-        Raises what the engine raises on admission (PromptTooLongError, ValueError) and
-        EngineDeadError. Several requests may share one `sink`. Items on the queue are
-        RequestOutput deltas, RequestAborted, or an EngineDeadError instance.
-        """
-        if self.state is not EngineState.READY:
-            raise EngineDeadError(self._unavailable_reason())
-        loop = asyncio.get_running_loop()
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    *, kind: OutputKind = OutputKind.DELTA, cache_salt: str | None = None,
+                    sink: asyncio.Queue | None = None) -> asyncio.Queue:
+        """Queue a request whose prompt the caller has checked (app/serving/prompt.py);
+        return the queue its outputs arrive on: RequestOutputs, RequestAborted, or an
+        EngineDeadError instance. Several requests may share one `sink`. Raises
+        EngineDeadError when the engine cannot serve."""
+        engine = self.engine
+        if self.state is not EngineState.READY or engine is None:
+            raise EngineDeadError(self.unavailable_reason())
+        core_requests = InputProcessor.core_requests(request_id, prompt_token_ids, params,
+                                                     cache_salt)
+        engine.output_processor.add_request(request_id, None, core_requests, kind)
         sink = sink if sink is not None else asyncio.Queue()
-        accepted: asyncio.Future = loop.create_future()
-        self._commands.put(_Add(request_id, prompt, params, user, thread, cache_salt, sink,
-                                accepted, loop))
-        if self.state is not EngineState.READY:
-            # The loop thread ended while we queued: nobody else will answer this command.
-            self._fail_commands(EngineDeadError(self._unavailable_reason()))
-        token_ids = await accepted
-        return sink, token_ids
+        self._sinks[request_id] = sink
+        self._commands.put(_Add(core_requests))
+        return sink
 
     def abort(self, request_id: str) -> None:
-        """Abort a request now (its blocks are freed before the next step); thread-safe."""
-        self._commands.put(_Abort(request_id, notify=False))
+        """Abort a request now (its blocks are freed before the next step)."""
+        self._sinks.pop(request_id, None)
+        if self.engine is not None:
+            core_ids = self.engine.output_processor.abort_request(request_id)
+            if core_ids:
+                self._commands.put(_Abort(core_ids))
+        if self.listener is not None:
+            self.listener.on_abort(request_id)
 
     def abort_all(self) -> None:
         """Abort every request; each reader gets RequestAborted (used at shutdown)."""
-        self._commands.put(_Abort(None, notify=True))
+        for rid, sink in list(self._sinks.items()):
+            self.abort(rid)
+            sink.put_nowait(RequestAborted(rid))
 
-    def _unavailable_reason(self) -> str:
+    def unavailable_reason(self) -> str:
         if self.state is EngineState.LOADING:
             return "The model is still loading; try again shortly."
         if self.state is EngineState.STOPPED:
             return "The server is shutting down."
         return f"The engine failed: {self.error}"
 
+    # -- outputs (event loop side) -------------------------------------------------------
+    def _on_step(self, outputs: list[EngineCoreOutput], stats: EngineStats) -> None:
+        """One step's core outputs: process them into RequestOutputs and deliver them."""
+        self._stats = stats
+        engine = self.engine
+        if engine is None or not outputs:
+            return
+        processed = engine.output_processor.process_outputs(outputs)
+        if processed.reqs_to_abort:
+            self._commands.put(_Abort(processed.reqs_to_abort))
+        if self.listener is not None:
+            self.listener.on_outputs(processed.request_outputs, time.monotonic())
+        for out in processed.request_outputs:
+            sink = self._sinks.get(out.request_id)
+            if sink is None:
+                continue
+            if out.finished:
+                del self._sinks[out.request_id]
+            sink.put_nowait(out)
+
+    def _fail_all(self, error: EngineDeadError) -> None:
+        """The engine is gone: every reader gets the error."""
+        for rid, sink in list(self._sinks.items()):
+            if self.engine is not None:
+                self.engine.output_processor.abort_request(rid)
+            sink.put_nowait(error)
+        self._sinks.clear()
+
+    def _to_event_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)  # type: ignore[union-attr]
+        except RuntimeError:  # the event loop is closed: nobody is listening any more
+            pass
+
     # -- the loop thread -----------------------------------------------------------------
     def _run(self) -> None:
         try:
-            self.engine = self._factory()
+            engine = self._factory()
         except BaseException as exc:
             logger.exception("Loading the engine failed")
             self.error = f"{type(exc).__name__}: {exc}"
             self.state = EngineState.DEAD
             self._ready.set()
-            self._fail_pending(EngineDeadError(self._unavailable_reason()))
             return
-        self._stats = self.engine.stats()
+        self.engine = engine
+        self._stats = engine.engine_core.stats()
         self.state = EngineState.READY
         self._ready.set()
         try:
-            self._loop(self.engine)
+            self._loop_forever(engine)
         except BaseException as exc:
             logger.exception("The engine loop died; the server now answers 503")
             self.error = f"{type(exc).__name__}: {exc}"
@@ -211,27 +219,24 @@ class AsyncEngine:
             self.state = EngineState.STOPPED
         finally:
             # Stops tensor-parallel worker processes; nothing to do for a one-process engine.
-            self.engine.close()
-        self._fail_pending(EngineDeadError(self._unavailable_reason()))
+            engine.close()
+        self._to_event_loop(self._fail_all, EngineDeadError(self.unavailable_reason()))
 
-    def _loop(self, engine: LLMEngine) -> None:
+    def _loop_forever(self, engine: LLMEngine) -> None:
+        core = engine.engine_core
         while True:
             # Block for a command only when there is nothing to step: no busy spinning.
-            if not self._process_commands(engine, block=not engine.has_unfinished_requests()):
+            if not self._process_commands(core, block=not core.has_unfinished_requests()):
                 return
-            if engine.has_unfinished_requests():
-                outputs = engine.step()
-                now = time.monotonic()
-                # Snapshot before delivering, so a client that has its answer already sees
-                # the counters that include it.
-                self._stats = engine.stats()
-                if self.listener is not None:
-                    self.listener.on_outputs(outputs, now)
-                self._dispatch(outputs)
+            if core.has_unfinished_requests():
+                outputs = core.step()
+                # The snapshot travels with the outputs, so a client that has its answer
+                # already sees the counters that include it.
+                self._to_event_loop(self._on_step, outputs, core.stats())
             else:
-                self._stats = engine.stats()
+                self._to_event_loop(self._on_step, [], core.stats())
 
-    def _process_commands(self, engine: LLMEngine, block: bool) -> bool:
+    def _process_commands(self, core: Any, block: bool) -> bool:
         """Run queued commands; False when told to stop."""
         try:
             cmd = self._commands.get() if block else self._commands.get_nowait()
@@ -241,63 +246,11 @@ class AsyncEngine:
             if isinstance(cmd, _Stop):
                 return False
             if isinstance(cmd, _Add):
-                self._add(engine, cmd)
+                for request in cmd.requests:
+                    core.add_request(request)
             elif isinstance(cmd, _Abort):
-                self._abort(engine, cmd)
+                core.abort_requests(cmd.core_ids)
             try:
                 cmd = self._commands.get_nowait()
             except queue.Empty:
                 return True
-
-    def _add(self, engine: LLMEngine, cmd: _Add) -> None:
-        if cmd.accepted.cancelled():  # the client left before we got to it
-            return
-        try:
-            token_ids = cmd.prompt(engine) if callable(cmd.prompt) else engine.encode_prompt(cmd.prompt)
-            engine.add_request(cmd.request_id, token_ids, cmd.params, user=cmd.user,
-                               thread=cmd.thread, cache_salt=cmd.cache_salt,
-                               check_max_tokens=True)
-        except Exception as exc:  # a bad request fails alone
-            _call_soon(cmd.loop, _resolve, cmd.accepted, None, exc)
-            return
-        self._streams[cmd.request_id] = _Stream(cmd.sink, cmd.loop)
-        _call_soon(cmd.loop, _resolve, cmd.accepted, token_ids)
-
-    def _abort(self, engine: LLMEngine, cmd: _Abort) -> None:
-        ids = list(self._streams) if cmd.request_id is None else [cmd.request_id]
-        for rid in ids:
-            engine.abort_request(rid)
-            stream = self._streams.pop(rid, None)
-            if self.listener is not None:
-                self.listener.on_abort(rid)
-            if stream is not None and cmd.notify:
-                _call_soon(stream.loop, _deliver, [(stream.sink, RequestAborted(rid))])
-
-    def _dispatch(self, outputs: list[RequestOutput]) -> None:
-        batches: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Any]]] = {}
-        for out in outputs:
-            stream = self._streams.get(out.request_id)
-            if stream is None:
-                continue
-            if out.finished:
-                del self._streams[out.request_id]
-            batches.setdefault(stream.loop, []).append((stream.sink, out))
-        for loop, batch in batches.items():
-            _call_soon(loop, _deliver, batch)
-
-    def _fail_pending(self, error: EngineDeadError) -> None:
-        """Tell every reader, and every request still in the command queue, that we failed."""
-        for stream in self._streams.values():
-            _call_soon(stream.loop, _deliver, [(stream.sink, error)])
-        self._streams.clear()
-        self._fail_commands(error)
-
-    def _fail_commands(self, error: EngineDeadError) -> None:
-        # Safe from either thread: SimpleQueue is thread-safe and each command is taken once.
-        while True:
-            try:
-                cmd = self._commands.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(cmd, _Add):
-                _call_soon(cmd.loop, _resolve, cmd.accepted, None, error)
