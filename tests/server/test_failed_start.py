@@ -122,8 +122,9 @@ def test_in_process_health_says_loading_until_the_load_fails_then_the_failure(tm
         raise KVCacheTooSmallError(refusal)
 
     told: list[LoadFailure] = []
-    app = create_app(ServerSettings(no_auth=True, db_path=str(tmp_path / "officellm.db")),
-                     factory)
+    app = create_app(ServerSettings(no_auth=True, db_path=str(tmp_path / "officellm.db"),
+                                    admin_remote=True), factory)  # TestClient is no loopback
+    admin = {"Authorization": f"Bearer {(tmp_path / 'admin_token').read_text().strip()}"}
     engine = app.state.server.async_engine
     engine.on_load_failure = told.append
     with TestClient(app) as client:
@@ -131,8 +132,9 @@ def test_in_process_health_says_loading_until_the_load_fails_then_the_failure(tm
         assert r.status_code == 503 and "still loading" in r.json()["error"]["message"]
         gate.set()
         assert not engine.wait_ready(30) and engine.state is EngineState.DEAD
-        for path, body in [("/health", None), ("/v1/completions", {"prompt": "x"})]:
-            r = client.request("GET" if body is None else "POST", path, json=body)
+        for path, body in [("/health", None), ("/v1/completions", {"prompt": "x"}),
+                           ("/admin/plan", None)]:
+            r = client.request("GET" if body is None else "POST", path, json=body, headers=admin)
             message = r.json()["error"]["message"]
             assert r.status_code == 503 and r.headers["retry-after"], r.text
             assert message == f"The engine failed: {refusal}" and "loading" not in message
