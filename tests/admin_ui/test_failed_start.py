@@ -45,8 +45,13 @@ def test_server_tab_shows_why_the_start_failed(qtbot, console_data_dir, server_p
 
     qtbot.mouseClick(w.panel.start_button, Qt.MouseButton.LeftButton)
     assert w.panel.state == "starting"
-    qtbot.waitUntil(lambda: w.panel.state != "starting", timeout=START_TIMEOUT_MS)
-    log = w.local.log_tail()
+    try:
+        qtbot.waitUntil(lambda: w.panel.state != "starting", timeout=START_TIMEOUT_MS)
+    finally:
+        log = w.local.log_tail()
+        if w.panel.state == "starting":  # never got past loading: show where it stands
+            print(log)
+            w.local.stop(timeout=15)
     assert w.panel.state == "failed", (w.panel.local_status.text(), log)
     assert w.local.exit_code == 1
 
