@@ -31,7 +31,8 @@ WATCH_MS = 1000
 
 class ConnectionPanel(QWidget):
     target_changed = Signal(object, object)  # base URL or None, admin token or None
-    server_state = Signal(str, str)  # "running" | "starting" | "stopping" | "stopped" | "crashed", text
+    # "running" | "starting" | "stopping" | "stopped" | "crashed" | "failed" (did not start), text
+    server_state = Signal(str, str)
 
     def __init__(self, settings: ConsoleSettings, local: LocalServer, parent=None) -> None:
         super().__init__(parent)
@@ -168,7 +169,7 @@ class ConnectionPanel(QWidget):
     def toggle_server(self) -> None:
         if self.state in ("running", "starting"):
             self.stop_server()
-        elif self.state in ("stopped", "crashed"):
+        elif self.state in ("stopped", "crashed", "failed"):
             self.start_server()
 
     def start_server(self) -> None:
@@ -192,7 +193,7 @@ class ConnectionPanel(QWidget):
         self.target_changed.emit(None, None)
 
     def mark_ready(self) -> None:
-        """The console got stats from the local server: it is up and answering."""
+        """The console got stats from the local server, its model loaded: it is running."""
         if self.state == "starting":
             record = self.local.record
             self._set_state("running", f"Running (pid {record.pid}, {record.base_url})."
@@ -205,9 +206,18 @@ class ConnectionPanel(QWidget):
         self._show_log(self.local.log_tail())
         if self.state in ("running", "starting") and not self.local.is_running():
             code = self.local.exit_code
-            self._set_state("crashed", "The server process has exited"
-                            + (f" (exit code {code})" if code is not None else "")
-                            + ": see its log below. Start it again when ready.")
+            reason = self.local.failure_reason()  # its last line: why, when it says
+            self._show_log(self.local.log_tail())  # again: its last lines came as it ended
+            if reason and self.state == "starting":
+                self._set_state("failed", f"The server did not start (exit code {code}): "
+                                          f"{reason}")
+            elif reason:
+                self._set_state("crashed", f"The server process has exited (exit code {code}): "
+                                           f"{reason} Start it again when ready.")
+            else:
+                self._set_state("crashed", "The server process has exited"
+                                + (f" (exit code {code})" if code is not None else "")
+                                + ": see its log below. Start it again when ready.")
             return
         if self.state in ("running", "starting"):
             # The token file is written at the server's first start, after we begin polling.

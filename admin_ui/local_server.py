@@ -152,6 +152,14 @@ def read_log_tail(path: str | Path, max_bytes: int = 16_384) -> str:
     return text
 
 
+def last_line(text: str) -> str:
+    """The last non-blank line of a log: where `officellm serve` puts why it did not start."""
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
 class LocalServer:
     """The one local server this console manages (per state directory)."""
 
@@ -267,3 +275,15 @@ class LocalServer:
 
     def log_tail(self, max_bytes: int = 16_384) -> str:
         return read_log_tail(self.record.log_path, max_bytes) if self.record else ""
+
+    def failure_reason(self) -> str | None:
+        """Why the server we started exited with an error: the last line of its log (a start
+        that fails ends with its reason: `officellm serve` exits 1 with it as its last line).
+        None while it runs, after a clean exit or a signal (then the last line is just the
+        last thing it logged), or when another console started it (its exit code is lost)."""
+        if self.record is None or self.is_running() or not self.exit_code or self.exit_code < 0:
+            return None
+        line = last_line(self.log_tail())
+        if not line or (line.startswith("--- ") and "console starts:" in line):
+            return None  # it printed nothing at all: only our own header is there
+        return line

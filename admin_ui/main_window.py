@@ -97,7 +97,8 @@ class MainWindow(QMainWindow):
         self.threads.show_snapshot(snap)
         self.diagnosis.show_history(self.history)
         self.capacity.show_snapshot(snap)
-        self.panel.mark_ready()
+        if snap.ready:  # answering while it loads is not running yet: the load may still fail
+            self.panel.mark_ready()
         e = snap.engine
         self._status(UP, f"Connected to {self.session.base_url} — {snap.model}: KV cache "
                          f"{e.kv_cache_usage:.0%}, {e.num_running} running, {e.num_waiting} "
@@ -113,6 +114,8 @@ class MainWindow(QMainWindow):
         elif self.server_state == "crashed":
             self._status(DOWN, f"The local server has stopped unexpectedly: {self.panel.local_status.text()}"
                          + stale)
+        elif self.server_state == "failed":
+            self._status(DOWN, self.panel.local_status.text())
         elif status in (401, 403):
             self._status(DOWN, f"{url} refused the admin token ({message}). Check the token "
                                "file or paste the token on the Server tab.")
@@ -125,6 +128,8 @@ class MainWindow(QMainWindow):
         self.server_state = state
         if state == "crashed":
             self._status(DOWN, f"The local server has stopped unexpectedly. {text}")
+        elif state == "failed":  # the text is the server's own reason
+            self._status(DOWN, text)
         elif state == "stopped":
             self._status(IDLE, text)
 

@@ -25,7 +25,9 @@ from typing import Any, Protocol
 from engine import EngineStats, LLMEngine, OutputKind, RequestOutput, SamplingParams
 from engine.core.request import EngineCoreRequest
 from engine.core.scheduler_output import EngineCoreOutput
+from engine.executor import WorkerDiedError
 from engine.input_processor import InputProcessor
+from engine.kv_plan import KVCacheTooSmallError
 
 logger = logging.getLogger("officellm.async_engine")
 
@@ -39,6 +41,30 @@ class EngineState(enum.Enum):
 
 class EngineDeadError(RuntimeError):
     """The engine is not available (failed, or stopped); the request cannot be served."""
+
+
+# What a load raises when the configuration cannot run (KV pool too small, no such model, an
+# unsupported architecture or split, a bad flag, a tensor-parallel worker that did not start):
+# its message is the whole story, so no traceback. Anything else is a bug, logged with one.
+REFUSALS: tuple[type[BaseException], ...] = (KVCacheTooSmallError, FileNotFoundError, ValueError,
+                                             WorkerDiedError)
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """Why the engine did not load: `reason` is one line for the operator (a refusal's own
+    sentence, or the exception's type and message), `exception` what the factory raised."""
+
+    reason: str
+    exception: BaseException
+
+    @classmethod
+    def of(cls, exc: BaseException) -> LoadFailure:
+        text = " ".join(str(exc).split())  # one line, whatever the message
+        if isinstance(exc, REFUSALS) and text:
+            return cls(text, exc)
+        return cls(f"Loading the model failed: {type(exc).__name__}" + (f": {text}" if text else ""),
+                   exc)
 
 
 @dataclass
@@ -74,9 +100,14 @@ class AsyncEngine:
     """Runs the core of an LLMEngine built by `engine_factory` on a dedicated thread."""
 
     def __init__(self, engine_factory: Callable[[], LLMEngine],
-                 listener: StepListener | None = None) -> None:
+                 listener: StepListener | None = None,
+                 on_load_failure: Callable[[LoadFailure], None] | None = None) -> None:
         self._factory = engine_factory
         self.listener = listener
+        # Called once, on the loop thread, if the factory raises (after the state is DEAD
+        # and pending requests have failed): `officellm serve` stops and exits non-zero.
+        self.on_load_failure = on_load_failure
+        self.load_failure: LoadFailure | None = None
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._sinks: dict[str, asyncio.Queue] = {}  # event loop only
         self._thread: threading.Thread | None = None
@@ -200,10 +231,20 @@ class AsyncEngine:
         try:
             engine = self._factory()
         except BaseException as exc:
-            logger.exception("Loading the engine failed")
-            self.error = f"{type(exc).__name__}: {exc}"
+            failure = LoadFailure.of(exc)
+            if isinstance(exc, REFUSALS):
+                logger.error("Loading the engine failed: %s", failure.reason)
+            else:
+                logger.exception("Loading the engine failed")
+            self.load_failure = failure
+            self.error = failure.reason
             self.state = EngineState.DEAD
             self._ready.set()
+            if self.on_load_failure is not None:
+                try:
+                    self.on_load_failure(failure)
+                except Exception:
+                    logger.exception("The load-failure callback failed")
             return
         self.engine = engine
         self._stats = engine.engine_core.stats()

@@ -1,5 +1,6 @@
 """A uvicorn Server whose SIGTERM/SIGINT drains first: refuse new requests with 503, let the
-ones in flight finish within the shutdown timeout, abort the rest, then exit 0."""
+ones in flight finish within the shutdown timeout, abort the rest, then exit 0. If the engine
+does not load, it stops on its own (the serve command then exits non-zero)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from types import FrameType
 
 import uvicorn
 
+from app.async_engine import LoadFailure
 from app.lifecycle import Lifecycle
 
 logger = logging.getLogger("officellm.server")
@@ -29,10 +31,33 @@ class GracefulServer(uvicorn.Server):
         self._signalled = False
         self._drain_task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.load_failure: LoadFailure | None = None
 
     async def serve(self, sockets=None) -> None:  # type: ignore[no-untyped-def]
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
+
+    def engine_failed(self, failure: LoadFailure) -> None:
+        """The engine did not load (AsyncEngine.on_load_failure; called on its thread): stop
+        serving. Nothing is left to drain: no request was ever admitted."""
+        self.load_failure = failure
+        if self._loop is None:  # not serving yet: main_loop will see the failure
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._exit_failed)
+        except RuntimeError:  # the loop has closed: the server is done anyway
+            pass
+
+    def _exit_failed(self) -> None:
+        # Only once started: older uvicorns (the pin allows 0.29) skip their shutdown, and so
+        # the app's lifespan shutdown, when should_exit is already set as startup ends.
+        if self.started:
+            self.should_exit = True
+
+    async def main_loop(self) -> None:
+        if self.load_failure is not None:  # it failed while uvicorn was starting up
+            self.should_exit = True
+        await super().main_loop()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Runs as a Python signal handler on the event loop's thread, between callbacks.

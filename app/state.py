@@ -81,10 +81,12 @@ class ServerState:
             raise unavailable("The server is shutting down; retry on another instance or later.",
                               retry)
         state = self.async_engine.state
-        if state is EngineState.LOADING:
+        if state is EngineState.LOADING:  # only until the load ends, either way
             raise unavailable("The model is still loading; try again shortly.", retry)
+        if state is EngineState.DEAD:  # the load failed (serve is exiting) or the loop died
+            raise unavailable(f"The engine failed: {self.async_engine.error}", retry)
         if state is not EngineState.READY:
-            raise unavailable(f"The engine is not available: {self.async_engine.error}", retry)
+            raise unavailable("The server is shutting down.", retry)
 
     def resolve_model(self, requested: str | None) -> str:
         """The served name for `requested` (None = the default); 404 for an unknown model."""

@@ -49,6 +49,7 @@ def get_plan(request: Request) -> dict[str, Any]:
     server = _server(request)
     stats = server.async_engine.stats()
     if stats is None:
+        server.check_ready()  # the engine failed to load: say so, not "loading"
         raise unavailable("The model is still loading; try again shortly.",
                           server.settings.retry_after_s)
     server.accounts.writer.flush()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import uvicorn
@@ -16,6 +17,11 @@ from app.server import create_app
 from app.settings import ServerSettings
 
 logger = logging.getLogger("officellm.server")
+
+# The exit status of a start that failed: the model did not load (the KV pool is too small for
+# one request of --max-model-len, no such model, an unsupported one, a tensor-parallel worker
+# that did not start). The reason is the last line of output, on stderr.
+EXIT_LOAD_FAILED = 1
 
 # Flags that map 1:1 onto ServerSettings fields; default None so that we know which ones the
 # user gave (those override the profile).
@@ -141,8 +147,23 @@ def run(args: argparse.Namespace) -> int:
                                 log_level=args.log_level.lower(), access_log=False,
                                 log_config=None, timeout_graceful_shutdown=5)
         server = GracefulServer(config, app.state.server.lifecycle, settings.shutdown_timeout)
+        # The engine thread says so when loading fails; the server then stops by itself.
+        app.state.server.async_engine.on_load_failure = server.engine_failed
         server.run()
     finally:
         db.close()
+    if server.load_failure is not None:
+        logger.info("Server stopped: the model did not load")
+        _print_last(server.load_failure.reason)
+        return EXIT_LOAD_FAILED
     logger.info("Server stopped")
     return 0
+
+
+def _print_last(line: str) -> None:
+    """`line` as the last line of output, after every log line so far (a service manager's
+    journal and the console show the last line as the reason)."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    print(line, file=sys.stderr, flush=True)
