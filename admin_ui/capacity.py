@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from admin_ui.stats import ActiveThread, EngineNumbers
+from admin_ui.snapshot import ActiveThread, EngineNumbers
 
 
 def blocks_for(tokens: int, block_size: int) -> int:

@@ -9,12 +9,12 @@ from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QMainWindow, QSystemTrayIcon, QTabWidget, QVBoxLayout, QWidget
 
 from admin_ui.connection_panel import ConnectionPanel
+from admin_ui.console_settings import ConsoleSettings
 from admin_ui.history import StatsHistory
 from admin_ui.local_server import LocalServer
 from admin_ui.poller import StatsPoller
 from admin_ui.session import AdminSession
-from admin_ui.settings import ConsoleSettings
-from admin_ui.stats import StatsSnapshot
+from admin_ui.snapshot import StatsSnapshot
 from admin_ui.tabs.capacity import CapacityTab
 from admin_ui.tabs.dashboard import DashboardTab
 from admin_ui.tabs.diagnosis import DiagnosisTab

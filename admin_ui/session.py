@@ -7,7 +7,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from admin_ui.client import AdminClient
+from admin_ui.admin_client import AdminClient
 from admin_ui.workers import Task, run_async
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from app.settings import ServerSettings
+from app.server_settings import ServerSettings
 
 
 @dataclass(frozen=True)

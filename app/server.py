@@ -13,24 +13,25 @@ from datetime import timedelta
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app.accounts import Accounts
+from app.accounts.accounts import Accounts
 from app.admin import router as admin_router
-from app.async_engine import AsyncEngine
-from app.auth import make_authenticator
-from app.auth_throttle import AuthThrottle
-from app.body_limit import BodySizeLimit
+from app.admission.admission import AdmissionControl
+from app.admission.auth import make_authenticator
+from app.admission.auth_throttle import AuthThrottle
+from app.admission.body_limit import BodySizeLimit
 from app.db import Database, prepare_database
+from app.db.column_types import utcnow
 from app.db.threads import active_thread_counts
-from app.db.types import utcnow
-from app.errors import install_error_handlers
-from app.lifecycle import Lifecycle
-from app.metrics import ServerMetrics
-from app.overload import AdmissionLimit
-from app.routes import chat, completions, models, system
-from app.settings import ACTIVE_THREAD_MINUTES, ServerSettings
-from app.state import ServerState
-from app.stats_sampler import run_sampler
-from app.stats_window import StatsWindow
+from app.observability import routes as observability_routes
+from app.observability.metrics import ServerMetrics
+from app.observability.refusals import Refusals
+from app.observability.stats_sampler import run_sampler
+from app.observability.stats_window import StatsWindow
+from app.openai.errors import install_error_handlers
+from app.openai.routes import chat, completions, models
+from app.server_settings import ACTIVE_THREAD_MINUTES, ServerSettings
+from app.serving.async_engine import AsyncEngine
+from app.serving.state import ServerState
 from engine import LLMEngine
 
 logger = logging.getLogger("officellm.server")
@@ -87,11 +88,13 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
             # writes it all (a clean stop loses no committed count).
             accounts.close()
 
+    refusals = Refusals(server_metrics, accounts)
+    admission = AdmissionControl(accounts, refusals, settings.max_num_seqs,
+                                 settings.max_waiting_requests, settings.retry_after_s)
+    server_metrics.in_flight.set_function(lambda: admission.in_flight)
     state = ServerState(settings=settings, async_engine=async_engine, metrics=server_metrics,
-                        lifecycle=Lifecycle(async_engine), accounts=accounts, stats_window=window,
-                        admission=AdmissionLimit(settings.max_num_seqs,
-                                                 settings.max_waiting_requests),
-                        auth_throttle=AuthThrottle(settings.auth_failure_limit),
+                        accounts=accounts, stats_window=window, admission=admission,
+                        refusals=refusals, auth_throttle=AuthThrottle(settings.auth_failure_limit),
                         created=int(time.time()))
     app = FastAPI(title="officellm", version="0.1.0", lifespan=lifespan)
     app.state.server = state
@@ -104,7 +107,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST", "PUT", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "X-Thread-Id"])
-    for module in (chat, completions, models, system):
+    for module in (chat, completions, models, observability_routes):
         app.include_router(module.router)
     app.include_router(admin_router)
     return app

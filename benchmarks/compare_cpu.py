@@ -31,10 +31,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from app.bench import plot, report  # noqa: E402
-from app.bench.local_server import Server, free_port  # noqa: E402
-from app.bench.runner import Target, run_bench  # noqa: E402
-from app.bench.scenarios import ScenarioConfig  # noqa: E402
+from loadgen import plot, report  # noqa: E402
+from loadgen.local_server import Server, free_port  # noqa: E402
+from loadgen.runner import Target, run_bench  # noqa: E402
+from loadgen.scenarios import ScenarioConfig  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 

@@ -34,10 +34,10 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from app.bench import report  # noqa: E402
-from app.bench.local_server import Server, free_port  # noqa: E402
-from app.bench.runner import Target, run_bench  # noqa: E402
-from app.bench.scenarios import ScenarioConfig  # noqa: E402
+from loadgen import report  # noqa: E402
+from loadgen.local_server import Server, free_port  # noqa: E402
+from loadgen.runner import Target, run_bench  # noqa: E402
+from loadgen.scenarios import ScenarioConfig  # noqa: E402
 
 API_KEY = "soak-key"
 GAUGES = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",

@@ -10,7 +10,7 @@ step. For batches of 16, 64 and 256 decoding requests, on one thread, it reports
                    runs on its event loop's thread, not on the engine loop
 Writes benchmarks/results/step_overhead.json and .png.
 
-    .venv/bin/python benchmarks/step_overhead.py [--batches 16 64 256] [--steps 50]
+    .venv/bin/python -m benchmarks.step_overhead [--batches 16 64 256] [--steps 50]
 """
 
 from __future__ import annotations

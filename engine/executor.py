@@ -30,8 +30,8 @@ from engine.parallel_state import (
     init_parallel_state,
     rendezvous_store,
 )
-from engine.tp_worker import SCRUB, SHUTDOWN, STEP, WorkerArgs, started_key, worker_main
 from engine.sampler import SamplerOutput
+from engine.tp_worker import SCRUB, SHUTDOWN, STEP, WorkerArgs, started_key, worker_main
 from engine.worker import rank_device
 
 logger = logging.getLogger("engine.executor")

@@ -10,10 +10,10 @@ import torch
 
 from engine import kernels_ops
 from engine.attention import AttentionMetadata, PrefillSpan
-from engine.model_spec import ModelSpec
 from engine.core.request import Request
-from engine.sampler import Sampler, SamplerOutput
 from engine.core.scheduler_output import SchedulerOutput
+from engine.model_spec import ModelSpec
+from engine.sampler import Sampler, SamplerOutput
 
 
 @dataclass

@@ -65,12 +65,24 @@ class _Request:
 
 
 @dataclass
+class IterationStats:
+    """One step's latencies, in seconds, per client request: time to first token for those
+    whose first token came, the gap since the previous token for the others, and end to end
+    for those that finished."""
+
+    ttft: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    e2e: list[float] = field(default_factory=list)
+
+
+@dataclass
 class ProcessedOutputs:
-    """One step's outputs per client request, and the core requests to abort (ended by a
-    stop string, or failed here): the core does not know yet."""
+    """One step's outputs per client request, the core requests to abort (ended by a stop
+    string, or failed here: the core does not know yet), and the step's latencies."""
 
     request_outputs: list[RequestOutput]
     reqs_to_abort: list[str]
+    stats: IterationStats
 
 
 class OutputProcessor:
@@ -118,6 +130,7 @@ class OutputProcessor:
         now = time.monotonic()
         touched: dict[_Request, list[CompletionOutput]] = {}
         to_abort: list[str] = []
+        stats = IterationStats()
         for out in outputs:
             found = self._seqs.get(out.request_id)
             if found is None:
@@ -125,6 +138,12 @@ class OutputProcessor:
             req, seq = found
             if req.error is not None:
                 continue
+            if out.new_token_ids and req not in touched:
+                last = req.metrics.last_token_time
+                if last is None:
+                    stats.ttft.append(now - req.metrics.arrival_time)
+                else:
+                    stats.itl.append(now - last)
             try:
                 delta = self._apply(req, seq, out, now, to_abort)
             except Exception:  # noqa: BLE001 - e.g. a tokenizer error fails this request only
@@ -140,10 +159,11 @@ class OutputProcessor:
             finished = req.finished
             if finished:
                 req.metrics.finished_time = now
+                stats.e2e.append(now - req.metrics.arrival_time)
                 self._forget(req)
             if req.kind is OutputKind.DELTA or finished or req.error is not None:
                 results.append(self._output(req, deltas, finished))
-        return ProcessedOutputs(results, to_abort)
+        return ProcessedOutputs(results, to_abort, stats)
 
     def _apply(self, req: _Request, seq: _Sequence, out: EngineCoreOutput, now: float,
                to_abort: list[str]) -> CompletionOutput:

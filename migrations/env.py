@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from app.db.engine import make_engine
-from app.db.models import Base
+from app.db.sqlite_engine import make_engine
+from app.db.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

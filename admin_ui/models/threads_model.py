@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from admin_ui.format import ago
 from admin_ui.models.record_table import Column, RecordTableModel
-from admin_ui.stats import ActiveThread
+from admin_ui.snapshot import ActiveThread
 
 CAP_COLUMN = 4  # drawn by CapBarDelegate
 

@@ -17,10 +17,10 @@ from PySide6.QtWidgets import (
 )
 
 from admin_ui import format as fmt
+from admin_ui.admin_client import AdminError
 from admin_ui.capacity import Capacity, capacity_from_plan, capacity_from_stats, what_if
-from admin_ui.client import AdminError
 from admin_ui.session import AdminSession
-from admin_ui.stats import StatsSnapshot
+from admin_ui.snapshot import StatsSnapshot
 from admin_ui.workers import run_async
 
 REFRESH_EVERY = 5  # snapshots between /admin/plan fetches: the pool does not change often

@@ -7,7 +7,7 @@ from PySide6.QtWidgets import QFormLayout, QGridLayout, QGroupBox, QLabel, QVBox
 
 from admin_ui import format as fmt
 from admin_ui.history import StatsHistory
-from admin_ui.stats import StatsSnapshot
+from admin_ui.snapshot import StatsSnapshot
 from admin_ui.widgets.kv_gauge import KVGauge
 from admin_ui.widgets.live_chart import LiveChart
 

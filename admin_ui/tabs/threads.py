@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
 
 from admin_ui.models.record_table import SORT_ROLE
 from admin_ui.models.threads_model import CAP_COLUMN, ThreadsModel
-from admin_ui.stats import StatsSnapshot
+from admin_ui.snapshot import StatsSnapshot
 from admin_ui.widgets.cap_bar_delegate import CapBarDelegate
 
 ALL_USERS = "All users"

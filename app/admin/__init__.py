@@ -7,11 +7,11 @@ writes never block the event loop.
 
 from fastapi import APIRouter, Depends
 
-from app.admin import activity, keys, policies, stats, users
+from app.admin import activity, keys, live, policies, users
 from app.admin.access import require_admin
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
-for _module in (stats, users, keys, policies, activity):
+for _module in (live, users, keys, policies, activity):
     router.include_router(_module.router)
 
 __all__ = ["router"]

@@ -10,10 +10,10 @@ import ipaddress
 
 from fastapi import Request
 
-from app.auth import Authenticator, bearer_token, check_throttle, record_auth_failure
+from app.admission.auth import Authenticator, bearer_token, check_throttle, record_auth_failure
 from app.db import verify_admin_token
-from app.errors import APIError
-from app.state import ServerState
+from app.openai.errors import APIError
+from app.serving.state import ServerState
 
 
 def is_loopback(host: str | None) -> bool:

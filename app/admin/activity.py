@@ -19,8 +19,8 @@ from app.db import (
     recent_events,
     utc_today,
 )
-from app.db.types import utcnow
-from app.state import ServerState
+from app.db.column_types import utcnow
+from app.serving.state import ServerState
 
 router = APIRouter()
 

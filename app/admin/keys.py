@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from app.admin.errors import answered_errors
 from app.admin.views import issued_key_view, key_view
 from app.db import issue_key, list_keys, revoke_key
-from app.state import ServerState
+from app.serving.state import ServerState
 
 router = APIRouter()
 

@@ -12,8 +12,8 @@ from app.admin.errors import answered_errors
 from app.admin.views import policy_view
 from app.db import clear_policy, get_policy, get_user, set_policy
 from app.db.policies import list_policy_overrides, validate_policy_fields
-from app.errors import APIError
-from app.state import ServerState
+from app.openai.errors import APIError
+from app.serving.state import ServerState
 
 router = APIRouter()
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from app.admin.errors import answered_errors
 from app.admin.views import user_view
 from app.db import create_user, list_usage, list_users, set_user_disabled, usage_today, utc_today
-from app.state import ServerState
+from app.serving.state import ServerState
 
 router = APIRouter()
 

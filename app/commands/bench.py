@@ -7,9 +7,9 @@ import asyncio
 import json
 from pathlib import Path
 
-from app.bench import report
-from app.bench.runner import Target, run_bench
-from app.bench.scenarios import SCENARIOS, ScenarioConfig
+from loadgen import report
+from loadgen.runner import Target, run_bench
+from loadgen.scenarios import SCENARIOS, ScenarioConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     report.write(doc, args.out)
     if args.plot is not None:
         try:  # matplotlib is the `bench` extra: only --plot needs it
-            from app.bench import plot
+            from loadgen import plot
         except ImportError as exc:
             raise ValueError(f"--plot needs matplotlib (pip install 'officellm[bench]'): {exc}") from exc
         plot.plot({args.scenario: doc}, args.plot)

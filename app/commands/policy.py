@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 from app.commands.db import add_db_argument, open_db
-from app.db.models import ON_LIMIT_CHOICES
 from app.db.policies import (
     POLICY_FIELDS,
     clear_policy,
@@ -15,6 +14,7 @@ from app.db.policies import (
     get_policy,
     set_policy,
 )
+from app.db.tables import ON_LIMIT_CHOICES
 
 _CLEAR_WORDS = ("none", "inherit", "unlimited")
 

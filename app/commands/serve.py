@@ -11,10 +11,10 @@ import uvicorn
 
 from app.db import prepare_database
 from app.db.paths import default_db_path
-from app.graceful import GracefulServer
 from app.profiles import PROFILES, apply_profile
 from app.server import create_app
-from app.settings import ServerSettings
+from app.server_settings import ServerSettings
+from app.serving.graceful_server import GracefulServer
 
 logger = logging.getLogger("officellm.server")
 
@@ -146,7 +146,9 @@ def run(args: argparse.Namespace) -> int:
         config = uvicorn.Config(app, host=settings.host, port=settings.port,
                                 log_level=args.log_level.lower(), access_log=False,
                                 log_config=None, timeout_graceful_shutdown=5)
-        server = GracefulServer(config, app.state.server.lifecycle, settings.shutdown_timeout)
+        state = app.state.server
+        server = GracefulServer(config, state.admission, state.async_engine,
+                                settings.shutdown_timeout)
         # The engine thread says so when loading fails; the server then stops by itself.
         app.state.server.async_engine.on_load_failure = server.engine_failed
         server.run()

@@ -8,6 +8,12 @@ from app.db.admin_token import ensure_admin_token, reset_admin_token, verify_adm
 from app.db.database import Database
 from app.db.errors import AlreadyExists, NotFound
 from app.db.events import recent_events, record_event
+from app.db.install_settings import (
+    get_setting,
+    set_setting,
+    set_transcripts_enabled,
+    transcripts_enabled,
+)
 from app.db.keys import authenticate, issue_key, list_keys, revoke_key
 from app.db.paths import default_data_dir, default_db_path
 from app.db.policies import (
@@ -26,7 +32,6 @@ from app.db.records import (
     UsageDay,
     UserInfo,
 )
-from app.db.settings import get_setting, set_setting, set_transcripts_enabled, transcripts_enabled
 from app.db.startup import prepare_database
 from app.db.threads import get_thread_state, list_threads, record_thread
 from app.db.usage import add_usage, list_usage, usage_today, utc_today

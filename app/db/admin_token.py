@@ -11,8 +11,8 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from app.db.database import Database
+from app.db.install_settings import ADMIN_TOKEN_HASH, get_setting, set_setting
 from app.db.keys import hash_key
-from app.db.settings import ADMIN_TOKEN_HASH, get_setting, set_setting
 
 ADMIN_TOKEN_PREFIX = "ocl-admin-"
 

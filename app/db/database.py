@@ -10,8 +10,8 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.db import migrate
-from app.db.engine import make_engine
 from app.db.paths import admin_token_path, default_db_path
+from app.db.sqlite_engine import make_engine
 
 
 class Database:

@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.models import Event
+from app.db.column_types import utcnow
 from app.db.records import EventInfo
-from app.db.types import utcnow
+from app.db.tables import Event
 
 
 def record_event(session: Session, kind: str, user_id: int | None = None,

@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 
 from app.db.errors import NotFound
 from app.db.events import record_event
-from app.db.models import ApiKey, User
 from app.db.records import AuthenticatedUser, IssuedKey, KeyInfo
+from app.db.tables import ApiKey, User
 from app.db.users import UserRef, get_user
 
 KEY_PREFIX = "ocl-"

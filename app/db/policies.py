@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.events import record_event
-from app.db.models import ON_LIMIT_CHOICES, Policy, User
+from app.db.tables import ON_LIMIT_CHOICES, Policy, User
 from app.db.users import UserRef, get_user
 from app.policy.types import EffectivePolicy
 

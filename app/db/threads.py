@@ -8,9 +8,9 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.orm import Session
 
-from app.db.models import Thread, User
+from app.db.column_types import utcnow
 from app.db.records import ThreadInfo
-from app.db.types import utcnow
+from app.db.tables import Thread, User
 from app.db.users import UserRef, get_user
 from app.policy.types import ThreadState
 

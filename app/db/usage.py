@@ -8,8 +8,8 @@ from sqlalchemy import select
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.orm import Session
 
-from app.db.models import Usage
 from app.db.records import UsageDay
+from app.db.tables import Usage
 from app.db.users import UserRef, get_user
 
 

@@ -9,8 +9,8 @@ from sqlalchemy.orm import Session
 
 from app.db.errors import AlreadyExists, NotFound
 from app.db.events import record_event
-from app.db.models import User
 from app.db.records import UserInfo
+from app.db.tables import User
 
 # Names appear in CLI arguments, metrics labels and log lines: keep them plain.
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")

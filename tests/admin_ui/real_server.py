@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.bench.server_wait import wait_until_healthy
+from loadgen.server_wait import wait_until_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 # SmolLM2-135M in float32 is 46,080 B/token: 16 MiB is 22 blocks of 16 = 352 tokens, so a few

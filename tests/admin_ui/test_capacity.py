@@ -9,7 +9,7 @@ from admin_ui.capacity import (
     threads_that_fit,
     what_if,
 )
-from admin_ui.stats import StatsSnapshot
+from admin_ui.snapshot import StatsSnapshot
 from tests.admin_ui.samples import stats_json, thread_json
 
 

@@ -13,7 +13,7 @@ from admin_ui.diagnosis import (
     slow_first_word,
     steady_batching,
 )
-from admin_ui.stats import StatsSnapshot
+from admin_ui.snapshot import StatsSnapshot
 from tests.admin_ui.samples import stats_json
 
 

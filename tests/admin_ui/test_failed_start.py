@@ -9,9 +9,9 @@ import os
 import pytest
 from PySide6.QtCore import Qt
 
+from admin_ui.console_settings import LOCAL, ConsoleSettings
 from admin_ui.local_server import LocalServer, last_line
 from admin_ui.main_window import MainWindow
-from admin_ui.settings import LOCAL, ConsoleSettings
 from admin_ui.widgets.status_banner import DOWN
 from tests.admin_ui.real_server import REPO, free_port, port_answers
 

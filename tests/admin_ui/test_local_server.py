@@ -12,10 +12,10 @@ import time
 import pytest
 from PySide6.QtCore import Qt
 
-from admin_ui.client import AdminClient, AdminError
+from admin_ui.admin_client import AdminClient, AdminError
+from admin_ui.console_settings import LOCAL, ConsoleSettings, read_token_file
 from admin_ui.local_server import LaunchConfig, LocalServer, ServerRecord, read_log_tail
 from admin_ui.main_window import MainWindow
-from admin_ui.settings import LOCAL, ConsoleSettings, read_token_file
 from admin_ui.widgets.status_banner import DOWN, UP
 from tests.admin_ui.real_server import REPO, SMALL_POOL_FLAGS, free_port, port_answers, wait_health
 

@@ -8,9 +8,9 @@ import time
 
 from PySide6.QtCore import QTimer
 
+from admin_ui.console_settings import REMOTE, ConsoleSettings
 from admin_ui.local_server import LocalServer
 from admin_ui.main_window import MainWindow
-from admin_ui.settings import REMOTE, ConsoleSettings
 from admin_ui.widgets.status_banner import DOWN
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings
 
+from admin_ui.console_settings import REMOTE, ConsoleSettings
 from admin_ui.local_server import LocalServer
 from admin_ui.main_window import MainWindow
-from admin_ui.settings import REMOTE, ConsoleSettings
 from admin_ui.tray import ConsoleTray
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from admin_ui.history import StatsHistory
-from admin_ui.stats import StatsSnapshot
+from admin_ui.snapshot import StatsSnapshot
 from tests.admin_ui.samples import stats_json, thread_json
 
 

@@ -8,7 +8,7 @@ from PySide6.QtGui import QGuiApplication
 from admin_ui.history import StatsHistory
 from admin_ui.models.record_table import RECORD_ROLE
 from admin_ui.poller import StatsPoller
-from admin_ui.stats import StatsSnapshot
+from admin_ui.snapshot import StatsSnapshot
 from admin_ui.tabs.dashboard import DashboardTab
 from admin_ui.tabs.diagnosis import DiagnosisTab
 from admin_ui.tabs.threads import ThreadsTab

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.bench import server_metrics, stats
-from app.bench.budget import Budget
-from app.bench.client import RequestRecord
+from loadgen import server_metrics, stats
+from loadgen.budget import Budget
+from loadgen.client import RequestRecord
 
 
 def test_percentile_interpolates_like_numpy() -> None:

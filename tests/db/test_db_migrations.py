@@ -12,7 +12,7 @@ from sqlalchemy import inspect, text
 
 from app.db.database import Database
 from app.db.migrate import head_revision
-from app.db.models import Base
+from app.db.tables import Base
 
 ALL_TABLES = {"users", "api_keys", "policies", "threads", "usage", "events", "settings"}
 

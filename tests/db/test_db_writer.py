@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError
 
+from app.accounts.usage_writer import UsageWriter
 from app.db.database import Database
 from app.db.events import recent_events
 from app.db.keys import issue_key, list_keys
@@ -23,7 +24,6 @@ from app.db.policies import set_policy
 from app.db.threads import get_thread_state, list_threads
 from app.db.usage import list_usage, usage_today
 from app.db.users import create_user
-from app.policy.writer import UsageWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app.policy.limits import ConcurrencyLimiter, check_daily_quota, seconds_until_utc_midnight
+from app.admission.concurrency import ConcurrencyLimiter
+from app.policy.limits import check_daily_quota, seconds_until_utc_midnight
 from app.policy.types import EffectivePolicy
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sys
 
+from app.accounts.usage_writer import UsageWriter
 from app.db.database import Database
-from app.policy.writer import UsageWriter
 
 
 def main(path: str) -> None:

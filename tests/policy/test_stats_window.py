@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.stats_window import StatsWindow, percentile
+from app.observability.stats_window import StatsWindow, percentile
 from engine import EngineStats
 
 

@@ -10,8 +10,8 @@
 from __future__ import annotations
 
 from app.cli import main
-from engine.detokenizer import IncrementalDetokenizer
 from engine.core.scheduler import Scheduler
+from engine.detokenizer import IncrementalDetokenizer
 
 DETOKENIZER_FAULT = 778
 SCHEDULER_FAULT = 779

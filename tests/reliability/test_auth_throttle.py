@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app import auth_throttle
-from app.auth_throttle import AuthThrottle
-from app.errors import APIError
+from app.admission.auth_throttle import AuthThrottle
+from app.openai.errors import APIError
 
 
 class Clock:

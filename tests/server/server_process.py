@@ -10,8 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app.bench.local_server import free_port, stop_process
-from app.bench.server_wait import wait_until_healthy
+from loadgen.local_server import free_port, stop_process
+from loadgen.server_wait import wait_until_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-officellm-test"

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.async_engine import EngineState, LoadFailure
 from app.commands.serve import EXIT_LOAD_FAILED
 from app.server import create_app
-from app.settings import ServerSettings
+from app.server_settings import ServerSettings
+from app.serving.async_engine import EngineState, LoadFailure
 from engine.kv_plan import KVCacheTooSmallError
 from tests.server.failing_serve import BUG_MESSAGE
 from tests.server.server_process import ServerProcess

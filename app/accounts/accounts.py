@@ -1,0 +1,65 @@
+"""`Accounts`: the server's handle on the database — the file and the batched writer — and
+the few writes the request path makes.
+
+Request handlers never write to SQLite themselves: they hand usage, thread statistics, key
+use and events to the UsageWriter (memory only; a background thread commits them in batches).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from app.accounts.usage_writer import FLUSH_INTERVAL_S, UsageWriter
+from app.db import Database
+
+logger = logging.getLogger("officellm.server")
+
+
+@dataclass
+class Accounts:
+    """One app's database side. `owns_db`: close the Database when the app stops."""
+
+    db: Database
+    writer: UsageWriter
+    owns_db: bool = False
+
+    @classmethod
+    def open(cls, db: Database, owns_db: bool = False, flush_interval: float = FLUSH_INTERVAL_S) -> Accounts:
+        """Accounts over an upgraded database; the writer starts with start()."""
+        return cls(db, UsageWriter(db, interval=flush_interval, start=False), owns_db=owns_db)
+
+    def start(self) -> None:
+        self.writer.start()
+
+    def close(self) -> None:
+        """Write everything still queued (a clean stop loses nothing), then close the file."""
+        try:
+            self.writer.close()
+        finally:
+            if self.owns_db:
+                self.db.close()
+
+    # -- the request path's writes (memory only) --------------------------------------------
+    def touch_key(self, key_id: int) -> None:
+        self._safely(self.writer.touch_key, key_id)
+
+    def record_event(self, kind: str, user_id: int | None, detail: Any = None) -> None:
+        self._safely(self.writer.record_event, kind, user_id, detail)
+
+    def record_request(self, user_id: int, prompt_tokens: int, completion_tokens: int,
+                       thread_key: str | None, turns: int | None,
+                       thread_completion_tokens: int | None = None) -> None:
+        """A served request: its usage, and (chat) its thread's latest size."""
+        self._safely(self.writer.add_usage, user_id, prompt_tokens, completion_tokens)
+        if thread_key is not None:
+            self._safely(self.writer.record_thread, user_id, thread_key, turns or 0, prompt_tokens,
+                         completion_tokens if thread_completion_tokens is None
+                         else thread_completion_tokens)
+
+    def _safely(self, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except RuntimeError as exc:  # closed: a request outlived the shutdown timeout
+            logger.warning("not recorded (%s): %s", fn.__name__, exc)

@@ -1,0 +1,188 @@
+"""Admission: whether a generation request may run now, decided once and released once.
+
+`AdmissionControl` (one per app) keeps one counter per concept:
+  draining    set at shutdown: new requests get 503, the drain waits for `in_flight`
+  in_flight   generation requests admitted and not yet ended (officellm:requests_in_flight)
+  sequences   engine sequences admitted (prompts x n), against --max-num-seqs running plus
+              --max-waiting-requests queued: beyond that 429 at once, not an unbounded wait
+  per user    running requests per user (ConcurrencyLimiter), against the policy's
+              max_concurrent_requests
+and checks the user's daily quota. `admit()` is an async context manager: what it takes is
+given back in exactly one place, `Admission._release`, when the block exits, or, for a
+response handed over with `hold()` (a stream), when that response has been sent, however it
+ends (finished, client gone, error, shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from app.accounts.accounts import Accounts
+from app.admission.auth import Principal
+from app.admission.concurrency import ConcurrencyLimiter
+from app.db import get_effective_policy
+from app.observability.refusals import Refusals
+from app.openai.errors import APIError, decision_error, unavailable
+from app.policy import EffectivePolicy, check_daily_quota
+
+logger = logging.getLogger("officellm.server")
+
+
+@dataclass(eq=False)
+class Admission:
+    """One admitted request: its user, the policy read at admission, what it holds."""
+
+    control: AdmissionControl
+    principal: Principal
+    policy: EffectivePolicy
+    endpoint: str
+    sequences: int
+    _held_by_response: bool = field(default=False, repr=False)
+    _released: bool = field(default=False, repr=False)
+
+    def hold(self, response: Response) -> Response:
+        """Keep this admission until `response` has been sent (a stream outlives its
+        route); the route's `async with` then leaves it alone."""
+        self._held_by_response = True
+        return _HeldResponse(response, self)
+
+    def _release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        self.control._leave(self)
+
+
+class _HeldResponse(Response):
+    """Sends `inner`, then releases the admission, whatever way the sending ends."""
+
+    def __init__(self, inner: Response, admission: Admission) -> None:
+        self.inner = inner
+        self.admission = admission
+        self.status_code = inner.status_code
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            self.admission._release()
+
+
+class AdmissionControl:
+    """Admits generation requests: the shutdown drain, the queue bound, per-user concurrency
+    and the daily quota. Lives on the event loop (the counters need no lock but the
+    per-user one, which worker threads may also read)."""
+
+    def __init__(self, accounts: Accounts, refusals: Refusals, max_running: int,
+                 max_waiting: int, retry_after_s: int) -> None:
+        self.accounts = accounts
+        self.refusals = refusals
+        self.max_running = max_running
+        self.max_waiting = max_waiting
+        self.retry_after_s = retry_after_s
+        self.concurrency = ConcurrencyLimiter()
+        self.draining = False
+        self.in_flight = 0
+        self.sequences = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @asynccontextmanager
+    async def admit(self, principal: Principal, endpoint: str,
+                    sequences: int) -> AsyncIterator[Admission]:
+        """Admit one request of `sequences` engine sequences, or raise its APIError: 503
+        while draining, 429 over the daily quota, the user's concurrency or the queue."""
+        admission = await self._enter(principal, endpoint, sequences)
+        try:
+            yield admission
+        finally:
+            if not admission._held_by_response:
+                admission._release()
+
+    async def _enter(self, principal: Principal, endpoint: str, sequences: int) -> Admission:
+        self.refuse_if_draining()
+        policy, used = await run_in_threadpool(self._policy_and_usage, principal.user_id)
+        self.refuse_if_draining()  # the drain may have begun while the database answered
+        decision = check_daily_quota(policy, used)
+        if decision.action == "reject":
+            self.refusals.policy(principal, decision, endpoint,
+                                 {"tokens_today": used, "limit": policy.max_tokens_per_day})
+            raise decision_error(decision)
+        # Each check and its count happen in one synchronous step: a burst cannot slip past.
+        decision = self.concurrency.try_acquire(principal.user_id, policy.max_concurrent_requests)
+        if decision.action == "reject":
+            self.refusals.policy(principal, decision, endpoint,
+                                 {"limit": policy.max_concurrent_requests})
+            raise decision_error(decision)
+        # An idle server admits any one request, however large, so a big `n` is never
+        # refused forever.
+        if self.sequences and self.sequences + sequences > self.max_running + self.max_waiting:
+            self.concurrency.release(principal.user_id)
+            self.refusals.server_limit(principal, "queue_full")
+            raise self._queue_full()
+        self.sequences += sequences
+        self.in_flight += 1
+        self._idle.clear()
+        return Admission(self, principal, policy, endpoint, sequences)
+
+    def _leave(self, admission: Admission) -> None:
+        self.concurrency.release(admission.principal.user_id)
+        self.sequences = max(0, self.sequences - admission.sequences)
+        self.in_flight -= 1
+        if self.in_flight <= 0:
+            self.in_flight = 0
+            self._idle.set()
+
+    def _policy_and_usage(self, user_id: int) -> tuple[EffectivePolicy, int]:
+        # Read per request, never cached: a policy the admin changed applies to the very
+        # next request.
+        with self.accounts.db.session() as session:
+            policy = get_effective_policy(session, user_id)
+        used = (self.accounts.writer.tokens_today(user_id)
+                if policy.max_tokens_per_day is not None else 0)
+        return policy, used
+
+    def refuse_if_draining(self) -> None:
+        """503 with Retry-After once shutdown has begun."""
+        if self.draining:
+            raise unavailable("The server is shutting down; retry on another instance or later.",
+                              self.retry_after_s)
+
+    def _queue_full(self) -> APIError:
+        """429 with Retry-After: the waiting queue is full."""
+        retry = self.retry_after_s
+        return APIError(429, f"The server is at capacity ({self.max_running} requests running "
+                             f"and {self.max_waiting} waiting); retry in {retry} s.",
+                        code="server_overloaded", headers={"Retry-After": str(retry)})
+
+    async def drain(self, timeout: float, abort_all: Callable[[], None]) -> bool:
+        """Stop admitting; wait up to `timeout` s for the requests in flight, then call
+        `abort_all` and give their handlers a moment to answer. True if all finished."""
+        self.draining = True
+        t0 = time.monotonic()
+        if self.in_flight:
+            logger.info("Shutting down: no new requests; waiting up to %.0f s for %d in flight",
+                        timeout, self.in_flight)
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            logger.warning("Shutdown timeout (%.0f s): aborting %d requests still in flight",
+                           timeout, self.in_flight)
+            abort_all()
+            try:
+                await asyncio.wait_for(self._idle.wait(), 5.0)
+            except asyncio.TimeoutError:
+                pass
+            return False
+        logger.info("In-flight requests finished in %.1f s", time.monotonic() - t0)
+        return True

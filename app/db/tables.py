@@ -1,0 +1,138 @@
+"""The ORM schema: users, api_keys, policies, threads, usage, events, settings.
+
+This is the *current* schema; its history lives in migrations/versions/, and a test checks
+that the two agree (Alembic autogenerate finds no differences).
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Date,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from app.db.column_types import UtcDateTime, utcnow
+
+# Named constraints: SQLite batch migrations (copy-and-move) can only recreate or drop
+# constraints that have names.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+ON_LIMIT_CHOICES = ("reject", "notify", "truncate")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    created: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class ApiKey(Base):
+    """A user's API key; only its SHA-256 is stored (see app/db/keys.py for why that suffices)."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # The first characters of the raw key, so an admin can tell keys apart without the secret.
+    prefix: Mapped[str] = mapped_column(String(16), index=True)
+    created: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    last_used: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class Policy(Base):
+    """The default policy (user_id NULL) or one user's override (NULL fields inherit)."""
+
+    __tablename__ = "policies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # Unique: one override per user. SQLite lets several NULLs through a UNIQUE constraint, so
+    # the single default row is guaranteed by the code: the migration seeds it, nothing inserts one.
+    user_id: Mapped[int | None] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), unique=True)
+    max_context_tokens: Mapped[int | None] = mapped_column(Integer)
+    max_turns: Mapped[int | None] = mapped_column(Integer)
+    on_limit: Mapped[str | None] = mapped_column(String(16))
+    max_concurrent_requests: Mapped[int | None] = mapped_column(Integer)
+    max_tokens_per_day: Mapped[int | None] = mapped_column(Integer)
+    share_prefix_cache: Mapped[bool | None] = mapped_column(Boolean)
+
+
+class Thread(Base):
+    """Per-conversation statistics; message content is never stored here."""
+
+    __tablename__ = "threads"
+    __table_args__ = (UniqueConstraint("user_id", "thread_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    thread_key: Mapped[str] = mapped_column(String(80))
+    turns: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    last_prompt_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    last_completion_tokens: Mapped[int] = mapped_column(
+        Integer, default=0, server_default=text("0"))
+    first_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
+
+
+class Usage(Base):
+    """Per user per UTC day: requests and tokens (what max_tokens_per_day is checked against)."""
+
+    __tablename__ = "usage"
+
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    requests: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+
+
+class Event(Base):
+    """Something the admin should see later: a refusal, a preemption, a key revoked."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index(None, "user_id", "time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    time: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    detail: Mapped[Any | None] = mapped_column(JSON)
+
+
+class Setting(Base):
+    """Install-wide key/value settings (transcripts_enabled, admin_token_hash, ...)."""
+
+    __tablename__ = "settings"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)

@@ -1,0 +1,191 @@
+"""Prometheus metrics: vLLM's names (DESIGN §5) so vLLM dashboards work, plus officellm's own.
+
+Each app gets its own CollectorRegistry, so several apps in one process do not clash. Engine
+gauges and counters are read from the AsyncEngine's latest stats snapshot at scrape time (a
+custom collector), so they can never drift from the engine's own numbers. Latency histograms
+are observed on the event loop as each step's outputs are processed (see LatencyTracker).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from app.observability.stats_window import StatsWindow
+from app.serving.async_engine import AsyncEngine
+from engine.output_processor import IterationStats
+
+# vLLM's buckets, so that existing dashboards' quantiles mean the same thing.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
+                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+               7.5, 10.0, 20.0, 40.0, 80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
+               60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+ModelName = Callable[[], str | None]
+ActiveThreads = Callable[[], dict[str, int]]
+
+
+class EngineCollector:
+    """vLLM's engine gauges and counters, read from the stats snapshot at scrape time."""
+
+    def __init__(self, async_engine: AsyncEngine, model_name: ModelName) -> None:
+        self._engine = async_engine
+        self._model_name = model_name
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        families = self._families()
+        stats, name = self._engine.stats(), self._model_name()
+        if stats is not None and name is not None:
+            values = [stats.num_running, stats.num_waiting, stats.kv_cache_usage,
+                      stats.num_preemptions_total, stats.prompt_tokens_total,
+                      stats.generation_tokens_total, stats.prefix_cache_queries,
+                      stats.prefix_cache_hits]
+            for family, value in zip(families, values, strict=True):
+                family.add_metric([name], value)
+        return iter(families)
+
+    @staticmethod
+    def _families() -> list[Metric]:
+        labels = ["model_name"]
+        # CounterMetricFamily adds the "_total" suffix itself: pass vLLM's names without it.
+        return [
+            GaugeMetricFamily("vllm:num_requests_running",
+                              "Number of requests in model execution batches.", labels=labels),
+            GaugeMetricFamily("vllm:num_requests_waiting",
+                              "Number of requests waiting to be processed.", labels=labels),
+            GaugeMetricFamily("vllm:kv_cache_usage_perc",
+                              "KV-cache usage. 1 means 100 percent usage.", labels=labels),
+            CounterMetricFamily("vllm:num_preemptions",
+                                "Cumulative number of preemptions from the engine.", labels=labels),
+            CounterMetricFamily("vllm:prompt_tokens", "Number of prefill tokens processed.",
+                                labels=labels),
+            CounterMetricFamily("vllm:generation_tokens", "Number of generation tokens processed.",
+                                labels=labels),
+            CounterMetricFamily("vllm:prefix_cache_queries",
+                                "Prefix cache queries, in terms of number of queried tokens.",
+                                labels=labels),
+            CounterMetricFamily("vllm:prefix_cache_hits",
+                                "Prefix cache hits, in terms of number of cached tokens.",
+                                labels=labels),
+        ]
+
+
+class ActiveThreadsCollector:
+    """officellm:active_threads{user}: threads with a request in the last few minutes, read
+    from the database at scrape time (the /metrics route scrapes on a worker thread)."""
+
+    def __init__(self, active_threads: ActiveThreads, model_name: ModelName) -> None:
+        self._active_threads = active_threads
+        self._model_name = model_name
+
+    def describe(self) -> Iterator[Metric]:
+        return iter([self._family()])
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        name = self._model_name() or "unknown"
+        for user, count in sorted(self._active_threads().items()):
+            family.add_metric([name, user], count)
+        return iter([family])
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily("officellm:active_threads",
+                                 "Threads with a request in the last 15 minutes, per user.",
+                                 labels=["model_name", "user"])
+
+
+class ServerMetrics:
+    """All of one app's metrics, in its own registry."""
+
+    def __init__(self, async_engine: AsyncEngine, model_name: ModelName,
+                 window: StatsWindow | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self._model_name = model_name
+        self.window = window
+        self.registry.register(EngineCollector(async_engine, model_name))
+        r, m = self.registry, ["model_name"]
+        self.ttft = Histogram("vllm:time_to_first_token_seconds",
+                              "Histogram of time to first token in seconds.", m,
+                              buckets=TTFT_BUCKETS, registry=r)
+        self.itl = Histogram("vllm:inter_token_latency_seconds",
+                             "Histogram of inter-token latency in seconds.", m,
+                             buckets=ITL_BUCKETS, registry=r)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds",
+                             "Histogram of end to end request latency in seconds.", m,
+                             buckets=E2E_BUCKETS, registry=r)
+        u = ["model_name", "user"]
+        self.user_requests = Counter("officellm:requests", "Requests served, per user.", u,
+                                     registry=r)
+        self.user_prompt_tokens = Counter("officellm:prompt_tokens",
+                                          "Prompt tokens of served requests, per user.", u,
+                                          registry=r)
+        self.user_generation_tokens = Counter("officellm:generation_tokens",
+                                              "Generated tokens, per user.", u, registry=r)
+        self.user_refusals = Counter("officellm:refusals",
+                                     "Requests refused (4xx/5xx), per user and reason.",
+                                     u + ["reason"], registry=r)
+        self.policy_refusals = Counter(
+            "officellm:policy_refusals",
+            "Requests stopped or truncated by a policy, per user, limit (reason) and action "
+            "(reject, notify, truncate).", u + ["reason", "action"], registry=r)
+        # No address label: an attacker must not be able to grow the metrics' cardinality.
+        self.auth_failures = Counter("officellm:auth_failures",
+                                     "Requests refused for a wrong API key or admin token.",
+                                     registry=r)
+        self.auth_throttled = Counter(
+            "officellm:auth_throttled",
+            "Requests refused with 429 because their address failed authentication too often.",
+            registry=r)
+        self.in_flight = Gauge("officellm:requests_in_flight",
+                               "Generation requests being served now.", registry=r)
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name() or "unknown"
+
+    def record_request(self, user: str, prompt_tokens: int, generation_tokens: int) -> None:
+        """Count one finished request for its user."""
+        name = self.model_name
+        self.user_requests.labels(name, user).inc()
+        self.user_prompt_tokens.labels(name, user).inc(prompt_tokens)
+        self.user_generation_tokens.labels(name, user).inc(generation_tokens)
+
+    def record_refusal(self, user: str, reason: str) -> None:
+        self.user_refusals.labels(self.model_name, user, reason).inc()
+
+    def record_policy_refusal(self, user: str, reason: str, action: str) -> None:
+        self.policy_refusals.labels(self.model_name, user, reason, action).inc()
+
+    def track_active_threads(self, active_threads: ActiveThreads) -> None:
+        """Export officellm:active_threads from `active_threads()` (user -> count)."""
+        self.registry.register(ActiveThreadsCollector(active_threads, self._model_name))
+
+    def latency_tracker(self) -> LatencyTracker:
+        return LatencyTracker(self)
+
+
+class LatencyTracker:
+    """A StepListener observing TTFT, inter-token latency and e2e latency per request, from
+    the engine's per-step latencies (streamed or not). Runs on the event loop."""
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self._m = metrics
+        self._window = metrics.window  # recent samples for /admin/stats' percentiles
+
+    def on_step(self, stats: IterationStats, now: float) -> None:
+        name = self._m.model_name
+        for kind, histogram, values in (("ttft", self._m.ttft, stats.ttft),
+                                        ("itl", self._m.itl, stats.itl),
+                                        ("e2e", self._m.e2e, stats.e2e)):
+            for value in values:
+                histogram.labels(name).observe(value)
+                if self._window is not None:
+                    self._window.observe_latency(kind, value, now)

@@ -1,0 +1,33 @@
+"""GET /health (no auth, for load balancers and the console) and GET /metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
+
+from app.admission.auth import Principal, get_principal
+from app.openai.errors import APIError
+from app.serving.state import ServerState, get_server
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(server: ServerState = Depends(get_server)) -> JSONResponse:
+    """200 when ready; 503 with Retry-After while loading, shutting down, or after a failure."""
+    try:
+        server.check_ready()
+    except APIError as exc:
+        return exc.response()
+    return JSONResponse({"status": "ok", "model": server.model_name})
+
+
+@router.get("/metrics")
+async def metrics(principal: Principal = Depends(get_principal),
+                  server: ServerState = Depends(get_server)) -> Response:
+    """Prometheus text format, from this app's own registry (on a worker thread: the
+    active-threads gauge reads the database)."""
+    body = await run_in_threadpool(generate_latest, server.metrics.registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

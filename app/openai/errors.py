@@ -1,0 +1,120 @@
+"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.policy.types import Decision
+
+logger = logging.getLogger("officellm.server")
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "internal_server_error",
+    503: "service_unavailable_error",
+}
+
+
+class APIError(Exception):
+    """An error answered to the client as OpenAI does; raise it anywhere in a route."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 code: str | None = None, type: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type or _TYPES.get(status, "invalid_request_error")
+        self.headers = headers
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body: {"error": {...}}."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+NOT_JSON = "The request body is not valid JSON."
+# What FastAPI says when the body cannot be decoded at all (invalid UTF-8, nesting deeper than
+# Python's parser recurses): the same fault for the client as a syntax error.
+_FASTAPI_BODY_ERROR = "There was an error parsing the body"
+
+
+# The OpenAI error code of each policy refusal (a Decision's reason).
+POLICY_ERROR_CODES = {"max_tokens_per_day": "insufficient_quota",
+                      "max_concurrent_requests": "rate_limit_exceeded",
+                      "max_context_tokens": "context_cap_exceeded",
+                      "max_turns": "turn_limit_exceeded"}
+
+
+def decision_error(decision: Decision) -> APIError:
+    """A policy's refusal as the client's error: its status, its sentence, Retry-After."""
+    headers = ({"Retry-After": str(decision.retry_after)} if decision.retry_after is not None
+               else None)
+    return APIError(decision.status, decision.message or "Refused by policy.",
+                    param="messages" if decision.status == 400 else None,
+                    code=POLICY_ERROR_CODES.get(decision.reason or ""), headers=headers)
+
+
+def unavailable(message: str, retry_after_s: int) -> APIError:
+    """503 with Retry-After: not ready yet, shutting down, or the engine failed."""
+    return APIError(503, message, code="service_unavailable",
+                    headers={"Retry-After": str(retry_after_s)})
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    if not errors:
+        return "Invalid request.", None
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    if first.get("type") == "json_invalid":
+        return NOT_JSON, None
+    param = ".".join(loc) or None
+    msg = first.get("msg", "Invalid value")
+    return (f"{msg} (at '{param}')." if param else f"{msg}."), param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Make every error, FastAPI's own included, answer in OpenAI's shape."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # OpenAI answers 400, not FastAPI's 422 with its own body.
+        message, param = _validation_message(exc)
+        return APIError(400, message, param=param).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            message = f"Not found: {request.method} {request.url.path}"
+        elif exc.status_code == 400 and exc.detail == _FASTAPI_BODY_ERROR:
+            message = f"{NOT_JSON.removesuffix('.')} (it must be UTF-8, nested at most a few " \
+                      "hundred levels deep)."
+        else:
+            message = str(exc.detail)
+        return APIError(exc.status_code, message, headers=getattr(exc, "headers", None)).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("Unhandled error in %s %s", request.method, request.url.path)
+        return APIError(500, "Internal server error.").response()

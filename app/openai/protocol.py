@@ -1,0 +1,173 @@
+"""Request bodies of the OpenAI routes (pydantic), and their translation to SamplingParams.
+
+Unknown fields are ignored: clients send many. Tool/function calling is refused with a clear
+400 rather than silently ignored (the model would answer as if no tool existed). Type errors and
+out-of-range values become 400s through the validation handler in app/openai/errors.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from engine import SamplingParams
+from engine.sampling_params import MAX_N, MAX_TOP_LOGPROBS
+
+# Roles a chat template can render here; "tool"/"function" messages belong to tool calling.
+CHAT_ROLES = frozenset({"system", "developer", "user", "assistant"})
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class _SamplingFields(BaseModel):
+    """Fields shared by chat and completions, OpenAI's and vLLM's extras."""
+
+    # NaN and Infinity parse as JSON numbers in Python; no sampling field means anything by them.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    model: str | None = None
+    n: int = Field(1, ge=1, le=MAX_N)
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    user: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    # vLLM's extras
+    top_k: int | None = None
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(None, gt=0.0)
+    min_tokens: int = Field(0, ge=0)
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, v: str | list[str] | None) -> list[str]:
+        if v is None:
+            return []
+        return [v] if isinstance(v, str) else v
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def _sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+        """Raises ValueError (-> 400) for combinations SamplingParams refuses."""
+        return SamplingParams(
+            n=self.n,
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=1.0 if self.top_p is None else self.top_p,
+            top_k=self.top_k or 0,
+            min_p=self.min_p or 0.0,
+            seed=self.seed,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            max_tokens=max_tokens,
+            min_tokens=self.min_tokens,
+            stop=list(self.stop or []),
+            stop_token_ids=list(self.stop_token_ids or []),
+            ignore_eos=self.ignore_eos,
+            logprobs=logprobs,
+            skip_special_tokens=self.skip_special_tokens,
+            include_stop_str_in_output=self.include_stop_str_in_output,
+        )
+
+
+class ChatMessage(BaseModel):
+    """One message; extra keys (name, tool_calls, ...) are kept for the chat template."""
+
+    model_config = ConfigDict(extra="allow")
+
+    # The schema lists the roles (clients and fuzzers see what is valid); the check itself is
+    # ChatCompletionRequest's, for a message that names the unknown role.
+    role: str = Field(json_schema_extra={"enum": sorted(CHAT_ROLES)})
+    content: str | list[dict[str, Any]] | None = None
+
+    def to_template_dict(self) -> dict[str, Any]:
+        """A plain dict for the chat template, with text parts joined into one string."""
+        d = self.model_dump(exclude_none=True)
+        content = self.content
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise ValueError(
+                        f"Only text content parts are supported, got type {part.get('type')!r}.")
+                texts.append(part["text"])
+            d["content"] = "\n".join(texts)
+        elif content is None:
+            d["content"] = ""
+        return d
+
+
+class ChatCompletionRequest(_SamplingFields):
+    """POST /v1/chat/completions."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    # vLLM's extras
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+    # Tool calling is not supported: accepted here only to refuse it plainly.
+    tools: list[Any] | None = None
+    functions: list[Any] | None = None
+    tool_choice: Any = None
+    function_call: Any = None
+
+    @model_validator(mode="after")
+    def _no_tool_calling(self) -> ChatCompletionRequest:
+        if self.tools or self.functions or self.tool_choice not in (None, "none") \
+                or self.function_call not in (None, "none"):
+            raise ValueError("Tool and function calling are not supported by this server; "
+                             "send the request without tools/functions.")
+        for message in self.messages:
+            if message.role not in CHAT_ROLES:
+                raise ValueError(f"Unsupported message role {message.role!r}; use one of "
+                                 f"{', '.join(sorted(CHAT_ROLES))}.")
+        return self
+
+    def sampling_params(self) -> SamplingParams:
+        max_tokens = self.max_completion_tokens or self.max_tokens
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs requires logprobs to be true.")
+        logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        return self._sampling_params(max_tokens, logprobs)
+
+
+class CompletionRequest(_SamplingFields):
+    """POST /v1/completions. `prompt` is a string, token ids, or a batch of either."""
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(16, ge=1)  # OpenAI's default for completions
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    echo: bool = False
+
+    def prompts(self) -> list[str | list[int]]:
+        """The batch of prompts (one element for a single prompt)."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if not p:
+            raise ValueError("The prompt is empty.")
+        if all(isinstance(x, int) for x in p):
+            return [list(p)]  # type: ignore[arg-type]
+        return list(p)  # type: ignore[arg-type]
+
+    def sampling_params(self) -> SamplingParams:
+        return self._sampling_params(self.max_tokens, self.logprobs)
+
+

@@ -1,0 +1,111 @@
+"""POST /v1/completions (the legacy text API; a batch of prompts is allowed)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from app.admission.auth import Principal, get_principal
+from app.openai.errors import APIError
+from app.openai.logprobs import completion_logprobs
+from app.openai.protocol import CompletionRequest
+from app.openai.sse import DONE, SSEResponse, sse
+from app.serving.async_engine import EngineDeadError
+from app.serving.generation import Choice, Generation, RequestFailed
+from app.serving.state import ServerState, admitted_server
+
+router = APIRouter()
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request,
+                      principal: Principal = Depends(get_principal),
+                      server: ServerState = Depends(admitted_server)) -> Response:
+    """OpenAI's text completions, streaming or not; quota and concurrency apply (threads are a
+    chat notion, so no thread limits here)."""
+    model = server.resolve_model(body.model)
+    try:
+        params = body.sampling_params()
+        prompts = body.prompts()
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="prompt") from exc
+    async with server.admission.admit(principal, "completions",
+                                      len(prompts) * params.n) as admission:
+        ids = [await server.prompts.completion(admission, p, params.max_tokens) for p in prompts]
+        gen = Generation(server, f"cmpl-{uuid.uuid4().hex}", ids, params, admission,
+                         stream=body.stream)
+        echo = [_echo_text(server, p, i) for p, i in zip(prompts, ids)] if body.echo else None
+        gen.start()
+        if body.stream:
+            return admission.hold(SSEResponse(_stream(gen, body, model, echo), on_close=gen.close))
+        choices = await gen.complete(request)
+        if choices is None:
+            return Response(status_code=499)  # nobody is listening; nginx's "client closed"
+        return JSONResponse(_response(gen, choices, body, model, echo))
+
+
+def _echo_text(server: ServerState, prompt: str | list[int], ids: list[int]) -> str:
+    return prompt if isinstance(prompt, str) else server.token_text.decode(ids)
+
+
+def _logprobs(gen: Generation, c: Choice, body: CompletionRequest, offset: int) -> Any:
+    if c.output.logprobs is None or body.logprobs is None:
+        return None
+    return completion_logprobs(c.output.token_ids, c.output.logprobs, body.logprobs,
+                               gen.server.token_text, offset)
+
+
+def _response(gen: Generation, choices: list[Choice], body: CompletionRequest, model: str,
+              echo: list[str] | None) -> dict[str, Any]:
+    out = []
+    for c in choices:
+        prefix = echo[c.prompt_index] if echo else ""
+        out.append({"index": c.index, "text": prefix + c.output.text,
+                    "logprobs": _logprobs(gen, c, body, len(prefix)),
+                    "finish_reason": c.output.finish_reason, "stop_reason": c.output.stop_reason})
+    return {"id": gen.request_id, "object": "text_completion", "created": gen.created,
+            "model": model, "choices": out, "usage": gen.usage()}
+
+
+async def _stream(gen: Generation, body: CompletionRequest, model: str,
+                  echo: list[str] | None) -> AsyncIterator[str]:
+    include_usage = body.include_usage
+    offsets = [0] * gen.num_choices  # characters sent so far, for logprobs' text_offset
+    n = gen.params.n
+
+    def chunk(index: int, text: str, logprobs: Any, finish: str | None,
+              stop_reason: Any = None) -> str:
+        payload: dict[str, Any] = {
+            "id": gen.request_id, "object": "text_completion", "created": gen.created,
+            "model": model, "choices": [{"index": index, "text": text, "logprobs": logprobs,
+                                         "finish_reason": finish, "stop_reason": stop_reason}]}
+        if include_usage:
+            payload["usage"] = None
+        return sse(payload)
+
+    if echo:
+        for index in range(gen.num_choices):
+            text = echo[index // n]
+            offsets[index] = len(text)
+            yield chunk(index, text, None, None)
+    try:
+        async for step in gen.choices():
+            for c in step:
+                o = c.output
+                if not (o.text or o.logprobs or o.finish_reason):
+                    continue
+                lps = _logprobs(gen, c, body, offsets[c.index])
+                offsets[c.index] += len(o.text)
+                yield chunk(c.index, o.text, lps, o.finish_reason, o.stop_reason)
+    except (RequestFailed, EngineDeadError) as exc:
+        # Headers are sent: the error travels as the last event, in OpenAI's shape.
+        yield sse(gen.failure_error(exc).body())
+        return
+    if include_usage:
+        yield sse({"id": gen.request_id, "object": "text_completion", "created": gen.created,
+                   "model": model, "choices": [], "usage": gen.usage()})
+    yield DONE

@@ -1,1 +1,0 @@
-"""The server's routes, one module per concept."""

@@ -1,0 +1,294 @@
+"""AsyncEngine: the engine core's step loop on its own thread; its front end on the event loop.
+
+vLLM v1's split: the loop thread only schedules, executes and updates (LLMEngine.engine_core:
+token ids in, tokens out, no tokenizer); everything a client reads is made on the event
+loop's thread by the engine's OutputProcessor (detokenization, stop strings, n-way fan-in,
+deltas), so the step loop never waits for text. Commands (add, abort, stop) reach the loop
+thread through a thread-safe queue that it drains between steps; each step's outputs come
+back to the event loop in one `call_soon_threadsafe`, and are handed to each request's
+asyncio.Queue. When idle the loop thread blocks on the command queue: an idle server uses
+no CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from engine import EngineStats, LLMEngine, OutputKind, SamplingParams
+from engine.core.request import EngineCoreRequest
+from engine.core.scheduler_output import EngineCoreOutput
+from engine.executor import WorkerDiedError
+from engine.input_processor import InputProcessor
+from engine.kv_plan import KVCacheTooSmallError
+from engine.output_processor import IterationStats
+
+logger = logging.getLogger("officellm.async_engine")
+
+
+class EngineState(enum.Enum):
+    LOADING = "loading"
+    READY = "ready"
+    DEAD = "dead"  # loading failed or the loop thread crashed
+    STOPPED = "stopped"
+
+
+class EngineDeadError(RuntimeError):
+    """The engine is not available (failed, or stopped); the request cannot be served."""
+
+
+# What a load raises when the configuration cannot run (KV pool too small, no such model, an
+# unsupported architecture or split, a bad flag, a tensor-parallel worker that did not start):
+# its message is the whole story, so no traceback. Anything else is a bug, logged with one.
+REFUSALS: tuple[type[BaseException], ...] = (KVCacheTooSmallError, FileNotFoundError, ValueError,
+                                             WorkerDiedError)
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """Why the engine did not load: `reason` is one line for the operator (a refusal's own
+    sentence, or the exception's type and message), `exception` what the factory raised."""
+
+    reason: str
+    exception: BaseException
+
+    @classmethod
+    def of(cls, exc: BaseException) -> LoadFailure:
+        text = " ".join(str(exc).split())  # one line, whatever the message
+        if isinstance(exc, REFUSALS) and text:
+            return cls(text, exc)
+        return cls(f"Loading the model failed: {type(exc).__name__}" + (f": {text}" if text else ""),
+                   exc)
+
+
+@dataclass
+class RequestAborted:
+    """Put on a request's queue when the server aborts it (shutdown), so its reader ends."""
+
+    request_id: str
+
+
+class StepListener(Protocol):
+    """Observes every step's latencies on the event loop (e.g. latency histograms)."""
+
+    def on_step(self, stats: IterationStats, now: float) -> None: ...
+
+
+@dataclass
+class _Add:
+    requests: list[EngineCoreRequest]
+
+
+@dataclass
+class _Abort:
+    core_ids: list[str]
+
+
+class _Stop:
+    pass
+
+
+class AsyncEngine:
+    """Runs the core of an LLMEngine built by `engine_factory` on a dedicated thread."""
+
+    def __init__(self, engine_factory: Callable[[], LLMEngine],
+                 listener: StepListener | None = None,
+                 on_load_failure: Callable[[LoadFailure], None] | None = None) -> None:
+        self._factory = engine_factory
+        self.listener = listener
+        # Called once, on the loop thread, if the factory raises (after the state is DEAD
+        # and pending requests have failed): `officellm serve` stops and exits non-zero.
+        self.on_load_failure = on_load_failure
+        self.load_failure: LoadFailure | None = None
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._sinks: dict[str, asyncio.Queue] = {}  # event loop only
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ready = threading.Event()
+        self.state = EngineState.LOADING
+        self.error: str | None = None
+        self.engine: LLMEngine | None = None
+        self._stats: EngineStats | None = None
+
+    # -- lifecycle (event loop side) -----------------------------------------------------
+    def start(self) -> None:
+        """Start the loop thread, which builds the engine (the model loads there). Called
+        on the event loop that will receive the outputs."""
+        if self._thread is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the loop thread after the commands already queued; pending requests fail."""
+        if self._thread is None:
+            return
+        self._commands.put(_Stop())
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.warning("Engine loop thread did not stop within %.0f s", timeout)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until loading has finished (or failed); True if the engine is ready."""
+        self._ready.wait(timeout)
+        return self.state is EngineState.READY
+
+    @property
+    def is_ready(self) -> bool:
+        return self.state is EngineState.READY
+
+    def stats(self) -> EngineStats | None:
+        """The latest snapshot, taken by the loop thread after each step and each command."""
+        return self._stats
+
+    # -- requests (event loop side) ------------------------------------------------------
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    *, kind: OutputKind = OutputKind.DELTA, cache_salt: str | None = None,
+                    sink: asyncio.Queue | None = None) -> asyncio.Queue:
+        """Queue a request whose prompt the caller has checked (app/serving/prompt.py);
+        return the queue its outputs arrive on: RequestOutputs, RequestAborted, or an
+        EngineDeadError instance. Several requests may share one `sink`. Raises
+        EngineDeadError when the engine cannot serve."""
+        engine = self.engine
+        if self.state is not EngineState.READY or engine is None:
+            raise EngineDeadError(self.unavailable_reason())
+        core_requests = InputProcessor.core_requests(request_id, prompt_token_ids, params,
+                                                     cache_salt)
+        engine.output_processor.add_request(request_id, None, core_requests, kind)
+        sink = sink if sink is not None else asyncio.Queue()
+        self._sinks[request_id] = sink
+        self._commands.put(_Add(core_requests))
+        return sink
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request now (its blocks are freed before the next step)."""
+        self._sinks.pop(request_id, None)
+        if self.engine is not None:
+            core_ids = self.engine.output_processor.abort_request(request_id)
+            if core_ids:
+                self._commands.put(_Abort(core_ids))
+
+    def abort_all(self) -> None:
+        """Abort every request; each reader gets RequestAborted (used at shutdown)."""
+        for rid, sink in list(self._sinks.items()):
+            self.abort(rid)
+            sink.put_nowait(RequestAborted(rid))
+
+    def unavailable_reason(self) -> str:
+        if self.state is EngineState.LOADING:
+            return "The model is still loading; try again shortly."
+        if self.state is EngineState.STOPPED:
+            return "The server is shutting down."
+        return f"The engine failed: {self.error}"
+
+    # -- outputs (event loop side) -------------------------------------------------------
+    def _on_step(self, outputs: list[EngineCoreOutput], stats: EngineStats) -> None:
+        """One step's core outputs: process them into RequestOutputs and deliver them."""
+        self._stats = stats
+        engine = self.engine
+        if engine is None or not outputs:
+            return
+        processed = engine.output_processor.process_outputs(outputs)
+        if processed.reqs_to_abort:
+            self._commands.put(_Abort(processed.reqs_to_abort))
+        if self.listener is not None:
+            self.listener.on_step(processed.stats, time.monotonic())
+        for out in processed.request_outputs:
+            sink = self._sinks.get(out.request_id)
+            if sink is None:
+                continue
+            if out.finished:
+                del self._sinks[out.request_id]
+            sink.put_nowait(out)
+
+    def _fail_all(self, error: EngineDeadError) -> None:
+        """The engine is gone: every reader gets the error."""
+        for rid, sink in list(self._sinks.items()):
+            if self.engine is not None:
+                self.engine.output_processor.abort_request(rid)
+            sink.put_nowait(error)
+        self._sinks.clear()
+
+    def _to_event_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)  # type: ignore[union-attr]
+        except RuntimeError:  # the event loop is closed: nobody is listening any more
+            pass
+
+    # -- the loop thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            engine = self._factory()
+        except BaseException as exc:
+            failure = LoadFailure.of(exc)
+            if isinstance(exc, REFUSALS):
+                logger.error("Loading the engine failed: %s", failure.reason)
+            else:
+                logger.exception("Loading the engine failed")
+            self.load_failure = failure
+            self.error = failure.reason
+            self.state = EngineState.DEAD
+            self._ready.set()
+            if self.on_load_failure is not None:
+                try:
+                    self.on_load_failure(failure)
+                except Exception:
+                    logger.exception("The load-failure callback failed")
+            return
+        self.engine = engine
+        self._stats = engine.engine_core.stats()
+        self.state = EngineState.READY
+        self._ready.set()
+        try:
+            self._loop_forever(engine)
+        except BaseException as exc:
+            logger.exception("The engine loop died; the server now answers 503")
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.state = EngineState.DEAD
+        else:
+            self.state = EngineState.STOPPED
+        finally:
+            # Stops tensor-parallel worker processes; nothing to do for a one-process engine.
+            engine.close()
+        self._to_event_loop(self._fail_all, EngineDeadError(self.unavailable_reason()))
+
+    def _loop_forever(self, engine: LLMEngine) -> None:
+        core = engine.engine_core
+        while True:
+            # Block for a command only when there is nothing to step: no busy spinning.
+            if not self._process_commands(core, block=not core.has_unfinished_requests()):
+                return
+            if core.has_unfinished_requests():
+                outputs = core.step()
+                # The snapshot travels with the outputs, so a client that has its answer
+                # already sees the counters that include it.
+                self._to_event_loop(self._on_step, outputs, core.stats())
+            else:
+                self._to_event_loop(self._on_step, [], core.stats())
+
+    def _process_commands(self, core: Any, block: bool) -> bool:
+        """Run queued commands; False when told to stop."""
+        try:
+            cmd = self._commands.get() if block else self._commands.get_nowait()
+        except queue.Empty:
+            return True
+        while True:
+            if isinstance(cmd, _Stop):
+                return False
+            if isinstance(cmd, _Add):
+                for request in cmd.requests:
+                    core.add_request(request)
+            elif isinstance(cmd, _Abort):
+                core.abort_requests(cmd.core_ids)
+            try:
+                cmd = self._commands.get_nowait()
+            except queue.Empty:
+                return True

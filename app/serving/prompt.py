@@ -1,0 +1,214 @@
+"""The prompt, once: rendered off the engine's thread, every length rule decided in one place.
+
+A chat request's messages are rendered with the model's chat template exactly once (truncation
+re-renders only the shorter lists it tries); a completion's text is tokenized once. Then
+`decide_length` applies, in this order, every rule on the prompt's length, each with its own
+sentence from one source:
+  1. the user's thread limits (max_context_tokens, max_turns) with their on_limit: reject
+     (400), notify (a normal reply saying so), truncate (drop the oldest turns that fit);
+     app.policy.evaluate, sentences in app.policy.messages;
+  2. the model's max_model_len, in vLLM's words (engine.input_processor);
+  3. the server's --max-context-tokens, always a refusal (app.policy.messages).
+The engine then receives token ids.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from app.admission.admission import Admission
+from app.observability.refusals import Refusals
+from app.openai.errors import APIError, decision_error
+from app.policy import Decision, EffectivePolicy, context_limit_message, count_turns, evaluate
+from engine.input_processor import InputProcessor, PromptTooLongError
+from engine.llm import apply_chat_template
+
+Message = dict[str, Any]
+
+# Why a prompt was refused, for officellm:refusals_total (the policy's own reasons are
+# counted by Refusals.policy).
+MODEL_LENGTH, SERVER_CAP, INVALID = "context_length", "context_cap", "invalid_request"
+
+
+class PromptRenderer:
+    """The served model's tokenizer and chat template, for worker threads.
+
+    The engine's tokenizer belongs to the event loop's output processing (a Rust tokenizer
+    used from two threads at once can fail with "Already borrowed"), so prompts have their
+    own copy, loaded on first use and used by one worker thread at a time.
+    """
+
+    def __init__(self, model_dir: Path) -> None:
+        self._model_dir = model_dir
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+
+    def _tok(self) -> Any:
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self._model_dir))
+        return self._tokenizer
+
+    def render(self, messages: list[Message], add_generation_prompt: bool,
+               template_kwargs: dict[str, Any]) -> list[int]:
+        """Token ids of a conversation (blocking). ValueError when the template refuses the
+        messages: the client's error."""
+        with self._lock:
+            tok = self._tok()
+            try:
+                return apply_chat_template(tok, messages, add_generation_prompt, **template_kwargs)
+            except Exception as exc:  # jinja errors (e.g. roles out of order) are the client's
+                raise ValueError(
+                    f"The chat template could not render these messages: {exc}") from exc
+
+    def encode(self, prompt: str | list[int]) -> list[int]:
+        """Token ids of a completion prompt (blocking)."""
+        if not isinstance(prompt, str):
+            return [int(t) for t in prompt]
+        with self._lock:
+            return self._tok().encode(prompt, add_special_tokens=True)
+
+
+class _MeasuredMessages:
+    """The token counter app.policy.evaluate calls, remembering the ids of each message list
+    it rendered, so the list finally chosen is not rendered again."""
+
+    def __init__(self, renderer: PromptRenderer, add_generation_prompt: bool,
+                 template_kwargs: dict[str, Any]) -> None:
+        self._renderer = renderer
+        self._args = (add_generation_prompt, template_kwargs)
+        # Keyed by the identity of the message dicts: drop_turns() keeps the same objects,
+        # and the lists stay alive in the values, so an id is never reused while cached.
+        self._ids: dict[tuple[int, ...], tuple[list[Message], list[int]]] = {}
+
+    def __call__(self, messages: list[Message]) -> int:
+        return len(self.ids(messages))
+
+    def ids(self, messages: list[Message]) -> list[int]:
+        key = tuple(id(m) for m in messages)
+        hit = self._ids.get(key)
+        if hit is None:
+            hit = self._ids[key] = (messages, self._renderer.render(messages, *self._args))
+        return hit[1]
+
+
+@dataclass(frozen=True)
+class LengthLimits:
+    """The server's side of the length rules: the model's and the server's caps."""
+
+    model: InputProcessor
+    server_cap: int | None
+
+
+@dataclass(frozen=True)
+class LengthDecision:
+    """What runs: `token_ids` (None for a notify or a refusal) and the decision, whose
+    `reason` names the rule that fired (policy reasons, or MODEL_LENGTH / SERVER_CAP)."""
+
+    decision: Decision
+    token_ids: list[int] | None = None
+
+
+def decide_length(policy: EffectivePolicy | None, messages: list[Message] | None,
+                  measure: _MeasuredMessages | None, token_ids: list[int] | None,
+                  limits: LengthLimits, max_tokens: int | None) -> LengthDecision:
+    """Every length rule of a prompt, in one place (blocking: renders). A chat passes its
+    `messages` and their `measure`; a completion its `token_ids`. Raises ValueError for a
+    prompt the model cannot read at all (empty, ids outside the vocabulary)."""
+    decision = Decision("allow")
+    if messages is not None:
+        assert measure is not None
+        if policy is not None and (policy.max_context_tokens is not None
+                                   or policy.max_turns is not None):
+            decision = evaluate(policy, messages, measure)
+            if decision.action in ("reject", "notify"):
+                return LengthDecision(decision)
+            if decision.action == "truncate":
+                assert decision.messages is not None
+                messages = decision.messages
+        token_ids = measure.ids(messages)
+    assert token_ids is not None
+    try:
+        limits.model.check_prompt(token_ids, max_tokens)
+    except PromptTooLongError as exc:
+        return LengthDecision(Decision("reject", message=str(exc), status=400,
+                                       reason=MODEL_LENGTH))
+    cap = limits.server_cap
+    if cap is not None and len(token_ids) > cap:
+        return LengthDecision(Decision("reject", message=context_limit_message(len(token_ids), cap),
+                                       status=400, reason=SERVER_CAP))
+    return LengthDecision(decision, token_ids)
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A chat request's prompt as it will run (or the notice it gets instead)."""
+
+    decision: Decision
+    token_ids: list[int] | None
+    thread_key: str | None
+    turns: int
+
+    @property
+    def truncated_turns(self) -> int:
+        return self.decision.turns_dropped if self.decision.action == "truncate" else 0
+
+
+class Prompts:
+    """Builds each request's prompt and answers its length refusals (counted, recorded)."""
+
+    def __init__(self, renderer: PromptRenderer, limits: LengthLimits, refusals: Refusals) -> None:
+        self.renderer = renderer
+        self.limits = limits
+        self.refusals = refusals
+
+    async def chat(self, admission: Admission, messages: list[Message], thread_key: str,
+                   add_generation_prompt: bool, template_kwargs: dict[str, Any],
+                   max_tokens: int | None) -> ChatPrompt:
+        """The prompt of a chat request; raises the APIError of a refusal."""
+        measure = _MeasuredMessages(self.renderer, add_generation_prompt, template_kwargs)
+        outcome = await self._decide(admission, "messages", admission.policy, messages, measure,
+                                     None, max_tokens)
+        d = outcome.decision
+        if d.reason not in (None, MODEL_LENGTH, SERVER_CAP):  # the policy fired
+            detail = {"thread_key": thread_key, "turns": d.turns, "tokens": d.prompt_tokens,
+                      "limit": (admission.policy.max_context_tokens
+                                if d.reason == "max_context_tokens" else admission.policy.max_turns)}
+            if d.action == "truncate":
+                detail.update(turns_dropped=d.turns_dropped, tokens_after=d.truncated_prompt_tokens)
+            self.refusals.policy(admission.principal, d, admission.endpoint, detail)
+            if d.action == "reject":
+                raise decision_error(d)
+        return ChatPrompt(d, outcome.token_ids, thread_key, count_turns(messages))
+
+    async def completion(self, admission: Admission, prompt: str | list[int],
+                         max_tokens: int | None) -> list[int]:
+        """The token ids of one completion prompt; raises the APIError of a refusal."""
+        ids = await run_in_threadpool(self.renderer.encode, prompt)
+        outcome = await self._decide(admission, "prompt", None, None, None, ids, max_tokens)
+        assert outcome.token_ids is not None
+        return outcome.token_ids
+
+    async def _decide(self, admission: Admission, param: str, policy: EffectivePolicy | None,
+                      messages: list[Message] | None, measure: _MeasuredMessages | None,
+                      ids: list[int] | None, max_tokens: int | None) -> LengthDecision:
+        try:
+            outcome = await run_in_threadpool(decide_length, policy, messages, measure, ids,
+                                              self.limits, max_tokens)
+        except ValueError as exc:
+            self.refusals.server_limit(admission.principal, INVALID)
+            raise APIError(400, str(exc), param=param) from exc
+        d = outcome.decision
+        if d.reason == MODEL_LENGTH:
+            self.refusals.server_limit(admission.principal, MODEL_LENGTH)
+            raise APIError(400, d.message or "", param=param, code="context_length_exceeded")
+        if d.reason == SERVER_CAP:
+            self.refusals.server_limit(admission.principal, SERVER_CAP)
+            raise APIError(400, d.message or "", code="context_cap_exceeded")
+        return outcome

@@ -1,0 +1,108 @@
+"""What the routes share, kept on `app.state.server`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from app.accounts.accounts import Accounts
+from app.admission.admission import AdmissionControl
+from app.admission.auth_throttle import AuthThrottle
+from app.observability.metrics import ServerMetrics
+from app.observability.refusals import Refusals
+from app.observability.stats_window import StatsWindow
+from app.openai.errors import APIError, unavailable
+from app.openai.logprobs import TokenText
+from app.server_settings import ServerSettings
+from app.serving.async_engine import AsyncEngine
+from app.serving.prompt import LengthLimits, PromptRenderer, Prompts
+
+
+@dataclass
+class ServerState:
+    """One app's settings, engine, metrics, database side and admission."""
+
+    settings: ServerSettings
+    async_engine: AsyncEngine
+    metrics: ServerMetrics
+    accounts: Accounts
+    stats_window: StatsWindow
+    admission: AdmissionControl
+    refusals: Refusals
+    auth_throttle: AuthThrottle  # failed-auth attempts per client address
+    created: int = 0  # unix time the app was built; /v1/models reports it
+    started_monotonic: float = field(default_factory=time.monotonic)  # for uptime
+    _token_text: TokenText | None = field(default=None, repr=False)
+    _prompts: Prompts | None = field(default=None, repr=False)
+
+    @property
+    def served_model_names(self) -> list[str]:
+        """Names clients may use; the first is the one reported. Empty until loaded."""
+        if self.settings.served_model_name:
+            return list(self.settings.served_model_name)
+        engine = self.async_engine.engine
+        return [engine.model_name] if engine is not None else []
+
+    @property
+    def model_name(self) -> str | None:
+        names = self.served_model_names
+        return names[0] if names else None
+
+    @property
+    def token_text(self) -> TokenText:
+        if self._token_text is None:
+            assert self.async_engine.engine is not None
+            self._token_text = TokenText(self.async_engine.engine.tokenizer)
+        return self._token_text
+
+    @property
+    def prompts(self) -> Prompts:
+        """Prompt rendering and length rules for the loaded model (once it is loaded)."""
+        if self._prompts is None:
+            engine = self.async_engine.engine
+            assert engine is not None
+            self._prompts = Prompts(PromptRenderer(engine.model_dir),
+                                    LengthLimits(engine.input_processor,
+                                                 self.settings.max_context_tokens),
+                                    self.refusals)
+        return self._prompts
+
+    def context_cap(self, policy_cap: int | None) -> int | None:
+        """A user's effective thread cap: the lowest of their policy's, the server's
+        (--max-context-tokens) and the model's context length."""
+        engine = self.async_engine.engine
+        model_len = engine.max_model_len if engine is not None else None
+        caps = [c for c in (policy_cap, self.settings.max_context_tokens, model_len)
+                if c is not None]
+        return min(caps) if caps else None
+
+    def check_ready(self) -> None:
+        """503 with Retry-After unless the engine is ready and we are not shutting down."""
+        retry = self.settings.retry_after_s
+        self.admission.refuse_if_draining()
+        if not self.async_engine.is_ready:  # loading (only until the load ends), failed, stopped
+            raise unavailable(self.async_engine.unavailable_reason(), retry)
+
+    def resolve_model(self, requested: str | None) -> str:
+        """The served name for `requested` (None = the default); 404 for an unknown model."""
+        names = self.served_model_names
+        if requested is None or requested == "":
+            return names[0]
+        if requested not in names:
+            raise APIError(404, f"The model `{requested}` does not exist.", param="model",
+                           code="model_not_found")
+        return requested
+
+
+def get_server(request: Request) -> ServerState:
+    """FastAPI dependency: this app's ServerState."""
+    return request.app.state.server
+
+
+def admitted_server(request: Request) -> ServerState:
+    """FastAPI dependency for routes that need the engine: 503 unless it can serve now."""
+    server: ServerState = request.app.state.server
+    server.check_ready()
+    return server

@@ -1,0 +1,71 @@
+"""A server process the benchmarks start on this machine (officellm or llama-server), with its
+log captured to a file."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadgen.server_wait import wait_until_healthy
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """SIGTERM (the server drains and exits 0), then SIGKILL if it has not exited in time."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class Server:
+    """`args` run in `cwd` with `env`; started by start(), which waits for /health."""
+
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    port: int
+    cwd: Path | None = None
+    proc: subprocess.Popen | None = None
+    log: Any = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 300.0) -> None:
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"{self.name}-", suffix=".log",
+                                               delete=False)
+        self.proc = subprocess.Popen(self.args, cwd=self.cwd, env=self.env, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        wait_until_healthy(
+            self.base_url, proc=self.proc, timeout=timeout, interval=0.5, name=self.name,
+            describe=lambda: (f"(-4 or 132: illegal instruction, a binary built for another CPU); "
+                              f"log {self.log.name}:\n{self.tail()}"))
+
+    def output(self) -> str:
+        """The whole log so far."""
+        self.log.flush()
+        return Path(self.log.name).read_text()
+
+    def tail(self, lines: int = 20) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
