@@ -96,6 +96,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
                         accounts=accounts, stats_window=window, admission=admission,
                         refusals=refusals, auth_throttle=AuthThrottle(settings.auth_failure_limit),
                         created=int(time.time()))
+    async_engine.on_ready = state.engine_loaded
     app = FastAPI(title="officellm", version="0.1.0", lifespan=lifespan)
     app.state.server = state
     app.state.authenticator = make_authenticator(db, settings.api_keys, settings.no_auth)

@@ -100,9 +100,13 @@ class AsyncEngine:
 
     def __init__(self, engine_factory: Callable[[], LLMEngine],
                  listener: StepListener | None = None,
-                 on_load_failure: Callable[[LoadFailure], None] | None = None) -> None:
+                 on_load_failure: Callable[[LoadFailure], None] | None = None,
+                 on_ready: Callable[[LLMEngine], None] | None = None) -> None:
         self._factory = engine_factory
         self.listener = listener
+        # Called on the loop thread once the engine has loaded, before the first request is
+        # admitted: the server builds what it needs of the model (its prompt renderer).
+        self.on_ready = on_ready
         # Called once, on the loop thread, if the factory raises (after the state is DEAD
         # and pending requests have failed): `officellm serve` stops and exits non-zero.
         self.on_load_failure = on_load_failure
@@ -227,6 +231,8 @@ class AsyncEngine:
     def _run(self) -> None:
         try:
             engine = self._factory()
+            if self.on_ready is not None:
+                self.on_ready(engine)
         except BaseException as exc:
             failure = LoadFailure.of(exc)
             if isinstance(exc, REFUSALS):

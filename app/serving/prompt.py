@@ -40,29 +40,22 @@ class PromptRenderer:
 
     The engine's tokenizer belongs to the event loop's output processing (a Rust tokenizer
     used from two threads at once can fail with "Already borrowed"), so prompts have their
-    own copy, loaded on first use and used by one worker thread at a time.
+    own copy, used by one worker thread at a time.
     """
 
     def __init__(self, model_dir: Path) -> None:
-        self._model_dir = model_dir
-        self._tokenizer: Any = None
+        from transformers import AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self._lock = threading.Lock()
-
-    def _tok(self) -> Any:
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(str(self._model_dir))
-        return self._tokenizer
 
     def render(self, messages: list[Message], add_generation_prompt: bool,
                template_kwargs: dict[str, Any]) -> list[int]:
         """Token ids of a conversation (blocking). ValueError when the template refuses the
         messages: the client's error."""
         with self._lock:
-            tok = self._tok()
             try:
-                return apply_chat_template(tok, messages, add_generation_prompt, **template_kwargs)
+                return apply_chat_template(self._tokenizer, messages, add_generation_prompt, **template_kwargs)
             except Exception as exc:  # jinja errors (e.g. roles out of order) are the client's
                 raise ValueError(
                     f"The chat template could not render these messages: {exc}") from exc
@@ -72,7 +65,7 @@ class PromptRenderer:
         if not isinstance(prompt, str):
             return [int(t) for t in prompt]
         with self._lock:
-            return self._tok().encode(prompt, add_special_tokens=True)
+            return self._tokenizer.encode(prompt, add_special_tokens=True)
 
 
 class _MeasuredMessages:

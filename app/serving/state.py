@@ -18,6 +18,7 @@ from app.openai.logprobs import TokenText
 from app.server_settings import ServerSettings
 from app.serving.async_engine import AsyncEngine
 from app.serving.prompt import LengthLimits, PromptRenderer, Prompts
+from engine import LLMEngine
 
 
 @dataclass
@@ -57,16 +58,17 @@ class ServerState:
             self._token_text = TokenText(self.async_engine.engine.tokenizer)
         return self._token_text
 
+    def engine_loaded(self, engine: LLMEngine) -> None:
+        """Build the prompt side for the loaded model (AsyncEngine.on_ready: on the engine's
+        thread, before any request is admitted), so no request pays for loading it."""
+        self._prompts = Prompts(PromptRenderer(engine.model_dir),
+                                LengthLimits(engine.input_processor, self.settings.max_context_tokens),
+                                self.refusals)
+
     @property
     def prompts(self) -> Prompts:
-        """Prompt rendering and length rules for the loaded model (once it is loaded)."""
-        if self._prompts is None:
-            engine = self.async_engine.engine
-            assert engine is not None
-            self._prompts = Prompts(PromptRenderer(engine.model_dir),
-                                    LengthLimits(engine.input_processor,
-                                                 self.settings.max_context_tokens),
-                                    self.refusals)
+        """Prompt rendering and length rules for the loaded model."""
+        assert self._prompts is not None, "only once the engine is ready"
         return self._prompts
 
     def context_cap(self, policy_cap: int | None) -> int | None:

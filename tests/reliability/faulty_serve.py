@@ -19,19 +19,25 @@ SCHEDULER_FAULT_MESSAGE = "injected scheduler fault"
 
 
 def _install() -> None:
-    decode, schedule = IncrementalDetokenizer._decode, Scheduler.schedule
+    init, step, schedule = (IncrementalDetokenizer.__init__, IncrementalDetokenizer._step,
+                            Scheduler.schedule)
 
-    def faulty_decode(self, ids):  # type: ignore[no-untyped-def]
-        if DETOKENIZER_FAULT in self.tokens:
+    def faulty_init(self, tokenizer, prompt_token_ids, *args, **kwargs):  # type: ignore[no-untyped-def]
+        init(self, tokenizer, prompt_token_ids, *args, **kwargs)
+        self.faulty = DETOKENIZER_FAULT in prompt_token_ids
+
+    def faulty_step(self, token_id):  # type: ignore[no-untyped-def]
+        if self.faulty:
             raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "injected detokenizer fault")
-        return decode(self, ids)
+        return step(self, token_id)
 
     def faulty_schedule(self):  # type: ignore[no-untyped-def]
         if any(SCHEDULER_FAULT in r.prompt_token_ids for r in self.waiting):
             raise RuntimeError(SCHEDULER_FAULT_MESSAGE)
         return schedule(self)
 
-    IncrementalDetokenizer._decode = faulty_decode  # type: ignore[method-assign]
+    IncrementalDetokenizer.__init__ = faulty_init  # type: ignore[method-assign]
+    IncrementalDetokenizer._step = faulty_step  # type: ignore[method-assign]
     Scheduler.schedule = faulty_schedule  # type: ignore[method-assign]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app import auth_throttle
+from app.admission import auth_throttle
 from app.admission.auth_throttle import AuthThrottle
 from app.openai.errors import APIError
 
