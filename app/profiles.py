@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from app.server_settings import ServerSettings
@@ -54,7 +54,8 @@ PROFILES: dict[str, Profile] = {
 
 
 def apply_profile(settings: ServerSettings, name: str, explicit: set[str]) -> list[str]:
-    """Set the profile's values on `settings`, except fields in `explicit` (given as flags).
+    """Set the profile's values on `settings` (its engine's knobs and the server's own), except
+    fields in `explicit` (given as flags).
 
     Returns one human-readable line per setting, for the start-up log.
     """
@@ -62,14 +63,19 @@ def apply_profile(settings: ServerSettings, name: str, explicit: set[str]) -> li
         raise ValueError(f"Unknown profile {name!r}; choose one of {', '.join(PROFILES)}.")
     profile = PROFILES[name]
     settings.profile = name
-    known = {f.name for f in fields(settings)}
+    engine_fields = {f.name for f in fields(settings.engine)}
+    server_fields = {f.name for f in fields(settings)}
     lines = [f"Profile {name!r} ({profile.description})"]
     for key, value in profile.values.items():
-        assert key in known, key
+        on_engine = key in engine_fields
+        assert on_engine or key in server_fields, key
         if key in explicit:
-            lines.append(f"  {key}={getattr(settings, key)!r} (flag overrides the profile's "
-                         f"{value!r})")
+            current = getattr(settings.engine if on_engine else settings, key)
+            lines.append(f"  {key}={current!r} (flag overrides the profile's {value!r})")
             continue
-        setattr(settings, key, value)
+        if on_engine:
+            settings.engine = replace(settings.engine, **{key: value})
+        else:
+            setattr(settings, key, value)
         lines.append(f"  {key}={value!r}: {profile.reasons[key]}")
     return lines

@@ -41,7 +41,7 @@ EngineFactory = Callable[[], LLMEngine]
 
 def default_engine_factory(settings: ServerSettings) -> EngineFactory:
     """Build the real engine from the settings (called on the engine thread)."""
-    return lambda: LLMEngine(settings.engine_config())
+    return lambda: LLMEngine(settings.engine)
 
 
 def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = None,
@@ -89,7 +89,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
             accounts.close()
 
     refusals = Refusals(server_metrics, accounts)
-    admission = AdmissionControl(accounts, refusals, settings.max_num_seqs,
+    admission = AdmissionControl(accounts, refusals, settings.engine.max_num_seqs,
                                  settings.max_waiting_requests, settings.retry_after_s)
     server_metrics.in_flight.set_function(lambda: admission.in_flight)
     state = ServerState(settings=settings, async_engine=async_engine, metrics=server_metrics,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 _UNITS = {
     "": 1, "b": 1,
@@ -28,31 +30,49 @@ def format_gib(num_bytes: float) -> str:
     return f"{num_bytes / 1024**3:.2f} GiB"
 
 
+def knob(default: Any, help: str, parse: Callable[[str], Any] | None = None,
+         alias: str | None = None) -> Any:
+    """An EngineConfig field that is also a command-line flag: `help` is its one sentence,
+    `parse` reads its value (None: a boolean switch, --x/--no-x), `alias` a short flag."""
+    return field(default=default, metadata={"help": help, "parse": parse, "alias": alias})
+
+
 @dataclass
 class EngineConfig:
-    """Everything the engine needs to start. Names follow vLLM's flags."""
+    """Everything the engine needs to start, declared once: `LLM(**kwargs)` takes these
+    names, `officellm serve` makes a flag of each knob (vLLM's flag names), and the server's
+    settings hold one EngineConfig."""
 
-    model: str | None = None  # HF directory, .gguf file; None = the bundled SmolLM2
-    device: str = "cpu"
-    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    max_model_len: int | None = None
-    block_size: int = 16
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
-    enable_prefix_caching: bool = True
-    kv_cache_memory: int | str | None = None  # bytes or "4GiB"; CPU pool size
-    gpu_memory_utilization: float = 0.9
-    seed: int = 0
-    tensor_parallel_size: int = 1
-    num_threads: int | None = None  # CPU threads; None = all cores
-    attention_backend: str | None = None  # torch | cpu | triton; None = by device
-    enforce_eager: bool = False  # CUDA: no decode CUDA graphs (vLLM's --enforce-eager)
+    model: str | None = None  # HF directory, .gguf file; None = the bundled SmolLM2 (serve's argument)
+    device: str = knob("cpu", "cpu | cuda", str)
+    dtype: str = knob("auto", "auto | float32 | bfloat16 | float16", str)
+    max_model_len: int | None = knob(None, "longest request (prompt plus output) in tokens; "
+                                           "default: the model's, as far as the KV pool allows", int)
+    block_size: int = knob(16, "tokens per KV block (a power of two)", int)
+    max_num_seqs: int = knob(256, "most sequences running at once", int)
+    max_num_batched_tokens: int = knob(2048, "token budget per step (chunked prefill)", int)
+    enable_prefix_caching: bool = knob(True, "reuse the KV of prompts' shared prefixes")
+    kv_cache_memory: int | str | None = knob(
+        None, "KV pool size, e.g. 4GiB (the CPU's; on CUDA it overrides profiling); under "
+              "tensor parallelism, per rank", str)
+    gpu_memory_utilization: float = knob(0.9, "share of GPU memory the engine may use", float)
+    seed: int = knob(0, "seed of unseeded requests' sampling", int)
+    tensor_parallel_size: int = knob(1, "split the model over this many GPUs (or CPU "
+                                        "processes)", int, alias="-tp")
+    num_threads: int | None = knob(None, "CPU threads for matmuls; default: $OMP_NUM_THREADS, "
+                                         "else the cores shared among the ranks", int)
+    attention_backend: str | None = knob(None, "torch | cpu | triton; default: by device", str)
+    enforce_eager: bool = knob(False, "CUDA: no decode CUDA graphs")
     stats_log_interval: float = 5.0  # seconds between periodic stats lines while busy
     # While decodes run, size prefill chunks so a step costs about this many decode-only
-    # steps (engine/prefill_pacer.py); None = the token budget alone decides.
-    prefill_pacing: float | None = None
+    # steps (engine/core/prefill_pacer.py); None = the token budget alone decides.
+    prefill_pacing: float | None = knob(
+        None, "while others are typing, a prompt's chunk is sized so a step costs about X "
+              "decode-only steps (0: off)", float)
 
     def __post_init__(self) -> None:
+        if self.prefill_pacing == 0:  # the flag's "off"
+            self.prefill_pacing = None
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two, got {self.block_size}.")
         if self.max_num_seqs < 1:
@@ -72,3 +92,8 @@ class EngineConfig:
                              f"(rank r uses cuda:r), not {self.device!r}.")
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_memory(self.kv_cache_memory)
+
+
+def engine_knobs() -> list[Any]:
+    """The EngineConfig fields that are command-line flags (dataclasses.Field objects)."""
+    return [f for f in fields(EngineConfig) if "help" in f.metadata]

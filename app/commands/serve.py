@@ -15,6 +15,7 @@ from app.profiles import PROFILES, apply_profile
 from app.server import create_app
 from app.server_settings import ServerSettings
 from app.serving.graceful_server import GracefulServer
+from engine.config import EngineConfig, engine_knobs
 
 logger = logging.getLogger("officellm.server")
 
@@ -23,12 +24,6 @@ logger = logging.getLogger("officellm.server")
 # that did not start). The reason is the last line of output, on stderr.
 EXIT_LOAD_FAILED = 1
 
-# Flags that map 1:1 onto ServerSettings fields; default None so that we know which ones the
-# user gave (those override the profile).
-_ENGINE_FLAGS = ["max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size",
-                 "enable_prefix_caching", "dtype", "device", "kv_cache_memory",
-                 "gpu_memory_utilization", "seed", "tensor_parallel_size", "max_context_tokens",
-                 "prefill_pacing"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,23 +33,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Hugging Face model directory or .gguf file (default: bundled SmolLM2)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--max-num-seqs", type=int, default=None)
-    p.add_argument("--max-num-batched-tokens", type=int, default=None,
-                   help="token budget per step (chunked prefill)")
-    p.add_argument("--block-size", type=int, default=None)
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--dtype", default=None, help="auto | float32 | bfloat16 | float16")
-    p.add_argument("--device", default=None, help="cpu | cuda")
-    p.add_argument("--kv-cache-memory", default=None, help="KV pool size, e.g. 4GiB (CPU)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--prefill-pacing", type=float, default=None, metavar="X",
-                   help="while others are typing, a prompt's chunk is sized so a step costs "
-                        "about X decode-only steps (0: off; default: the profile's)")
-    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=None,
-                   help="split the model over this many GPUs (or CPU processes); "
-                        "--kv-cache-memory is then per rank")
+    engine = p.add_argument_group("engine (EngineConfig's knobs; vLLM's names)")
+    for knob in engine_knobs():
+        flags = ["--" + knob.name.replace("_", "-")] + ([knob.metadata["alias"]]
+                                                       if knob.metadata["alias"] else [])
+        parse = knob.metadata["parse"]
+        # Default None: we know which flags the user gave (those override the profile).
+        if parse is None:
+            engine.add_argument(*flags, dest=knob.name, action=argparse.BooleanOptionalAction,
+                                default=None, help=knob.metadata["help"])
+        else:
+            engine.add_argument(*flags, dest=knob.name, type=parse, default=None,
+                                help=f"{knob.metadata['help']} (default: {knob.default})")
     p.add_argument("--served-model-name", nargs="+", default=None,
                    help="name(s) clients use for the model (default: the model's own)")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
@@ -93,7 +83,10 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
     """ServerSettings for the flags, with the profile applied under them; and the log lines."""
     if args.no_auth and args.api_key:
         raise ValueError("--no-auth and --api-key contradict each other; give one.")
-    s = ServerSettings(model=args.model, host=args.host, port=args.port,
+    flags = {k.name: getattr(args, k.name) for k in engine_knobs()
+             if getattr(args, k.name) is not None}
+    s = ServerSettings(engine=EngineConfig(model=args.model, **flags),
+                       host=args.host, port=args.port,
                        served_model_name=list(args.served_model_name or []),
                        api_keys=list(args.api_key), shutdown_timeout=args.shutdown_timeout,
                        max_request_bytes=args.max_request_bytes,
@@ -102,16 +95,12 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        auth_failure_limit=args.auth_failure_limit,
                        no_auth=args.no_auth, admin_remote=args.admin_remote,
                        db_path=str(args.db) if args.db is not None else None)
-    explicit = set()
-    for name in _ENGINE_FLAGS:
-        value = getattr(args, name)
-        if value is not None:
-            explicit.add(name)
-            setattr(s, name, value)
+    explicit = set(flags)
+    if args.max_context_tokens is not None:
+        explicit.add("max_context_tokens")
+        s.max_context_tokens = args.max_context_tokens or None
     if args.max_waiting_requests < 0:
         raise ValueError("--max-waiting-requests must be 0 or more.")
-    if s.max_context_tokens == 0:
-        s.max_context_tokens = None
     lines = apply_profile(s, args.profile, explicit)
     return s, lines
 

@@ -85,16 +85,16 @@ def _args(*argv: str) -> argparse.Namespace:
 
 def test_profile_defaults_and_flag_overrides() -> None:
     s, lines = settings_from_args(_args())
-    assert s.profile == "office" and s.max_num_batched_tokens == 1024
+    assert s.profile == "office" and s.engine.max_num_batched_tokens == 1024
     assert s.max_context_tokens == 16384 and s.host == "127.0.0.1" and s.port == 8000
     assert "office" in lines[0]
     s, lines = settings_from_args(_args("--profile", "personal", "--max-num-batched-tokens", "512"))
-    assert s.max_num_batched_tokens == 512 and s.max_context_tokens is None
+    assert s.engine.max_num_batched_tokens == 512 and s.max_context_tokens is None
     assert any("flag overrides" in line for line in lines)
     s, _ = settings_from_args(_args("--profile", "product", "--max-context-tokens", "0",
                                     "--no-enable-prefix-caching", "--served-model-name", "m"))
-    assert s.max_context_tokens is None and s.enable_prefix_caching is False
-    assert s.gpu_memory_utilization == 0.8 and s.served_model_name == ["m"]
+    assert s.max_context_tokens is None and s.engine.enable_prefix_caching is False
+    assert s.engine.gpu_memory_utilization == 0.8 and s.served_model_name == ["m"]
     with pytest.raises(ValueError):
         settings_from_args(_args("--no-auth", "--api-key", "k"))
 
