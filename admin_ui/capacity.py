@@ -1,4 +1,4 @@
-"""The Capacity tab's arithmetic (DESIGN §4): how many threads of a given length fit.
+"""The Capacity tab's arithmetic (docs/design.md §4): how many threads of a given length fit.
 
 The server's `GET /admin/plan` answers for the loaded model; when a server predates that
 route the same numbers are derived from `/admin/stats` (bytes per token and pool size are in

@@ -1,4 +1,4 @@
-"""DESIGN §9's symptom table made live: pure rules over a short history of stats snapshots.
+"""docs/design.md §9's symptom table made live: pure rules over a short history of stats snapshots.
 
 Each rule looks at what an office admin can act on and answers in the admin's words: the
 symptom users see, the likely cause, and what to change. Rules never raise on thin data; they

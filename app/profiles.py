@@ -1,4 +1,4 @@
-"""Serving profiles (DESIGN §9): starting points for the engine's knobs that flags override."""
+"""Serving profiles (docs/design.md §9): starting points for the engine's knobs that flags override."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def load_spec(model: str) -> tuple[ModelSpec, str]:
 
 @dataclass
 class KVPlan:
-    """The arithmetic of DESIGN §4 for one model, dtype and memory budget."""
+    """The arithmetic of docs/design.md §4 for one model, dtype and memory budget."""
 
     model: str
     dtype_bytes: int
@@ -150,7 +150,7 @@ def size_pool(
     memory_flag: str,
     tensor_parallel_size: int = 1,
 ) -> tuple[int, int]:
-    """Blocks in the pool and the max_model_len served; log DESIGN §3's lines.
+    """Blocks in the pool and the max_model_len served; log docs/design.md §3's lines.
 
     An explicit max_model_len that cannot hold one request is refused with the numbers;
     without one, the model's maximum is used if it fits, else the largest length that does.

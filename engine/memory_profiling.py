@@ -1,4 +1,4 @@
-"""Start-up memory profiling on CUDA: how much memory the KV pool may take (DESIGN §3).
+"""Start-up memory profiling on CUDA: how much memory the KV pool may take (docs/design.md §3).
 
     pool = total * gpu_memory_utilization - weights - peak activations - graph pools - other
 
@@ -53,7 +53,7 @@ class MemoryProfile:
 
 def kv_budget_bytes(total: int, utilization: float, weights: int, peak_activations: int,
                     graph_pools: int, other: int) -> int:
-    """DESIGN §3's formula. May be negative: size_pool then refuses with the numbers."""
+    """docs/design.md §3's formula. May be negative: size_pool then refuses with the numbers."""
     return int(total * utilization) - weights - peak_activations - graph_pools - other
 
 

@@ -126,7 +126,7 @@ class Worker:
         """(num_blocks, max_model_len), the same on every rank.
 
         Each rank measures its own budget; rank 0 sizes the pool from the smallest, logs the
-        numbers (DESIGN §3's lines, plus each rank's budget under tensor parallelism) and
+        numbers (docs/design.md §3's lines, plus each rank's budget under tensor parallelism) and
         tells the others, or raises KVCacheTooSmallError on every rank.
         """
         budget, flag = self.kv_budget()

@@ -87,7 +87,7 @@ async def office_user(run: Run, user: int) -> None:
         max_tokens = run.draw_max_tokens(rng)
         need = used + int(len(ask.split()) * text.TOKENS_PER_WORD) + 16 + max_tokens
         if len(history) > 1 and need > run.config.max_context * 0.9:
-            # What DESIGN §9 tells people on turn 40: start a new chat.
+            # What docs/design.md §9 tells people on turn 40: start a new chat.
             conversation, history, used = conversation + 1, history[:1], 0
         if not run.budget.take():
             return

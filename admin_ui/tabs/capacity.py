@@ -1,4 +1,4 @@
-"""Capacity: the plan arithmetic for the loaded model (DESIGN §4) — bytes per token, pool
+"""Capacity: the plan arithmetic for the loaded model (docs/design.md §4) — bytes per token, pool
 tokens, and how many threads of today's average length and of the cap fit — plus a what-if
 for another memory size using engine.kv_plan."""
 

@@ -1,4 +1,4 @@
-"""Diagnosis: DESIGN §9's symptom table, live: what users would be seeing now, why, and
+"""Diagnosis: docs/design.md §9's symptom table, live: what users would be seeing now, why, and
 what to change. The rules are admin_ui.diagnosis; this tab shows their findings, with the
 server's recent events (preemptions, policy refusals) below as the evidence trail."""
 

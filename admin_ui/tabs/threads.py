@@ -1,5 +1,5 @@
 """Threads: every active conversation per user, its length against the user's cap,
-sortable, heaviest first (DESIGN §9: long chats, not people online, fill the cache)."""
+sortable, heaviest first (docs/design.md §9: long chats, not people online, fill the cache)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QProgressBar
 
-# Colours by level: the KV pool is the resource that runs out first (DESIGN §9).
+# Colours by level: the KV pool is the resource that runs out first (docs/design.md §9).
 _LEVELS = [(0.9, "#d9534f"), (0.7, "#f0ad4e"), (0.0, "#5cb85c")]
 
 

@@ -44,7 +44,7 @@ def get_stats(request: Request) -> dict[str, Any]:
 
 @router.get("/plan")
 def get_plan(request: Request) -> dict[str, Any]:
-    """DESIGN §4's arithmetic on the live pool: how many threads of today's average length,
+    """docs/design.md §4's arithmetic on the live pool: how many threads of today's average length,
     and of the default cap, fit. (The pool's size is the engine's, not an estimate.)"""
     server = _server(request)
     stats = server.async_engine.stats()

@@ -1,6 +1,6 @@
 """Who is calling: a FastAPI dependency returning a Principal.
 
-Every principal is a user row in the database (DESIGN §5, §7), so policies, quotas, usage and
+Every principal is a user row in the database (docs/design.md §5, §7), so policies, quotas, usage and
 threads work the same for all of them:
 - per-user keys issued by the admin (`ocl-...`, stored as SHA-256, looked up by hash and
   checked in constant time: app.db.authenticate);

@@ -11,8 +11,6 @@ from app.db.events import recent_events, record_event
 from app.db.install_settings import (
     get_setting,
     set_setting,
-    set_transcripts_enabled,
-    transcripts_enabled,
 )
 from app.db.keys import authenticate, issue_key, list_keys, revoke_key
 from app.db.paths import default_data_dir, default_db_path
@@ -83,9 +81,7 @@ __all__ = [
     "revoke_key",
     "set_policy",
     "set_setting",
-    "set_transcripts_enabled",
     "set_user_disabled",
-    "transcripts_enabled",
     "usage_today",
     "utc_today",
     "verify_admin_token",

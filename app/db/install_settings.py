@@ -6,7 +6,6 @@ from sqlalchemy.orm import Session
 
 from app.db.tables import Setting
 
-TRANSCRIPTS_ENABLED = "transcripts_enabled"
 ADMIN_TOKEN_HASH = "admin_token_hash"
 
 
@@ -24,13 +23,3 @@ def set_setting(session: Session, key: str, value: str) -> None:
     else:
         row.value = value
     session.flush()
-
-
-def transcripts_enabled(session: Session) -> bool:
-    """Whether message content may be stored (DESIGN §6: off unless the admin turns it on)."""
-    return get_setting(session, TRANSCRIPTS_ENABLED, "false") == "true"
-
-
-def set_transcripts_enabled(session: Session, enabled: bool) -> None:
-    """Turn transcripts on or off."""
-    set_setting(session, TRANSCRIPTS_ENABLED, "true" if enabled else "false")

@@ -69,7 +69,7 @@ class ThreadInfo(_Record):
 
     @property
     def length(self) -> int:
-        """DESIGN §6: a thread's length is its latest prompt plus completion."""
+        """docs/design.md §6: a thread's length is its latest prompt plus completion."""
         return self.last_prompt_tokens + self.last_completion_tokens
 
     def to_dict(self) -> dict[str, Any]:

@@ -130,7 +130,7 @@ class Event(Base):
 
 
 class Setting(Base):
-    """Install-wide key/value settings (transcripts_enabled, admin_token_hash, ...)."""
+    """Install-wide key/value settings (the admin token's hash, ...)."""
 
     __tablename__ = "settings"
 

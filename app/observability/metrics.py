@@ -1,4 +1,4 @@
-"""Prometheus metrics: vLLM's names (DESIGN §5) so vLLM dashboards work, plus officellm's own.
+"""Prometheus metrics: vLLM's names (docs/design.md §5) so vLLM dashboards work, plus officellm's own.
 
 Each app gets its own CollectorRegistry, so several apps in one process do not clash. Engine
 gauges and counters are read from the AsyncEngine's latest stats snapshot at scrape time (a

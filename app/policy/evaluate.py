@@ -1,6 +1,6 @@
 """Thread limits (max_context_tokens, max_turns) checked before the engine runs.
 
-Chat clients resend the whole conversation every turn (DESIGN §6), so the request itself is
+Chat clients resend the whole conversation every turn (docs/design.md §6), so the request itself is
 the thread's truth: its prompt tokens are the thread's length so far, its user messages its
 turns. (Stored thread statistics are not consulted: a client that edits an earlier message
 sends a shorter history on the same thread, and must be measured as such.)

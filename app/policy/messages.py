@@ -1,11 +1,11 @@
-"""The sentences users read when a policy stops them (DESIGN §6 wording)."""
+"""The sentences users read when a policy stops them (docs/design.md §6 wording)."""
 
 from __future__ import annotations
 
 
 def context_limit_message(tokens: int, limit: int) -> str:
     """E.g. "This chat has reached 9,120 tokens, over your limit of 8,192. Please start a new
-    chat." (thousands separators, as DESIGN §6 words it)."""
+    chat." (thousands separators, as docs/design.md §6 words it)."""
     return (f"This chat has reached {tokens:,} tokens, over your limit of {limit:,}. "
             "Please start a new chat.")
 

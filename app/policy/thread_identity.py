@@ -1,4 +1,4 @@
-"""Which thread a chat request belongs to (DESIGN §6).
+"""Which thread a chat request belongs to (docs/design.md §6).
 
 Clients resend the whole history, so a conversation is recognised by what never changes in it:
 its opening (the system prompt(s), and anything else up to and including the first user
@@ -64,7 +64,7 @@ def thread_key(user_id: int | None, messages: list[Message],
 
 
 def prefix_cache_salt(user_id: int | None, share_prefix_cache: bool) -> str | None:
-    """The salt the server gives the engine for a user's prompts (DESIGN §6).
+    """The salt the server gives the engine for a user's prompts (docs/design.md §6).
 
     None lets the user's prompts share cached blocks with everyone who also shares (a common
     system prompt is computed once); otherwise the user's blocks hash apart from all others', so

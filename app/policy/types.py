@@ -41,7 +41,7 @@ class ThreadState:
 
     @property
     def length(self) -> int:
-        """DESIGN §6: the latest prompt plus completion."""
+        """docs/design.md §6: the latest prompt plus completion."""
         return self.last_prompt_tokens + self.last_completion_tokens
 
 

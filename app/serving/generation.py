@@ -82,7 +82,7 @@ class Generation:
     def start(self) -> None:
         """Hand every prompt to the engine; raises APIError 503 if it cannot serve."""
         engine = self.server.async_engine
-        # DESIGN: the prefix cache is salted per user, so one user cannot time another's
+        # docs/design.md §6: the prefix cache is salted per user, so one user cannot time another's
         # cached prompts, unless their policy lets them share. Set here, never by the client.
         salt = prefix_cache_salt(self.principal.user_id, self.admission.policy.share_prefix_cache)
         kind = OutputKind.DELTA if self.stream else OutputKind.FINAL

@@ -2,7 +2,7 @@
 
 A fixed token budget is the wrong unit on the CPU: 1024 prompt tokens take a GPU ~10 ms but
 a laptop CPU a second or more, and every user typing along waits that second for their next
-word (DESIGN §9, "everyone's answer freezes at once"). The pacer measures instead: it fits
+word (docs/design.md §9, "everyone's answer freezes at once"). The pacer measures instead: it fits
 step time = a + b * decodes + c * prefill tokens + e * prefill tokens x their context over
 the recent steps, and sizes a step's prefill so the whole step costs about `max_slowdown`
 times what its decodes alone would. The context term is attention: the last chunks of a

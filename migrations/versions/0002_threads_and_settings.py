@@ -1,6 +1,6 @@
 """Threads, install settings, and per-user prefix-cache sharing.
 
-Thread statistics arrived with the "start a new chat" policies (DESIGN §6); the settings table
+Thread statistics arrived with the "start a new chat" policies (docs/design.md §6); the settings table
 holds install-wide switches (transcripts, the admin token's hash); `share_prefix_cache` came
 with per-user salting of the prefix cache. Existing installs keep salting on: the default row
 gets share_prefix_cache = false, user rows get NULL (inherit).

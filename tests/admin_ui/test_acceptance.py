@@ -141,7 +141,7 @@ def test_4_threads_view_lists_multi_turn_chat(qtbot, window, server, admin):
                                                temperature=0)
         messages.append({"role": "assistant", "content": reply.choices[0].message.content})
         usage = reply.usage
-    expected = usage.prompt_tokens + usage.completion_tokens  # DESIGN §6: a thread's length
+    expected = usage.prompt_tokens + usage.completion_tokens  # docs/design.md §6: a thread's length
 
     def dana_rows():
         m = window.threads.model

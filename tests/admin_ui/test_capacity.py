@@ -42,4 +42,4 @@ def test_from_plan_trusts_the_server_and_fills_gaps():
 
 def test_what_if_matches_officellm_plan():
     plan = what_if("Qwen2.5-7B-Instruct", "80GiB")
-    assert plan.bytes_per_token == 2 * 28 * 4 * 128 * 2 == 57344  # DESIGN §4
+    assert plan.bytes_per_token == 2 * 28 * 4 * 128 * 2 == 57344  # docs/design.md §4

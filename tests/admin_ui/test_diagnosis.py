@@ -1,4 +1,4 @@
-"""DESIGN §9's symptom table as pure rules over snapshot histories."""
+"""docs/design.md §9's symptom table as pure rules over snapshot histories."""
 
 from __future__ import annotations
 

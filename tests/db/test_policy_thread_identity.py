@@ -1,4 +1,4 @@
-"""Thread identity (DESIGN §6) and the per-user prefix-cache salt."""
+"""Thread identity (docs/design.md §6) and the per-user prefix-cache salt."""
 
 from __future__ import annotations
 
