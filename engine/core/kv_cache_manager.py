@@ -63,6 +63,15 @@ class KVCacheManager:
         here (and count as computed) only if the allocation as a whole succeeds.
         """
         bs = self.block_size
+        if not new_computed_blocks:
+            # The common case, a decode inside its last block: nothing to take from the pool.
+            total_tokens = request.num_computed_tokens + num_new_tokens
+            if total_tokens <= len(request.block_ids) * bs:
+                if self.enable_prefix_caching and \
+                        total_tokens // bs > self._num_registered.get(request.request_id, 0):
+                    self._register_full_blocks(request, self.req_blocks[request.request_id],
+                                               total_tokens)
+                return True
         computed = new_computed_blocks or ()
         blocks = self.req_blocks.get(request.request_id)
         num_held = len(blocks) if blocks is not None else 0

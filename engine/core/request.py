@@ -72,7 +72,6 @@ class Request:
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)
-    num_preemptions: int = 0
     stop_reason: int | None = None  # the stop token that ended it
     scheduled: bool = False  # admitted at least once
 
@@ -99,7 +98,3 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status.finished
-
-    def append_output_token(self, token_id: int) -> None:
-        self.output_token_ids.append(token_id)
-        self.all_token_ids.append(token_id)

@@ -85,8 +85,8 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         chosen: dict[Request, int] = {}  # request -> new tokens, in batch order
         num_preempted = 0
-        decodes = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
-        prefills = [r for r in self.running if r.num_tokens - r.num_computed_tokens > 1]
+        decodes = [r for r in self.running if len(r.all_token_ids) - r.num_computed_tokens == 1]
+        prefills = [r for r in self.running if len(r.all_token_ids) - r.num_computed_tokens > 1]
         # While others decode, the pacer bounds this step's prompt tokens (their next word
         # waits for the whole step); alone, a prompt gets the whole budget.
         pacer = self.pacer if decodes else None
@@ -103,7 +103,7 @@ class Scheduler:
                 break
             if req.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this step
-            remaining = req.num_tokens - req.num_computed_tokens
+            remaining = len(req.all_token_ids) - req.num_computed_tokens
             room = budget if remaining == 1 else prefill_room(req.num_computed_tokens)
             if room <= 0:
                 continue
@@ -148,7 +148,7 @@ class Scheduler:
 
         chunks = tuple(
             ScheduledChunk(req, req.num_computed_tokens, n,
-                           req.num_computed_tokens + n == req.num_tokens)
+                           req.num_computed_tokens + n == len(req.all_token_ids))
             for req, n in chosen.items())
         finished, self._finished_ids = frozenset(self._finished_ids), set()
         return SchedulerOutput(chunks, finished, num_preempted)
@@ -159,7 +159,6 @@ class Scheduler:
         self.kv.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
-        request.num_preemptions += 1
         self.num_preemptions_total += 1
         self.waiting.appendleft(request)
         pool = self.kv.pool
@@ -196,10 +195,11 @@ class Scheduler:
                                                 error=NAN_ERROR))
                 continue
             token = tokens[i]
-            req.append_output_token(token)
+            req.output_token_ids.append(token)
+            req.all_token_ids.append(token)
             self.generation_tokens_total += 1
-            if req.num_output_tokens == 1:
-                self.prompt_tokens_total += req.num_prompt_tokens
+            if len(req.output_token_ids) == 1:
+                self.prompt_tokens_total += len(req.prompt_token_ids)
             status = self._stop_status(req, token)
             if status is not None:
                 self._finish(req, status)
@@ -226,13 +226,14 @@ class Scheduler:
     def _stop_status(self, req: Request, token: int) -> RequestStatus | None:
         """How the token just appended ends the request, if it does (token rules only)."""
         p = req.params
-        long_enough = req.num_output_tokens >= p.min_tokens
+        num_output = len(req.output_token_ids)
+        long_enough = num_output >= p.min_tokens
         if long_enough and not p.ignore_eos and token in req.eos_token_ids:
             return RequestStatus.FINISHED_STOPPED
         if long_enough and token in p.stop_token_ids:
             req.stop_reason = token
             return RequestStatus.FINISHED_STOPPED
-        if (p.max_tokens is not None and req.num_output_tokens >= p.max_tokens) or \
-                req.num_tokens >= self.max_model_len:
+        if (p.max_tokens is not None and num_output >= p.max_tokens) or \
+                len(req.all_token_ids) >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH
         return None

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from engine.core.request import Request
 from engine.outputs import Logprob
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduledChunk:
-    """`num_new_tokens` of a request's tokens, from position `start`, run in this step."""
+class ScheduledChunk(NamedTuple):
+    """`num_new_tokens` of a request's tokens, from position `start`, run in this step.
+    (A named tuple: immutable, and cheap to make for each request in every step.)"""
 
     request: Request
     start: int  # the request's computed tokens when the step was scheduled
@@ -64,7 +65,7 @@ class SchedulerOutput:
         return [c.request for c in self.chunks if c.samples]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EngineCoreOutput:
     """What one step did for one request: the token it sampled, or how it ended.
 
