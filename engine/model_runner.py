@@ -36,6 +36,8 @@ class StepBatch:
 
 @dataclass
 class StepInputs:
+    """One forward pass's tensors on this rank's device, and who samples from it."""
+
     input_ids: torch.Tensor
     positions: torch.Tensor
     logits_indices: torch.Tensor
