@@ -1,94 +1,59 @@
-"""Attention over the paged KV cache: per-step metadata and the torch (CPU) backend."""
+"""The contract between the engine and its attention backends: one step's metadata, in the
+one format every backend reads, and the `AttentionBackend` protocol.
+
+ModelRunner builds an `AttentionMetadata` once per step and hands it to the backend before
+the forward; every layer then reads it. The backends (engine/attention_torch.py,
+attention_cpu.py, attention_triton.py) read the paged KV cache through the block tables.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
-import torch.nn.functional as F
-
-from kernels import reference
-
-
-@dataclass
-class PrefillSpan:
-    """One sequence with more than one new token in this step."""
-
-    q_start: int
-    q_len: int
-    ctx_len: int  # cached tokens plus this step's
-    slots: torch.Tensor | None  # flat cache slots of all ctx_len tokens; None when ctx_len == q_len
-    mask: torch.Tensor | None  # [q_len, ctx_len] bool, None when plainly causal
 
 
 @dataclass
 class AttentionMetadata:
-    """Everything attention needs for one step, built once and shared by every layer."""
+    """Everything attention needs for one step, built once and shared by every layer.
 
-    slot_mapping: torch.Tensor  # [T] flat cache slot of each new token
-    decode_rows: torch.Tensor  # [Bd] rows of q that are single-token (decode) queries
-    decode_slots: torch.Tensor  # [Bd, L] flat cache slots to read, padded
-    decode_mask: torch.Tensor  # [Bd, 1, 1, L] True where the key is real
-    decode_block_tables: torch.Tensor | None = None  # [Bd, max_blocks] int64, for paged kernels
-    decode_seq_lens: torch.Tensor | None = None  # [Bd] int64
-    prefills: list[PrefillSpan] = field(default_factory=list)
-    # The varlen view that the Triton kernels and the reference use.
-    block_tables: torch.Tensor | None = None  # [B, max_blocks]
-    seq_lens: torch.Tensor | None = None  # [B]
-    query_start_loc: torch.Tensor | None = None  # [B+1]
+    The step's B sequences are in batch order; q's rows hold each one's new tokens back to
+    back. Sequences [0, num_decodes) have exactly one new token each and may run as decodes;
+    every later sequence, whatever its query length, runs as a (possibly chunked) prefill.
+    The device tensors are what kernels read; the host fields mirror them, so a backend
+    never syncs with the device to learn a shape or a loop bound.
+    """
+
+    slot_mapping: torch.Tensor  # [T] int64, flat cache slot each new token is written to; -1: none
+    block_tables: torch.Tensor  # [B, max_blocks] int64, padded with the (always zero) null block
+    seq_lens: torch.Tensor  # [B] int32, cached tokens once this step's are written
+    query_start_loc: torch.Tensor  # [B+1] int32, sequence b's queries are rows [qsl[b], qsl[b+1])
+    num_decodes: int  # leading sequences with one new token each
+    max_query_len: int  # the longest sequence's new tokens (0 for an empty step)
+    seq_lens_host: list[int]  # [B] seq_lens on the host
+    query_start_loc_host: list[int]  # [B+1] query_start_loc on the host
 
     @property
-    def num_decodes(self) -> int:
-        return int(self.decode_rows.shape[0])
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_host)
 
 
-class TorchAttention:
-    """Reference attention on any device: gathers each step's keys, then one SDPA call for
-    all decodes (query heads folded per KV head, so GQA needs no repeat) and one per prefill."""
+class AttentionBackend(Protocol):
+    """Paged attention over one model's KV caches (one [blocks, block_size, Hk, D] tensor
+    per layer for keys, one for values).
 
-    def __init__(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], scale: float):
-        self.k_caches = k_caches
-        self.v_caches = v_caches
-        self.scale = scale
-        self.metadata: AttentionMetadata | None = None
+    A backend whose forward is captured in a CUDA graph (engine/cuda_graphs.py) must read
+    per-sequence values only from the metadata's device tensors: at replay the host fields
+    are those of the capture, of which only num_decodes and max_query_len stay true.
+    """
 
-    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        md = self.metadata
-        assert md is not None
-        kc, vc = self.k_caches[layer], self.v_caches[layer]
-        reference.write_kv_cache(k, v, kc, vc, md.slot_mapping)
-        hq, hk, d = q.shape[1], kc.shape[2], kc.shape[3]
-        group = hq // hk
-        kflat, vflat = kc.view(-1, hk, d), vc.view(-1, hk, d)
-        if md.num_decodes == q.shape[0] and md.num_decodes:
-            return self._decode(q, kflat, vflat, md, group)
-        out = torch.empty_like(q)
-        if md.num_decodes:
-            out[md.decode_rows] = self._decode(q.index_select(0, md.decode_rows), kflat, vflat, md, group)
-        for span in md.prefills:
-            qs = q[span.q_start : span.q_start + span.q_len]
-            if span.slots is None:
-                keys = k[span.q_start : span.q_start + span.q_len]
-                vals = v[span.q_start : span.q_start + span.q_len]
-            else:
-                keys, vals = kflat[span.slots], vflat[span.slots]
-            o = F.scaled_dot_product_attention(
-                qs.transpose(0, 1).unsqueeze(0),
-                keys.to(q.dtype).transpose(0, 1).unsqueeze(0),
-                vals.to(q.dtype).transpose(0, 1).unsqueeze(0),
-                attn_mask=span.mask,
-                is_causal=span.mask is None,
-                scale=self.scale,
-                enable_gqa=group > 1,
-            )
-            out[span.q_start : span.q_start + span.q_len] = o.squeeze(0).transpose(0, 1)
-        return out
+    def set_metadata(self, metadata: AttentionMetadata) -> None:
+        """Take this step's metadata; every forward until the next call reads it."""
+        ...
 
-    def _decode(self, q, kflat, vflat, md: AttentionMetadata, group: int) -> torch.Tensor:
-        bd, hq, d = q.shape
-        hk = hq // group
-        keys = kflat[md.decode_slots].to(q.dtype).permute(0, 2, 1, 3)  # [Bd, hk, L, d]
-        vals = vflat[md.decode_slots].to(q.dtype).permute(0, 2, 1, 3)
-        qg = q.view(bd, hk, group, d)  # the group's query heads act as a query length
-        o = F.scaled_dot_product_attention(qg, keys, vals, attn_mask=md.decode_mask, scale=self.scale)
-        return o.reshape(bd, hq, d)
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor) -> torch.Tensor:
+        """Write this step's k/v [T, Hk, D] into layer's cache at the slot mapping, then
+        return causal attention of q [T, Hq, D] over each sequence's cached tokens."""
+        ...

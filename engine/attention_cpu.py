@@ -11,24 +11,26 @@ from typing import Any
 
 import torch
 
-from engine.attention import AttentionMetadata, TorchAttention
+from engine.attention import AttentionMetadata
+from engine.attention_torch import TorchAttention
 
 
 class CpuAttention(TorchAttention):
     """TorchAttention whose decodes run the compiled paged decode kernel."""
 
-    needs_decode_gather = False
-
     def __init__(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], scale: float,
                  kernel: Any) -> None:
         super().__init__(k_caches, v_caches, scale)
         self.kernel = kernel
+        self._decode_tables = torch.empty(0, 0, dtype=torch.long)
+        self._decode_lens = torch.empty(0, dtype=torch.long)
 
-    def _decode(self, q, kflat, vflat, md: AttentionMetadata, group: int) -> torch.Tensor:
-        # kflat is a view of one layer's cache; the kernel wants the paged shape back.
-        bs = self.k_caches[0].shape[1]
-        kc = kflat.view(-1, bs, *kflat.shape[1:])
-        vc = vflat.view(-1, bs, *vflat.shape[1:])
-        return self.kernel.paged_decode_attention(q, kc, vc, md.decode_block_tables,
-                                                  md.decode_seq_lens, self.scale)
+    def _plan_decodes(self, md: AttentionMetadata) -> None:
+        # The kernel takes int64 lengths; converted once per step rather than once per layer.
+        self._decode_tables = md.block_tables[: md.num_decodes]
+        self._decode_lens = md.seq_lens[: md.num_decodes].long()
 
+    def _decode(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        return self.kernel.paged_decode_attention(q, self.k_caches[layer], self.v_caches[layer],
+                                                  self._decode_tables, self._decode_lens,
+                                                  self.scale)

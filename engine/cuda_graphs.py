@@ -7,7 +7,9 @@ rows carry slot -1 (nothing is written to the cache) and sequence length 0 (the 
 returns zeros for them), and their logits are dropped.
 
 With `use_graphs=False` the same static buffers are run eagerly, which is how the padding
-and copying logic is tested on the CPU.
+and copying logic is tested on the CPU. A replayed graph reads only the static buffers, so
+the backend must take per-sequence values from the metadata's device tensors (see
+engine.attention.AttentionBackend); TritonAttention does.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import torch
 
-from engine.attention import AttentionMetadata
+from engine.attention import AttentionBackend, AttentionMetadata
 
 logger = logging.getLogger("engine.cuda_graphs")
 
@@ -35,8 +37,9 @@ def capture_sizes(max_batch: int) -> list[int]:
 class DecodeGraphs:
     """Replays a captured forward for decode-only steps of up to `max_batch` sequences."""
 
-    def __init__(self, model: Any, attention: Any, max_batch: int, max_blocks_per_seq: int,
-                 null_block: int, device: torch.device, use_graphs: bool = True) -> None:
+    def __init__(self, model: Any, attention: AttentionBackend, max_batch: int,
+                 max_blocks_per_seq: int, null_block: int, device: torch.device,
+                 use_graphs: bool = True) -> None:
         self.model = model
         self.attention = attention
         self.device = device
@@ -56,22 +59,21 @@ class DecodeGraphs:
         self.outputs: dict[int, torch.Tensor] = {}
         self.pool_bytes = 0
 
-    def _metadata(self, size: int) -> AttentionMetadata:
+    def _metadata(self, size: int, seq_lens_host: list[int]) -> AttentionMetadata:
         """Metadata whose tensors are views of the static buffers (what the graph reads)."""
-        empty = self.rows[:0]
         return AttentionMetadata(
             slot_mapping=self.slot_mapping[:size],
-            decode_rows=self.rows[:size],
-            decode_slots=empty.view(0, 0),
-            decode_mask=torch.empty(0, 1, 1, 0, dtype=torch.bool, device=self.device),
-            prefills=[],
             block_tables=self.block_tables[:size],
             seq_lens=self.seq_lens[:size],
             query_start_loc=self.query_start_loc[: size + 1],
+            num_decodes=size,
+            max_query_len=1,
+            seq_lens_host=seq_lens_host,
+            query_start_loc_host=list(range(size + 1)),
         )
 
-    def _forward(self, size: int) -> torch.Tensor:
-        self.attention.metadata = self._metadata(size)
+    def _forward(self, size: int, seq_lens_host: list[int]) -> torch.Tensor:
+        self.attention.set_metadata(self._metadata(size, seq_lens_host))
         return self.model(self.input_ids[:size], self.positions[:size], self.attention,
                           self.rows[:size])
 
@@ -89,11 +91,12 @@ class DecodeGraphs:
         with torch.cuda.stream(stream):
             for size in reversed(self.sizes):
                 # One eager run first: Triton compiles its kernels there, not during capture.
-                self._forward(size)
+                # The buffers hold zero lengths while capturing; the host mirror says so.
+                self._forward(size, [0] * size)
                 torch.cuda.synchronize(self.device)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool, stream=stream):
-                    out = self._forward(size)
+                    out = self._forward(size, [0] * size)
                 pool = graph.pool() if pool is None else pool
                 self.graphs[size] = graph
                 self.outputs[size] = out
@@ -117,7 +120,6 @@ class DecodeGraphs:
         """Logits [batch, vocab] (float32) of a decode step, through the padded graph."""
         b = input_ids.shape[0]
         size = self.padded_size(b)
-        assert metadata.block_tables is not None and metadata.seq_lens is not None
         width = metadata.block_tables.shape[1]
         if width > self.block_tables.shape[1]:
             raise ValueError(f"block table of {width} blocks exceeds the captured "
@@ -137,4 +139,4 @@ class DecodeGraphs:
         if self.use_graphs:
             self.graphs[size].replay()
             return self.outputs[size][:b]
-        return self._forward(size)[:b]
+        return self._forward(size, metadata.seq_lens_host + [0] * (size - b))[:b]

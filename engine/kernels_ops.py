@@ -3,18 +3,19 @@
 `torch` is the reference path (any device, any dtype); `cpu` is torch plus the C++ paged
 decode attention kernel (kernels/cpu_decode_attention.cpp, built on first use); `triton` is
 the GPU path. By default the engine picks Triton on CUDA when Triton can be imported, `cpu` on
-the CPU when its kernel builds, else torch; `--attention-backend`
-(EngineConfig.attention_backend) overrides, which is how the CPU tests drive the Triton
-path through Triton's interpreter.
+the CPU when its kernel builds, else torch; EngineConfig.attention_backend (the
+`attention_backend` argument of engine.LLM; the server has no flag for it) overrides, which
+is how the CPU tests drive the Triton path through Triton's interpreter. Every backend
+implements engine.attention.AttentionBackend.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
 
 import torch
 
+from engine.attention import AttentionBackend
 from kernels import cpu_kernels, reference, triton_available
 
 BACKENDS = ("torch", "cpu", "triton")
@@ -29,7 +30,7 @@ def backend_for(device: torch.device, requested: str | None = None) -> str:
             raise ValueError("The triton backend needs Triton: pip install 'officellm[gpu]'.")
         if requested == "cpu" and (device.type != "cpu" or cpu_kernels.load() is None):
             raise ValueError("The cpu backend needs a CPU device and a C++ compiler to build "
-                             "its kernel; use --attention-backend torch.")
+                             "its kernel; use the torch backend.")
         return requested
     if device.type == "cuda" and triton_available():
         return "triton"
@@ -58,7 +59,8 @@ def ops_for(device: torch.device, backend: str | None = None) -> SimpleNamespace
 
 
 def attention_for(device: torch.device, k_caches: list[torch.Tensor],
-                  v_caches: list[torch.Tensor], scale: float, backend: str | None = None) -> Any:
+                  v_caches: list[torch.Tensor], scale: float,
+                  backend: str | None = None) -> AttentionBackend:
     """An attention backend over these caches: TritonAttention, CpuAttention or TorchAttention."""
     name = backend_for(device, backend)
     if name == "triton":
@@ -69,6 +71,6 @@ def attention_for(device: torch.device, k_caches: list[torch.Tensor],
         from engine.attention_cpu import CpuAttention
 
         return CpuAttention(k_caches, v_caches, scale, cpu_kernels.load())
-    from engine.attention import TorchAttention
+    from engine.attention_torch import TorchAttention
 
     return TorchAttention(k_caches, v_caches, scale)

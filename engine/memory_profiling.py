@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from engine import kernels_ops
-from engine.attention import AttentionMetadata, PrefillSpan
+from engine.attention import AttentionMetadata
 from engine.config import format_gib
 from engine.model_spec import ModelSpec
 
@@ -66,26 +66,20 @@ def dummy_step(spec: ModelSpec, num_tokens: int, block_size: int, null_block: in
     Every key read comes from the zero null block, so no KV pool is needed yet.
     """
     if decode:
-        rows = torch.arange(num_tokens, device=device)
-        seq_lens = torch.ones(num_tokens, dtype=torch.int32, device=device)
-        qsl = torch.arange(num_tokens + 1, dtype=torch.int32, device=device)
-        tables = torch.full((num_tokens, 1), null_block, dtype=torch.long, device=device)
-        slots = torch.full((num_tokens, 1), null_block * block_size, device=device)
-        return AttentionMetadata(
-            slot_mapping=torch.full((num_tokens,), -1, dtype=torch.long, device=device),
-            decode_rows=rows, decode_slots=slots,
-            decode_mask=torch.ones(num_tokens, 1, 1, 1, dtype=torch.bool, device=device),
-            block_tables=tables, seq_lens=seq_lens, query_start_loc=qsl)
-    width = -(-num_tokens // block_size)
+        seq_lens, qsl, width = [1] * num_tokens, list(range(num_tokens + 1)), 1
+    else:
+        seq_lens, qsl, width = [num_tokens], [0, num_tokens], -(-num_tokens // block_size)
     return AttentionMetadata(
         slot_mapping=torch.full((num_tokens,), -1, dtype=torch.long, device=device),
-        decode_rows=torch.empty(0, dtype=torch.long, device=device),
-        decode_slots=torch.empty(0, 0, dtype=torch.long, device=device),
-        decode_mask=torch.empty(0, 1, 1, 0, dtype=torch.bool, device=device),
-        prefills=[PrefillSpan(0, num_tokens, num_tokens, None, None)],
-        block_tables=torch.full((1, width), null_block, dtype=torch.long, device=device),
-        seq_lens=torch.tensor([num_tokens], dtype=torch.int32, device=device),
-        query_start_loc=torch.tensor([0, num_tokens], dtype=torch.int32, device=device))
+        block_tables=torch.full((len(seq_lens), width), null_block, dtype=torch.long,
+                                device=device),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
+        query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=device),
+        num_decodes=num_tokens if decode else 0,
+        max_query_len=1 if decode else num_tokens,
+        seq_lens_host=seq_lens,
+        query_start_loc_host=qsl,
+    )
 
 
 @torch.inference_mode()
@@ -102,7 +96,7 @@ def run_dummy_step(model: Any, spec: ModelSpec, dtype: torch.dtype, device: torc
     v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
     attention = kernels_ops.attention_for(device, k_caches, v_caches, spec.head_dim ** -0.5,
                                           backend)
-    attention.metadata = dummy_step(spec, num_tokens, block_size, 0, device, decode)
+    attention.set_metadata(dummy_step(spec, num_tokens, block_size, 0, device, decode))
     if model.rotary is None or model.rotary.cos.shape[0] < num_tokens:
         model.init_rotary(num_tokens)
     ids = torch.zeros(num_tokens, dtype=torch.long, device=device)

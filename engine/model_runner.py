@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from engine import kernels_ops
-from engine.attention import AttentionMetadata, PrefillSpan
+from engine.attention import AttentionBackend, AttentionMetadata
 from engine.core.request import Request
 from engine.core.scheduler_output import SchedulerOutput
 from engine.model_spec import ModelSpec
 from engine.sampler import Sampler, SamplerOutput
+
+if TYPE_CHECKING:
+    from engine.cuda_graphs import DecodeGraphs
 
 
 @dataclass
@@ -33,6 +37,8 @@ class StepBatch:
 
 @dataclass
 class StepInputs:
+    """One forward pass's tensors on this rank's device, and who samples from it."""
+
     input_ids: torch.Tensor
     positions: torch.Tensor
     logits_indices: torch.Tensor
@@ -60,11 +66,10 @@ class ModelRunner:
         shape = (num_blocks + 1, block_size, model.plan.num_kv_heads, spec.head_dim)
         self.k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
         self.v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
-        self.attention = kernels_ops.attention_for(device, self.k_caches, self.v_caches,
-                                                   spec.head_dim ** -0.5, attention_backend)
-        self.decode_graphs: Any = None  # engine.cuda_graphs.DecodeGraphs once captured
+        self.attention: AttentionBackend = kernels_ops.attention_for(
+            device, self.k_caches, self.v_caches, spec.head_dim ** -0.5, attention_backend)
+        self.decode_graphs: DecodeGraphs | None = None  # once captured
         self.sampler = Sampler(seed)
-        self._arange_block = torch.arange(block_size, device=device)
 
     def batch_for(self, so: SchedulerOutput) -> tuple[StepBatch, list[Request]]:
         """Flatten the scheduled chunks; also return the requests that sample, in row order."""
@@ -101,74 +106,38 @@ class ModelRunner:
                           np.asarray(slots, dtype=np.int64), q_lens, ctx_lens, tables, logits_idx)
         return batch, sampling
 
-    def prepare(self, so: SchedulerOutput) -> StepInputs:
-        """Flatten the scheduled chunks into the tensors of one forward pass."""
-        batch, sampling = self.batch_for(so)
-        return self.inputs_for(batch, sampling)
-
     def inputs_for(self, batch: StepBatch, sampling: list[Request]) -> StepInputs:
         """The tensors of one forward pass (on any rank)."""
-        decode_rows: list[int] = []
-        decode_ctx: list[int] = []
-        decode_tables: list[list[int]] = []
-        prefills: list[PrefillSpan] = []
-        q_starts = [0]
-        offset = 0
-        for n, ctx, table in zip(batch.query_lens, batch.context_lens, batch.block_tables):
-            if n == 1:
-                decode_rows.append(offset)
-                decode_ctx.append(ctx)
-                decode_tables.append(table)
-            else:
-                prefills.append(self._prefill_span(offset, n, ctx, np.asarray(table, dtype=np.int64)))
-            offset += n
-            q_starts.append(offset)
-
         dev = self.device
-        # Only the torch backend reads the [batch, context] gather; Triton reads block tables.
-        gather = getattr(self.attention, "needs_decode_gather", True)
-        decode_slots, decode_mask = self._decode_gather(decode_ctx if gather else [], decode_tables)
-        md = AttentionMetadata(
-            slot_mapping=torch.from_numpy(batch.slot_mapping).to(dev),
-            decode_rows=torch.tensor(decode_rows, dtype=torch.long, device=dev),
-            decode_slots=decode_slots,
-            decode_mask=decode_mask,
-            decode_block_tables=None if gather else self._pad_tables(decode_tables),
-            decode_seq_lens=None if gather else torch.tensor(decode_ctx, dtype=torch.long, device=dev),
-            prefills=prefills,
-            block_tables=self._pad_tables(batch.block_tables),
-            seq_lens=torch.tensor(batch.context_lens, dtype=torch.int32, device=dev),
-            query_start_loc=torch.tensor(q_starts, dtype=torch.int32, device=dev),
-        )
         return StepInputs(
             input_ids=torch.from_numpy(batch.token_ids).to(dev),
             positions=torch.from_numpy(batch.positions).to(dev),
             logits_indices=torch.tensor(batch.logits_indices, dtype=torch.long, device=dev),
-            metadata=md,
+            metadata=self._attention_metadata(batch),
             sampling_requests=sampling,
         )
 
-    def _prefill_span(self, offset: int, n: int, ctx: int, blocks: np.ndarray) -> PrefillSpan:
-        if ctx == n:
-            return PrefillSpan(offset, n, ctx, None, None)
-        bs = self.block_size
-        all_pos = np.arange(ctx, dtype=np.int64)
-        slots = torch.from_numpy(blocks[all_pos // bs] * bs + all_pos % bs).to(self.device)
-        q_pos = torch.arange(ctx - n, ctx, device=self.device).unsqueeze(1)
-        mask = torch.arange(ctx, device=self.device).unsqueeze(0) <= q_pos
-        return PrefillSpan(offset, n, ctx, slots, mask)
-
-    def _decode_gather(self, ctx_lens: list[int], tables: list[list[int]]):
-        dev, bs = self.device, self.block_size
-        if not ctx_lens:
-            return (torch.empty(0, 0, dtype=torch.long, device=dev),
-                    torch.empty(0, 1, 1, 0, dtype=torch.bool, device=dev))
-        max_len = max(ctx_lens)
-        bt = self._pad_tables(tables, -(-max_len // bs))
-        slots = (bt.unsqueeze(-1) * bs + self._arange_block).view(len(tables), -1)[:, :max_len]
-        lens = torch.tensor(ctx_lens, device=dev)
-        mask = torch.arange(max_len, device=dev).unsqueeze(0) < lens.unsqueeze(1)
-        return slots, mask[:, None, None, :]
+    def _attention_metadata(self, batch: StepBatch) -> AttentionMetadata:
+        """The step's attention metadata: one tensor per field, built from numpy."""
+        q_lens = np.asarray(batch.query_lens, dtype=np.int32)
+        qsl = np.zeros(len(q_lens) + 1, dtype=np.int32)
+        np.cumsum(q_lens, out=qsl[1:])
+        # The scheduler puts running decodes first; a one-token chunk after a prefill (a
+        # clipped chunk, a prompt whose prefix is cached) simply runs as a prefill.
+        longer = np.flatnonzero(q_lens != 1)
+        num_decodes = int(longer[0]) if longer.size else len(q_lens)
+        seq_lens = np.asarray(batch.context_lens, dtype=np.int32)
+        dev = self.device
+        return AttentionMetadata(
+            slot_mapping=torch.from_numpy(batch.slot_mapping).to(dev),
+            block_tables=self._pad_tables(batch.block_tables),
+            seq_lens=torch.from_numpy(seq_lens).to(dev),
+            query_start_loc=torch.from_numpy(qsl).to(dev),
+            num_decodes=num_decodes,
+            max_query_len=int(q_lens.max()) if q_lens.size else 0,
+            seq_lens_host=seq_lens.tolist(),
+            query_start_loc_host=qsl.tolist(),
+        )
 
     def scrub_blocks(self, block_ids: list[int]) -> None:
         """Zero blocks a failed request wrote (they may hold NaN that a later reader's masked
@@ -177,12 +146,14 @@ class ModelRunner:
         for cache in self.k_caches + self.v_caches:
             cache.index_fill_(0, idx, 0)
 
-    def _pad_tables(self, tables: list[list[int]], width: int | None = None) -> torch.Tensor:
-        width = width or max((len(t) for t in tables), default=0)
+    def _pad_tables(self, tables: list[list[int]]) -> torch.Tensor:
+        """[B, longest table] int64, padded with the null block."""
+        lens = np.fromiter(map(len, tables), dtype=np.int64, count=len(tables))
+        width = int(lens.max()) if len(tables) else 0
         out = np.full((len(tables), width), self.null_block, dtype=np.int64)
-        for i, t in enumerate(tables):
-            t = t[:width]
-            out[i, : len(t)] = t
+        # One vectorized scatter instead of a row copy per sequence.
+        out[np.arange(width) < lens[:, None]] = np.fromiter(
+            itertools.chain.from_iterable(tables), dtype=np.int64, count=int(lens.sum()))
         return torch.from_numpy(out).to(self.device)
 
     def capture_decode_graphs(self, max_batch: int, max_model_len: int,
@@ -213,7 +184,7 @@ class ModelRunner:
                 inputs.logits_indices.shape[0] == n:
             logits = graphs.run(inputs.input_ids, inputs.positions, inputs.metadata)
         else:
-            self.attention.metadata = inputs.metadata
+            self.attention.set_metadata(inputs.metadata)
             logits = self.model(inputs.input_ids, inputs.positions, self.attention,
                                 inputs.logits_indices)
         if not inputs.sampling_requests or logits is None:

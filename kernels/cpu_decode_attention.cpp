@@ -45,6 +45,28 @@ inline void load_row(const T* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
 }
 
+// One block of the online softmax, shared by both kernels: turns the block's scores p[0,
+// tokens) into exp(score - new running max) in place, folds their sum into run_sum, and calls
+// rescale(correction) so the caller can shrink what it accumulated under the old max (the
+// accumulators live in a float array in one kernel, in vector registers in the other).
+template <typename Rescale>
+inline void online_softmax_block(float* p, int64_t tokens, float& run_max, float& run_sum,
+                                 Rescale&& rescale) {
+  float block_max = p[0];
+  for (int64_t t = 1; t < tokens; ++t) block_max = std::max(block_max, p[t]);
+  const float new_max = std::max(run_max, block_max);
+  const float correction = std::exp(run_max - new_max);
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t t = 0; t < tokens; ++t) {
+    p[t] = std::exp(p[t] - new_max);
+    sum += p[t];
+  }
+  run_sum = run_sum * correction + sum;
+  run_max = new_max;
+  rescale(correction);
+}
+
 // HEAD_DIM > 0 fixes the head size at compile time (fully unrolled, register-resident
 // rows); 0 reads it from head_dim.
 template <typename T, int64_t HEAD_DIM>
@@ -90,23 +112,12 @@ void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int6
             probs[g * block_size + t] = s;
           }
         }
-        // Online softmax: rescale what was accumulated when the running max grows.
         for (int64_t g = 0; g < group; ++g) {
-          float* p = probs.data() + g * block_size;
-          float block_max = p[0];
-          for (int64_t t = 1; t < tokens; ++t) block_max = std::max(block_max, p[t]);
-          const float new_max = std::max(run_max[g], block_max);
-          const float correction = std::exp(run_max[g] - new_max);
-          float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t t = 0; t < tokens; ++t) {
-            p[t] = std::exp(p[t] - new_max);
-            sum += p[t];
-          }
-          run_sum[g] = run_sum[g] * correction + sum;
-          run_max[g] = new_max;
           float* a = acc.data() + g * d;
-          for (int64_t i = 0; i < d; ++i) a[i] *= correction;
+          online_softmax_block(probs.data() + g * block_size, tokens, run_max[g], run_sum[g],
+                               [&](float correction) {
+                                 for (int64_t i = 0; i < d; ++i) a[i] *= correction;
+                               });
         }
         for (int64_t t = 0; t < tokens; ++t) {
           load_row(v_base + t * token_stride, row.data(), d);
@@ -176,21 +187,13 @@ void decode_attention_avx512_bf16(const at::BFloat16* q, const at::BFloat16* k_c
           }
         }
         for (int64_t g = 0; g < G; ++g) {
-          float* pr = probs.data() + g * block_size;
-          float block_max = pr[0];
-          for (int64_t t = 1; t < tokens; ++t) block_max = std::max(block_max, pr[t]);
-          const float new_max = std::max(run_max[g], block_max);
-          const float correction = std::exp(run_max[g] - new_max);
-          float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t t = 0; t < tokens; ++t) {
-            pr[t] = std::exp(pr[t] - new_max);
-            sum += pr[t];
-          }
-          run_sum[g] = run_sum[g] * correction + sum;
-          run_max[g] = new_max;
-          const __m512 c = _mm512_set1_ps(correction);
-          for (int64_t v = 0; v < kVecs; ++v) acc[g][v] = _mm512_mul_ps(acc[g][v], c);
+          online_softmax_block(probs.data() + g * block_size, tokens, run_max[g], run_sum[g],
+                               [&](float correction) {
+                                 const __m512 c = _mm512_set1_ps(correction);
+                                 for (int64_t v = 0; v < kVecs; ++v) {
+                                   acc[g][v] = _mm512_mul_ps(acc[g][v], c);
+                                 }
+                               });
         }
         for (int64_t t = 0; t < tokens; ++t) {
           const at::BFloat16* vr = v_base + t * token_stride;

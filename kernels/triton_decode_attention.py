@@ -16,8 +16,8 @@ import triton
 import triton.language as tl
 
 from kernels._triton_util import check_last_dim_contiguous, next_power_of_2
+from kernels.triton_attention_tile import LOG2E, attend_kv_tiles
 
-LOG2E = 1.4426950408889634
 MAX_SPLITS = 16
 
 
@@ -47,33 +47,13 @@ def _decode_kernel(
     q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
                 mask=gmask[:, None] & dmask[None, :], other=0.0)
 
-    m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_G], tl.float32)
-    acc = tl.zeros([BLOCK_G, BLOCK_D], tl.float32)
-    for t in range(tile_lo, tile_hi):
-        n = t * BLOCK_N + tl.arange(0, BLOCK_N)
-        nmask = n < seq_len
-        page = tl.load(bt_ptr + b * stride_bt + n // PAGE, mask=nmask, other=0).to(tl.int64)
-        row = ((page * PAGE + n % PAGE) * kv_heads + kvh) * head_dim
-        kv_mask = nmask[:, None] & dmask[None, :]
-        k = tl.load(kc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        # Every tile in [tile_lo, tile_hi) holds at least one real key, so m_new is finite.
-        s = tl.where(nmask[None, :], s * scale_log2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(vc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        if IEEE:
-            pv = tl.dot(p, v, input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+    # The query is the sequence's last token: every real key is visible, so no causal mask.
+    # Every tile in [tile_lo, tile_hi) holds at least one real key, so the max stays finite.
+    q_pos = tl.zeros([BLOCK_G], tl.int32) + (seq_len - 1)
+    acc, m_i, l_i = attend_kv_tiles(
+        q, q_pos, gmask, kc_ptr, vc_ptr, bt_ptr + b * stride_bt, kvh, kv_heads, head_dim, d,
+        dmask, scale_log2, tile_lo * BLOCK_N, tile_hi * BLOCK_N, seq_len,
+        ROWS=BLOCK_G, BLOCK_D=BLOCK_D, PAGE=PAGE, BLOCK_N=BLOCK_N, CAUSAL=False, IEEE=IEEE)
 
     omask = gmask[:, None] & dmask[None, :]
     if NUM_SPLITS == 1:

@@ -14,8 +14,7 @@ import triton
 import triton.language as tl
 
 from kernels._triton_util import check_last_dim_contiguous, next_power_of_2
-
-LOG2E = 1.4426950408889634
+from kernels.triton_attention_tile import LOG2E, attend_kv_tiles
 
 
 @triton.jit
@@ -53,35 +52,10 @@ def _prefill_kernel(
     kv_end = tl.minimum(seq_len, prefix + (tile + 1) * BLOCK_Q)
     kv_end = tl.where(tile_live, kv_end, 0)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    for start in range(0, kv_end, BLOCK_N):
-        n = start + tl.arange(0, BLOCK_N)
-        nmask = n < kv_end
-        page = tl.load(bt_ptr + b * stride_bt + n // PAGE, mask=nmask, other=0).to(tl.int64)
-        row = ((page * PAGE + n % PAGE) * kv_heads + kvh) * head_dim
-        kv_mask = nmask[:, None] & dmask[None, :]
-        k = tl.load(kc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        if IEEE:
-            s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        else:
-            s = tl.dot(q, tl.trans(k))
-        # Padding rows attend to every real key (their output is discarded): this keeps
-        # each row's running max finite from key 0 on, so no -inf - -inf NaN appears.
-        causal = (n[None, :] <= q_pos[:, None]) | (~row_ok[:, None])
-        s = tl.where(nmask[None, :] & causal, s * scale_log2, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(vc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        if IEEE:
-            pv = tl.dot(p, v, input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+    acc, m_i, l_i = attend_kv_tiles(
+        q, q_pos, row_ok, kc_ptr, vc_ptr, bt_ptr + b * stride_bt, kvh, kv_heads, head_dim, d,
+        dmask, scale_log2, 0, kv_end, kv_end,
+        ROWS=BLOCK_M, BLOCK_D=BLOCK_D, PAGE=PAGE, BLOCK_N=BLOCK_N, CAUSAL=True, IEEE=IEEE)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     o_off = (q_start + tok)[:, None] * stride_ot + heads[:, None] * stride_oh + d[None, :]

@@ -1,0 +1,65 @@
+"""The inner loop both paged-attention kernels share: online softmax over key/value tiles
+read from the paged cache through one sequence's block table.
+
+The decode kernel (triton_decode_attention.py) and the varlen prefill kernel
+(triton_prefill_attention.py) differ in how they lay out their query rows and which key
+range a program covers; everything from loading a tile to folding it into the running
+max, sum and accumulator is this one function.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634  # scores are scaled by scale * LOG2E so the kernels can use exp2
+
+
+@triton.jit
+def attend_kv_tiles(
+    q, q_pos, row_ok, kc_ptr, vc_ptr, bt_row_ptr, kvh, kv_heads, head_dim, d, dmask,
+    scale_log2, kv_start, kv_stop, kv_len,
+    ROWS: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, IEEE: tl.constexpr,
+):
+    """Attend q [ROWS, BLOCK_D] (one KV head's query rows) to keys kv_start, kv_start +
+    BLOCK_N, ... below kv_stop of one sequence, key n being real when n < kv_len.
+
+    With CAUSAL, row r sees key n only when n <= q_pos[r]; rows with row_ok False (tile
+    padding) see every real key, which keeps each row's running max finite from its first
+    tile on (no -inf - -inf NaN); their output is discarded. Without CAUSAL every real key
+    is visible (a decode's query is its sequence's last token) and q_pos / row_ok are not read.
+    Returns (acc [ROWS, BLOCK_D], m [ROWS], l [ROWS]) in float32, base-2 log domain: the
+    output is acc / l.
+    """
+    m_i = tl.full([ROWS], float("-inf"), tl.float32)
+    l_i = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, BLOCK_D], tl.float32)
+    for start in range(kv_start, kv_stop, BLOCK_N):
+        n = start + tl.arange(0, BLOCK_N)
+        nmask = n < kv_len
+        page = tl.load(bt_row_ptr + n // PAGE, mask=nmask, other=0).to(tl.int64)
+        row = ((page * PAGE + n % PAGE) * kv_heads + kvh) * head_dim
+        kv_mask = nmask[:, None] & dmask[None, :]
+        k = tl.load(kc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if IEEE:
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        if CAUSAL:
+            visible = nmask[None, :] & ((n[None, :] <= q_pos[:, None]) | (~row_ok[:, None]))
+        else:
+            visible = nmask[None, :]
+        s = tl.where(visible, s * scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(vc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if IEEE:
+            pv = tl.dot(p, v, input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    return acc, m_i, l_i

@@ -1,0 +1,102 @@
+"""Every attention backend reads the one metadata format (block tables) and agrees with the
+reference, and ModelRunner builds that metadata as the backends expect."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from engine import kernels_ops
+from engine.attention import AttentionMetadata
+from engine.model_runner import ModelRunner, StepBatch
+from engine.model_spec import ModelSpec
+from tests.kernels.conftest import DTYPES, close
+from tests.kernels.paged_inputs import PagedProblem, make_problem, reference_output
+
+# Decodes first (one past a block boundary, exact boundary, a first token), then a fresh
+# prefill, chunks after a cached prefix, and a one-token chunk that must run as a prefill.
+MIXED = [(17, 1), (32, 1), (1, 1), (21, 21), (37, 11), (30, 1), (48, 16)]
+DECODES = [(17, 1), (1, 1), (45, 1), (300, 1)]
+
+
+def metadata_for(p: PagedProblem) -> AttentionMetadata:
+    """The metadata ModelRunner would build for this problem: its new tokens are the tail
+    of each sequence, at the slots their block tables give."""
+    qsl, lens = p.query_start_loc.tolist(), p.seq_lens.tolist()
+    q_lens = [e - s for s, e in zip(qsl, qsl[1:])]
+    bs = p.k_cache.shape[1]
+    slots = []
+    for b, (n, ctx) in enumerate(zip(q_lens, lens)):
+        pos = torch.arange(ctx - n, ctx)
+        slots.append(p.block_tables[b].cpu()[pos // bs] * bs + pos % bs)
+    num_decodes = next((i for i, n in enumerate(q_lens) if n != 1), len(q_lens))
+    return AttentionMetadata(
+        slot_mapping=torch.cat(slots).to(p.q.device),
+        block_tables=p.block_tables, seq_lens=p.seq_lens, query_start_loc=p.query_start_loc,
+        num_decodes=num_decodes, max_query_len=max(q_lens), seq_lens_host=lens,
+        query_start_loc_host=qsl)
+
+
+def run_backend(name: str, p: PagedProblem) -> torch.Tensor:
+    """One layer's forward through the named backend. The step's k/v are read back from the
+    cache, so writing them is a no-op and the reference sees the same cache."""
+    md = metadata_for(p)
+    hk, d = p.k_cache.shape[2:]
+    k = p.k_cache.view(-1, hk, d)[md.slot_mapping].clone()
+    v = p.v_cache.view(-1, hk, d)[md.slot_mapping].clone()
+    backend = kernels_ops.attention_for(p.q.device, [p.k_cache], [p.v_cache], p.scale, name)
+    backend.set_metadata(md)
+    return backend.forward(0, p.q, k, v)
+
+
+def _cases(name: str) -> list[torch.dtype]:
+    if name == "triton":
+        return DTYPES  # the interpreter's half precision is float16 only
+    return [torch.float32, torch.bfloat16]
+
+
+@pytest.mark.parametrize("name,dtype", [(n, dt) for n in ("torch", "cpu", "triton")
+                                        for dt in _cases(n)])
+@pytest.mark.parametrize("seqs", [MIXED, DECODES], ids=["mixed", "decodes"])
+@pytest.mark.parametrize("hq,hk,head_dim", [(9, 3, 64), (4, 1, 32)])
+def test_backend_matches_reference(name, dtype, seqs, hq, hk, head_dim):
+    p = make_problem(seqs, hq, hk, head_dim, dtype, torch.device("cpu"), seed=11)
+    close(run_backend(name, p), reference_output(p), dtype)
+
+
+def _runner(block_size: int = 4, num_blocks: int = 10) -> ModelRunner:
+    spec = ModelSpec.from_config_dict({
+        "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "vocab_size": 50, "max_position_embeddings": 64})
+    model = SimpleNamespace(plan=SimpleNamespace(num_kv_heads=2))
+    return ModelRunner(model, spec, num_blocks, block_size, torch.float32,
+                       torch.device("cpu"), attention_backend="torch")
+
+
+def test_runner_builds_one_block_table_format():
+    runner = _runner()
+    # Two decodes, a chunk after 3 cached tokens, then a one-token prompt tail (a prefill).
+    batch = StepBatch(
+        token_ids=np.arange(8), positions=np.array([9, 2, 3, 4, 5, 6, 7, 0]),
+        slot_mapping=np.arange(8), query_lens=[1, 1, 5, 1], context_lens=[10, 3, 8, 1],
+        block_tables=[[4, 5, 6], [1], [2, 3], [7]], logits_indices=[0, 1, 6, 7])
+    md = runner.inputs_for(batch, []).metadata
+    null = runner.null_block
+    assert md.block_tables.dtype == torch.int64
+    assert md.block_tables.tolist() == [[4, 5, 6], [1, null, null], [2, 3, null], [7, null, null]]
+    assert md.seq_lens.dtype == torch.int32 and md.seq_lens.tolist() == [10, 3, 8, 1]
+    assert md.query_start_loc.dtype == torch.int32
+    assert md.query_start_loc.tolist() == md.query_start_loc_host == [0, 1, 2, 7, 8]
+    assert md.seq_lens_host == [10, 3, 8, 1]
+    assert md.num_decodes == 2 and md.max_query_len == 5 and md.num_seqs == 4
+    assert md.slot_mapping.tolist() == list(range(8))
+    decodes_only = StepBatch(
+        token_ids=np.arange(2), positions=np.array([9, 2]), slot_mapping=np.arange(2),
+        query_lens=[1, 1], context_lens=[10, 3], block_tables=[[4, 5, 6], [1]],
+        logits_indices=[0, 1])
+    md = runner.inputs_for(decodes_only, []).metadata
+    assert md.num_decodes == 2 and md.max_query_len == 1
