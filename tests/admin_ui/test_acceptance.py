@@ -230,3 +230,25 @@ def test_5_screenshots_of_every_tab(qtbot, window, server, admin, tmp_path):
     load.join()
     assert set(shots) >= {"dashboard", "threads", "users_and_keys", "policies", "diagnosis",
                           "capacity", "server"}
+
+
+def test_6_capacity_tab_shows_the_servers_plan(qtbot, window, admin):
+    """The Capacity tab's numbers are /admin/plan's, as the server answers them."""
+    window.tabs.setCurrentWidget(window.capacity)
+    plan = admin.plan()  # threads were seen today (tests 1 to 5): every ratio is a number
+    assert plan["avg_thread_tokens"] and plan["threads_at_max_len"]
+    expected = {"bpt": f"{plan['bytes_per_token']:,} B/token",
+                "mml": f"{plan['max_model_len']:,} tokens",
+                "avg": f"{plan['avg_thread_tokens']:,} tokens",
+                "at_avg": f"{plan['threads_at_avg']:,.2f}x",
+                "at_cap": f"{plan['threads_at_cap']:,.2f}x",
+                "at_mml": f"{plan['threads_at_max_len']:,.2f}x"}
+    values = window.capacity.values
+
+    def shown() -> dict[str, str]:
+        return {k: values[k].text() for k in expected}
+
+    qtbot.waitUntil(lambda: shown() == expected, timeout=ONE_REFRESH_MS + 5000)
+    assert values["model"].text() == plan["model"]
+    assert values["pool"].text().startswith(f"{plan['kv_cache_tokens']:,} tokens ("
+                                            f"{plan['num_blocks']:,} blocks of {plan['block_size']}")
