@@ -20,7 +20,7 @@ from admin_ui.local_server import LocalServer
 from admin_ui.main_window import MainWindow
 from admin_ui.models.record_table import RECORD_ROLE
 from admin_ui.widgets.status_banner import UP
-from tests.admin_ui.real_server import REPO, SMALL_POOL_FLAGS, RealServer
+from tests.support.server_process import REPO, SMALL_POOL_FLAGS, ServerProcess
 
 openai = pytest.importorskip("openai")
 
@@ -30,8 +30,10 @@ ONE_REFRESH_MS = REFRESH_MS + 1500
 
 
 @pytest.fixture(scope="module")
-def server(console_data_dir) -> Iterator[RealServer]:
-    srv = RealServer(console_data_dir, *SMALL_POOL_FLAGS)
+def server(console_data_dir) -> Iterator[ServerProcess]:
+    # No API key: users get theirs from the admin API, as in an office. The database and the
+    # admin token live in the module's data dir, where the console looks for the token.
+    srv = ServerProcess(*SMALL_POOL_FLAGS, api_key=None, data_dir=console_data_dir)
     try:
         srv.wait_ready()
         client = AdminClient(srv.base_url, srv.admin_token)
@@ -69,7 +71,7 @@ def window(qapp, server, console_data_dir) -> Iterator[MainWindow]:
     w.close()
 
 
-def user_client(admin: AdminClient, server: RealServer, name: str) -> openai.OpenAI:
+def user_client(admin: AdminClient, server: ServerProcess, name: str) -> openai.OpenAI:
     try:
         admin.create_user(name)
     except AdminError as exc:
