@@ -96,7 +96,6 @@ class MainWindow(QMainWindow):
         self.dashboard.show_snapshot(snap, self.history)
         self.threads.show_snapshot(snap)
         self.diagnosis.show_history(self.history)
-        self.capacity.show_snapshot(snap)
         if snap.ready:  # answering while it loads is not running yet: the load may still fail
             self.panel.mark_ready()
         e = snap.engine

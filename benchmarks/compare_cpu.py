@@ -96,7 +96,7 @@ def scenario_runs(args: argparse.Namespace) -> list[tuple[str, ScenarioConfig]]:
 
 
 def run_all(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    from engine.model_loader import bundled_model_path
+    from engine.loading.model_loader import bundled_model_path
 
     gguf = Path(bundled_model_path())
     tmp = Path(tempfile.mkdtemp(prefix="cpu-compare-"))

@@ -117,7 +117,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from engine.model_loader import resolve_model_dir
+    from engine.loading.model_loader import resolve_model_dir
 
     threads = args.threads
     torch.set_num_threads(threads)

@@ -32,7 +32,7 @@ RESULTS = Path(__file__).parent / "results"
 def build_model(out: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
-    from engine.model_loader import resolve_model_dir
+    from engine.loading.model_loader import resolve_model_dir
 
     tok = AutoTokenizer.from_pretrained(str(resolve_model_dir(None)))
     cfg = LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=128,

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from engine.attention import AttentionBackend, AttentionMetadata
+from engine.attention.backend import AttentionBackend, AttentionMetadata
 
 logger = logging.getLogger("engine.cuda_graphs")
 

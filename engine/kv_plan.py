@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from engine.config import format_gib
-from engine.model_spec import ModelSpec
+from engine.loading.model_spec import ModelSpec
 from engine.models.shard_plan import ShardPlan
 
 logger = logging.getLogger("engine.kv_plan")

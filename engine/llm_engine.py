@@ -7,7 +7,7 @@ from typing import Any
 from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.input_processor import InputProcessor
-from engine.model_loader import eos_token_ids, model_display_name, resolve_model_dir
+from engine.loading.model_loader import eos_token_ids, model_display_name, resolve_model_dir
 from engine.output_processor import OutputKind, OutputProcessor
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from engine import kernels_ops
-from engine.attention import AttentionMetadata
+from engine.attention import selection as kernels_ops
+from engine.attention.backend import AttentionMetadata
 from engine.config import format_gib
-from engine.model_spec import ModelSpec
+from engine.loading.model_spec import ModelSpec
 
 logger = logging.getLogger("engine.memory_profiling")
 

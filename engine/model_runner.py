@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from engine import kernels_ops
-from engine.attention import AttentionBackend, AttentionMetadata
+from engine.attention import selection as kernels_ops
+from engine.attention.backend import AttentionBackend, AttentionMetadata
 from engine.core.request import Request
 from engine.core.scheduler_output import SchedulerOutput
-from engine.model_spec import ModelSpec
+from engine.loading.model_spec import ModelSpec
 from engine.sampler import Sampler, SamplerOutput
 
 if TYPE_CHECKING:

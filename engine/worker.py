@@ -15,16 +15,16 @@ from pathlib import Path
 
 import torch
 
-from engine import kernels_ops
+from engine.attention import selection as kernels_ops
 from engine.config import EngineConfig, format_gib
+from engine.distributed.parallel_state import ParallelState
 from engine.dtype_choice import resolve_dtype
 from engine.kv_plan import KVCacheTooSmallError, size_pool
-from engine.model_loader import iter_safetensors, load_config_dict
+from engine.loading.model_loader import iter_safetensors, load_config_dict
+from engine.loading.model_spec import ModelSpec
 from engine.model_runner import ModelRunner
-from engine.model_spec import ModelSpec
 from engine.models import packed_linear
 from engine.models.decoder import DecoderModel
-from engine.parallel_state import ParallelState
 
 logger = logging.getLogger("engine")
 

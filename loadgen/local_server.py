@@ -1,5 +1,6 @@
-"""A server process the benchmarks start on this machine (officellm or llama-server), with its
-log captured to a file."""
+"""A server process started on this machine (officellm or llama-server), with its log captured
+to a file: the benchmarks' and the tests' one way to start, wait for and stop one (the tests'
+tests/support/server_process.py builds on it)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,8 @@ def stop_process(proc: subprocess.Popen, timeout: float = 60.0) -> None:
 
 @dataclass
 class Server:
-    """`args` run in `cwd` with `env`; started by start(), which waits for /health."""
+    """`args` run in `cwd` with `env`, answering on `port`. start() = launch() + wait_ready();
+    the log is a temporary file (`log`), kept after stop() until remove_log()."""
 
     name: str
     args: list[str]
@@ -48,15 +51,27 @@ class Server:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 300.0) -> None:
+    def launch(self) -> None:
+        """Start the process, output to a new log file; does not wait for it."""
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"{self.name}-", suffix=".log",
                                                delete=False)
         self.proc = subprocess.Popen(self.args, cwd=self.cwd, env=self.env, stdout=self.log,
                                      stderr=subprocess.STDOUT)
-        wait_until_healthy(
-            self.base_url, proc=self.proc, timeout=timeout, interval=0.5, name=self.name,
-            describe=lambda: (f"(-4 or 132: illegal instruction, a binary built for another CPU); "
-                              f"log {self.log.name}:\n{self.tail()}"))
+
+    def wait_ready(self, timeout: float = 300.0, interval: float = 0.5,
+                   describe: Callable[[], str] | None = None) -> None:
+        """Poll /health until 200; RuntimeError if the process exits first, TimeoutError after
+        `timeout` s, either ending with `describe()` (default: the log's tail)."""
+        wait_until_healthy(self.base_url, proc=self.proc, timeout=timeout, interval=interval,
+                           name=self.name, describe=describe or self._why_not_ready)
+
+    def start(self, timeout: float = 300.0) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def _why_not_ready(self) -> str:
+        return (f"(-4 or 132: illegal instruction, a binary built for another CPU); "
+                f"log {self.log.name}:\n{self.tail()}")
 
     def output(self) -> str:
         """The whole log so far."""
@@ -66,6 +81,11 @@ class Server:
     def tail(self, lines: int = 20) -> str:
         return "\n".join(self.output().splitlines()[-lines:])
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
         if self.proc is not None:
-            stop_process(self.proc)
+            stop_process(self.proc, timeout)
+
+    def remove_log(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            Path(self.log.name).unlink(missing_ok=True)

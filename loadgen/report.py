@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loadgen import server_metrics, stats
+from loadgen import server_metrics, summary
 from loadgen.runner import BenchResult
 
 SCHEMA = "officellm-bench/1"
@@ -39,13 +39,13 @@ def build(result: BenchResult) -> dict[str, Any]:
                      "extra_body": result.target.extra_body},
         "server": {"base_url": result.target.base_url, "model": result.model,
                    "max_context": result.server_max_context},
-        "summary": stats.summarize(result.records, result.wall),
+        "summary": summary.summarize(result.records, result.wall),
         "server_metrics": server_metrics.deltas(result.metrics_before, result.metrics_after),
-        "timeline": stats.timeline(result.records, result.t0, result.wall),
+        "timeline": summary.timeline(result.records, result.t0, result.wall),
         "requests": [request_dict(r, result.t0) for r in result.records],
     }
     if cfg.name == "long-doc":
-        doc["long_doc"] = stats.itl_around_pastes(result.records)
+        doc["long_doc"] = summary.itl_around_pastes(result.records)
     return doc
 
 

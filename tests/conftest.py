@@ -53,6 +53,6 @@ def no_leaked_kv_blocks():
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """The bundled SmolLM2-135M-Instruct as a Hugging Face directory (GGUF converted once)."""
-    from engine.model_loader import resolve_model_dir
+    from engine.loading.model_loader import resolve_model_dir
 
     return resolve_model_dir(None)

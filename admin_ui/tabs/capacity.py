@@ -1,9 +1,11 @@
-"""Capacity: the plan arithmetic for the loaded model (docs/design.md §4) — bytes per token, pool
-tokens, and how many threads of today's average length and of the cap fit — plus a what-if
-for another memory size using engine.kv_plan."""
+"""Capacity: the server's `GET /admin/plan` for the loaded model (docs/design.md §4) — bytes per
+token, pool tokens, and how many threads of today's average length, of the cap and of the max
+model length fit — shown as the server answers it, plus a what-if for another model or
+memory size using engine.kv_plan."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
@@ -18,36 +20,74 @@ from PySide6.QtWidgets import (
 
 from admin_ui import format as fmt
 from admin_ui.admin_client import AdminError
-from admin_ui.capacity import Capacity, capacity_from_plan, capacity_from_stats, what_if
+from admin_ui.capacity import Plan, what_if
 from admin_ui.session import AdminSession
-from admin_ui.snapshot import StatsSnapshot
 from admin_ui.workers import run_async
 
-REFRESH_EVERY = 5  # snapshots between /admin/plan fetches: the pool does not change often
+# /admin/plan is asked for when the tab is shown, when the console switches server, and
+# every PLAN_REFRESH_MS while the tab is on screen (today's average thread moves slowly).
+PLAN_REFRESH_MS = 5000
+NOT_CONNECTED = "Not connected: start the local server or connect to one by URL."
+
+ROWS = [
+    ("model", "Model"), ("bpt", "KV cache per token"), ("pool", "KV pool"),
+    ("mml", "Max model length"), ("avg", "Today's average thread"),
+    ("at_avg", "Threads of that length that fit"), ("cap", "Per-thread cap (default)"),
+    ("at_cap", "Threads at the cap that fit"), ("at_mml", "Threads at max length"),
+]
+
+
+def _tokens(n: int | None) -> str:
+    return "—" if n is None else f"{n:,} tokens"
+
+
+def _times(x: float | None) -> str:
+    return "—" if x is None else f"{x:,.2f}x"
+
+
+def plan_texts(p: Plan) -> dict[str, str]:
+    """The text of each row for one /admin/plan answer (formatting only, no arithmetic)."""
+    pool = _tokens(p.kv_cache_tokens)
+    details = []
+    if p.num_blocks is not None and p.block_size is not None:
+        details.append(f"{p.num_blocks:,} blocks of {p.block_size}")
+    if p.kv_cache_bytes is not None:
+        details.append(fmt.size(p.kv_cache_bytes))
+    if details and p.kv_cache_tokens is not None:
+        pool += f" ({'; '.join(details)})"
+    return {
+        "model": p.model or "—",
+        "bpt": "—" if p.bytes_per_token is None else f"{p.bytes_per_token:,} B/token",
+        "pool": pool,
+        "mml": _tokens(p.max_model_len),
+        "avg": _tokens(p.avg_thread_tokens) if p.avg_thread_tokens else "no threads yet today",
+        "at_avg": _times(p.threads_at_avg),
+        "cap": _tokens(p.cap) if p.cap else "no cap",
+        "at_cap": _times(p.threads_at_cap),
+        "at_mml": _times(p.threads_at_max_len),
+    }
 
 
 class CapacityTab(QWidget):
     def __init__(self, session: AdminSession, parent=None) -> None:
         super().__init__(parent)
         self.session = session
-        self.capacity: Capacity | None = None
-        self._count = 0
-        self._plan_missing = False
+        self.plan: Plan | None = None
+        self._generation = 0  # bumped when the server changes: older answers are dropped
+        self._in_flight = False
         layout = QVBoxLayout(self)
-        box = QGroupBox("The loaded model")
+        box = QGroupBox("The loaded model (the server's /admin/plan)")
         form = QFormLayout(box)
         self.values: dict[str, QLabel] = {}
-        for key, label in [
-            ("model", "Model"), ("bpt", "KV cache per token"), ("pool", "KV pool"),
-            ("mml", "Max model length"), ("avg", "Today's average thread"),
-            ("at_avg", "Threads of that length that fit"), ("cap", "Per-thread cap (default)"),
-            ("at_cap", "Threads at the cap that fit"), ("at_mml", "Threads at max length"),
-        ]:
+        for key, label in ROWS:
             value = QLabel("—")
             value.setStyleSheet("font-weight: bold;")
             self.values[key] = value
             form.addRow(label, value)
         layout.addWidget(box)
+        self.message = QLabel(NOT_CONNECTED)
+        self.message.setWordWrap(True)
+        layout.addWidget(self.message)
 
         what = QGroupBox("What if… (officellm plan)")
         wl = QVBoxLayout(what)
@@ -67,53 +107,82 @@ class CapacityTab(QWidget):
         wl.addWidget(self.wi_output)
         layout.addWidget(what)
         layout.addStretch(1)
-        session.changed.connect(self._reset)
 
-    def _reset(self) -> None:
-        self._count = 0
-        self._plan_missing = False
+        self.timer = QTimer(self)
+        self.timer.setInterval(PLAN_REFRESH_MS)
+        self.timer.timeout.connect(self._tick)
+        self.timer.start()
+        session.changed.connect(self._target_changed)
 
-    def show_snapshot(self, snap: StatsSnapshot) -> None:
-        """Ask the server for its plan every few snapshots; until it answers (or on a server
-        without /admin/plan) derive the numbers from the stats."""
-        if self._count % REFRESH_EVERY == 0 and not self._plan_missing:
-            self.session.call(lambda c: c.plan(), self._show_plan, self._plan_failed)
-        self._count += 1
-        if self._plan_missing or self.capacity is None:
-            caps = [t.cap for t in snap.active_threads if t.cap]
-            self.show_capacity(capacity_from_stats(snap.model, snap.engine, snap.active_threads,
-                                                   min(caps) if caps else None))
+    # --- reading /admin/plan ---------------------------------------------------------------
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        self.refresh()
 
-    def _show_plan(self, plan: dict) -> None:
-        self.show_capacity(capacity_from_plan(plan))
+    def _tick(self) -> None:
+        if self.isVisible():  # nobody reads a hidden tab: it asks again when shown
+            self.refresh()
 
-    def _plan_failed(self, exc: Exception) -> None:
-        if isinstance(exc, AdminError) and exc.status == 404:
-            self._plan_missing = True
+    def _target_changed(self) -> None:
+        self._generation += 1
+        self._in_flight = False
+        self._clear()
+        self.message.setText(NOT_CONNECTED if not self.session.connected else "Asking the server…")
+        if self.isVisible():
+            self.refresh()
 
-    def show_capacity(self, c: Capacity) -> None:
-        self.capacity = c
-        v = self.values
-        v["model"].setText(c.model or "—")
-        v["bpt"].setText(f"{c.bytes_per_token:,} B/token")
-        v["pool"].setText(f"{c.kv_cache_tokens:,} tokens ({c.num_blocks:,} blocks of "
-                          f"{c.block_size}; {fmt.size(c.pool_bytes)})")
-        v["mml"].setText(f"{c.max_model_len:,} tokens")
-        v["avg"].setText(f"{c.avg_thread_tokens:,} tokens" if c.avg_thread_tokens else
-                         "no threads yet today")
-        v["at_avg"].setText(f"{c.threads_at_avg:,.2f}x" if c.avg_thread_tokens else "—")
-        v["cap"].setText(f"{c.cap:,} tokens" if c.cap else "no cap")
-        v["at_cap"].setText(f"{c.threads_at_cap:,.2f}x" if c.threads_at_cap is not None else "—")
-        v["at_mml"].setText(f"{c.threads_at_max_len:,.2f}x")
+    def refresh(self) -> None:
+        """Ask for /admin/plan on a worker thread (one request at a time)."""
+        if self._in_flight:
+            return
+        gen = self._generation
+        task = self.session.call(lambda c: c.plan(), lambda plan: self._answered(gen, plan),
+                                 lambda exc: self._failed(gen, exc))
+        self._in_flight = task is not None
+        if task is None:
+            self.message.setText(NOT_CONNECTED)
 
+    def _answered(self, gen: int, plan: dict) -> None:
+        if gen != self._generation:
+            return
+        self._in_flight = False
+        self.show_plan(Plan.from_json(plan))
+
+    def _failed(self, gen: int, exc: Exception) -> None:
+        if gen != self._generation:
+            return
+        self._in_flight = False
+        status = exc.status if isinstance(exc, AdminError) else None
+        if status == 404:
+            self._clear()
+            self.message.setText("This server has no /admin/plan (it is older than the "
+                                 "console): update it to see its capacity here.")
+        elif status == 503:
+            self._clear()
+            self.message.setText(f"No plan yet: {exc}")
+        else:
+            self.message.setText(f"Cannot read /admin/plan: {exc}"
+                                 + (" (numbers shown are the last answer)" if self.plan else ""))
+
+    def _clear(self) -> None:
+        self.plan = None
+        for label in self.values.values():
+            label.setText("—")
+
+    def show_plan(self, plan: Plan) -> None:
+        self.plan = plan
+        for key, text in plan_texts(plan).items():
+            self.values[key].setText(text)
+        self.message.setText("")
+
+    # --- what if -----------------------------------------------------------------------------
     def run_what_if(self) -> None:
         model, memory = self.wi_model.text().strip(), self.wi_memory.text().strip()
         if not model:
             self.wi_output.setPlainText("Name a model first.")
             return
         self.wi_output.setPlainText("Working it out…")
-        avg = self.capacity.avg_thread_tokens if self.capacity and \
-            self.capacity.avg_thread_tokens else 4000
+        avg = self.plan.avg_thread_tokens if self.plan and self.plan.avg_thread_tokens else 4000
 
         def work() -> str:
             from engine.kv_plan import format_plan

@@ -45,7 +45,8 @@ def get_stats(request: Request) -> dict[str, Any]:
 @router.get("/plan")
 def get_plan(request: Request) -> dict[str, Any]:
     """docs/design.md §4's arithmetic on the live pool: how many threads of today's average length,
-    and of the default cap, fit. (The pool's size is the engine's, not an estimate.)"""
+    of the default cap and of the max model length fit. (The pool's size is the engine's, not
+    an estimate.) The console's Capacity tab shows this answer as it is."""
     server = _server(request)
     stats = server.async_engine.stats()
     if stats is None:  # not loaded (yet, or ever): say which
@@ -63,12 +64,15 @@ def get_plan(request: Request) -> dict[str, Any]:
         "model": server.model_name,
         "bytes_per_token": stats.bytes_per_token,
         "kv_cache_tokens": pool_tokens,
+        "kv_cache_bytes": pool_tokens * stats.bytes_per_token,
         "num_blocks": stats.num_blocks_total,
         "block_size": stats.block_size,
         "max_model_len": stats.max_model_len,
         "avg_thread_tokens": avg,
         "threads_at_avg": round(pool_tokens / avg, 2) if avg else None,
         "threads_at_cap": round(pool_tokens / cap_or_len, 2) if cap_or_len else None,
+        "threads_at_max_len": (round(pool_tokens / stats.max_model_len, 2)
+                               if stats.max_model_len else None),
         "cap": cap,
     }
 

@@ -7,12 +7,12 @@ once a second by the app (StatsSampler, which also turns new preemptions into ev
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 
+from app.observability.percentiles import percentile
 from engine import EngineStats
 
 LATENCY_KINDS = ("ttft", "itl", "e2e")
@@ -26,15 +26,6 @@ class CounterSample:
     prompt_tokens_total: int
     generation_tokens_total: int
     num_preemptions_total: int
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile (0-100), nearest-rank; None without samples."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 class StatsWindow:

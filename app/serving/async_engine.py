@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from engine import EngineStats, LLMEngine, OutputKind, SamplingParams
 from engine.core.request import EngineCoreRequest
 from engine.core.scheduler_output import EngineCoreOutput
-from engine.executor import WorkerDiedError
+from engine.distributed.multiproc_executor import WorkerDiedError
 from engine.input_processor import InputProcessor
 from engine.kv_plan import KVCacheTooSmallError
 from engine.output_processor import IterationStats

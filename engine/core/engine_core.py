@@ -15,11 +15,12 @@ from engine.core.prefill_pacer import PrefillPacer
 from engine.core.request import EngineCoreRequest, Request, RequestStatus
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import EngineCoreOutput
-from engine.executor import Executor, MultiprocExecutor, UniprocExecutor, WorkerDiedError
-from engine.model_loader import load_config_dict, model_display_name
-from engine.model_spec import ModelSpec
+from engine.distributed.multiproc_executor import MultiprocExecutor, WorkerDiedError
+from engine.distributed.parallel_state import ParallelState
+from engine.executor import Executor, UniprocExecutor
+from engine.loading.model_loader import load_config_dict, model_display_name
+from engine.loading.model_spec import ModelSpec
 from engine.models.shard_plan import ShardPlan
-from engine.parallel_state import ParallelState
 from engine.stats import EngineStats
 from engine.worker import Worker, check_devices
 

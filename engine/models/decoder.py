@@ -16,13 +16,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.model_spec import ModelSpec
+from engine.distributed.parallel_state import ParallelState
+from engine.loading.model_spec import ModelSpec
 from engine.models import packed_linear
 from engine.models.parallel_linear import ColumnParallelLinear, RowParallelLinear
 from engine.models.rotary import RotaryTable
 from engine.models.shard_plan import ShardPlan
 from engine.models.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
-from engine.parallel_state import ParallelState
 
 
 class DecoderLayer(nn.Module):

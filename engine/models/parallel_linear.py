@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from engine.distributed.parallel_state import ParallelState
 from engine.models import packed_linear
-from engine.parallel_state import ParallelState
 
 
 class ColumnParallelLinear(nn.Linear):

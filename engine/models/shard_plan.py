@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.model_spec import ModelSpec
+from engine.loading.model_spec import ModelSpec
 
 
 class TensorParallelSplitError(ValueError):

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.distributed.parallel_state import ParallelState
 from engine.models import packed_linear
 from engine.models.shard_plan import ShardPlan
-from engine.parallel_state import ParallelState
 
 
 class VocabParallelEmbedding(nn.Module):

@@ -20,7 +20,7 @@ from admin_ui.local_server import LocalServer
 from admin_ui.main_window import MainWindow
 from admin_ui.models.record_table import RECORD_ROLE
 from admin_ui.widgets.status_banner import UP
-from tests.admin_ui.real_server import REPO, SMALL_POOL_FLAGS, RealServer
+from tests.support.server_process import REPO, SMALL_POOL_FLAGS, ServerProcess
 
 openai = pytest.importorskip("openai")
 
@@ -30,8 +30,10 @@ ONE_REFRESH_MS = REFRESH_MS + 1500
 
 
 @pytest.fixture(scope="module")
-def server(console_data_dir) -> Iterator[RealServer]:
-    srv = RealServer(console_data_dir, *SMALL_POOL_FLAGS)
+def server(console_data_dir) -> Iterator[ServerProcess]:
+    # No API key: users get theirs from the admin API, as in an office. The database and the
+    # admin token live in the module's data dir, where the console looks for the token.
+    srv = ServerProcess(*SMALL_POOL_FLAGS, api_key=None, data_dir=console_data_dir)
     try:
         srv.wait_ready()
         client = AdminClient(srv.base_url, srv.admin_token)
@@ -69,7 +71,7 @@ def window(qapp, server, console_data_dir) -> Iterator[MainWindow]:
     w.close()
 
 
-def user_client(admin: AdminClient, server: RealServer, name: str) -> openai.OpenAI:
+def user_client(admin: AdminClient, server: ServerProcess, name: str) -> openai.OpenAI:
     try:
         admin.create_user(name)
     except AdminError as exc:
@@ -230,3 +232,25 @@ def test_5_screenshots_of_every_tab(qtbot, window, server, admin, tmp_path):
     load.join()
     assert set(shots) >= {"dashboard", "threads", "users_and_keys", "policies", "diagnosis",
                           "capacity", "server"}
+
+
+def test_6_capacity_tab_shows_the_servers_plan(qtbot, window, admin):
+    """The Capacity tab's numbers are /admin/plan's, as the server answers them."""
+    window.tabs.setCurrentWidget(window.capacity)
+    plan = admin.plan()  # threads were seen today (tests 1 to 5): every ratio is a number
+    assert plan["avg_thread_tokens"] and plan["threads_at_max_len"]
+    expected = {"bpt": f"{plan['bytes_per_token']:,} B/token",
+                "mml": f"{plan['max_model_len']:,} tokens",
+                "avg": f"{plan['avg_thread_tokens']:,} tokens",
+                "at_avg": f"{plan['threads_at_avg']:,.2f}x",
+                "at_cap": f"{plan['threads_at_cap']:,.2f}x",
+                "at_mml": f"{plan['threads_at_max_len']:,.2f}x"}
+    values = window.capacity.values
+
+    def shown() -> dict[str, str]:
+        return {k: values[k].text() for k in expected}
+
+    qtbot.waitUntil(lambda: shown() == expected, timeout=ONE_REFRESH_MS + 5000)
+    assert values["model"].text() == plan["model"]
+    assert values["pool"].text().startswith(f"{plan['kv_cache_tokens']:,} tokens ("
+                                            f"{plan['num_blocks']:,} blocks of {plan['block_size']}")

@@ -1,43 +1,128 @@
-"""The Capacity tab's arithmetic against engine.kv_plan and the contract's shapes."""
+"""The Capacity tab shows the server's `GET /admin/plan` as it answers it: the real tab and
+admin client against a small HTTP server that plays /admin/plan (the acceptance test checks
+the same tab against a real `officellm serve`), plus the what-if against engine.kv_plan."""
 
 from __future__ import annotations
 
-from admin_ui.capacity import (
-    blocks_for,
-    capacity_from_plan,
-    capacity_from_stats,
-    threads_that_fit,
-    what_if,
-)
-from admin_ui.snapshot import StatsSnapshot
-from tests.admin_ui.samples import stats_json, thread_json
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from admin_ui.capacity import Plan, what_if
+from admin_ui.session import AdminSession
+from admin_ui.tabs.capacity import NOT_CONNECTED, CapacityTab
+
+PLAN = {"model": "Qwen2.5-7B-Instruct", "bytes_per_token": 57344, "kv_cache_tokens": 197520,
+        "kv_cache_bytes": 197520 * 57344, "num_blocks": 12345, "block_size": 16,
+        "max_model_len": 32768, "avg_thread_tokens": 4000, "threads_at_avg": 49.38,
+        "threads_at_cap": 24.11, "threads_at_max_len": 6.03, "cap": 8192}
 
 
-def test_threads_hold_whole_blocks():
-    assert blocks_for(1, 16) == 1 and blocks_for(16, 16) == 1 and blocks_for(17, 16) == 2
-    assert threads_that_fit(100, 160, 16) == 10
-    assert threads_that_fit(100, 161, 16) == 9  # 11 blocks each
-    assert threads_that_fit(100, 0, 16) == 0
+class PlanServer:
+    """Answers GET /admin/plan with `self.status` and `self.body`; counts the requests."""
+
+    def __init__(self) -> None:
+        self.status, self.body, self.requests = 200, dict(PLAN), 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                outer.requests += 1
+                if self.path != "/admin/plan":
+                    status, body = 404, {"detail": "Not Found"}
+                elif outer.status == 200:
+                    status, body = 200, outer.body
+                else:
+                    status, body = outer.status, {"error": {"message": "the model is loading"}}
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
-def test_from_stats_uses_average_of_active_threads():
-    snap = StatsSnapshot.from_json(stats_json(blocks_total=100, threads=[
-        thread_json("a", "1", 300, 3, 800), thread_json("b", "2", 100, 1, 800)]))
-    c = capacity_from_stats(snap.model, snap.engine, snap.active_threads, 800)
-    assert c.avg_thread_tokens == 200
-    assert c.threads_at_avg == 100 // 13  # 200 tokens -> 13 blocks
-    assert c.threads_at_cap == 100 // 50
-    assert c.threads_at_max_len == 100 // 64
-    assert c.pool_bytes == 1600 * 46080
+@pytest.fixture
+def plan_server() -> Iterator[PlanServer]:
+    srv = PlanServer()
+    yield srv
+    srv.close()
 
 
-def test_from_plan_trusts_the_server_and_fills_gaps():
-    c = capacity_from_plan({"model": "m", "bytes_per_token": 57344, "kv_cache_tokens": 197520,
-                            "num_blocks": 12345, "block_size": 16, "max_model_len": 32768,
-                            "avg_thread_tokens": 4000, "threads_at_avg": 49.38,
-                            "threads_at_cap": None, "cap": 8192})
-    assert c.threads_at_avg == 49.38
-    assert c.threads_at_cap == 12345 // 512
+def _tab(qtbot, session: AdminSession) -> CapacityTab:
+    tab = CapacityTab(session)
+    qtbot.addWidget(tab)
+    return tab
+
+
+def test_plan_is_read_as_sent_missing_fields_are_none():
+    p = Plan.from_json(PLAN)
+    assert (p.threads_at_avg, p.threads_at_cap, p.threads_at_max_len) == (49.38, 24.11, 6.03)
+    assert p.kv_cache_bytes == 197520 * 57344 and p.cap == 8192
+    older = Plan.from_json({"model": "m", "kv_cache_tokens": 1600, "avg_thread_tokens": None,
+                            "threads_at_avg": None})
+    # Nothing is worked out in the console: what the server did not send stays unknown.
+    assert older.kv_cache_bytes is None and older.threads_at_max_len is None
+    assert older.avg_thread_tokens is None and older.num_blocks is None
+
+
+def test_tab_shows_the_servers_plan_when_shown(qtbot, plan_server):
+    session = AdminSession()
+    tab = _tab(qtbot, session)
+    assert plan_server.requests == 0  # hidden: nothing asked yet
+    session.set_target(plan_server.base_url, "ocl-admin-test")
+    assert plan_server.requests == 0
+    tab.show()
+    qtbot.waitUntil(lambda: tab.plan is not None, timeout=5000)
+    v = {k: label.text() for k, label in tab.values.items()}
+    assert v == {
+        "model": "Qwen2.5-7B-Instruct", "bpt": "57,344 B/token",
+        "pool": "197,520 tokens (12,345 blocks of 16; 10.55 GiB)",
+        "mml": "32,768 tokens", "avg": "4,000 tokens", "at_avg": "49.38x",
+        "cap": "8,192 tokens", "at_cap": "24.11x", "at_mml": "6.03x",
+    }
+    assert tab.message.text() == ""
+
+    # A later answer replaces the numbers: the first thread of the day, say.
+    plan_server.body = dict(PLAN, avg_thread_tokens=None, threads_at_avg=None)
+    tab.refresh()
+    qtbot.waitUntil(lambda: tab.values["avg"].text() == "no threads yet today", timeout=5000)
+    assert tab.values["at_avg"].text() == "—"
+
+
+def test_tab_says_why_there_is_no_plan(qtbot, plan_server):
+    session = AdminSession()
+    tab = _tab(qtbot, session)
+    tab.show()
+    assert tab.message.text() == NOT_CONNECTED
+    plan_server.status = 503
+    session.set_target(plan_server.base_url, None)
+    qtbot.waitUntil(lambda: "the model is loading" in tab.message.text(), timeout=5000)
+    assert tab.plan is None and tab.values["pool"].text() == "—"
+
+    plan_server.status = 200
+    tab.refresh()
+    qtbot.waitUntil(lambda: tab.plan is not None, timeout=5000)
+
+    # A server older than /admin/plan: said so, and no numbers of the console's own instead.
+    session.set_target(plan_server.base_url + "/old", None)
+    assert tab.plan is None  # the other server's numbers go at once
+    qtbot.waitUntil(lambda: "no /admin/plan" in tab.message.text(), timeout=5000)
+    assert all(label.text() == "—" for label in tab.values.values())
 
 
 def test_what_if_matches_officellm_plan():

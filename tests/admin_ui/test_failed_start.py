@@ -13,7 +13,7 @@ from admin_ui.console_settings import LOCAL, ConsoleSettings
 from admin_ui.local_server import LocalServer, last_line
 from admin_ui.main_window import MainWindow
 from admin_ui.widgets.status_banner import DOWN
-from tests.admin_ui.real_server import REPO, free_port, port_answers
+from tests.support.server_process import REPO, free_port, port_answers
 
 START_TIMEOUT_MS = 180_000  # a fresh box dequantizes the GGUF and builds the kernels first
 # SmolLM2-135M in float32: 16 MiB holds 352 tokens, far from one 8,192-token request.

@@ -17,7 +17,8 @@ from admin_ui.console_settings import LOCAL, ConsoleSettings, read_token_file
 from admin_ui.local_server import LaunchConfig, LocalServer, ServerRecord, read_log_tail
 from admin_ui.main_window import MainWindow
 from admin_ui.widgets.status_banner import DOWN, UP
-from tests.admin_ui.real_server import REPO, SMALL_POOL_FLAGS, free_port, port_answers, wait_health
+from loadgen.server_wait import wait_until_healthy
+from tests.support.server_process import REPO, SMALL_POOL_FLAGS, free_port, port_answers
 
 START_TIMEOUT_MS = 180_000
 
@@ -117,7 +118,7 @@ def test_start_crash_restart_stop_reattach(qtbot, console_data_dir, server_pytho
     record = w.local.record
     assert record is not None and record.port == port
     qtbot.waitUntil(lambda: port_answers(port), timeout=START_TIMEOUT_MS)
-    wait_health(record.base_url, timeout=180)
+    wait_until_healthy(record.base_url, timeout=180)
     # The server runs in its own session: closing the console must not take it down.
     assert os.getsid(record.pid) == record.pid
     # The log tail reaches the UI.

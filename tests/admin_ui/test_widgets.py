@@ -13,8 +13,8 @@ from admin_ui.tabs.dashboard import DashboardTab
 from admin_ui.tabs.diagnosis import DiagnosisTab
 from admin_ui.tabs.threads import ThreadsTab
 from admin_ui.widgets.key_dialog import KeyDialog
-from tests.admin_ui.real_server import free_port
 from tests.admin_ui.samples import stats_json, thread_json
+from tests.support.server_process import free_port
 
 
 def _snap(**kw) -> StatsSnapshot:

@@ -4,26 +4,39 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen import server_metrics, stats
+from app.observability.percentiles import percentile
+from app.observability.stats_window import StatsWindow
+from loadgen import server_metrics, summary
 from loadgen.budget import Budget
 from loadgen.client import RequestRecord
 
 
 def test_percentile_interpolates_like_numpy() -> None:
     values = [4.0, 1.0, 3.0, 2.0]
-    assert stats.percentile(values, 0) == 1.0
-    assert stats.percentile(values, 50) == 2.5
-    assert stats.percentile(values, 100) == 4.0
-    assert stats.percentile(values, 90) == pytest.approx(3.7)
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 50) == 2.5
+    assert percentile(values, 100) == 4.0
+    assert percentile(values, 90) == pytest.approx(3.7)
+    assert percentile([], 50) is None  # no samples: null, as in /admin/stats
     with pytest.raises(ValueError):
-        stats.percentile([], 50)
+        percentile(values, 101)
+
+
+def test_bench_and_admin_stats_agree_on_the_same_samples() -> None:
+    samples = [0.031, 0.2, 0.0125, 0.09, 0.045, 1.5, 0.07, 0.033, 0.061]
+    window = StatsWindow(window_s=60)
+    for s in samples:
+        window.observe_latency("itl", s, now=10.0)
+    server = window.latency(now=10.0)
+    bench = summary.describe(samples)
+    assert (server["itl_p50"], server["itl_p99"]) == (bench["p50"], bench["p99"])
 
 
 def test_describe_is_ordered_and_empty_is_none() -> None:
-    d = stats.describe([float(i) for i in range(1, 101)])
+    d = summary.describe([float(i) for i in range(1, 101)])
     assert d["count"] == 100 and d["mean"] == 50.5
     assert d["p50"] <= d["p90"] <= d["p99"] <= d["max"] == 100.0
-    assert stats.describe([])["p50"] is None
+    assert summary.describe([])["p50"] is None
 
 
 def test_budget_counts_requests() -> None:
@@ -50,7 +63,7 @@ def test_itl_during_paste_is_the_gap_that_spans_the_prefill() -> None:
     paste = RequestRecord(user=1, turn=0, kind="paste", start=1.25, max_tokens=4,
                           first_token=3.1, end=3.5, chunk_times=[3.1], prompt_tokens=900,
                           completion_tokens=1)
-    out = stats.itl_around_pastes([chat, paste])
+    out = summary.itl_around_pastes([chat, paste])
     assert out["itl_during_paste_s"]["count"] == 1
     assert out["itl_during_paste_s"]["max"] == pytest.approx(2.0)
     assert out["itl_without_paste_s"]["count"] == 3
@@ -66,7 +79,7 @@ def test_tpot_uses_usage_tokens_not_chunks() -> None:
 def test_timeline_spreads_usage_over_chunks() -> None:
     rec = _chat([0.5, 1.5])
     rec.completion_tokens = 4
-    tl = stats.timeline([rec], t0=0.0, wall=2.0)
+    tl = summary.timeline([rec], t0=0.0, wall=2.0)
     assert [p["output_tok_per_s"] for p in tl] == [2.0, 2.0]
 
 

@@ -28,6 +28,6 @@ def smollm2_tokenizer():
     """The bundled SmolLM2 tokenizer (the real chat template the engine uses)."""
     from transformers import AutoTokenizer
 
-    from engine.model_loader import resolve_model_dir
+    from engine.loading.model_loader import resolve_model_dir
 
     return AutoTokenizer.from_pretrained(str(resolve_model_dir(None)))

@@ -8,7 +8,7 @@ import pytest
 
 from engine import LLM
 from engine.llm import apply_chat_template
-from engine.model_loader import eos_token_ids
+from engine.loading.model_loader import eos_token_ids
 from tests.support.hf_reference import hf_greedy, load_hf_model
 
 CHATS = [

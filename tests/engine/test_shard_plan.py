@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine.kv_plan import load_spec
-from engine.model_spec import ModelSpec
+from engine.loading.model_spec import ModelSpec
 from engine.models.shard_plan import ShardPlan, TensorParallelSplitError
 
 

@@ -119,7 +119,7 @@ def test_under_tensor_parallelism_the_pool_is_sized_by_the_smallest_rank(caplog)
     import torch
 
     from engine.config import EngineConfig
-    from engine.parallel_state import ParallelState
+    from engine.distributed.parallel_state import ParallelState
     from engine.worker import Worker
 
     class TwoRanks(ParallelState):

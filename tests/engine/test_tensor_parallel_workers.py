@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from engine import SamplingParams
-from engine.executor import WorkerDiedError
+from engine.distributed.multiproc_executor import WorkerDiedError
 from tests.engine.conftest import make_llm
 from tests.support.tiny_models import build_tiny_model
 

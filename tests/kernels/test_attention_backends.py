@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from engine import kernels_ops
-from engine.attention import AttentionMetadata
+from engine.attention import selection as kernels_ops
+from engine.attention.backend import AttentionMetadata
+from engine.loading.model_spec import ModelSpec
 from engine.model_runner import ModelRunner, StepBatch
-from engine.model_spec import ModelSpec
 from tests.kernels.conftest import DTYPES, close
 from tests.kernels.paged_inputs import PagedProblem, make_problem, reference_output
 

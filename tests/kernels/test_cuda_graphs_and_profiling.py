@@ -7,8 +7,8 @@ import torch
 
 from engine.cuda_graphs import capture_sizes
 from engine.kv_plan import KVCacheTooSmallError, size_pool
+from engine.loading.model_spec import ModelSpec
 from engine.memory_profiling import MemoryProfile, kv_budget_bytes, run_dummy_step
-from engine.model_spec import ModelSpec
 from engine.models.decoder import DecoderModel
 from kernels import reference
 

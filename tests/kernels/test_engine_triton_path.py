@@ -10,7 +10,7 @@ import random
 import pytest
 
 from engine import LLM, SamplingParams
-from engine.attention_triton import TritonAttention
+from engine.attention.triton_backend import TritonAttention
 from tests.support.tiny_models import build_tiny_model
 
 MAX_NEW = 4

@@ -13,7 +13,7 @@ import pytest
 
 from app.db import Database
 from tests.policy.helpers import Admin, Office
-from tests.server.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

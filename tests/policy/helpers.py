@@ -11,7 +11,7 @@ import openai
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.llm import apply_chat_template
-from tests.server.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 TIMEOUT = 120.0
 

@@ -55,6 +55,8 @@ def test_stats_and_plan(office: Office, uniq) -> None:
     assert abs(plan["threads_at_avg"] - plan["kv_cache_tokens"] / plan["avg_thread_tokens"]) < 0.01
     assert plan["cap"] == min(16384, plan["max_model_len"])  # default policy: no cap of its own
     assert abs(plan["threads_at_cap"] - plan["kv_cache_tokens"] / plan["cap"]) < 0.01
+    assert abs(plan["threads_at_max_len"] - plan["kv_cache_tokens"] / plan["max_model_len"]) < 0.01
+    assert plan["kv_cache_bytes"] == plan["kv_cache_tokens"] * plan["bytes_per_token"]
 
 
 def test_users_keys_usage_events_shapes(office: Office, uniq) -> None:

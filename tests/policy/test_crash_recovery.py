@@ -14,7 +14,7 @@ import openai
 from app.accounts.usage_writer import FLUSH_INTERVAL_S
 from app.db import Database, list_usage
 from tests.policy.helpers import TIMEOUT, Admin, Office, chat
-from tests.server.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 CLIENTS = 6

@@ -15,7 +15,7 @@ from app.db import Database
 from app.db.migrate import head_revision
 from tests.policy.conftest import OLD_USER
 from tests.policy.helpers import Office, chat
-from tests.server.server_process import REPO
+from tests.support.server_process import REPO
 
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 

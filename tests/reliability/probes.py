@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.policy.helpers import Admin
-from tests.server.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 
 def admin_for(server: ServerProcess) -> Admin:

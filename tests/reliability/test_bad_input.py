@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from tests.reliability.probes import error_lines
-from tests.server.server_process import ServerProcess
 from tests.support.openai_errors import openai_error
+from tests.support.server_process import ServerProcess
 
 LIMIT = 1024 * 1024
 CHAT = "/v1/chat/completions"

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.reliability.probes import admin_for, error_lines, wait_idle
-from tests.server.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 pytestmark = pytest.mark.slow  # ~35 s on two cores
 

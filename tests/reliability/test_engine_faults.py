@@ -22,8 +22,8 @@ from tests.reliability.faulty_serve import (
     SCHEDULER_FAULT,
     SCHEDULER_FAULT_MESSAGE,
 )
-from tests.server.server_process import ServerProcess
 from tests.support.openai_errors import is_openai_error, openai_error
+from tests.support.server_process import ServerProcess
 from tests.support.tiny_models import build_tiny_model, poison_token
 
 POISON = 777

@@ -23,8 +23,8 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from tests.reliability.probes import admin_for
-from tests.server.server_process import ServerProcess
 from tests.support.openai_errors import is_openai_error
+from tests.support.server_process import ServerProcess
 
 pytestmark = pytest.mark.slow
 

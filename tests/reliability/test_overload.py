@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from tests.reliability.probes import rss_bytes, wait_idle
-from tests.server.server_process import ServerProcess
 from tests.support.openai_errors import is_openai_error
+from tests.support.server_process import ServerProcess
 
 RUNNING, WAITING = 2, 4
 BURST = 10 * (RUNNING + WAITING)

@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from tests.reliability.probes import admin_for
-from tests.server.server_process import ServerProcess
 from tests.support.openai_errors import openai_error
+from tests.support.server_process import ServerProcess
 
 LIMIT = 5
 ORIGIN = "http://intranet.example"

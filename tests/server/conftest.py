@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.server.server_process import TEST_THREADS, ServerProcess
+from tests.support.server_process import TEST_THREADS, ServerProcess
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

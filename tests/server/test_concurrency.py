@@ -9,8 +9,8 @@ import httpx
 import openai
 
 from engine import SamplingParams
-from tests.server.server_process import ServerProcess
 from tests.server.test_openai_api import TIMEOUT, sample, scrape
+from tests.support.server_process import ServerProcess
 
 NUM_CLIENTS = 16
 MAX_TOKENS = 8

@@ -19,7 +19,7 @@ from app.server_settings import ServerSettings
 from app.serving.async_engine import EngineState, LoadFailure
 from engine.kv_plan import KVCacheTooSmallError
 from tests.server.failing_serve import BUG_MESSAGE
-from tests.server.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 # Loading on a fresh, slow 2-core box dequantizes the GGUF and builds the CPU kernels first;
 # that is not what is measured. What is: the exit follows the failure within seconds.

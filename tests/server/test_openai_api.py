@@ -10,8 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine import SamplingParams
-from tests.server.server_process import ServerProcess
 from tests.support.openai_errors import openai_error as _error
+from tests.support.server_process import ServerProcess
 
 TIMEOUT = 120.0
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]

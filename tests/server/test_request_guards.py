@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import httpx
 
-from tests.server.server_process import ServerProcess
 from tests.server.test_openai_api import CHAT, TIMEOUT, _error
 from tests.server.test_openai_api import client as client  # noqa: F401 - shared fixtures
 from tests.server.test_openai_api import model as model  # noqa: F401
+from tests.support.server_process import ServerProcess
 
 
 def test_a_body_over_the_limit_gets_413_before_it_is_read(server: ServerProcess, model) -> None:

@@ -8,7 +8,7 @@ import time
 import httpx
 import openai
 
-from tests.server.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 TIMEOUT = 120.0
 MODEL = "SmolLM2-135M-Instruct.Q4_1"

@@ -10,7 +10,7 @@ import pytest
 
 from engine import SamplingParams
 from tests.engine.test_tensor_parallel_workers import wait_gone
-from tests.server.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from engine.attention import AttentionMetadata
-from engine.attention_torch import TorchAttention
+from engine.attention.backend import AttentionMetadata
+from engine.attention.torch_backend import TorchAttention
 
 
 class CpuAttention(TorchAttention):

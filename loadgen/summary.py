@@ -1,21 +1,14 @@
-"""Percentiles and the run's summary numbers."""
+"""A bench run's summary numbers: latency distributions, throughput, ITL around pastes and
+the throughput timeline. Percentiles are app.observability.percentiles', the definition the
+server's /admin/stats uses too."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from app.observability.percentiles import percentile
 from loadgen.client import RequestRecord
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), q in [0, 100]."""
-    if not values:
-        raise ValueError("percentile of no values")
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def describe(values: list[float]) -> dict[str, Any]:

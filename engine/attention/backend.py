@@ -2,7 +2,7 @@
 one format every backend reads, and the `AttentionBackend` protocol.
 
 ModelRunner builds an `AttentionMetadata` once per step and hands it to the backend before
-the forward; every layer then reads it. The backends (engine/attention_torch.py,
+the forward; every layer then reads it. The backends (engine/attention/torch_backend.py,
 attention_cpu.py, attention_triton.py) read the paged KV cache through the block tables.
 """
 

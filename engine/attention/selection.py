@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import torch
 
-from engine.attention import AttentionBackend
+from engine.attention.backend import AttentionBackend
 from kernels import cpu_kernels, reference, triton_available
 
 BACKENDS = ("torch", "cpu", "triton")
@@ -64,13 +64,13 @@ def attention_for(device: torch.device, k_caches: list[torch.Tensor],
     """An attention backend over these caches: TritonAttention, CpuAttention or TorchAttention."""
     name = backend_for(device, backend)
     if name == "triton":
-        from engine.attention_triton import TritonAttention
+        from engine.attention.triton_backend import TritonAttention
 
         return TritonAttention(k_caches, v_caches, scale)
     if name == "cpu":
-        from engine.attention_cpu import CpuAttention
+        from engine.attention.cpu_backend import CpuAttention
 
         return CpuAttention(k_caches, v_caches, scale, cpu_kernels.load())
-    from engine.attention_torch import TorchAttention
+    from engine.attention.torch_backend import TorchAttention
 
     return TorchAttention(k_caches, v_caches, scale)

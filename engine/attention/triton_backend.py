@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention import AttentionMetadata
+from engine.attention.backend import AttentionMetadata
 from kernels import triton_ops
 from kernels.triton_decode_attention import default_num_splits
 

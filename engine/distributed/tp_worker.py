@@ -18,11 +18,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from engine.config import EngineConfig
+from engine.distributed.parallel_state import init_parallel_state, join_store
 from engine.kv_plan import KVCacheTooSmallError
-from engine.parallel_state import init_parallel_state, join_store
 from engine.worker import Worker, rank_device
 
-logger = logging.getLogger("engine.tp_worker")
+logger = logging.getLogger("engine.distributed.tp_worker")
 
 # The messages rank 0 broadcasts: (STEP, StepBatch), (SCRUB, block ids), (SHUTDOWN, None).
 STEP, SCRUB, SHUTDOWN = "step", "scrub", "shutdown"

@@ -1,0 +1,147 @@
+"""The tests' one way to run `officellm serve` as a real subprocess on a free port.
+
+Built on loadgen.local_server.Server (the benchmarks' helper: launch, wait for /health,
+SIGTERM then SIGKILL); this adds what the tests need: a fresh database (or a data dir, the way
+the console's own server runs), one compute thread, a test API key, and cleaning up after.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from app.db.paths import DB_FILENAME, admin_token_path
+from loadgen.local_server import Server, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+API_KEY = "sk-officellm-test"
+# Small pool and float32, for exact parity with engine.LLM.
+TEST_THREADS = "1"
+BASE_FLAGS = ["--dtype", "float32", "--kv-cache-memory", "256MiB"]
+# The console's tests: SmolLM2-135M in float32 is 46,080 B/token, so 16 MiB is 22 blocks of 16
+# = 352 tokens; a few concurrent 250-token requests run out of blocks and the scheduler must
+# preempt.
+SMALL_POOL_FLAGS = ["--dtype", "float32", "--kv-cache-memory", "16MiB", "--max-model-len", "256"]
+
+__all__ = ["API_KEY", "BASE_FLAGS", "REPO", "SMALL_POOL_FLAGS", "TEST_THREADS", "ServerProcess",
+           "free_port", "port_answers"]
+
+
+def port_answers(port: int) -> bool:
+    """Something accepts connections on 127.0.0.1:`port`."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class ServerProcess:
+    """A running `python -m app.cli serve` with its log captured to a file.
+
+    `db`: the database file. `data_dir`: run with OFFICELLM_DATA_DIR there (the database and
+    admin token in it unless `db` says otherwise), as the console's local server does. With
+    neither, a fresh database in a temporary directory, removed by stop(): tests never touch
+    the user's own data directory. `env`: extra environment. `module`: what `python -m` runs
+    (a test launcher that injects a fault, then calls app.cli.main).
+    """
+
+    def __init__(self, *flags: str, api_key: str | None = API_KEY, db: Path | None = None,
+                 data_dir: Path | None = None, env: dict[str, str] | None = None,
+                 module: str = "app.cli") -> None:
+        self.api_key = api_key
+        self.data_dir = data_dir
+        self._tmp_dir = (tempfile.mkdtemp(prefix="officellm-db-")
+                         if db is None and data_dir is None else None)
+        if db is not None:
+            self.db_path = Path(db)
+        elif data_dir is not None:
+            self.db_path = Path(data_dir) / DB_FILENAME  # the server's default there
+        else:
+            self.db_path = Path(self._tmp_dir) / DB_FILENAME
+        port = free_port()
+        args = [sys.executable, "-m", module, "serve", "--port", str(port), *BASE_FLAGS]
+        if data_dir is None or db is not None:
+            args += ["--db", str(self.db_path)]
+        args += flags
+        if api_key:
+            args += ["--api-key", api_key]
+        full_env = dict(os.environ,
+                        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                        TOKENIZERS_PARALLELISM="false", **(env or {}))
+        if data_dir is not None:
+            full_env["OFFICELLM_DATA_DIR"] = str(data_dir)
+        # One compute thread: CI boxes are small and shared, and two OpenMP threads on two
+        # contended cores made each step several times slower. Same as reference_llm's.
+        full_env.setdefault("OMP_NUM_THREADS", TEST_THREADS)
+        self.server = Server("officellm-serve", args, full_env, port, cwd=REPO)
+        self.server.launch()
+
+    def __enter__(self) -> ServerProcess:
+        """Ready to answer (stopped again, log and database removed, on exit)."""
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        assert self.server.proc is not None
+        return self.server.proc
+
+    @property
+    def log(self):
+        """The log file (its .name is the path)."""
+        return self.server.log
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    @property
+    def admin_token(self) -> str | None:
+        """The admin token the server wrote beside its database (None before it has)."""
+        path = admin_token_path(self.db_path)
+        return path.read_text().strip() if path.exists() else None
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        """Poll /health until 200; fail with the server's log if it dies or never gets ready."""
+        self.server.wait_ready(timeout=timeout, interval=0.2, describe=self.output)
+
+    def output(self) -> str:
+        return self.server.output()
+
+    def terminate(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no final flush (the crash case)."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self, keep_db: bool = False) -> None:
+        """Stop the server (SIGTERM, then SIGKILL), delete its log and, unless `keep_db`, the
+        temporary database directory."""
+        self.server.stop()
+        self.server.remove_log()
+        if self._tmp_dir is not None and not keep_db:
+            shutil.rmtree(self._tmp_dir, ignore_errors=True)
