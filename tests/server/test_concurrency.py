@@ -10,7 +10,7 @@ import openai
 
 from engine import SamplingParams
 from tests.server.server_process import ServerProcess
-from tests.server.test_openai_api import TIMEOUT, sample, scrape
+from tests.support.server_api import TIMEOUT, sample, scrape
 
 NUM_CLIENTS = 16
 MAX_TOKENS = 8
