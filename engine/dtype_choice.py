@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import torch
+
+from engine.cpu_features import cpu_features
 
 logger = logging.getLogger("engine.dtype_choice")
 
@@ -15,15 +16,6 @@ NAMES = {
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
 }
-
-
-def cpu_has_bf16() -> bool:
-    """AMX or AVX512-BF16 in the CPU flags (Linux); elsewhere assume not."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
 def _time_linear(dtype: torch.dtype, m: int, k: int, n: int) -> float:
@@ -53,7 +45,7 @@ def resolve_dtype(requested: str, device: torch.device, config_dtype: str | None
     if device.type == "cuda":
         cfg = NAMES.get((config_dtype or "").lower(), torch.bfloat16)
         return cfg if cfg != torch.float32 else torch.bfloat16
-    if not cpu_has_bf16():
+    if not cpu_features().has_bf16_compute:
         return torch.float32
     shape = (32, hidden_size, 2 * intermediate_size)
     fp32, bf16 = _time_linear(torch.float32, *shape), _time_linear(torch.bfloat16, *shape)

@@ -17,6 +17,7 @@ import torch
 
 from engine.attention import selection as kernels_ops
 from engine.config import EngineConfig, format_gib
+from engine.cpu_features import cpu_features
 from engine.distributed.parallel_state import ParallelState
 from engine.dtype_choice import resolve_dtype
 from engine.kv_plan import KVCacheTooSmallError, size_pool
@@ -88,8 +89,14 @@ class Worker:
         self.model.to(self.device)
         self.model.load_weights(iter_safetensors(model_dir))
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        if self.backend == "cpu" and packed_linear.can_pack(self.device, self.dtype):
-            self.model.pack_linears()
+        if self.backend == "cpu" and self.dtype == torch.bfloat16:
+            features = cpu_features()
+            if packed_linear.can_pack(self.device, self.dtype, features):
+                self.model.pack_linears()
+            elif packed_linear.torch_can_pack():
+                logger.info("bf16 weights are not pre-packed for oneDNN: this CPU (%s) has "
+                            "neither AVX-512 BW/VL/DQ nor AVX-NE-CONVERT",
+                            features.describe())
         self.load_seconds = time.monotonic() - t0
         self.runner: ModelRunner | None = None
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.db import migrate
 from app.db.paths import admin_token_path, default_db_path
-from app.db.sqlite_engine import make_engine
+from app.db.sqlite_engine import IMMEDIATE, make_engine
 
 
 class Database:
@@ -39,8 +39,14 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
-        """A session inside one transaction: committed on success, rolled back on error."""
+        """A session inside one write transaction: committed on success, rolled back on error.
+
+        It holds SQLite's write lock from its start (BEGIN IMMEDIATE, waiting out another
+        writer up to the busy timeout), so reading then writing inside it never fails with
+        "database is locked" because another writer committed in between.
+        """
         with self.sessionmaker() as session, session.begin():
+            session.connection(execution_options={IMMEDIATE: True})  # BEGIN IMMEDIATE now
             yield session
 
     def upgrade(self, revision: str = "head") -> None:

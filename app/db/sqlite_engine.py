@@ -11,6 +11,9 @@ from sqlalchemy import Engine, create_engine, event
 # writer holds the lock for milliseconds; CLI commands may run beside a live server.
 BUSY_TIMEOUT_MS = 10_000
 
+# The connection execution option that makes the next transaction BEGIN IMMEDIATE.
+IMMEDIATE = "officellm_begin_immediate"
+
 
 def sqlite_url(path: Path | str) -> str:
     """The SQLAlchemy URL of a database file."""
@@ -39,7 +42,13 @@ def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
 
 
 def _on_begin(conn: Any) -> None:
-    conn.exec_driver_sql("BEGIN")
+    # A write transaction takes the write lock at BEGIN IMMEDIATE, waiting up to the busy
+    # timeout for it. A deferred BEGIN that reads first and writes later would instead have
+    # to upgrade its read snapshot; if another writer (the batched usage writer, every flush
+    # interval) committed meanwhile, SQLite refuses the upgrade at once with "database is
+    # locked", whatever the busy timeout (waiting could not make the stale snapshot current).
+    immediate = conn.get_execution_options().get(IMMEDIATE, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def make_engine(path: Path | str, echo: bool = False) -> Engine:

@@ -13,15 +13,26 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from engine.cpu_features import CpuFeatures, cpu_features
+
 # The batch size oneDNN picks the packed layout for; any number of rows works with it.
 BATCH_HINT = 16
 
 
-def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether packing applies: bf16 on a CPU whose torch has oneDNN's packed linear."""
-    return (device.type == "cpu" and dtype == torch.bfloat16
-            and torch.backends.mkldnn.is_available()
+def torch_can_pack() -> bool:
+    """This torch build has oneDNN's packed linear."""
+    return (torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+
+
+def can_pack(device: torch.device, dtype: torch.dtype,
+             features: CpuFeatures | None = None) -> bool:
+    """Whether packing applies: bf16 on a CPU that oneDNN can pack bf16 weights on (AVX-512
+    BW/VL/DQ or AVX-NE-CONVERT; elsewhere it refuses), with a torch that has the packed
+    linear. `features`: the CPU's (default: engine.cpu_features.cpu_features())."""
+    if device.type != "cpu" or dtype != torch.bfloat16 or not torch_can_pack():
+        return False
+    return (features or cpu_features()).can_pack_bf16
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:

@@ -20,10 +20,10 @@ from app.accounts.usage_writer import UsageWriter
 from app.db.database import Database
 from app.db.events import recent_events
 from app.db.keys import issue_key, list_keys
-from app.db.policies import set_policy
+from app.db.policies import get_policy, set_policy
 from app.db.threads import get_thread_state, list_threads
 from app.db.usage import list_usage, usage_today
-from app.db.users import create_user
+from app.db.users import create_user, get_user
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,6 +82,29 @@ def test_flushes_on_its_own_within_the_interval(db: Database, users) -> None:
         with db.session() as s:
             assert usage_today(s, alice).total_tokens == 120
         assert writer.pending_tokens(alice) == 0
+
+
+def test_a_flush_between_a_transactions_read_and_its_write_does_not_fail_it(db: Database,
+                                                                           users) -> None:
+    """What an admin request does (read the user, then write their policy) while the usage
+    writer commits a batch. With a deferred BEGIN the read took a snapshot, the flush
+    committed, and SQLite refused the snapshot's upgrade to a write at once ("database is
+    locked", no busy wait): the admin API answered 500 now and then under traffic."""
+    alice, _ = users
+    writer = UsageWriter(db, interval=3600, start=False)
+    writer.add_usage(alice, prompt_tokens=1, completion_tokens=1)
+    flushed: list[bool] = []
+    flusher = threading.Thread(target=lambda: flushed.append(writer.flush()))
+    with db.transaction() as s:
+        get_user(s, "alice")  # the read
+        flusher.start()
+        flusher.join(0.5)  # the writer commits here if the transaction lets it
+        set_policy(s, "alice", max_turns=3)  # the write
+    flusher.join()
+    assert flushed == [True] and writer.failed_flushes == 0
+    with db.session() as s:
+        assert usage_today(s, alice).requests == 1
+        assert get_policy(s, "alice").max_turns == 3
 
 
 def test_close_flushes_everything_and_then_refuses(db: Database, users) -> None:

@@ -18,8 +18,31 @@ def test_equal_prefixes_hash_equal_and_chain_through_parents():
     assert hash_block_tokens(a, [4, 5, 6], None) != hash_block_tokens(None, [4, 5, 6], None)
 
 
-def test_salt_changes_only_the_first_block_hash_input():
+def test_the_salt_enters_the_first_blocks_hash():
     assert hash_block_tokens(None, [1, 2], "alice") != hash_block_tokens(None, [1, 2], "bob")
+    assert hash_block_tokens(None, [1, 2], "alice") != hash_block_tokens(None, [1, 2], None)
+
+
+def test_a_later_blocks_hash_depends_on_the_salt_only_through_its_parent():
+    parent = hash_block_tokens(None, [1, 2], "alice")
+    later = {hash_block_tokens(parent, [3, 4], salt) for salt in ("alice", "bob", None)}
+    assert len(later) == 1  # same parent + same tokens: same hash, whatever the salt
+
+
+def test_salted_requests_chain_their_block_hashes_from_a_salted_first_block():
+    kv = KVCacheManager(num_blocks=16, block_size=4)
+    tokens = list(range(12))
+    hashes = {}
+    for salt in ("alice", "bob"):
+        req = _req(salt, tokens, salt=salt)
+        kv.get_computed_blocks(req)  # fills req.block_hashes over its full blocks
+        hashes[salt] = req.block_hashes
+    assert len(hashes["alice"]) == len(hashes["bob"]) == 3
+    assert not set(hashes["alice"]) & set(hashes["bob"])  # the first differs, so all do
+    for salt, h in hashes.items():
+        assert h[0] == hash_block_tokens(None, tokens[:4], salt)
+        assert h[1] == hash_block_tokens(h[0], tokens[4:8], None)
+        assert h[2] == hash_block_tokens(h[1], tokens[8:12], None)
 
 
 def test_allocate_takes_least_recently_freed_first():

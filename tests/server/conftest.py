@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import openai
 import pytest
 
+from tests.support.server_api import TIMEOUT
 from tests.support.server_process import TEST_THREADS, ServerProcess
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -21,6 +23,19 @@ def server() -> Iterator[ServerProcess]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="session")
+def client(server: ServerProcess) -> openai.OpenAI:
+    """The real `openai` client, pointed at the shared server with its key."""
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=server.api_key,
+                         timeout=TIMEOUT, max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def model(client: openai.OpenAI) -> str:
+    """The served model's name, as /v1/models reports it."""
+    return client.models.list().data[0].id
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import httpx
 import openai
 
 from engine import SamplingParams
-from tests.server.test_openai_api import TIMEOUT, sample, scrape
+from tests.support.server_api import TIMEOUT, sample, scrape
 from tests.support.server_process import ServerProcess
 
 NUM_CLIENTS = 16

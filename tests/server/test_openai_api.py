@@ -2,46 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-
 import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from engine import SamplingParams
 from tests.support.openai_errors import openai_error as _error
+from tests.support.server_api import CHAT, TIMEOUT, sample, scrape
 from tests.support.server_process import ServerProcess
-
-TIMEOUT = 120.0
-CHAT = [{"role": "user", "content": "What is the capital of France?"}]
-
-
-@pytest.fixture(scope="module")
-def client(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=server.api_key,
-                         timeout=TIMEOUT, max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def model(client: openai.OpenAI) -> str:
-    return client.models.list().data[0].id
-
-
-def scrape(server: ServerProcess) -> dict[tuple[str, tuple], float]:
-    """Every sample of /metrics, parsed by prometheus_client's own parser."""
-    r = httpx.get(f"{server.base_url}/metrics", headers=server.headers, timeout=10)
-    assert r.status_code == 200
-    out = {}
-    for family in text_string_to_metric_families(r.text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def sample(metrics: dict, name: str, **labels: str) -> float:
-    return metrics.get((name, tuple(sorted(labels.items()))), 0.0)
-
 
 # -- 1. chat, stream, completions, models; parity with engine.LLM --------------------------
 
@@ -136,57 +104,130 @@ def test_n_seed_logprobs_and_stop(client, model) -> None:
 
 # -- 4. errors in OpenAI's shape, and the server keeps serving -----------------------------
 
-def test_errors_are_openai_shaped_and_harmless(server: ServerProcess, client, model) -> None:
-    url = f"{server.base_url}/v1/chat/completions"
-    h = server.headers
-    # A request streaming meanwhile must not be disturbed by the bad ones.
-    streamed: list[str] = []
+def _chat_url(server: ServerProcess) -> str:
+    return f"{server.base_url}/v1/chat/completions"
 
-    def background() -> None:
-        for c in client.chat.completions.create(model=model, messages=CHAT, temperature=0,
-                                                max_tokens=16, stream=True):
-            if c.choices:
-                streamed.append(c.choices[0].delta.content or "")
-    t = threading.Thread(target=background)
-    t.start()
 
+def _chat_prompt_over_the_context(server, client, model) -> None:
     too_long = {"model": model, "messages": [{"role": "user", "content": "hello " * 7000}]}
-    err = _error(httpx.post(url, json=too_long, headers=h, timeout=TIMEOUT), 400)
+    err = _error(httpx.post(_chat_url(server), json=too_long, headers=server.headers,
+                            timeout=TIMEOUT), 400)
     assert err["message"].startswith("This model's maximum context length is 5824 tokens. "
                                      "However, your request has ")
     assert err["message"].endswith("input tokens. Please reduce the length of the input messages.")
-    err = _error(httpx.post(url, json={"model": model, "messages": CHAT, "max_tokens": 100000},
-                            headers=h, timeout=TIMEOUT), 400)
+
+
+def _max_tokens_over_the_context(server, client, model) -> None:
+    err = _error(httpx.post(_chat_url(server), json={"model": model, "messages": CHAT,
+                                                     "max_tokens": 100000},
+                            headers=server.headers, timeout=TIMEOUT), 400)
     assert "However, you requested" in err["message"] and "in the completion" in err["message"]
+
+
+def _completions_prompt_over_the_context(server, client, model) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
         client.completions.create(model=model, prompt="hello " * 7000, max_tokens=4)
     assert "maximum context length is 5824 tokens" in exc.value.message
 
-    _error(httpx.post(url, content=b'{"model": "x", "messages": [', headers=h | {
-        "content-type": "application/json"}, timeout=TIMEOUT), 400)
-    err = _error(httpx.post(url, json={"model": model, "messages": CHAT, "temperature": "hot"},
-                            headers=h, timeout=TIMEOUT), 400)
+
+def _malformed_json(server, client, model) -> None:
+    _error(httpx.post(_chat_url(server), content=b'{"model": "x", "messages": [',
+                      headers=server.headers | {"content-type": "application/json"},
+                      timeout=TIMEOUT), 400)
+
+
+def _temperature_not_a_number(server, client, model) -> None:
+    err = _error(httpx.post(_chat_url(server), json={"model": model, "messages": CHAT,
+                                                     "temperature": "hot"},
+                            headers=server.headers, timeout=TIMEOUT), 400)
     assert err["param"] == "temperature"
-    _error(httpx.post(url, json={"model": model, "messages": "hi"}, headers=h, timeout=TIMEOUT), 400)
-    err = _error(httpx.post(url, json={"model": model, "messages": CHAT, "max_tokens": -5},
-                            headers=h, timeout=TIMEOUT), 400)
+
+
+def _messages_not_a_list(server, client, model) -> None:
+    _error(httpx.post(_chat_url(server), json={"model": model, "messages": "hi"},
+                      headers=server.headers, timeout=TIMEOUT), 400)
+
+
+def _negative_max_tokens(server, client, model) -> None:
+    err = _error(httpx.post(_chat_url(server), json={"model": model, "messages": CHAT,
+                                                     "max_tokens": -5},
+                            headers=server.headers, timeout=TIMEOUT), 400)
     assert err["param"] == "max_tokens"
+
+
+def _negative_temperature(server, client, model) -> None:
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=model, messages=CHAT, temperature=-0.5)
+
+
+def _unknown_model(server, client, model) -> None:
     with pytest.raises(openai.NotFoundError) as exc:
         client.chat.completions.create(model="gpt-4o", messages=CHAT)
     assert exc.value.body["code"] == "model_not_found"
-    err = _error(httpx.get(f"{server.base_url}/v1/nothing-here", headers=h, timeout=10), 404)
-    err = _error(httpx.post(url, json={"model": model, "messages": CHAT}, timeout=10), 401)
-    assert err["code"] == "invalid_api_key"
-    _error(httpx.get(f"{server.base_url}/v1/models",
-                     headers={"Authorization": "Bearer wrong"}, timeout=10), 401)
-    assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200  # no auth
 
-    t.join(TIMEOUT)
-    assert not t.is_alive() and "".join(streamed)
+
+def _unknown_route(server, client, model) -> None:
+    _error(httpx.get(f"{server.base_url}/v1/nothing-here", headers=server.headers, timeout=10),
+           404)
+
+
+def _no_api_key(server, client, model) -> None:
+    err = _error(httpx.post(_chat_url(server), json={"model": model, "messages": CHAT},
+                            timeout=10), 401)
+    assert err["code"] == "invalid_api_key"
+
+
+def _wrong_api_key(server, client, model) -> None:
+    _error(httpx.get(f"{server.base_url}/v1/models", headers={"Authorization": "Bearer wrong"},
+                     timeout=10), 401)
+
+
+BAD_REQUESTS = {
+    "chat-prompt-over-the-context": _chat_prompt_over_the_context,
+    "max-tokens-over-the-context": _max_tokens_over_the_context,
+    "completions-prompt-over-the-context": _completions_prompt_over_the_context,
+    "malformed-json": _malformed_json,
+    "temperature-not-a-number": _temperature_not_a_number,
+    "messages-not-a-list": _messages_not_a_list,
+    "negative-max-tokens": _negative_max_tokens,
+    "negative-temperature": _negative_temperature,
+    "unknown-model": _unknown_model,
+    "unknown-route": _unknown_route,
+    "no-api-key": _no_api_key,
+    "wrong-api-key": _wrong_api_key,
+}
+STREAMED = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def undisturbed_reply(reference_llm) -> str:
+    """What the stream that runs beside each bad request must say: the engine's greedy reply."""
+    return reference_llm.chat(CHAT, STREAMED)[0].outputs[0].text
+
+
+@pytest.mark.parametrize("bad_request", BAD_REQUESTS.values(), ids=BAD_REQUESTS.keys())
+def test_errors_are_openai_shaped_and_harmless(server: ServerProcess, client, model,
+                                               undisturbed_reply, bad_request) -> None:
+    # A request streaming meanwhile must not be disturbed by the bad one: it is under way
+    # (its first token arrived) when the bad request is sent, and says what it says alone.
+    stream = iter(client.chat.completions.create(
+        model=model, messages=CHAT, temperature=0, max_tokens=STREAMED.max_tokens, stream=True,
+        extra_body={"ignore_eos": True}))
+    streamed = ""
+    for c in stream:
+        streamed += (c.choices[0].delta.content or "") if c.choices else ""
+        if streamed:
+            break
+    bad_request(server, client, model)  # refused in OpenAI's shape (its own assertions)
+    streamed += "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert streamed == undisturbed_reply
+    # And the server still serves afterwards.
     r = client.chat.completions.create(model=model, messages=CHAT, temperature=0, max_tokens=4)
     assert r.choices[0].message.content and r.usage.completion_tokens == 4
+
+
+def test_health_needs_no_api_key(server: ServerProcess) -> None:
+    assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200  # no auth
 
 
 # -- 5. /metrics parses, and the counters move by the right amounts ------------------------

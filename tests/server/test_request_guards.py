@@ -1,52 +1,83 @@
-"""Oversized bodies, tool calling and unknown roles get a clear error; the server goes on."""
+"""Oversized bodies, tool calling and unknown roles get a clear error; the server goes on.
+
+Each test stands alone (fixtures from tests/server/conftest.py): the refusals are helpers,
+so the test that the server still answers makes them itself instead of relying on the tests
+before it having run.
+"""
 
 from __future__ import annotations
 
 import httpx
+import openai
+import pytest
 
-from tests.server.test_openai_api import CHAT, TIMEOUT, _error
-from tests.server.test_openai_api import client as client  # noqa: F401 - shared fixtures
-from tests.server.test_openai_api import model as model  # noqa: F401
+from tests.support.openai_errors import openai_error as _error
+from tests.support.server_api import CHAT, TIMEOUT
 from tests.support.server_process import ServerProcess
 
+UNKNOWN_ROLES = ("tool", "wizard")
 
-def test_a_body_over_the_limit_gets_413_before_it_is_read(server: ServerProcess, model) -> None:
-    url = f"{server.base_url}/v1/chat/completions"
-    big = b'{"model": "x", "messages": [{"role": "user", "content": "' + b"a" * (11 * 1024 * 1024) + b'"}]}'
-    err = _error(httpx.post(url, content=big, headers=server.headers | {
+
+def _chat_url(server: ServerProcess) -> str:
+    return f"{server.base_url}/v1/chat/completions"
+
+
+def refuse_a_body_over_the_limit(server: ServerProcess) -> dict:
+    big = (b'{"model": "x", "messages": [{"role": "user", "content": "'
+           + b"a" * (11 * 1024 * 1024) + b'"}]}')
+    return _error(httpx.post(_chat_url(server), content=big, headers=server.headers | {
         "Content-Type": "application/json"}, timeout=TIMEOUT), 413)
-    assert "10,485,760 bytes" in err["message"] and err["code"] == "request_too_large"
 
 
-def test_a_chunked_body_over_the_limit_gets_413(server: ServerProcess) -> None:
-    url = f"{server.base_url}/v1/chat/completions"
-
+def refuse_a_chunked_body_over_the_limit(server: ServerProcess) -> dict:
     def chunks():
         for _ in range(12):
             yield b"a" * (1024 * 1024)
 
-    err = _error(httpx.post(url, content=chunks(), headers=server.headers | {
+    return _error(httpx.post(_chat_url(server), content=chunks(), headers=server.headers | {
         "Content-Type": "application/json"}, timeout=TIMEOUT), 413)
+
+
+def refuse_tools(server: ServerProcess, model: str) -> dict:
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {}}}]
+    return _error(httpx.post(_chat_url(server), json={"model": model, "messages": CHAT,
+                                                      "tools": tools},
+                             headers=server.headers, timeout=TIMEOUT), 400)
+
+
+def refuse_role(server: ServerProcess, model: str, role: str) -> dict:
+    messages = CHAT + [{"role": role, "content": "hello"}]
+    return _error(httpx.post(_chat_url(server), json={"model": model, "messages": messages},
+                             headers=server.headers, timeout=TIMEOUT), 400)
+
+
+def test_a_body_over_the_limit_gets_413_before_it_is_read(server: ServerProcess) -> None:
+    err = refuse_a_body_over_the_limit(server)
+    assert "10,485,760 bytes" in err["message"] and err["code"] == "request_too_large"
+
+
+def test_a_chunked_body_over_the_limit_gets_413(server: ServerProcess) -> None:
+    err = refuse_a_chunked_body_over_the_limit(server)
     assert "larger than this server's limit" in err["message"]
 
 
-def test_tool_calling_is_refused_plainly(server: ServerProcess, model) -> None:
-    url = f"{server.base_url}/v1/chat/completions"
-    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {}}}]
-    err = _error(httpx.post(url, json={"model": model, "messages": CHAT, "tools": tools},
-                            headers=server.headers, timeout=TIMEOUT), 400)
+def test_tool_calling_is_refused_plainly(server: ServerProcess, model: str) -> None:
+    err = refuse_tools(server, model)
     assert "Tool and function calling are not supported" in err["message"]
 
 
-def test_unknown_roles_are_refused(server: ServerProcess, model) -> None:
-    url = f"{server.base_url}/v1/chat/completions"
-    for role in ("tool", "wizard"):
-        messages = CHAT + [{"role": role, "content": "hello"}]
-        err = _error(httpx.post(url, json={"model": model, "messages": messages},
-                                headers=server.headers, timeout=TIMEOUT), 400)
-        assert f"Unsupported message role '{role}'" in err["message"]
+@pytest.mark.parametrize("role", UNKNOWN_ROLES)
+def test_unknown_roles_are_refused(server: ServerProcess, model: str, role: str) -> None:
+    err = refuse_role(server, model, role)
+    assert f"Unsupported message role '{role}'" in err["message"]
 
 
-def test_the_server_still_answers_after_the_refusals(server: ServerProcess, client, model) -> None:
+def test_the_server_still_answers_after_the_refusals(server: ServerProcess,
+                                                     client: openai.OpenAI, model: str) -> None:
+    refuse_a_body_over_the_limit(server)
+    refuse_a_chunked_body_over_the_limit(server)
+    refuse_tools(server, model)
+    for role in UNKNOWN_ROLES:
+        refuse_role(server, model, role)
     out = client.chat.completions.create(model=model, messages=CHAT, temperature=0, max_tokens=8)
     assert out.choices[0].message.content

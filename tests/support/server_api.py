@@ -1,0 +1,26 @@
+"""What the tests of a running server share: the chat they send, the timeout, /metrics."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.server_process import ServerProcess
+
+TIMEOUT = 120.0
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def scrape(server: ServerProcess) -> dict[tuple[str, tuple], float]:
+    """Every sample of /metrics, parsed by prometheus_client's own parser."""
+    r = httpx.get(f"{server.base_url}/metrics", headers=server.headers, timeout=10)
+    assert r.status_code == 200
+    out = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def sample(metrics: dict, name: str, **labels: str) -> float:
+    return metrics.get((name, tuple(sorted(labels.items()))), 0.0)
