@@ -98,3 +98,7 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status.finished
+
+    def append_output_token(self, token_id: int) -> None:
+        self.output_token_ids.append(token_id)
+        self.all_token_ids.append(token_id)

@@ -195,8 +195,7 @@ class Scheduler:
                                                 error=NAN_ERROR))
                 continue
             token = tokens[i]
-            req.output_token_ids.append(token)
-            req.all_token_ids.append(token)
+            req.append_output_token(token)
             self.generation_tokens_total += 1
             if len(req.output_token_ids) == 1:
                 self.prompt_tokens_total += len(req.prompt_token_ids)

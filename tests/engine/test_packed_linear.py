@@ -91,8 +91,8 @@ def test_at_the_avx2_level_an_engine_never_attempts_packing(smollm2_dir, monkeyp
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
     for dtype, expected in (("auto", torch.float32), ("bfloat16", torch.bfloat16)):
         llm = make_llm(smollm2_dir, dtype=dtype)
-        assert llm.llm_engine.dtype == expected
-        assert llm.llm_engine.model.layers[0].qkv.packed is None
+        assert llm.llm_engine.engine_core.dtype == expected
+        assert llm.llm_engine.engine_core.model.layers[0].qkv.packed is None
         assert len(llm.generate([[1, 504, 3458]], params)[0].outputs[0].token_ids) == 4
 
 

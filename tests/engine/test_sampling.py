@@ -137,7 +137,7 @@ def test_frequency_penalty_reduces_repeats(smollm2_llm):
 def test_frequency_and_presence_penalties_follow_openais_formula(frequency, presence):
     """OpenAI: logit[j] -= c[j] * frequency_penalty + (c[j] > 0) * presence_penalty, with c[j]
     the count of j among the tokens generated so far (the prompt's tokens do not count)."""
-    from engine.request import Request
+    from engine.core.request import Request
 
     from engine.sampler import Sampler
 
