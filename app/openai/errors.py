@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.policy.types import Decision
+from engine.sampling_params import SamplingParamsError
 
 logger = logging.getLogger("officellm.server")
 
@@ -69,6 +70,13 @@ def decision_error(decision: Decision) -> APIError:
     return APIError(decision.status, decision.message or "Refused by policy.",
                     param="messages" if decision.status == 400 else None,
                     code=POLICY_ERROR_CODES.get(decision.reason or ""), headers=headers)
+
+
+def invalid_value(exc: ValueError, param: str | None = None) -> APIError:
+    """A value the request may not have, as a 400: a SamplingParamsError names its field as
+    `param`; any other ValueError is about `param`."""
+    return APIError(400, str(exc),
+                    param=exc.field if isinstance(exc, SamplingParamsError) else param)
 
 
 def unavailable(message: str, retry_after_s: int) -> APIError:

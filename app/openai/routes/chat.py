@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.admission.auth import Principal, get_principal
-from app.openai.errors import APIError
+from app.openai.errors import invalid_value
 from app.openai.logprobs import chat_logprobs
 from app.openai.protocol import ChatCompletionRequest
 from app.openai.sse import DONE, SSEResponse, sse
@@ -31,12 +31,15 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            principal: Principal = Depends(get_principal),
                            server: ServerState = Depends(admitted_server)) -> Response:
     """OpenAI's chat completions, streaming or not: admission, the prompt, the engine."""
+    try:
+        params = body.sampling_params()  # the request's values, checked once
+    except ValueError as exc:
+        raise invalid_value(exc) from exc
     model = server.resolve_model(body.model)
     try:
-        params = body.sampling_params()
         messages = [m.to_template_dict() for m in body.messages]
     except ValueError as exc:
-        raise APIError(400, str(exc)) from exc
+        raise invalid_value(exc) from exc
     async with server.admission.admit(principal, "chat", params.n) as admission:
         # The client's thread id (header, else the `user` field), else the opening messages.
         key = thread_key(principal.user_id, messages,

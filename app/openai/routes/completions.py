@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.admission.auth import Principal, get_principal
-from app.openai.errors import APIError
+from app.openai.errors import invalid_value
 from app.openai.logprobs import completion_logprobs
 from app.openai.protocol import CompletionRequest
 from app.openai.sse import DONE, SSEResponse, sse
@@ -27,12 +27,15 @@ async def completions(body: CompletionRequest, request: Request,
                       server: ServerState = Depends(admitted_server)) -> Response:
     """OpenAI's text completions, streaming or not; quota and concurrency apply (threads are a
     chat notion, so no thread limits here)."""
+    try:
+        params = body.sampling_params()  # the request's values, checked once
+    except ValueError as exc:
+        raise invalid_value(exc) from exc
     model = server.resolve_model(body.model)
     try:
-        params = body.sampling_params()
         prompts = body.prompts()
     except ValueError as exc:
-        raise APIError(400, str(exc), param="prompt") from exc
+        raise invalid_value(exc, "prompt") from exc
     async with server.admission.admit(principal, "completions",
                                       len(prompts) * params.n) as admission:
         ids = [await server.prompts.completion(admission, p, params.max_tokens) for p in prompts]
