@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.openai.responses import ErrorDetail, ErrorResponse
 from app.policy.types import Decision
 from engine.sampling_params import SamplingParamsError
 
@@ -41,10 +42,13 @@ class APIError(Exception):
         self.type = type or _TYPES.get(status, "invalid_request_error")
         self.headers = headers
 
+    def model(self) -> ErrorResponse:
+        return ErrorResponse(error=ErrorDetail(message=self.message, type=self.type,
+                                               param=self.param, code=self.code))
+
     def body(self) -> dict[str, Any]:
-        """The JSON body: {"error": {...}}."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code}}
+        """The JSON body: {"error": {"message", "type", "param", "code"}}."""
+        return self.model().model_dump()
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
