@@ -114,9 +114,9 @@ class EventView(BaseModel):
 
 
 class Stats(BaseModel):
-    """GET /admin/stats: live numbers."""
+    """GET /admin/stats: live numbers (also while the model loads, or after it failed)."""
 
-    model: str
+    model: str | None = Field(description="null until a model has loaded.")
     uptime_s: float
     ready: bool
     engine: EngineStats | None = Field(description="null until the engine has loaded.")
@@ -130,7 +130,7 @@ class Stats(BaseModel):
 class Plan(BaseModel):
     """GET /admin/plan: the KV arithmetic for the loaded model."""
 
-    model: str
+    model: str | None
     bytes_per_token: int
     kv_cache_tokens: int
     num_blocks: int

@@ -26,9 +26,8 @@ CHAT_ROLES = frozenset({"system", "developer", "user", "assistant"})
 
 
 def bounded(name: str) -> Callable[[dict[str, Any]], None]:
-    """json_schema_extra showing SamplingParams' bound of `name` (minimum, maximum,
-    exclusiveMinimum) on the numeric branch of the field's schema. Documentation only:
-    SamplingParams enforces it, once."""
+    """json_schema_extra showing SamplingParams' bound of `name` (Bound.json_schema) on the
+    numeric branch of the field's schema. Documentation only: SamplingParams enforces it."""
     extra = BOUNDS[name].json_schema()
 
     def add(schema: dict[str, Any]) -> None:
