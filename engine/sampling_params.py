@@ -1,9 +1,15 @@
-"""Per-request generation settings, in vLLM's shape."""
+"""Per-request generation settings, in vLLM's shape, and the one declaration of their bounds.
+
+BOUNDS is the only place a field's range is written down: SamplingParams.validate() walks it,
+and the OpenAI request models (app/openai/protocol.py) copy it into their JSON schema as
+documentation, so a request is checked once, here, whichever way it comes in.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 MAX_TOP_LOGPROBS = 20
 MAX_N = 16
@@ -12,6 +18,118 @@ MAX_N = 16
 # rest of its batch with it, instead of getting a 400.
 SEED_RANGE = (-(2**63), 2**63 - 1)
 MAX_TOP_K = 2**31 - 1
+
+
+def _number(v: int | float) -> str:
+    return str(v) if isinstance(v, int) else f"{v:g}"
+
+
+def _inexact(v: int | float) -> bool:
+    """An integer a float cannot hold (beyond 2**53, most)."""
+    return isinstance(v, int) and float(v) != v
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The allowed range of one numeric field: `minimum` (exclusive if `exclusive_minimum`)
+    and `maximum`, either absent. `phrase` overrides the wording "must be <phrase>"."""
+
+    minimum: int | float | None = None
+    maximum: int | float | None = None
+    exclusive_minimum: bool = False
+    phrase: str | None = None
+
+    def contains(self, value: int | float) -> bool:
+        if self.minimum is not None and (value <= self.minimum if self.exclusive_minimum
+                                         else value < self.minimum):
+            return False
+        return self.maximum is None or value <= self.maximum
+
+    def describe(self) -> str:
+        """What a valid value is, as in "n must be <this>"."""
+        if self.phrase:
+            return self.phrase
+        lo, hi = self.minimum, self.maximum
+        if lo is not None and hi is not None:
+            if self.exclusive_minimum:
+                return f"in ({_number(lo)}, {_number(hi)}]"
+            if isinstance(lo, int) and isinstance(hi, int):
+                return f"between {lo} and {hi}"
+            return f"in [{_number(lo)}, {_number(hi)}]"
+        if lo is not None:
+            if lo == 0:
+                return "positive" if self.exclusive_minimum else "non-negative"
+            return f"greater than {_number(lo)}" if self.exclusive_minimum \
+                else f"at least {_number(lo)}"
+        if hi is not None:
+            return f"at most {_number(hi)}"
+        return "any number"
+
+    def json_schema(self) -> dict[str, Any]:
+        """The bound in JSON Schema's words (minimum, exclusiveMinimum, maximum,
+        exclusiveMaximum), each a number a float holds exactly: schemas pass through floats
+        (FastAPI's OpenAPI models), and float(2**63 - 1) is 2**63, so seed's maximum is told
+        as exclusiveMaximum 2**63."""
+        out: dict[str, Any] = {}
+        if self.minimum is not None:
+            lo = self.minimum
+            if self.exclusive_minimum:
+                out["exclusiveMinimum"] = lo
+            elif _inexact(lo) and not _inexact(lo - 1):
+                out["exclusiveMinimum"] = lo - 1
+            else:
+                out["minimum"] = lo
+        if self.maximum is not None:
+            hi = self.maximum
+            if _inexact(hi) and not _inexact(hi + 1):
+                out["exclusiveMaximum"] = hi + 1
+            else:
+                out["maximum"] = hi
+        return out
+
+
+# Each field's bound, checked in this order (the first invalid field is the one reported).
+BOUNDS: dict[str, Bound] = {
+    "seed": Bound(*SEED_RANGE, phrase="a 64-bit integer"),
+    "top_k": Bound(maximum=MAX_TOP_K),  # 0 or negative: disabled
+    "n": Bound(1, MAX_N),
+    "temperature": Bound(minimum=0.0),
+    "top_p": Bound(0.0, 1.0, exclusive_minimum=True),
+    "min_p": Bound(0.0, 1.0),
+    "presence_penalty": Bound(-2.0, 2.0),
+    "frequency_penalty": Bound(-2.0, 2.0),
+    "repetition_penalty": Bound(minimum=0.0, exclusive_minimum=True),
+    "max_tokens": Bound(minimum=1),
+    "min_tokens": Bound(minimum=0),
+    "logprobs": Bound(0, MAX_TOP_LOGPROBS),
+}
+# Float fields: NaN and infinities are refused before any bound is looked at.
+FINITE_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
+                 "repetition_penalty")
+
+
+class SamplingParamsError(ValueError):
+    """An invalid SamplingParams field: `field` names it; the message says what is allowed."""
+
+    def __init__(self, field: str, message: str, bound: Bound | None = None,
+                 value: Any = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.bound = bound
+        self.value = value
+
+    @classmethod
+    def out_of_range(cls, field: str, bound: Bound, value: Any) -> SamplingParamsError:
+        return cls(field, f"{field} must be {bound.describe()}, got {value}.", bound, value)
+
+    def renamed(self, field: str) -> SamplingParamsError:
+        """The same error told in the words of a caller whose field of that name fed this one
+        (OpenAI's max_completion_tokens is SamplingParams' max_tokens)."""
+        if field == self.field:
+            return self
+        if self.bound is not None:
+            return self.out_of_range(field, self.bound, self.value)
+        return SamplingParamsError(field, str(self), None, self.value)
 
 
 @dataclass
@@ -51,41 +169,24 @@ class SamplingParams:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ValueError naming the first invalid field."""
-        for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
-                     "repetition_penalty"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}.")
-        if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
-            raise ValueError(f"seed must be a 64-bit integer, got {self.seed}.")
-        if self.top_k > MAX_TOP_K:
-            raise ValueError(f"top_k must be at most {MAX_TOP_K}, got {self.top_k}.")
-        if not 1 <= self.n <= MAX_N:
-            raise ValueError(f"n must be between 1 and {MAX_N}, got {self.n}.")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be non-negative, got {self.temperature}.")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}.")
-        if not 0 <= self.min_p <= 1:
-            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}.")
-        if not -2 <= self.presence_penalty <= 2:
-            raise ValueError(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}.")
-        if not -2 <= self.frequency_penalty <= 2:
-            raise ValueError(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}.")
-        if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be positive, got {self.repetition_penalty}.")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}.")
-        if self.min_tokens < 0:
-            raise ValueError(f"min_tokens must be non-negative, got {self.min_tokens}.")
+        """Raise SamplingParamsError (a ValueError) naming the first invalid field."""
+        for name in BOUNDS:
+            if getattr(self, name) is None and name not in _OPTIONAL:
+                raise SamplingParamsError(name, f"{name} must be a number, got None.")
+        for name in FINITE_FIELDS:
+            value = getattr(self, name)
+            if not math.isfinite(value):
+                raise SamplingParamsError(name, f"{name} must be a finite number, got {value}.",
+                                          value=value)
+        for name, bound in BOUNDS.items():
+            value = getattr(self, name)
+            if value is not None and not bound.contains(value):
+                raise SamplingParamsError.out_of_range(name, bound, value)
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
-            raise ValueError(
-                f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})."
-            )
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
-            raise ValueError(
-                f"logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {self.logprobs}."
-            )
+            raise SamplingParamsError(
+                "min_tokens",
+                f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens}).",
+                value=self.min_tokens)
 
     @property
     def greedy(self) -> bool:
@@ -98,3 +199,7 @@ class SamplingParams:
             or self.frequency_penalty != 0.0
             or self.repetition_penalty != 1.0
         )
+
+
+# The fields that may be None (no seed, no max_tokens, no logprobs), from their annotations.
+_OPTIONAL = frozenset(f.name for f in fields(SamplingParams) if "None" in str(f.type))

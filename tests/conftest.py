@@ -56,3 +56,11 @@ def smollm2_dir() -> Path:
     from engine.loading.model_loader import resolve_model_dir
 
     return resolve_model_dir(None)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_dir: Path):
+    """The bundled SmolLM2 tokenizer (the real chat template the engine uses)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(smollm2_dir))

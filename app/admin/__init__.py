@@ -9,8 +9,10 @@ from fastapi import APIRouter, Depends
 
 from app.admin import activity, keys, live, policies, users
 from app.admin.access import require_admin
+from app.openai.responses import ERROR_RESPONSES
 
-router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
+router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)],
+                   responses=ERROR_RESPONSES)
 for _module in (live, users, keys, policies, activity):
     router.include_router(_module.router)
 

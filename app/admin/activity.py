@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from sqlalchemy.orm import Session
 
 from app.admin.errors import answered_errors
-from app.admin.views import event_view, thread_view, usage_view
+from app.admin.views import (
+    EventView,
+    ThreadView,
+    UsageRow,
+    event_view,
+    thread_view,
+    usage_view,
+)
 from app.db import (
     ThreadInfo,
     get_effective_policy,
@@ -40,7 +46,7 @@ def thread_caps(server: ServerState, session: Session, threads: list[ThreadInfo]
 
 
 def threads_with_caps(server: ServerState, session: Session, user: str | None = None,
-                      active_minutes: float | None = None) -> list[dict[str, Any]]:
+                      active_minutes: float | None = None) -> list[ThreadView]:
     """Threads as docs/admin_api.md shows them, longest first."""
     since = utcnow() - timedelta(minutes=active_minutes) if active_minutes is not None else None
     threads = list_threads(session, user, seen_since=since, limit=MAX_THREADS)
@@ -52,7 +58,7 @@ def threads_with_caps(server: ServerState, session: Session, user: str | None = 
 @router.get("/threads")
 def get_threads(request: Request, user: str | None = None,
                 active_minutes: float | None = Query(None, gt=0, le=MAX_ACTIVE_MINUTES),
-                ) -> list[dict[str, Any]]:
+                ) -> list[ThreadView]:
     server = _server(request)
     server.accounts.writer.flush()  # include the request answered a moment ago
     with answered_errors("user"), server.accounts.db.session() as session:
@@ -60,7 +66,7 @@ def get_threads(request: Request, user: str | None = None,
 
 
 @router.get("/usage")
-def get_usage(request: Request, days: int = Query(30, ge=1, le=3660)) -> list[dict[str, Any]]:
+def get_usage(request: Request, days: int = Query(30, ge=1, le=3660)) -> list[UsageRow]:
     """Per user per UTC day, newest day first, for the last `days` days (today included)."""
     server = _server(request)
     server.accounts.writer.flush()
@@ -73,7 +79,7 @@ def get_usage(request: Request, days: int = Query(30, ge=1, le=3660)) -> list[di
 
 @router.get("/events")
 def get_events(request: Request, limit: int = Query(100, ge=1, le=10_000),
-               kind: str | None = None) -> list[dict[str, Any]]:
+               kind: str | None = None) -> list[EventView]:
     """Newest first: refusals, truncations, preemptions, and the admin's own changes."""
     server = _server(request)
     server.accounts.writer.flush()

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Path, Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from app.admin.errors import answered_errors
-from app.admin.views import issued_key_view, key_view
+from app.admin.views import IssuedKeyView, KeyView, issued_key_view, key_view
 from app.db import issue_key, list_keys, revoke_key
 from app.serving.state import ServerState
 
@@ -28,7 +25,7 @@ def _server(request: Request) -> ServerState:
 
 
 @router.get("/keys")
-def get_keys(request: Request, user: str | None = None) -> list[dict[str, Any]]:
+def get_keys(request: Request, user: str | None = None) -> list[KeyView]:
     server = _server(request)
     server.accounts.writer.flush()  # last_used of keys used a moment ago
     with answered_errors("user"), server.accounts.db.session() as session:
@@ -36,14 +33,14 @@ def get_keys(request: Request, user: str | None = None) -> list[dict[str, Any]]:
 
 
 @router.post("/keys", status_code=201)
-def post_key(body: NewKey, request: Request) -> JSONResponse:
+def post_key(body: NewKey, request: Request) -> IssuedKeyView:
     with answered_errors("user"), _server(request).accounts.db.transaction() as session:
         issued = issue_key(session, body.user)
-    return JSONResponse(issued_key_view(issued), status_code=201)
+    return issued_key_view(issued)
 
 
 @router.delete("/keys/{key_id}")
-def delete_key(request: Request, key_id: int = Path(ge=1, le=MAX_KEY_ID)) -> dict[str, Any]:
+def delete_key(request: Request, key_id: int = Path(ge=1, le=MAX_KEY_ID)) -> KeyView:
     """Revoke: the key is refused from the next request on (the record stays, for audit)."""
     with answered_errors("id"), _server(request).accounts.db.transaction() as session:
         return key_view(revoke_key(session, key_id))

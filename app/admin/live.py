@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
-from typing import Any
 
 from fastapi import APIRouter, Request
 
 from app.admin.activity import threads_with_caps
+from app.admin.views import ActiveThread, Plan, Stats
 from app.db import get_effective_policy, list_threads
 from app.db.column_types import utcnow
 from app.openai.errors import unavailable
@@ -23,30 +22,29 @@ def _server(request: Request) -> ServerState:
 
 
 @router.get("/stats")
-def get_stats(request: Request) -> dict[str, Any]:
+def get_stats(request: Request) -> Stats:
     server = _server(request)
     stats = server.async_engine.stats()
     server.accounts.writer.flush()  # threads include the request answered a moment ago
     with server.accounts.db.session() as session:
         threads = threads_with_caps(server, session, active_minutes=ACTIVE_THREAD_MINUTES)
-    active = [{k: t[k] for k in ("user", "thread_key", "length", "turns", "cap", "last_seen")}
-              for t in threads]
-    return {
-        "model": server.model_name,
-        "uptime_s": round(time.monotonic() - server.started_monotonic, 3),
-        "ready": server.async_engine.is_ready,
-        "engine": asdict(stats) if stats is not None else None,
-        "rates": server.stats_window.rates(),
-        "latency": server.stats_window.latency(),
-        "active_threads": active,
-    }
+    return Stats(
+        model=server.model_name,
+        uptime_s=round(time.monotonic() - server.started_monotonic, 3),
+        ready=server.async_engine.is_ready,
+        engine=stats,
+        rates=server.stats_window.rates(),
+        latency=server.stats_window.latency(),
+        active_threads=[ActiveThread(**t.model_dump(include=set(ActiveThread.model_fields)))
+                        for t in threads],
+    )
 
 
 @router.get("/plan")
-def get_plan(request: Request) -> dict[str, Any]:
-    """docs/design.md §4's arithmetic on the live pool: how many threads of today's average length,
-    of the default cap and of the max model length fit. (The pool's size is the engine's, not
-    an estimate.) The console's Capacity tab shows this answer as it is."""
+def get_plan(request: Request) -> Plan:
+    """docs/design.md §4's arithmetic on the live pool: how many threads of today's average
+    length, of the default cap and of the max model length fit. (The pool's size is the
+    engine's, not an estimate.) The console's Capacity tab shows this answer as it is."""
     server = _server(request)
     stats = server.async_engine.stats()
     if stats is None:  # not loaded (yet, or ever): say which
@@ -60,19 +58,19 @@ def get_plan(request: Request) -> dict[str, Any]:
     pool_tokens = stats.kv_cache_tokens
     avg = round(sum(lengths) / len(lengths)) if lengths else None
     cap_or_len = cap if cap is not None else stats.max_model_len
-    return {
-        "model": server.model_name,
-        "bytes_per_token": stats.bytes_per_token,
-        "kv_cache_tokens": pool_tokens,
-        "kv_cache_bytes": pool_tokens * stats.bytes_per_token,
-        "num_blocks": stats.num_blocks_total,
-        "block_size": stats.block_size,
-        "max_model_len": stats.max_model_len,
-        "avg_thread_tokens": avg,
-        "threads_at_avg": round(pool_tokens / avg, 2) if avg else None,
-        "threads_at_cap": round(pool_tokens / cap_or_len, 2) if cap_or_len else None,
-        "threads_at_max_len": (round(pool_tokens / stats.max_model_len, 2)
-                               if stats.max_model_len else None),
-        "cap": cap,
-    }
+    return Plan(
+        model=server.model_name,
+        bytes_per_token=stats.bytes_per_token,
+        kv_cache_tokens=pool_tokens,
+        kv_cache_bytes=pool_tokens * stats.bytes_per_token,
+        num_blocks=stats.num_blocks_total,
+        block_size=stats.block_size,
+        max_model_len=stats.max_model_len,
+        avg_thread_tokens=avg,
+        threads_at_avg=round(pool_tokens / avg, 2) if avg else None,
+        threads_at_cap=round(pool_tokens / cap_or_len, 2) if cap_or_len else None,
+        threads_at_max_len=(round(pool_tokens / stats.max_model_len, 2)
+                            if stats.max_model_len else None),
+        cap=cap,
+    )
 

@@ -9,13 +9,39 @@ from fastapi import APIRouter, Body, Request
 from fastapi.responses import Response
 
 from app.admin.errors import answered_errors
-from app.admin.views import policy_view
+from app.admin.views import PolicyList, PolicyView, policy_view
 from app.db import clear_policy, get_policy, get_user, set_policy
-from app.db.policies import list_policy_overrides, validate_policy_fields
+from app.db.policies import (
+    INT_FIELDS,
+    LIMIT_RANGE,
+    list_policy_overrides,
+    validate_policy_fields,
+)
+from app.db.tables import ON_LIMIT_CHOICES
 from app.openai.errors import APIError
 from app.serving.state import ServerState
 
 router = APIRouter()
+
+
+def policy_body(is_default: bool) -> dict[str, Any]:
+    """openapi_extra: the PUT body's schema, told from the data layer's rules (checked by
+    validate_policy_fields, once, with a message naming the field). Any subset of the fields;
+    null clears one, except the default's on_limit and share_prefix_cache."""
+    lo, hi = LIMIT_RANGE
+    # The top as exclusiveMaximum: the schema's numbers pass through floats, and
+    # float(2**63 - 1) is 2**63.
+    limit = {"type": "integer", "minimum": lo, "exclusiveMaximum": hi + 1}
+    on_limit = {"type": "string", "enum": list(ON_LIMIT_CHOICES)}
+    share = {"type": "boolean"}
+    null = {"type": "null"}
+    props: dict[str, Any] = {name: {"anyOf": [limit, null]} for name in INT_FIELDS}
+    props["on_limit"] = on_limit if is_default else {"anyOf": [on_limit, null]}
+    props["share_prefix_cache"] = share if is_default else {"anyOf": [share, null]}
+    schema = {"type": "object", "properties": props, "additionalProperties": False,
+              "title": "DefaultPolicyUpdate" if is_default else "UserPolicyUpdate"}
+    return {"requestBody": {"required": True,
+                            "content": {"application/json": {"schema": schema}}}}
 
 
 def _server(request: Request) -> ServerState:
@@ -35,15 +61,15 @@ def _validated(values: Any, is_default: bool) -> dict[str, Any]:
 
 
 @router.get("/policies")
-def get_policies(request: Request) -> dict[str, Any]:
+def get_policies(request: Request) -> PolicyList:
     with _server(request).accounts.db.session() as session:
         default = get_policy(session, None)
         users = {name: policy_view(p) for name, p in list_policy_overrides(session).items()}
-    return {"default": policy_view(default), "users": users}
+    return PolicyList(default=policy_view(default), users=users)
 
 
-@router.put("/policies/default")
-def put_default(request: Request, values: Any = Body(...)) -> dict[str, Any]:
+@router.put("/policies/default", openapi_extra=policy_body(is_default=True))
+def put_default(request: Request, values: Any = Body(...)) -> PolicyView:
     """Set the given fields of the default policy (fields not in the body stay as they are;
     null means no limit)."""
     values = _validated(values, is_default=True)
@@ -51,8 +77,8 @@ def put_default(request: Request, values: Any = Body(...)) -> dict[str, Any]:
         return policy_view(set_policy(session, None, **values))
 
 
-@router.put("/policies/users/{name}")
-def put_user(name: str, request: Request, values: Any = Body(...)) -> dict[str, Any]:
+@router.put("/policies/users/{name}", openapi_extra=policy_body(is_default=False))
+def put_user(name: str, request: Request, values: Any = Body(...)) -> PolicyView:
     """Set the given fields of a user's override (null: inherit the default)."""
     values = _validated(values, is_default=False)
     with answered_errors("name"), _server(request).accounts.db.transaction() as session:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from app.admin.errors import answered_errors
-from app.admin.views import user_view
+from app.admin.views import UserView, user_view
 from app.db import create_user, list_usage, list_users, set_user_disabled, usage_today, utc_today
 from app.serving.state import ServerState
 
@@ -29,7 +26,7 @@ def _server(request: Request) -> ServerState:
 
 
 @router.get("/users")
-def get_users(request: Request) -> list[dict[str, Any]]:
+def get_users(request: Request) -> list[UserView]:
     server = _server(request)
     server.accounts.writer.flush()  # today's usage includes the requests just answered
     with server.accounts.db.session() as session:
@@ -38,14 +35,14 @@ def get_users(request: Request) -> list[dict[str, Any]]:
 
 
 @router.post("/users", status_code=201)
-def post_user(body: NewUser, request: Request) -> JSONResponse:
+def post_user(body: NewUser, request: Request) -> UserView:
     with answered_errors("name"), _server(request).accounts.db.transaction() as session:
         user = create_user(session, body.name)
-    return JSONResponse(user_view(user, None), status_code=201)
+    return user_view(user, None)
 
 
 @router.patch("/users/{name}")
-def patch_user(name: str, body: UserChange, request: Request) -> dict[str, Any]:
+def patch_user(name: str, body: UserChange, request: Request) -> UserView:
     """Disable (or re-enable) a user: their keys are refused from the next request on."""
     server = _server(request)
     with answered_errors("name"), server.accounts.db.transaction() as session:

@@ -1,60 +1,185 @@
-"""The JSON shapes of docs/admin_api.md, built from the data layer's records."""
+"""The JSON shapes of docs/admin_api.md (pydantic, so /openapi.json shows them), built from the
+data layer's records. Times are ISO 8601 strings, as the records' isoformat() writes them."""
 
 from __future__ import annotations
 
 from datetime import date, datetime
 from typing import Any
 
+from pydantic import BaseModel, Field
+
 from app.db import EventInfo, KeyInfo, ThreadInfo, UsageDay, UserInfo
 from app.db.policies import StoredPolicy
 from app.db.records import IssuedKey
 from app.policy.types import EffectivePolicy
+from engine.stats import EngineStats
+
+Timestamp = str  # ISO 8601, e.g. 2025-01-11T09:00:00+00:00
 
 
 def iso(value: datetime | date | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def usage_counts(day: UsageDay | None) -> dict[str, int]:
+def _iso(value: datetime | date) -> str:
+    return value.isoformat()
+
+
+class UsageCounts(BaseModel):
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class UserView(BaseModel):
+    id: int
+    name: str
+    disabled: bool
+    created: Timestamp
+    usage_today: UsageCounts
+
+
+class KeyView(BaseModel):
+    id: int
+    prefix: str
+    user: str
+    created: Timestamp
+    last_used: Timestamp | None
+    revoked: bool
+
+
+class IssuedKeyView(BaseModel):
+    """POST /admin/keys: the raw key is in this one answer and nowhere else."""
+
+    key: str
+    id: int
+    prefix: str
+    user: str
+
+
+class PolicyView(BaseModel):
+    """A policy's fields. In the default row null means no limit; in a user's, inherit."""
+
+    max_context_tokens: int | None
+    max_turns: int | None
+    on_limit: str | None
+    max_concurrent_requests: int | None
+    max_tokens_per_day: int | None
+    share_prefix_cache: bool | None
+
+
+class PolicyList(BaseModel):
+    default: PolicyView
+    users: dict[str, PolicyView] = Field(description="Each user's override, by name.")
+
+
+class ThreadView(BaseModel):
+    user: str
+    thread_key: str
+    turns: int
+    length: int
+    last_prompt_tokens: int
+    last_completion_tokens: int
+    first_seen: Timestamp
+    last_seen: Timestamp
+    cap: int | None = Field(description="The owner's effective context cap (tokens).")
+
+
+class ActiveThread(BaseModel):
+    """A thread seen in the last few minutes, as /admin/stats lists it."""
+
+    user: str
+    thread_key: str
+    length: int
+    turns: int
+    cap: int | None
+    last_seen: Timestamp
+
+
+class UsageRow(BaseModel):
+    """One user's one UTC day."""
+
+    user: str | None
+    day: str = Field(description="The UTC day, e.g. 2025-01-11.")
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class EventView(BaseModel):
+    time: Timestamp
+    kind: str
+    user: str | None
+    detail: Any
+
+
+class Stats(BaseModel):
+    """GET /admin/stats: live numbers (also while the model loads, or after it failed)."""
+
+    model: str | None = Field(description="null until a model has loaded.")
+    uptime_s: float
+    ready: bool
+    engine: EngineStats | None = Field(description="null until the engine has loaded.")
+    rates: dict[str, float] = Field(
+        description="prompt_tokens_per_s, generation_tokens_per_s, preemptions_per_min.")
+    latency: dict[str, float | None] = Field(
+        description="p50 and p99 (seconds) of ttft, itl and e2e over the last window_s.")
+    active_threads: list[ActiveThread]
+
+
+class Plan(BaseModel):
+    """GET /admin/plan: the KV arithmetic for the loaded model."""
+
+    model: str | None
+    bytes_per_token: int
+    kv_cache_tokens: int
+    kv_cache_bytes: int
+    num_blocks: int
+    block_size: int
+    max_model_len: int
+    avg_thread_tokens: int | None
+    threads_at_avg: float | None
+    threads_at_cap: float | None
+    threads_at_max_len: float | None
+    cap: int | None
+
+
+def usage_counts(day: UsageDay | None) -> UsageCounts:
     if day is None:
-        return {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
-    return {"requests": day.requests, "prompt_tokens": day.prompt_tokens,
-            "completion_tokens": day.completion_tokens}
+        return UsageCounts(requests=0, prompt_tokens=0, completion_tokens=0)
+    return UsageCounts(requests=day.requests, prompt_tokens=day.prompt_tokens,
+                       completion_tokens=day.completion_tokens)
 
 
-def user_view(user: UserInfo, today: UsageDay | None) -> dict[str, Any]:
-    return {"id": user.id, "name": user.name, "disabled": user.disabled,
-            "created": iso(user.created), "usage_today": usage_counts(today)}
+def user_view(user: UserInfo, today: UsageDay | None) -> UserView:
+    return UserView(id=user.id, name=user.name, disabled=user.disabled, created=_iso(user.created),
+                    usage_today=usage_counts(today))
 
 
-def key_view(key: KeyInfo) -> dict[str, Any]:
-    return {"id": key.id, "prefix": key.prefix, "user": key.user_name,
-            "created": iso(key.created), "last_used": iso(key.last_used), "revoked": key.revoked}
+def key_view(key: KeyInfo) -> KeyView:
+    return KeyView(id=key.id, prefix=key.prefix, user=key.user_name, created=_iso(key.created),
+                   last_used=iso(key.last_used), revoked=key.revoked)
 
 
-def issued_key_view(issued: IssuedKey) -> dict[str, Any]:
-    return {"key": issued.raw, "id": issued.info.id, "prefix": issued.info.prefix,
-            "user": issued.info.user_name}
+def issued_key_view(issued: IssuedKey) -> IssuedKeyView:
+    return IssuedKeyView(key=issued.raw, id=issued.info.id, prefix=issued.info.prefix,
+                         user=issued.info.user_name)
 
 
-POLICY_KEYS = ("max_context_tokens", "max_turns", "on_limit", "max_concurrent_requests",
-               "max_tokens_per_day", "share_prefix_cache")
+def policy_view(policy: StoredPolicy | EffectivePolicy) -> PolicyView:
+    return PolicyView(**{k: getattr(policy, k) for k in PolicyView.model_fields})
 
 
-def policy_view(policy: StoredPolicy | EffectivePolicy) -> dict[str, Any]:
-    return {k: getattr(policy, k) for k in POLICY_KEYS}
+def thread_view(t: ThreadInfo, cap: int | None) -> ThreadView:
+    return ThreadView(user=t.user_name, thread_key=t.thread_key, turns=t.turns, length=t.length,
+                      last_prompt_tokens=t.last_prompt_tokens,
+                      last_completion_tokens=t.last_completion_tokens,
+                      first_seen=_iso(t.first_seen), last_seen=_iso(t.last_seen), cap=cap)
 
 
-def thread_view(t: ThreadInfo, cap: int | None) -> dict[str, Any]:
-    return {"user": t.user_name, "thread_key": t.thread_key, "turns": t.turns,
-            "length": t.length, "last_prompt_tokens": t.last_prompt_tokens,
-            "last_completion_tokens": t.last_completion_tokens,
-            "first_seen": iso(t.first_seen), "last_seen": iso(t.last_seen), "cap": cap}
+def usage_view(u: UsageDay, user_name: str | None) -> UsageRow:
+    return UsageRow(user=user_name, day=_iso(u.day), **usage_counts(u).model_dump())
 
 
-def usage_view(u: UsageDay, user_name: str | None) -> dict[str, Any]:
-    return {"user": user_name, "day": iso(u.day), **usage_counts(u)}
-
-
-def event_view(e: EventInfo, user_name: str | None) -> dict[str, Any]:
-    return {"time": iso(e.time), "kind": e.kind, "user": user_name, "detail": e.detail}
+def event_view(e: EventInfo, user_name: str | None) -> EventView:
+    return EventView(time=_iso(e.time), kind=e.kind, user=user_name, detail=e.detail)

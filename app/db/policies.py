@@ -14,6 +14,9 @@ from app.db.users import UserRef, get_user
 from app.policy.types import EffectivePolicy
 
 INT_FIELDS = ("max_context_tokens", "max_turns", "max_concurrent_requests", "max_tokens_per_day")
+# A limit is a whole number in this range; the top is SQLite's largest integer (a larger one
+# cannot be stored at all).
+LIMIT_RANGE = (1, 2**63 - 1)
 POLICY_FIELDS = (*INT_FIELDS, "on_limit", "share_prefix_cache")
 
 
@@ -54,8 +57,11 @@ def validate_policy_fields(values: dict[str, Any], is_default: bool) -> dict[str
                 raise ValueError(f"the default policy needs a value for {name}")
             continue
         if name in INT_FIELDS:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a whole number of at least 1, not {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < LIMIT_RANGE[0]:
+                raise ValueError(
+                    f"{name} must be a whole number of at least {LIMIT_RANGE[0]}, not {value!r}")
+            if value > LIMIT_RANGE[1]:
+                raise ValueError(f"{name} must be at most {LIMIT_RANGE[1]}, not {value!r}")
         elif name == "on_limit":
             if value not in ON_LIMIT_CHOICES:
                 raise ValueError(

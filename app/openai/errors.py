@@ -10,7 +10,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.openai.responses import ErrorDetail, ErrorResponse
 from app.policy.types import Decision
+from engine.sampling_params import SamplingParamsError
 
 logger = logging.getLogger("officellm.server")
 
@@ -40,10 +42,13 @@ class APIError(Exception):
         self.type = type or _TYPES.get(status, "invalid_request_error")
         self.headers = headers
 
+    def model(self) -> ErrorResponse:
+        return ErrorResponse(error=ErrorDetail(message=self.message, type=self.type,
+                                               param=self.param, code=self.code))
+
     def body(self) -> dict[str, Any]:
-        """The JSON body: {"error": {...}}."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code}}
+        """The JSON body: {"error": {"message", "type", "param", "code"}}."""
+        return self.model().model_dump()
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
@@ -69,6 +74,13 @@ def decision_error(decision: Decision) -> APIError:
     return APIError(decision.status, decision.message or "Refused by policy.",
                     param="messages" if decision.status == 400 else None,
                     code=POLICY_ERROR_CODES.get(decision.reason or ""), headers=headers)
+
+
+def invalid_value(exc: ValueError, param: str | None = None) -> APIError:
+    """A value the request may not have, as a 400: a SamplingParamsError names its field as
+    `param`; any other ValueError is about `param`."""
+    return APIError(400, str(exc),
+                    param=exc.field if isinstance(exc, SamplingParamsError) else param)
 
 
 def unavailable(message: str, retry_after_s: int) -> APIError:

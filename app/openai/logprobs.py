@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from app.openai.responses import ChatTokenLogprob, CompletionLogprobs, TopLogprob
 from engine import Logprob
 
 
@@ -58,7 +59,7 @@ def _top(entry: dict[int, Logprob], k: int) -> list[tuple[int, Logprob]]:
 
 
 def chat_logprobs(token_ids: list[int], entries: list[dict[int, Logprob]], k: int,
-                  texts: TokenText) -> list[dict[str, Any]]:
+                  texts: TokenText) -> list[ChatTokenLogprob]:
     """`choices[i].logprobs.content` items for the given tokens."""
     content = []
     for tid, entry in zip(token_ids, entries, strict=False):
@@ -67,14 +68,14 @@ def chat_logprobs(token_ids: list[int], entries: list[dict[int, Logprob]], k: in
         top = []
         for t, lp in _top(entry, k):
             t_text, t_raw = texts.get(t)
-            top.append({"token": t_text, "logprob": lp.logprob, "bytes": t_raw})
-        content.append({"token": text, "logprob": chosen.logprob if chosen else None,
-                        "bytes": raw, "top_logprobs": top})
+            top.append(TopLogprob(token=t_text, logprob=lp.logprob, bytes=t_raw))
+        content.append(ChatTokenLogprob(token=text, logprob=chosen.logprob if chosen else None,
+                                        bytes=raw, top_logprobs=top))
     return content
 
 
 def completion_logprobs(token_ids: list[int], entries: list[dict[int, Logprob]], k: int,
-                        texts: TokenText, offset: int) -> dict[str, Any]:
+                        texts: TokenText, offset: int) -> CompletionLogprobs:
     """A completions `logprobs` object; text offsets count from `offset` characters."""
     tokens, token_lps, tops, offsets = [], [], [], []
     for tid, entry in zip(token_ids, entries, strict=False):
@@ -88,5 +89,5 @@ def completion_logprobs(token_ids: list[int], entries: list[dict[int, Logprob]],
         tops.append(top)
         offsets.append(offset)
         offset += len(text)
-    return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops,
-            "text_offset": offsets}
+    return CompletionLogprobs(tokens=tokens, token_logprobs=token_lps, top_logprobs=tops,
+                              text_offset=offsets)

@@ -1,21 +1,40 @@
 """Request bodies of the OpenAI routes (pydantic), and their translation to SamplingParams.
 
 Unknown fields are ignored: clients send many. Tool/function calling is refused with a clear
-400 rather than silently ignored (the model would answer as if no tool existed). Type errors and
-out-of-range values become 400s through the validation handler in app/openai/errors.py.
+400 rather than silently ignored (the model would answer as if no tool existed).
+
+Checked once each: pydantic checks types (finite numbers included) and the rules that are
+OpenAI's own (temperature <= 2, at least one message); the ranges of the sampling fields are
+SamplingParams' (engine/sampling_params.BOUNDS), enforced when sampling_params() builds it and
+only shown here, in the JSON schema, so clients and fuzzers see them. Pydantic's errors become
+400s in app/openai/errors.py; a SamplingParamsError becomes one in the route, its field as
+`param`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from engine import SamplingParams
-from engine.sampling_params import MAX_N, MAX_TOP_LOGPROBS
+from engine.sampling_params import BOUNDS, SamplingParamsError
 
 # Roles a chat template can render here; "tool"/"function" messages belong to tool calling.
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant"})
+
+
+def bounded(name: str) -> Callable[[dict[str, Any]], None]:
+    """json_schema_extra showing SamplingParams' bound of `name` (Bound.json_schema) on the
+    numeric branch of the field's schema. Documentation only: SamplingParams enforces it."""
+    extra = BOUNDS[name].json_schema()
+
+    def add(schema: dict[str, Any]) -> None:
+        for branch in schema.get("anyOf", [schema]):
+            if branch.get("type") in ("integer", "number"):
+                branch.update(extra)
+    return add
 
 
 class StreamOptions(BaseModel):
@@ -30,22 +49,23 @@ class _SamplingFields(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     model: str | None = None
-    n: int = Field(1, ge=1, le=MAX_N)
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    n: int = Field(1, json_schema_extra=bounded("n"))
+    max_tokens: int | None = Field(None, json_schema_extra=bounded("max_tokens"))
+    # OpenAI's own ceiling (SamplingParams only needs temperature >= 0).
+    temperature: float | None = Field(None, le=2.0, json_schema_extra=bounded("temperature"))
+    top_p: float | None = Field(None, json_schema_extra=bounded("top_p"))
     stop: str | list[str] | None = None
-    seed: int | None = None
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    seed: int | None = Field(None, json_schema_extra=bounded("seed"))
+    presence_penalty: float = Field(0.0, json_schema_extra=bounded("presence_penalty"))
+    frequency_penalty: float = Field(0.0, json_schema_extra=bounded("frequency_penalty"))
     user: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     # vLLM's extras
-    top_k: int | None = None
-    min_p: float | None = Field(None, ge=0.0, le=1.0)
-    repetition_penalty: float | None = Field(None, gt=0.0)
-    min_tokens: int = Field(0, ge=0)
+    top_k: int | None = Field(None, json_schema_extra=bounded("top_k"))  # <= 0: disabled
+    min_p: float | None = Field(None, json_schema_extra=bounded("min_p"))
+    repetition_penalty: float | None = Field(None, json_schema_extra=bounded("repetition_penalty"))
+    min_tokens: int = Field(0, json_schema_extra=bounded("min_tokens"))
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool = True
@@ -62,8 +82,17 @@ class _SamplingFields(BaseModel):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
-    def _sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-        """Raises ValueError (-> 400) for combinations SamplingParams refuses."""
+    def _sampling_params(self, max_tokens: int | None, logprobs: int | None,
+                         names: dict[str, str] | None = None) -> SamplingParams:
+        """SamplingParams from the request; a SamplingParamsError (-> 400) for a value it
+        refuses, naming the request's field (`names`: SamplingParams' field -> the request's,
+        where they differ)."""
+        try:
+            return self._build(max_tokens, logprobs)
+        except SamplingParamsError as exc:
+            raise exc.renamed((names or {}).get(exc.field, exc.field)) from None
+
+    def _build(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         return SamplingParams(
             n=self.n,
             temperature=1.0 if self.temperature is None else self.temperature,
@@ -116,9 +145,9 @@ class ChatCompletionRequest(_SamplingFields):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, json_schema_extra=bounded("max_tokens"))
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    top_logprobs: int | None = Field(None, json_schema_extra=bounded("logprobs"))
     # vLLM's extras
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
@@ -141,19 +170,25 @@ class ChatCompletionRequest(_SamplingFields):
         return self
 
     def sampling_params(self) -> SamplingParams:
-        max_tokens = self.max_completion_tokens or self.max_tokens
+        names = {}
+        max_tokens = self.max_tokens
+        if self.max_completion_tokens is not None:  # OpenAI's newer name wins
+            max_tokens, names["max_tokens"] = self.max_completion_tokens, "max_completion_tokens"
         if self.top_logprobs and not self.logprobs:
-            raise ValueError("top_logprobs requires logprobs to be true.")
-        logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        return self._sampling_params(max_tokens, logprobs)
+            raise SamplingParamsError("top_logprobs", "top_logprobs requires logprobs to be true.")
+        logprobs = None
+        if self.logprobs:
+            logprobs, names["logprobs"] = self.top_logprobs or 0, "top_logprobs"
+        return self._sampling_params(max_tokens, logprobs, names)
 
 
 class CompletionRequest(_SamplingFields):
     """POST /v1/completions. `prompt` is a string, token ids, or a batch of either."""
 
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(16, ge=1)  # OpenAI's default for completions
-    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    # OpenAI's default for completions
+    max_tokens: int | None = Field(16, json_schema_extra=bounded("max_tokens"))
+    logprobs: int | None = Field(None, json_schema_extra=bounded("logprobs"))
     echo: bool = False
 
     def prompts(self) -> list[str | list[int]]:

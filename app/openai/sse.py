@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
+from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 DONE = "data: [DONE]\n\n"
 
 
-def sse(payload: dict[str, Any]) -> str:
-    """One SSE event carrying a JSON object."""
-    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+def sse(payload: BaseModel) -> str:
+    """One SSE event carrying a chunk (app/openai/responses.py) as compact JSON. Nulls stay:
+    which fields a chunk leaves out is the model's (WireModel.omit_unset), not exclude_none."""
+    return f"data: {payload.model_dump_json()}\n\n"
 
 
 class SSEResponse(StreamingResponse):

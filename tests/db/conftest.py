@@ -22,12 +22,3 @@ def db(db_path: Path) -> Iterator[Database]:
     yield database
     database.close()
 
-
-@pytest.fixture(scope="session")
-def smollm2_tokenizer():
-    """The bundled SmolLM2 tokenizer (the real chat template the engine uses)."""
-    from transformers import AutoTokenizer
-
-    from engine.loading.model_loader import resolve_model_dir
-
-    return AutoTokenizer.from_pretrained(str(resolve_model_dir(None)))

@@ -73,6 +73,8 @@ def test_merge_is_per_field() -> None:
     (None, {"max_tokens_per_day": "lots"}, "max_tokens_per_day must be a whole number"),
     (None, {"max_concurrent_requests": True}, "max_concurrent_requests must be a whole number"),
     (None, {"max_turns": 2.5}, "max_turns must be a whole number"),
+    # SQLite's largest integer is the top (one more cannot be stored: a 500, found by fuzzing).
+    (None, {"max_tokens_per_day": 2**63}, "max_tokens_per_day must be at most 9223372036854775807"),
     (None, {"on_limit": "explode"}, "on_limit must be one of reject, notify, truncate"),
     (None, {"on_limit": None}, "the default policy needs a value for on_limit"),
     (None, {"share_prefix_cache": None}, "the default policy needs a value for share_prefix"),
@@ -87,6 +89,13 @@ def test_validation(db: Database, user, fields, message) -> None:
             set_policy(s, user, **fields)
     with db.session() as s:  # nothing half-applied
         assert get_effective_policy(s, "alice") == EffectivePolicy()
+
+
+def test_the_largest_limit_is_stored(db: Database) -> None:
+    with db.transaction() as s:
+        set_policy(s, None, max_tokens_per_day=2**63 - 1)
+    with db.session() as s:
+        assert get_effective_policy(s, None).max_tokens_per_day == 2**63 - 1
 
 
 def test_user_row_may_clear_on_limit_to_inherit(db: Database) -> None:

@@ -30,13 +30,6 @@ POISON = 777  # a token whose embedding is NaN in the poisoned model
 
 
 @pytest.fixture(scope="session")
-def smollm2_tokenizer(smollm2_dir: Path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(smollm2_dir))
-
-
-@pytest.fixture(scope="session")
 def chat_prompt_ids(smollm2_tokenizer) -> list[list[int]]:
     return [apply_chat_template(smollm2_tokenizer, c) for c in CHATS]
 

@@ -7,26 +7,14 @@ import logging
 
 from engine import SamplingParams
 from tests.engine.conftest import MAX_NEW, make_llm
-from tests.support.hf_reference import compare_greedy
+from tests.support.hf_reference import assert_all_match, compare_greedy
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_NEW, logprobs=2)
 
 
-def _assert_all_match(outputs, refs) -> list[str]:
-    ties = []
-    for i, (out, ref) in enumerate(zip(outputs, refs)):
-        o = out.outputs[0]
-        report = compare_greedy(o.token_ids, o.logprobs, ref)
-        if report:
-            ties.append(f"prompt {i}: {report}")
-    if ties:
-        print("accepted fp32 near-ties:", *ties, sep="\n  ")
-    return ties
-
-
 def test_batched_greedy_equals_transformers(smollm2_llm, chat_prompt_ids, smollm2_refs):
     outputs = smollm2_llm.generate(chat_prompt_ids, GREEDY)
-    _assert_all_match(outputs, smollm2_refs)
+    assert_all_match(outputs, smollm2_refs)
     assert any(o.outputs[0].finish_reason == "stop" for o in outputs), "no reply reached EOS"
 
 
@@ -41,13 +29,13 @@ def test_chat_api_stops_at_end_of_turn(smollm2_llm):
 def test_chunked_prefill_equals_transformers(smollm2_dir, chat_prompt_ids, smollm2_refs):
     llm = make_llm(smollm2_dir, max_num_batched_tokens=16)
     outputs = llm.generate(chat_prompt_ids, GREEDY)
-    _assert_all_match(outputs, smollm2_refs)
+    assert_all_match(outputs, smollm2_refs)
     assert llm.llm_engine.engine_core.num_steps_total > sum(len(p) for p in chat_prompt_ids) // 16
 
 
 def test_prefix_caching_off_equals_transformers(smollm2_dir, chat_prompt_ids, smollm2_refs):
     llm = make_llm(smollm2_dir, enable_prefix_caching=False)
-    _assert_all_match(llm.generate(chat_prompt_ids, GREEDY), smollm2_refs)
+    assert_all_match(llm.generate(chat_prompt_ids, GREEDY), smollm2_refs)
     assert llm.llm_engine.stats().prefix_cache_hits == 0
 
 
@@ -57,7 +45,7 @@ def test_prefix_cache_hits_give_identical_output(smollm2_llm, chat_prompt_ids, s
     second = smollm2_llm.generate(chat_prompt_ids, GREEDY)
     assert smollm2_llm.llm_engine.stats().prefix_cache_hits > hits_before
     assert all(o.num_cached_tokens > 0 for o in second)
-    _assert_all_match(second, smollm2_refs)
+    assert_all_match(second, smollm2_refs)
     assert [o.outputs[0].token_ids for o in first] == [o.outputs[0].token_ids for o in second]
 
 
@@ -67,7 +55,7 @@ def test_preemption_keeps_output_identical(smollm2_dir, chat_prompt_ids, smollm2
     llm = make_llm(smollm2_dir, kv_cache_memory=pool, enable_prefix_caching=False)
     with caplog.at_level(logging.WARNING, logger="engine.scheduler"):
         outputs = llm.generate(chat_prompt_ids, GREEDY)
-    _assert_all_match(outputs, smollm2_refs)
+    assert_all_match(outputs, smollm2_refs)
     assert llm.llm_engine.stats().num_preemptions_total > 0
     warnings = [r for r in caplog.records if "Preempted request" in r.getMessage()]
     assert warnings and warnings[0].levelno == logging.WARNING

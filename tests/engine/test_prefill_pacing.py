@@ -6,8 +6,10 @@ import pytest
 
 from engine import SamplingParams
 from engine.core.prefill_pacer import PrefillPacer
-from tests.engine.conftest import make_llm
-from tests.engine.test_parity_smollm2 import GREEDY, _assert_all_match
+from tests.engine.conftest import MAX_NEW, make_llm
+from tests.support.hf_reference import assert_all_match
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_NEW, logprobs=2)
 
 
 def test_pacer_starts_with_its_first_chunk():
@@ -130,5 +132,5 @@ def test_paced_prefill_equals_transformers(smollm2_dir, chat_prompt_ids, smollm2
     engine.add_request("warm", chat_prompt_ids[0], GREEDY)  # so later prompts meet decodes
     engine.step()
     outputs = llm.generate(chat_prompt_ids, GREEDY)
-    _assert_all_match(outputs, smollm2_refs)
+    assert_all_match(outputs, smollm2_refs)
     engine.abort_request("warm")

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
@@ -18,26 +17,10 @@ import pytest
 from engine import SamplingParams
 from engine.distributed.multiproc_executor import WorkerDiedError
 from tests.engine.conftest import make_llm
+from tests.support.processes import gone, wait_gone
 from tests.support.tiny_models import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def gone(pid: int) -> bool:
-    """Exited (a zombie that no one has reaped yet counts as exited)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def wait_gone(pids: list[int], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(gone(p) for p in pids):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.fixture(scope="module")

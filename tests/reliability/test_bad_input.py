@@ -78,12 +78,15 @@ def test_nan_and_infinity_in_numbers_get_400(server: ServerProcess, field: str,
 
 
 @pytest.mark.parametrize("path, body, fragment", [
-    (CHAT, {"messages": USER, "max_tokens": -5}, "greater than or equal to 1"),
-    (CHAT, {"messages": USER, "max_tokens": 0}, "greater than or equal to 1"),
+    (CHAT, {"messages": USER, "max_tokens": -5}, "max_tokens must be at least 1, got -5"),
+    (CHAT, {"messages": USER, "max_tokens": 0}, "max_tokens must be at least 1, got 0"),
+    (CHAT, {"messages": USER, "max_completion_tokens": 0},
+     "max_completion_tokens must be at least 1, got 0"),
     (CHAT, {"messages": USER, "max_tokens": 10**30}, "maximum context length is 256 tokens"),
-    (CHAT, {"messages": USER, "n": 17}, "less than or equal to 16"),
-    (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 21}, "less than or equal to 20"),
-    (COMPLETIONS, {"prompt": "x", "logprobs": 21}, "less than or equal to 20"),
+    (CHAT, {"messages": USER, "n": 17}, "n must be between 1 and 16, got 17"),
+    (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 21},
+     "top_logprobs must be between 0 and 20, got 21"),
+    (COMPLETIONS, {"prompt": "x", "logprobs": 21}, "logprobs must be between 0 and 20, got 21"),
     (CHAT, {"messages": []}, "at least 1 item"),
     (CHAT, {"messages": "hello"}, "valid list"),
     (CHAT, {"messages": [{"content": "no role"}]}, "Field required"),
@@ -97,7 +100,8 @@ def test_nan_and_infinity_in_numbers_get_400(server: ServerProcess, field: str,
     (COMPLETIONS, {"prompt": [10**20]}, "Prompt token ids must be in"),
     (COMPLETIONS, {"prompt": [-1]}, "Prompt token ids must be in"),
     (CHAT, [1, 2], "valid dictionary"),
-], ids=["negative-max-tokens", "zero-max-tokens", "huge-max-tokens", "n-over-16",
+], ids=["negative-max-tokens", "zero-max-tokens", "zero-max-completion-tokens",
+        "huge-max-tokens", "n-over-16",
         "top-logprobs-over-20", "completion-logprobs-over-20", "empty-messages",
         "messages-not-a-list", "message-without-role", "image-content", "seed-over-64-bits",
         "huge-top-k", "min-tokens-over-max", "empty-prompt", "empty-nested-prompt",
@@ -105,6 +109,65 @@ def test_nan_and_infinity_in_numbers_get_400(server: ServerProcess, field: str,
 def test_out_of_range_values_get_a_clear_400(server: ServerProcess, path: str, body: object,
                                              fragment: str) -> None:
     assert fragment in openai_error(post(server, path, body), 400)["message"]
+
+
+def _schema_bounds(server: ServerProcess, model: str) -> dict[str, tuple[str, dict]]:
+    """Each bounded number field of `model` in the served /openapi.json: (type, bounds)."""
+    schema = httpx.get(f"{server.base_url}/openapi.json", timeout=10).json()
+    out = {}
+    for name, prop in schema["components"]["schemas"][model]["properties"].items():
+        for branch in prop.get("anyOf", [prop]):
+            bounds = {k: branch[k] for k in ("minimum", "exclusiveMinimum", "maximum",
+                                             "exclusiveMaximum") if k in branch}
+            if bounds:
+                out[name] = (branch["type"], bounds)
+    return out
+
+
+def _edges(kind: str, bounds: dict) -> list[tuple[float, bool]]:
+    """(value, valid) on each side of each documented bound."""
+    step = 1 if kind == "integer" else 0.001
+    b = {k: int(v) if kind == "integer" else v for k, v in bounds.items()}  # exact, for ints
+    out = []
+    if "minimum" in b:
+        out += [(b["minimum"], True), (b["minimum"] - step, False)]
+    if "exclusiveMinimum" in b:
+        out += [(b["exclusiveMinimum"] + step, True), (b["exclusiveMinimum"], False)]
+    if "maximum" in b:
+        out += [(b["maximum"], True), (b["maximum"] + step, False)]
+    if "exclusiveMaximum" in b:
+        out += [(b["exclusiveMaximum"] - step, True), (b["exclusiveMaximum"], False)]
+    return out
+
+
+@pytest.mark.parametrize("path, model, base, expected", [
+    (CHAT, "ChatCompletionRequest", {"messages": USER, "logprobs": True},
+     {"n", "temperature", "top_p", "min_p", "seed", "top_k", "presence_penalty",
+      "frequency_penalty", "repetition_penalty", "max_tokens", "max_completion_tokens",
+      "min_tokens", "top_logprobs"}),
+    (COMPLETIONS, "CompletionRequest", {"prompt": "x"},
+     {"n", "temperature", "top_p", "min_p", "seed", "top_k", "presence_penalty",
+      "frequency_penalty", "repetition_penalty", "max_tokens", "min_tokens", "logprobs"}),
+], ids=["chat", "completions"])
+def test_the_documented_bounds_are_the_enforced_ones(server: ServerProcess, path: str,
+                                                     model: str, base: dict,
+                                                     expected: set[str]) -> None:
+    """What /openapi.json shows is what the server does: a value on a documented bound is
+    accepted, one just past it is a 400 naming the field in `param` and in the message."""
+    fields = _schema_bounds(server, model)
+    assert set(fields) == expected
+    wrong = []
+    for name, (kind, bounds) in sorted(fields.items()):
+        for value, valid in _edges(kind, bounds):
+            body = {**base, "max_tokens": 1, name: value}
+            r = post(server, path, body)
+            if valid:
+                if r.status_code != 200:
+                    wrong.append(f"{name}={value}: {r.status_code} {r.text[:200]}")
+            elif r.status_code != 400 or r.json()["error"]["param"] != name \
+                    or name not in r.json()["error"]["message"]:
+                wrong.append(f"{name}={value}: {r.status_code} {r.text[:200]}")
+    assert wrong == []
 
 
 def test_none_of_it_reached_the_engine_as_a_fault(server: ServerProcess) -> None:

@@ -137,3 +137,23 @@ def test_admin_is_loopback_only_unless_admin_remote(tmp_path) -> None:
             assert r.status_code == status, r.text
             if status == 403:
                 assert r.json()["error"]["code"] == "admin_local_only"
+
+
+def test_admin_stats_answers_before_any_model(tmp_path) -> None:
+    """The console polls /admin/stats while the model loads or after it failed: 200 with
+    nulls (model, engine), not a 500 from its answer's schema."""
+    def never_loads():
+        raise RuntimeError("no model here")
+
+    settings = ServerSettings(no_auth=True, db_path=str(tmp_path / "officellm.db"),
+                              admin_remote=True)
+    app = create_app(settings, never_loads)
+    token = (tmp_path / "admin_token").read_text().strip()
+    with TestClient(app) as client:
+        r = client.get("/admin/stats", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["model"] is None and body["engine"] is None and body["ready"] is False
+        assert body["active_threads"] == []
+        r = client.get("/admin/plan", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "service_unavailable"

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from engine import SamplingParams
-from tests.engine.test_tensor_parallel_workers import wait_gone
+from tests.support.processes import wait_gone
 from tests.support.server_process import ServerProcess
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]

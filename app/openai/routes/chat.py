@@ -5,15 +5,26 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.admission.auth import Principal, get_principal
-from app.openai.errors import APIError
+from app.openai.errors import invalid_value
 from app.openai.logprobs import chat_logprobs
 from app.openai.protocol import ChatCompletionRequest
+from app.openai.responses import (
+    ERROR_RESPONSES,
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatDelta,
+    ChatLogprobs,
+    Usage,
+    sse_description,
+)
 from app.openai.sse import DONE, SSEResponse, sse
 from app.policy import thread_key
 from app.serving.async_engine import EngineDeadError
@@ -23,20 +34,24 @@ from app.serving.state import ServerState, admitted_server
 
 TRUNCATED_HEADER = "X-OfficeLLM-Truncated"
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", response_model=ChatCompletion,
+             responses=sse_description(ChatCompletionChunk))
 async def chat_completions(body: ChatCompletionRequest, request: Request,
                            principal: Principal = Depends(get_principal),
                            server: ServerState = Depends(admitted_server)) -> Response:
     """OpenAI's chat completions, streaming or not: admission, the prompt, the engine."""
+    try:
+        params = body.sampling_params()  # the request's values, checked once
+    except ValueError as exc:
+        raise invalid_value(exc) from exc
     model = server.resolve_model(body.model)
     try:
-        params = body.sampling_params()
         messages = [m.to_template_dict() for m in body.messages]
     except ValueError as exc:
-        raise APIError(400, str(exc)) from exc
+        raise invalid_value(exc) from exc
     async with server.admission.admit(principal, "chat", params.n) as admission:
         # The client's thread id (header, else the `user` field), else the opening messages.
         key = thread_key(principal.user_id, messages,
@@ -56,7 +71,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
         choices = await gen.complete(request)
         if choices is None:
             return Response(status_code=499)  # nobody is listening; nginx's "client closed"
-        return JSONResponse(_response(gen, choices, body, model), headers=headers)
+        return JSONResponse(_response(gen, choices, body, model).model_dump(), headers=headers)
 
 
 def _notice(prompt: ChatPrompt, body: ChatCompletionRequest, model: str) -> Response:
@@ -64,84 +79,81 @@ def _notice(prompt: ChatPrompt, body: ChatCompletionRequest, model: str) -> Resp
     that hide errors still show it. No engine call, so no tokens are used."""
     text = prompt.decision.message or ""
     rid, created, n = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), body.n or 1
-    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    usage = Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0)
     if not body.stream:
-        return JSONResponse({
-            "id": rid, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": i, "message": {"role": "assistant", "content": text},
-                         "logprobs": None, "finish_reason": "stop", "stop_reason": None}
-                        for i in range(n)],
-            "usage": usage})
+        return JSONResponse(ChatCompletion(
+            id=rid, created=created, model=model, usage=usage,
+            choices=[ChatChoice(index=i, message=AssistantMessage(content=text), logprobs=None,
+                                finish_reason="stop", stop_reason=None) for i in range(n)],
+        ).model_dump())
 
     async def events() -> AsyncIterator[str]:
-        def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-            return sse({"id": rid, "object": "chat.completion.chunk", "created": created,
-                        "model": model, "choices": choices, **extra})
-        tail = {"usage": None} if body.include_usage else {}
+        def chunk(choice: ChatChunkChoice) -> str:
+            return sse(_chunk(rid, created, model, [choice], body.include_usage))
         for i in range(n):
-            yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""},
-                          "logprobs": None, "finish_reason": None}], **tail)
-            yield chunk([{"index": i, "delta": {"content": text}, "logprobs": None,
-                          "finish_reason": None}], **tail)
-            yield chunk([{"index": i, "delta": {}, "logprobs": None, "finish_reason": "stop",
-                          "stop_reason": None}], **tail)
+            yield chunk(ChatChunkChoice(index=i, delta=ChatDelta(role="assistant", content="")))
+            yield chunk(ChatChunkChoice(index=i, delta=ChatDelta(content=text)))
+            yield chunk(ChatChunkChoice(index=i, delta=ChatDelta(), finish_reason="stop",
+                                        stop_reason=None))
         if body.include_usage:
-            yield chunk([], usage=usage)
+            yield sse(ChatCompletionChunk(id=rid, created=created, model=model, choices=[],
+                                          usage=usage))
         yield DONE
     return SSEResponse(events(), on_close=lambda: None)
 
 
-def _logprobs(gen: Generation, c: Choice, k: int) -> dict | None:
+def _chunk(rid: str, created: int, model: str, choices: list[ChatChunkChoice],
+           include_usage: bool) -> ChatCompletionChunk:
+    """A chunk with choices; `usage: null` on it only with include_usage (as OpenAI)."""
+    chunk = ChatCompletionChunk(id=rid, created=created, model=model, choices=choices)
+    if include_usage:
+        chunk.usage = None  # set, so it is sent
+    return chunk
+
+
+def _logprobs(gen: Generation, c: Choice, k: int) -> ChatLogprobs | None:
     if c.output.logprobs is None:
         return None
-    return {"content": chat_logprobs(c.output.token_ids, c.output.logprobs, k,
-                                     gen.server.token_text)}
+    return ChatLogprobs(content=chat_logprobs(c.output.token_ids, c.output.logprobs, k,
+                                              gen.server.token_text))
 
 
 def _response(gen: Generation, choices: list[Choice], body: ChatCompletionRequest,
-              model: str) -> dict[str, Any]:
+              model: str) -> ChatCompletion:
     k = body.top_logprobs or 0
-    return {"id": gen.request_id, "object": "chat.completion", "created": gen.created,
-            "model": model,
-            "choices": [{"index": c.index,
-                         "message": {"role": "assistant", "content": c.output.text},
-                         "logprobs": _logprobs(gen, c, k),
-                         "finish_reason": c.output.finish_reason,
-                         "stop_reason": c.output.stop_reason} for c in choices],
-            "usage": gen.usage()}
+    return ChatCompletion(
+        id=gen.request_id, created=gen.created, model=model, usage=Usage(**gen.usage()),
+        choices=[ChatChoice(index=c.index, message=AssistantMessage(content=c.output.text),
+                            logprobs=_logprobs(gen, c, k), finish_reason=c.output.finish_reason,
+                            stop_reason=c.output.stop_reason) for c in choices])
 
 
 async def _stream(gen: Generation, body: ChatCompletionRequest, model: str) -> AsyncIterator[str]:
     include_usage = body.include_usage
     k = body.top_logprobs or 0
 
-    def chunk(choices: list[dict[str, Any]]) -> str:
-        payload: dict[str, Any] = {"id": gen.request_id, "object": "chat.completion.chunk",
-                                   "created": gen.created, "model": model, "choices": choices}
-        if include_usage:
-            payload["usage"] = None
-        return sse(payload)
+    def chunk(choice: ChatChunkChoice) -> str:
+        return sse(_chunk(gen.request_id, gen.created, model, [choice], include_usage))
 
     # OpenAI's first chunk carries the role (and empty content), one per choice.
     for index in range(gen.num_choices):
-        yield chunk([{"index": index, "delta": {"role": "assistant", "content": ""},
-                      "logprobs": None, "finish_reason": None}])
+        yield chunk(ChatChunkChoice(index=index, delta=ChatDelta(role="assistant", content="")))
     try:
         async for step in gen.choices():
             for c in step:
                 o = c.output
                 if o.text or o.logprobs:  # tokens held back as partial UTF-8 come later
-                    yield chunk([{"index": c.index, "delta": {"content": o.text},
-                                  "logprobs": _logprobs(gen, c, k), "finish_reason": None,
-                                  "stop_reason": None}])
+                    yield chunk(ChatChunkChoice(index=c.index, delta=ChatDelta(content=o.text),
+                                                logprobs=_logprobs(gen, c, k), stop_reason=None))
                 if o.finish_reason is not None:
-                    yield chunk([{"index": c.index, "delta": {}, "logprobs": None,
-                                  "finish_reason": o.finish_reason, "stop_reason": o.stop_reason}])
+                    yield chunk(ChatChunkChoice(index=c.index, delta=ChatDelta(),
+                                                finish_reason=o.finish_reason,
+                                                stop_reason=o.stop_reason))
     except (RequestFailed, EngineDeadError) as exc:
         # Headers are sent: the error travels as the last event, in OpenAI's shape.
-        yield sse(gen.failure_error(exc).body())
+        yield sse(gen.failure_error(exc).model())
         return
     if include_usage:
-        yield sse({"id": gen.request_id, "object": "chat.completion.chunk", "created": gen.created,
-                   "model": model, "choices": [], "usage": gen.usage()})
+        yield sse(ChatCompletionChunk(id=gen.request_id, created=gen.created, model=model,
+                                      choices=[], usage=Usage(**gen.usage())))
     yield DONE

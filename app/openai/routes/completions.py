@@ -4,35 +4,47 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.admission.auth import Principal, get_principal
-from app.openai.errors import APIError
+from app.openai.errors import invalid_value
 from app.openai.logprobs import completion_logprobs
 from app.openai.protocol import CompletionRequest
+from app.openai.responses import (
+    ERROR_RESPONSES,
+    Completion,
+    CompletionChoice,
+    CompletionChunk,
+    CompletionLogprobs,
+    Usage,
+    sse_description,
+)
 from app.openai.sse import DONE, SSEResponse, sse
 from app.serving.async_engine import EngineDeadError
 from app.serving.generation import Choice, Generation, RequestFailed
 from app.serving.state import ServerState, admitted_server
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", response_model=Completion,
+             responses=sse_description(CompletionChunk))
 async def completions(body: CompletionRequest, request: Request,
                       principal: Principal = Depends(get_principal),
                       server: ServerState = Depends(admitted_server)) -> Response:
     """OpenAI's text completions, streaming or not; quota and concurrency apply (threads are a
     chat notion, so no thread limits here)."""
+    try:
+        params = body.sampling_params()  # the request's values, checked once
+    except ValueError as exc:
+        raise invalid_value(exc) from exc
     model = server.resolve_model(body.model)
     try:
-        params = body.sampling_params()
         prompts = body.prompts()
     except ValueError as exc:
-        raise APIError(400, str(exc), param="prompt") from exc
+        raise invalid_value(exc, "prompt") from exc
     async with server.admission.admit(principal, "completions",
                                       len(prompts) * params.n) as admission:
         ids = [await server.prompts.completion(admission, p, params.max_tokens) for p in prompts]
@@ -45,14 +57,15 @@ async def completions(body: CompletionRequest, request: Request,
         choices = await gen.complete(request)
         if choices is None:
             return Response(status_code=499)  # nobody is listening; nginx's "client closed"
-        return JSONResponse(_response(gen, choices, body, model, echo))
+        return JSONResponse(_response(gen, choices, body, model, echo).model_dump())
 
 
 def _echo_text(server: ServerState, prompt: str | list[int], ids: list[int]) -> str:
     return prompt if isinstance(prompt, str) else server.token_text.decode(ids)
 
 
-def _logprobs(gen: Generation, c: Choice, body: CompletionRequest, offset: int) -> Any:
+def _logprobs(gen: Generation, c: Choice, body: CompletionRequest,
+              offset: int) -> CompletionLogprobs | None:
     if c.output.logprobs is None or body.logprobs is None:
         return None
     return completion_logprobs(c.output.token_ids, c.output.logprobs, body.logprobs,
@@ -60,15 +73,16 @@ def _logprobs(gen: Generation, c: Choice, body: CompletionRequest, offset: int) 
 
 
 def _response(gen: Generation, choices: list[Choice], body: CompletionRequest, model: str,
-              echo: list[str] | None) -> dict[str, Any]:
+              echo: list[str] | None) -> Completion:
     out = []
     for c in choices:
         prefix = echo[c.prompt_index] if echo else ""
-        out.append({"index": c.index, "text": prefix + c.output.text,
-                    "logprobs": _logprobs(gen, c, body, len(prefix)),
-                    "finish_reason": c.output.finish_reason, "stop_reason": c.output.stop_reason})
-    return {"id": gen.request_id, "object": "text_completion", "created": gen.created,
-            "model": model, "choices": out, "usage": gen.usage()}
+        out.append(CompletionChoice(index=c.index, text=prefix + c.output.text,
+                                    logprobs=_logprobs(gen, c, body, len(prefix)),
+                                    finish_reason=c.output.finish_reason,
+                                    stop_reason=c.output.stop_reason))
+    return Completion(id=gen.request_id, created=gen.created, model=model, choices=out,
+                      usage=Usage(**gen.usage()))
 
 
 async def _stream(gen: Generation, body: CompletionRequest, model: str,
@@ -77,14 +91,14 @@ async def _stream(gen: Generation, body: CompletionRequest, model: str,
     offsets = [0] * gen.num_choices  # characters sent so far, for logprobs' text_offset
     n = gen.params.n
 
-    def chunk(index: int, text: str, logprobs: Any, finish: str | None,
-              stop_reason: Any = None) -> str:
-        payload: dict[str, Any] = {
-            "id": gen.request_id, "object": "text_completion", "created": gen.created,
-            "model": model, "choices": [{"index": index, "text": text, "logprobs": logprobs,
-                                         "finish_reason": finish, "stop_reason": stop_reason}]}
+    def chunk(index: int, text: str, logprobs: CompletionLogprobs | None, finish: str | None,
+              stop_reason: int | str | None = None) -> str:
+        payload = CompletionChunk(
+            id=gen.request_id, created=gen.created, model=model,
+            choices=[CompletionChoice(index=index, text=text, logprobs=logprobs,
+                                      finish_reason=finish, stop_reason=stop_reason)])
         if include_usage:
-            payload["usage"] = None
+            payload.usage = None  # set, so it is sent (as OpenAI: null until the last chunk)
         return sse(payload)
 
     if echo:
@@ -103,9 +117,9 @@ async def _stream(gen: Generation, body: CompletionRequest, model: str,
                 yield chunk(c.index, o.text, lps, o.finish_reason, o.stop_reason)
     except (RequestFailed, EngineDeadError) as exc:
         # Headers are sent: the error travels as the last event, in OpenAI's shape.
-        yield sse(gen.failure_error(exc).body())
+        yield sse(gen.failure_error(exc).model())
         return
     if include_usage:
-        yield sse({"id": gen.request_id, "object": "text_completion", "created": gen.created,
-                   "model": model, "choices": [], "usage": gen.usage()})
+        yield sse(CompletionChunk(id=gen.request_id, created=gen.created, model=model,
+                                  choices=[], usage=Usage(**gen.usage())))
     yield DONE
