@@ -138,7 +138,6 @@ def test_frequency_and_presence_penalties_follow_openais_formula(frequency, pres
     """OpenAI: logit[j] -= c[j] * frequency_penalty + (c[j] > 0) * presence_penalty, with c[j]
     the count of j among the tokens generated so far (the prompt's tokens do not count)."""
     from engine.core.request import Request
-
     from engine.sampler import Sampler
 
     params = SamplingParams(frequency_penalty=frequency, presence_penalty=presence)

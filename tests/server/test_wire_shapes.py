@@ -8,7 +8,7 @@ import json
 
 import httpx
 
-from tests.server.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 TIMEOUT = 120.0
 CHAT = [{"role": "user", "content": "Say hello."}]
