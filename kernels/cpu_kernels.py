@@ -1,16 +1,15 @@
 """The CPU's C++ kernels, built on first use: paged decode attention
 (cpu_decode_attention.cpp) and the fused per-layer ops (cpu_fused_ops.cpp).
 
-torch.utils.cpp_extension compiles it once per machine (-O3 -march=native: it runs where it
-was built) into a directory of the user cache named by a hash of the sources and flags, from a
-copy of the sources kept there: every install of the same sources (a checkout, the installed
-package) shares one build, and later starts load it in well under a second. Where no C++ compiler is installed, `load()` returns None, says why in
-one WARNING, and the engine keeps the torch reference path.
+They are compiled once per machine (-O3 -march=native: the binary runs where it was built)
+into the user cache by kernels/extension_cache.py, which keys the build by everything it
+depends on and survives a build killed midway; later starts, of any install with the same
+key, load it in well under a second. Where no C++ compiler is installed, `load()` returns
+None, says why in one WARNING, and the engine keeps the torch reference path.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
+
+from kernels.extension_cache import ExtensionBuild
 
 logger = logging.getLogger("officellm.kernels")
 
@@ -59,17 +60,7 @@ def _build() -> Any | None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     logger.info("Loading the CPU kernels (built once per machine, ~1 min the first time)")
     try:
-        from torch.utils import cpp_extension
-
-        build_dir, sources = _build_tree()
-        return cpp_extension.load(
-            name=f"officellm_cpu_kernels_{build_dir.name}",
-            sources=[str(p) for p in sources],
-            build_directory=str(build_dir),
-            extra_cflags=CFLAGS,
-            extra_ldflags=["-fopenmp"],
-            verbose=False,
-        )
+        return kernel_build(compiler).load()
     except Exception as exc:  # a broken toolchain must not stop the server
         logger.warning("Building the CPU kernels failed (%s: %s); the engine uses the slower "
                        "torch path", type(exc).__name__,
@@ -77,22 +68,9 @@ def _build() -> Any | None:
         return None
 
 
-def _build_tree() -> tuple[Path, list[Path]]:
-    """The build directory for these sources, flags and torch, with the sources copied in."""
-    import torch
-
-    digest = hashlib.sha256()
-    for part in [torch.__version__, *CFLAGS] + [p.read_bytes() for p in SOURCES]:
-        digest.update(part if isinstance(part, bytes) else part.encode())
+def kernel_build(compiler: str = "c++") -> ExtensionBuild:
+    """The build of this package's kernels, in the user cache (OFFICELLM_CACHE_DIR overrides)."""
     root = Path(os.environ.get("OFFICELLM_CACHE_DIR") or platformdirs.user_cache_dir("officellm"))
-    build_dir = root / "cpu_kernels" / digest.hexdigest()[:16]
-    (build_dir / "src").mkdir(parents=True, exist_ok=True)
-    copies = []
-    for source in SOURCES:
-        copy = build_dir / "src" / source.name
-        if not copy.exists():  # written whole, then renamed: another process may be reading
-            tmp = copy.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(source.read_bytes())
-            tmp.replace(copy)
-        copies.append(copy)
-    return build_dir, copies
+    return ExtensionBuild(prefix="officellm_cpu_kernels", sources=tuple(SOURCES),
+                          cflags=tuple(CFLAGS), ldflags=("-fopenmp",),
+                          cache_dir=root / "cpu_kernels", compiler=compiler)
