@@ -66,6 +66,11 @@ class PolicyView(BaseModel):
     max_concurrent_requests: int | None
     max_tokens_per_day: int | None
     share_prefix_cache: bool | None
+    priority: str | None = Field(description="low | normal | high: the user's weight under the "
+                                             "fair scheduler (0.5, 1, 2).")
+    max_kv_share: float | None = Field(description="Share of the KV pool (0-1] above which the "
+                                                   "user's prompts wait while others have "
+                                                   "work; null: no cap.")
 
 
 class PolicyList(BaseModel):
