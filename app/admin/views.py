@@ -118,6 +118,16 @@ class EventView(BaseModel):
     detail: Any
 
 
+class UserShareView(BaseModel):
+    """One user's hold on the engine (app/observability/sharing.py)."""
+
+    user: str
+    kv_blocks: int = Field(description="KV blocks in their requests' block tables now.")
+    kv_share: float = Field(description="kv_blocks over the whole pool (0-1).")
+    running: int = Field(description="Their requests in the running batch.")
+    preemptions_total: int = Field(description="Preemptions of their requests since start.")
+
+
 class Stats(BaseModel):
     """GET /admin/stats: live numbers (also while the model loads, or after it failed)."""
 
@@ -130,6 +140,9 @@ class Stats(BaseModel):
     latency: dict[str, float | None] = Field(
         description="p50 and p99 (seconds) of ttft, itl and e2e over the last window_s.")
     active_threads: list[ActiveThread]
+    users: list[UserShareView] = Field(
+        description="Who holds the engine: per user holding blocks, running or ever "
+                    "preempted, the heaviest holder first.")
 
 
 class Plan(BaseModel):

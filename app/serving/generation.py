@@ -19,7 +19,7 @@ from fastapi import Request
 
 from app.admission.admission import Admission
 from app.openai.errors import APIError, unavailable
-from app.policy import prefix_cache_salt, scheduling_tags
+from app.policy import prefix_cache_salt
 from app.serving.async_engine import EngineDeadError, RequestAborted
 from app.serving.state import ServerState
 from engine import CompletionOutput, OutputKind, RequestOutput, SamplingParams
@@ -86,9 +86,9 @@ class Generation:
         # cached prompts, unless their policy lets them share. Set here, never by the client.
         salt = prefix_cache_salt(self.principal.user_id, self.admission.policy.share_prefix_cache)
         # docs/design.md §2: the scheduler shares the engine between users by these opaque
-        # tags (the user's id, their priority's weight, their KV share cap), read with the
-        # policy at admission, so an admin's change applies from the next request.
-        tags = scheduling_tags(self.principal.user_id, self.admission.policy)
+        # tags (the user's id, their priority's weight, their KV share cap), made from the
+        # policy read at admission, so an admin's change applies from the next request.
+        tags = self.admission.scheduling
         kind = OutputKind.DELTA if self.stream else OutputKind.FINAL
         try:
             for eid, ids in zip(self.engine_ids, self.prompt_token_ids, strict=True):
