@@ -100,6 +100,7 @@ class Request:
     # time (vllm:request_queue_time_seconds) is their difference.
     arrival_time: float = field(default_factory=time.monotonic)
     first_scheduled_time: float | None = None
+    num_preemptions: int = 0  # times this request gave its blocks back (by recompute)
 
     def __post_init__(self) -> None:
         self.all_token_ids: list[int] = list(self.prompt_token_ids)

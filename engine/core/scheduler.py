@@ -204,6 +204,7 @@ class Scheduler:
         self.kv.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
+        request.num_preemptions += 1
         self.num_preemptions_total += 1
         key = request.fairness_key
         self.preemptions_by_key[key] = self.preemptions_by_key.get(key, 0) + 1

@@ -27,8 +27,9 @@ id), `priority` a positive weight, `max_kv_share` a fraction of the pool.
   tokens of all keys, divided by its weight. Prompt work goes to keys in ascending order of
   that number, FCFS within a key (its running prompts first). The victim is the most recently
   admitted request of the key holding the most blocks for its weight, so a key under its
-  share is not preempted while another holds more than its own; the oldest running request
-  is never the victim while another runs (so every request finishes). A key holding more than
+  share is not preempted while another holds more than its own, except that the oldest
+  running request, once preempted, is not taken again while another runs (so every request
+  finishes). A key holding more than
   `max_kv_share` of the pool gets no new prompt chunks in a step where another key's prompt
   work was scheduled. A lone key gets exactly the fcfs schedule.
 """
@@ -198,11 +199,14 @@ class FairPolicy:
         # Newest first, keeping the first strictly heaviest: that is the most recently
         # admitted request of the key with the most blocks per weight (on a tie, the key
         # whose newest request is newest, so a lone key loses its newest, as under fcfs).
-        # The oldest running request is never chosen while another runs: it always moves
-        # on, so every request in turn becomes the oldest and finishes, however large (a
-        # request bigger than its key's share would otherwise be preempted forever).
+        # The oldest running request, once it has been preempted before, is not chosen
+        # while another runs: it then always moves on, so every request in turn becomes the
+        # oldest and finishes, however large (a request bigger than its key's share would
+        # otherwise be preempted forever). A fresh one can still be taken, so a heavy key's
+        # lone request does not push a light key's out.
         held = self.kv.blocks_by_key
-        candidates = running[1:] if len(running) > 1 else running
+        protect = len(running) > 1 and running[0].num_preemptions > 0
+        candidates = running[1:] if protect else running
         victim, heaviest = candidates[-1], -1.0
         for req in reversed(candidates):
             load = held.get(req.fairness_key, 0) / self.weight(req.fairness_key)
