@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from admin_ui.snapshot import StatsSnapshot
+from admin_ui.snapshot import StatsSnapshot, UserShare
 
 # Thresholds in one place so the tests and the docs can name them.
 WINDOW_S = 60.0  # how far back a rule looks
@@ -20,6 +20,9 @@ ITL_SPIKE_MIN_S = 0.15  # ... and at least this long, so a fast idle server is n
 LONG_PREFILL_TOKENS = 512  # prompt tokens taken in between two snapshots that mark a long prefill
 SLOW_FIRST_WORD_S = 2.0  # median time to first token users notice
 STEADY_ITL_RATIO = 2.0  # p99/p50 ITL under this is "steady"
+# A user holding at least this share of the pool while preemptions happen is named as the one
+# behind them (below it the cache is full of many people's ordinary chats).
+HEAVY_SHARE = 0.25
 
 OK, INFO, WARNING = "ok", "info", "warning"
 
@@ -52,15 +55,43 @@ def kv_cache_full(history: Sequence[StatsSnapshot]) -> Finding | None:
     if rise <= 0:
         return None
     peak = max(s.engine.kv_cache_usage for s in w)
+    cause = "the KV cache is full: long conversations are being paused and recomputed"
+    advice = ("lower per-user max context (Policies) or ask users to start new chats; "
+              "more KV memory (--kv-cache-memory / --gpu-memory-utilization) also helps")
+    evidence = [f"{rise} preemption(s) in the last {w[-1].received - w[0].received:.0f} s",
+                f"KV cache usage peaked at {peak:.0%}"]
+    heavy = heaviest_holder(w[-1])
+    if heavy is not None:
+        # Name who is behind the storm: the admin's lever is that user's policy.
+        held = f"{heavy.user} holds {heavy.kv_share:.0%} of the KV cache in " \
+               f"{heavy.running} running request{'s' if heavy.running != 1 else ''}"
+        cause = f"the KV cache is full and {held}"
+        advice = (f"give {heavy.user} a KV share cap or a lower priority (Policies; it "
+                  "applies from their next request), or a lower max context; " + advice)
+        evidence.insert(0, held)
+        preempted = _preempted_users(w)
+        if preempted:
+            evidence.append("preempted: " + ", ".join(f"{u} {n}" for u, n in preempted))
     return Finding(
         rule="kv_cache_full", severity=WARNING,
         symptom="answers stop mid-sentence, then resume",
-        cause="the KV cache is full: long conversations are being paused and recomputed",
-        advice="lower per-user max context (Policies) or ask users to start new chats; "
-               "more KV memory (--kv-cache-memory / --gpu-memory-utilization) also helps",
-        evidence=[f"{rise} preemption(s) in the last {w[-1].received - w[0].received:.0f} s",
-                  f"KV cache usage peaked at {peak:.0%}"],
+        cause=cause, advice=advice, evidence=evidence,
     )
+
+
+def heaviest_holder(snap: StatsSnapshot) -> UserShare | None:
+    """The user holding the largest share of the KV cache, if it is a large one."""
+    if not snap.users:
+        return None
+    top = max(snap.users, key=lambda u: u.kv_blocks)
+    return top if top.kv_share >= HEAVY_SHARE else None
+
+
+def _preempted_users(w: Sequence[StatsSnapshot]) -> list[tuple[str, int]]:
+    """Preemptions per user within the window, most first."""
+    before = {u.user: u.preemptions_total for u in w[0].users}
+    rises = [(u.user, u.preemptions_total - before.get(u.user, 0)) for u in w[-1].users]
+    return sorted(((u, n) for u, n in rises if n > 0), key=lambda p: -p[1])
 
 
 def kv_cache_near_full(history: Sequence[StatsSnapshot]) -> Finding | None:

@@ -11,6 +11,10 @@ from typing import Any
 
 INT_FIELDS = ("max_context_tokens", "max_turns", "max_concurrent_requests", "max_tokens_per_day")
 ON_LIMIT_CHOICES = ("reject", "notify", "truncate")
+# The server's (app/policy/scheduling.py): the weight each priority gets under the fair
+# scheduler, shown beside the choice.
+PRIORITY_WEIGHTS = {"low": 0.5, "normal": 1.0, "high": 2.0}
+PRIORITY_CHOICES = tuple(PRIORITY_WEIGHTS)
 LABELS = {
     "max_context_tokens": "Max context (tokens per thread)",
     "max_turns": "Max turns per thread",
@@ -18,6 +22,8 @@ LABELS = {
     "max_concurrent_requests": "Max concurrent requests",
     "max_tokens_per_day": "Max tokens per day",
     "share_prefix_cache": "Share prefix cache",
+    "priority": "Priority (fair scheduling)",
+    "max_kv_share": "Max share of the KV cache",
 }
 
 
@@ -31,6 +37,8 @@ class PolicyForm:
     max_concurrent_requests: str = ""
     max_tokens_per_day: str = ""
     share_prefix_cache: str = ""  # "yes" | "no" | "" (inherit)
+    priority: str = ""  # "low" | "normal" | "high" | "" (inherit)
+    max_kv_share: str = ""  # "0.5" or "50%"; "" = no cap (default) or inherit (user)
 
     @classmethod
     def from_policy(cls, policy: dict[str, Any] | None) -> PolicyForm:
@@ -42,6 +50,9 @@ class PolicyForm:
         form.on_limit = p.get("on_limit") or ""
         share = p.get("share_prefix_cache")
         form.share_prefix_cache = "" if share is None else ("yes" if share else "no")
+        form.priority = p.get("priority") or ""
+        kv_share = p.get("max_kv_share")
+        form.max_kv_share = "" if kv_share is None else f"{kv_share:g}"
         return form
 
 
@@ -88,6 +99,29 @@ def form_to_policy(form: PolicyForm, is_default: bool) -> dict[str, Any]:
         problems["share_prefix_cache"] = "the default policy needs yes or no for sharing"
     else:
         out["share_prefix_cache"] = None
+    if form.priority:
+        if form.priority not in PRIORITY_CHOICES:
+            problems["priority"] = f"{LABELS['priority']} must be one of " \
+                                   f"{', '.join(PRIORITY_CHOICES)}"
+        else:
+            out["priority"] = form.priority
+    elif is_default:
+        problems["priority"] = "the default policy needs a priority (normal, usually)"
+    else:
+        out["priority"] = None
+    text = form.max_kv_share.strip()
+    if not text:
+        out["max_kv_share"] = None
+    else:
+        try:
+            share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            share = None
+        if share is None or not 0 < share <= 1:
+            problems["max_kv_share"] = f"{LABELS['max_kv_share']} must be a fraction above 0 " \
+                                       f"and at most 1 (0.5 or 50%), or blank, not {text!r}"
+        else:
+            out["max_kv_share"] = share
     if problems:
         raise PolicyError(problems)
     return out

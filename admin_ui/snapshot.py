@@ -115,6 +115,24 @@ class ActiveThread:
 
 
 @dataclass
+class UserShare:
+    """One user's hold on the engine (/admin/stats' `users`): KV blocks held now, their share
+    of the pool, running requests, preemptions since the server started."""
+
+    user: str
+    kv_blocks: int = 0
+    kv_share: float = 0.0
+    running: int = 0
+    preemptions_total: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> UserShare:
+        return cls(user=str(d.get("user") or "(anonymous)"), kv_blocks=int(_f(d, "kv_blocks")),
+                   kv_share=_f(d, "kv_share"), running=int(_f(d, "running")),
+                   preemptions_total=int(_f(d, "preemptions_total")))
+
+
+@dataclass
 class StatsSnapshot:
     """One answer of `/admin/stats`, stamped with the console's own monotonic clock on arrival
     (the diagnosis rules compare snapshots by that clock, not by the server's)."""
@@ -126,6 +144,7 @@ class StatsSnapshot:
     rates: Rates = field(default_factory=Rates)
     latency: Latency = field(default_factory=Latency)
     active_threads: list[ActiveThread] = field(default_factory=list)
+    users: list[UserShare] = field(default_factory=list)  # the heaviest holder first
     received: float = field(default_factory=time.monotonic)
 
     @classmethod
@@ -136,5 +155,7 @@ class StatsSnapshot:
             rates=Rates.from_json(d.get("rates") or {}),
             latency=Latency.from_json(d.get("latency") or {}),
             active_threads=[ActiveThread.from_json(t) for t in d.get("active_threads") or []],
+            users=sorted((UserShare.from_json(u) for u in d.get("users") or []),
+                         key=lambda u: -u.kv_blocks),
             received=time.monotonic() if received is None else received,
         )

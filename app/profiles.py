@@ -22,8 +22,9 @@ PROFILES: dict[str, Profile] = {
     "personal": Profile(
         "personal", "one user; batching hardly matters",
         {"max_num_batched_tokens": 8192, "max_num_seqs": 16, "max_context_tokens": None,
-         "prefill_pacing": None},
+         "prefill_pacing": None, "scheduling_policy": "fcfs"},
         {"max_num_batched_tokens": "a large token budget brings the first word sooner",
+         "scheduling_policy": "fcfs: one person, nothing to share",
          "prefill_pacing": "off: with one person typing nobody else waits on a prompt",
          "max_num_seqs": "one person rarely runs more than a few requests",
          "max_context_tokens": "no context cap: long context is affordable for one user"},
@@ -31,9 +32,11 @@ PROFILES: dict[str, Profile] = {
     "office": Profile(
         "office", "5-30 people; steady typing speed matters more than the first word",
         {"max_num_batched_tokens": 1024, "max_num_seqs": 64, "max_context_tokens": 16384,
-         "prefill_pacing": 2.0},
+         "prefill_pacing": 2.0, "scheduling_policy": "fair"},
         {"max_num_batched_tokens": "chunked prefill with a small budget, so a pasted document "
                                    "does not freeze everyone's typing",
+         "scheduling_policy": "fair: prompt work goes to the user served least recently, and "
+                              "the one holding most of the KV cache gives it back first",
          "prefill_pacing": "while others type, a prompt's chunk costs at most one more decode "
                            "step (measured: a CPU needs far smaller chunks than a GPU)",
          "max_num_seqs": "room for a busy office",
@@ -43,8 +46,9 @@ PROFILES: dict[str, Profile] = {
     "product": Profile(
         "product", "customer-facing; tail latency targets",
         {"max_num_batched_tokens": 512, "max_num_seqs": 128, "max_context_tokens": 8192,
-         "gpu_memory_utilization": 0.8, "prefill_pacing": 1.5},
+         "gpu_memory_utilization": 0.8, "prefill_pacing": 1.5, "scheduling_policy": "fair"},
         {"max_num_batched_tokens": "a small budget keeps inter-token latency's tail short",
+         "scheduling_policy": "fair: one customer's burst does not queue the others",
          "prefill_pacing": "tail latency first: a prompt's chunk costs half a decode step",
          "max_num_seqs": "many short customer requests",
          "max_context_tokens": "hard context cap: no request beyond it is admitted",

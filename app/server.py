@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
@@ -22,6 +22,7 @@ from app.admission.body_limit import BodySizeLimit
 from app.db import Database, prepare_database
 from app.db.column_types import utcnow
 from app.db.threads import active_thread_counts
+from app.db.users import user_names
 from app.observability import routes as observability_routes
 from app.observability.metrics import ServerMetrics
 from app.observability.refusals import Refusals
@@ -71,11 +72,17 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
 
     server_metrics.track_active_threads(active_threads)
 
+    def names(ids: Iterable[int]) -> Mapping[int, str]:
+        with db.session() as session:
+            return user_names(session, ids)
+
+    server_metrics.track_sharing(async_engine, names)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         accounts.start()
         async_engine.start()
-        sampler = asyncio.ensure_future(run_sampler(async_engine, window, accounts))
+        sampler = asyncio.ensure_future(run_sampler(async_engine, window, accounts, names))
         try:
             yield
         finally:

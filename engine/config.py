@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from engine.core.scheduling_policy import SCHEDULING_POLICIES
+
 _UNITS = {
     "": 1, "b": 1,
     "k": 1000, "kb": 1000, "kib": 1024,
@@ -69,6 +71,11 @@ class EngineConfig:
     prefill_pacing: float | None = knob(
         None, "while others are typing, a prompt's chunk is sized so a step costs about X "
               "decode-only steps (0: off)", float)
+    # engine/core/scheduling_policy.py; fcfs by default, so the offline LLM schedules as
+    # vLLM does. The server's office and product profiles choose fair.
+    scheduling_policy: str = knob(
+        "fcfs", "fcfs | priority | fair: arrival order; by request priority; or shares between "
+                "fairness keys (the server's users)", str)
 
     def __post_init__(self) -> None:
         if self.prefill_pacing == 0:  # the flag's "off"
@@ -85,6 +92,9 @@ class EngineConfig:
             raise ValueError("max_model_len must be at least 2.")
         if self.prefill_pacing is not None and self.prefill_pacing <= 1:
             raise ValueError("prefill_pacing must be above 1 (a decode-only step is 1).")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}, "
+                             f"not {self.scheduling_policy!r}.")
         if self.tensor_parallel_size < 1:
             raise ValueError("tensor_parallel_size must be at least 1.")
         if self.tensor_parallel_size > 1 and ":" in self.device:

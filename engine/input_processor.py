@@ -50,11 +50,16 @@ class InputProcessor:
 
     @staticmethod
     def core_requests(request_id: str, token_ids: list[int], params: SamplingParams,
-                      cache_salt: str | None = None) -> list[EngineCoreRequest]:
+                      cache_salt: str | None = None, *, fairness_key: str | None = None,
+                      priority: float = 1.0,
+                      max_kv_share: float | None = None) -> list[EngineCoreRequest]:
         """The n sequences of a request: the request's id when n is 1, else `id#i`, each
-        seeded with the request's seed plus its index."""
+        seeded with the request's seed plus its index. All carry the same opaque tags (the
+        prefix-cache salt; the scheduling policy's key, weight and KV share cap)."""
+        tags = {"cache_salt": cache_salt, "fairness_key": fairness_key, "priority": priority,
+                "max_kv_share": max_kv_share}
         if params.n == 1:
-            return [EngineCoreRequest(request_id, token_ids, params, params.seed, cache_salt)]
+            return [EngineCoreRequest(request_id, token_ids, params, params.seed, **tags)]
         return [EngineCoreRequest(f"{request_id}#{i}", token_ids, params,
-                                  None if params.seed is None else params.seed + i, cache_salt)
+                                  None if params.seed is None else params.seed + i, **tags)
                 for i in range(params.n)]

@@ -19,7 +19,8 @@ class LLMEngine:
     requests), the EngineCore (schedule -> execute -> update, token ids only) and an
     OutputProcessor (tokens -> text, stop strings, n-way fan-in, deltas).
 
-    Knows nothing of HTTP, users or SQL: `cache_salt` is an opaque tag. The server runs the
+    Knows nothing of HTTP, users or SQL: `cache_salt`, `fairness_key`, `priority` and
+    `max_kv_share` are opaque tags. The server runs the
     same three pieces, the core on a thread of its own (app/serving/async_engine.py).
     """
 
@@ -52,16 +53,23 @@ class LLMEngine:
     # -- requests ------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams, *,
                     cache_salt: str | None = None, check_max_tokens: bool = False,
-                    output_kind: OutputKind = OutputKind.DELTA) -> None:
+                    output_kind: OutputKind = OutputKind.DELTA, fairness_key: str | None = None,
+                    priority: float = 1.0, max_kv_share: float | None = None) -> None:
         """Queue a request. A prompt is text or token ids. Raises PromptTooLongError or
-        ValueError (an empty prompt, ids outside the vocabulary, an id in use).
+        ValueError (an empty prompt, ids outside the vocabulary, an id in use, a priority
+        that is not a positive weight, a max_kv_share outside (0, 1]).
+
+        `fairness_key`, `priority`, `max_kv_share`: what the scheduling policy shares the
+        engine by (engine/core/scheduling_policy.py); fcfs ignores them.
 
         With check_max_tokens, a max_tokens that would run past max_model_len is refused
         (the server's behaviour); otherwise generation just stops at max_model_len.
         """
         ids = self.input_processor.encode(prompt)
         self.input_processor.check_prompt(ids, params.max_tokens if check_max_tokens else None)
-        core_requests = self.input_processor.core_requests(request_id, ids, params, cache_salt)
+        core_requests = self.input_processor.core_requests(
+            request_id, ids, params, cache_salt, fairness_key=fairness_key, priority=priority,
+            max_kv_share=max_kv_share)
         self.output_processor.add_request(request_id, prompt if isinstance(prompt, str) else None,
                                           core_requests, output_kind)
         for core_request in core_requests:

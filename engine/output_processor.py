@@ -68,11 +68,13 @@ class _Request:
 class IterationStats:
     """One step's latencies, in seconds, per client request: time to first token for those
     whose first token came, the gap since the previous token for the others, and end to end
-    for those that finished."""
+    for those that finished; and, with each first token, the time the request waited in the
+    engine core's queue before it was first scheduled (measured by the core)."""
 
     ttft: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
     e2e: list[float] = field(default_factory=list)
+    queue: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -142,6 +144,8 @@ class OutputProcessor:
                 last = req.metrics.last_token_time
                 if last is None:
                     stats.ttft.append(now - req.metrics.arrival_time)
+                    if out.queue_time is not None:
+                        stats.queue.append(out.queue_time)
                 else:
                     stats.itl.append(now - last)
             try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -12,7 +12,9 @@ class EngineStats:
     `kv_cache_usage` counts blocks held by live requests; cached blocks that no request holds
     are free (evictable), so an idle engine reads 0. Prefix-cache queries and hits count tokens.
     Token totals count each sequence (a request with n = 2 counts its prompt twice), as vLLM's
-    counters do.
+    counters do. The `*_by_key` maps are per fairness key (an opaque tag; the server maps its
+    keys to user names): blocks in the block tables of the key's requests, its preemptions
+    since start, its running requests. Keys with nothing to count are absent.
     """
 
     num_blocks_total: int
@@ -32,3 +34,7 @@ class EngineStats:
     max_model_len: int = 0
     num_requests_finished_total: int = 0
     num_steps_total: int = 0
+    scheduling_policy: str = "fcfs"
+    kv_blocks_by_key: dict[str, int] = field(default_factory=dict)
+    preemptions_by_key: dict[str, int] = field(default_factory=dict)
+    running_by_key: dict[str, int] = field(default_factory=dict)

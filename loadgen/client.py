@@ -56,11 +56,14 @@ class RequestRecord:
 
 @dataclass
 class ChatClient:
-    """Sends chat completions to one server; `extra` goes into every body (e.g. ignore_eos)."""
+    """Sends chat completions to one server; `extra` goes into every body (e.g. ignore_eos).
+    `user_keys`: a bearer key per simulated user, instead of the client's own, so the server
+    tells them apart (noisy-neighbour's heavy user is another person)."""
 
     http: httpx.AsyncClient
     model: str
     extra: dict[str, Any] = field(default_factory=dict)
+    user_keys: dict[int, str] = field(default_factory=dict)
 
     async def chat(self, record: RequestRecord, messages: list[dict[str, str]]) -> RequestRecord:
         """Stream one reply into `record` (filled in place and returned); never raises for
@@ -69,8 +72,11 @@ class ChatClient:
         body = {"model": self.model, "messages": messages, "max_tokens": record.max_tokens,
                 "stream": True, "stream_options": {"include_usage": True}, **self.extra}
         parts: list[str] = []
+        key = self.user_keys.get(record.user)
+        headers = {"Authorization": f"Bearer {key}"} if key else None
         try:
-            async with self.http.stream("POST", "/v1/chat/completions", json=body) as resp:
+            async with self.http.stream("POST", "/v1/chat/completions", json=body,
+                                        headers=headers) as resp:
                 if resp.status_code != 200:
                     detail = (await resp.aread()).decode(errors="replace")[:300]
                     record.error = f"HTTP {resp.status_code}: {detail}"

@@ -36,6 +36,10 @@ def build(result: BenchResult) -> dict[str, Any]:
                      "think_time_s": cfg.think_time, "max_context": cfg.max_context,
                      "doc_tokens": cfg.effective_doc_tokens() if cfg.name == "long-doc" else None,
                      "prefix_tokens": cfg.prefix_tokens if cfg.name == "shared-prefix" else None,
+                     **({"heavy_requests": cfg.heavy_requests,
+                         "heavy_doc_tokens": cfg.effective_heavy_doc_tokens(),
+                         "heavy_max_tokens": cfg.heavy_max_tokens}
+                        if cfg.name == "noisy-neighbour" else {}),
                      "extra_body": result.target.extra_body},
         "server": {"base_url": result.target.base_url, "model": result.model,
                    "max_context": result.server_max_context},
@@ -46,6 +50,8 @@ def build(result: BenchResult) -> dict[str, Any]:
     }
     if cfg.name == "long-doc":
         doc["long_doc"] = summary.itl_around_pastes(result.records)
+    if cfg.name == "noisy-neighbour":
+        doc["noisy_neighbour"] = summary.noisy_neighbour(result.records, result.wall)
     return doc
 
 
@@ -78,4 +84,13 @@ def text_summary(doc: dict[str, Any]) -> str:
         ld = doc["long_doc"]
         lines.append(f"  long-doc: chat ITL p99 during paste {_ms(ld['itl_during_paste_s']['p99'])}"
                      f" ms vs p50 without {_ms(ld['itl_without_paste_s']['p50'])} ms")
+    if "noisy_neighbour" in doc:
+        nn = doc["noisy_neighbour"]
+        light, heavy = nn["light"], nn["heavy"]
+        lines.append(f"  light users: TTFT p50/p99 {_ms(light['ttft_s']['p50'])}/"
+                     f"{_ms(light['ttft_s']['p99'])} ms, ITL p50/p99 "
+                     f"{_ms(light['itl_s']['p50'])}/{_ms(light['itl_s']['p99'])} ms "
+                     f"({light['requests']['completed']} requests)")
+        lines.append(f"  heavy user: {heavy['throughput_tok_per_s']:.1f} tok/s processed "
+                     f"({heavy['requests']['completed']} requests)")
     return "\n".join(lines)

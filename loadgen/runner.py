@@ -24,6 +24,20 @@ class Target:
     max_context: int | None = None  # default: what the server says, else 2048
     extra_body: dict[str, Any] = field(default_factory=dict)  # e.g. {"ignore_eos": True}
     request_timeout: float = 300.0
+    # noisy-neighbour: the heavy user's key (another user on the server; default api_key), and
+    # keys for the light users, user i taking light_api_keys[i % len] (default api_key).
+    heavy_api_key: str | None = None
+    light_api_keys: list[str] = field(default_factory=list)
+
+    def user_keys(self, config: scenarios.ScenarioConfig) -> dict[int, str]:
+        """The per-user keys of a run (users without one use api_key)."""
+        keys = {}
+        if self.light_api_keys:
+            keys = {u: self.light_api_keys[u % len(self.light_api_keys)]
+                    for u in range(config.users)}
+        if self.heavy_api_key:
+            keys[config.heavy_user] = self.heavy_api_key
+        return keys
 
 
 @dataclass
@@ -62,7 +76,8 @@ async def run_bench(target: Target, config: scenarios.ScenarioConfig, requests: 
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
     timeout = httpx.Timeout(target.request_timeout, connect=10.0)
     # One connection per concurrent stream, so the client never queues what the server should.
-    limits = httpx.Limits(max_connections=config.users + 8, max_keepalive_connections=config.users + 8)
+    streams = config.users + (config.heavy_requests if config.name == "noisy-neighbour" else 0)
+    limits = httpx.Limits(max_connections=streams + 8, max_keepalive_connections=streams + 8)
     async with httpx.AsyncClient(base_url=target.base_url, headers=headers, timeout=timeout,
                                  limits=limits) as http:
         model, server_ctx = await server_info(http)
@@ -70,7 +85,8 @@ async def run_bench(target: Target, config: scenarios.ScenarioConfig, requests: 
         config.max_context = target.max_context or server_ctx or config.max_context
         before = await server_metrics.scrape(http)
         budget = Budget(requests, duration)
-        run = scenarios.Run(ChatClient(http, model, dict(target.extra_body)), budget, config)
+        run = scenarios.Run(ChatClient(http, model, dict(target.extra_body),
+                                       target.user_keys(config)), budget, config)
         # Hard stop: the deadline plus one request's timeout; what is in flight then is cut off.
         hard = None if duration is None else duration + target.request_timeout
         try:

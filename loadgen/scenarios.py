@@ -1,4 +1,5 @@
-"""What each simulated user sends, and when: office, long-doc, burst, shared-prefix.
+"""What each simulated user sends, and when: office, long-doc, burst, shared-prefix,
+noisy-neighbour.
 
 Every user draws from its own seeded Random, so a run with the same seed sends the same
 prompts and lengths whatever the server's timing (only *when* things happen varies).
@@ -16,7 +17,7 @@ from loadgen import text
 from loadgen.budget import Budget
 from loadgen.client import ChatClient, RequestRecord
 
-SCENARIOS = ("office", "long-doc", "burst", "shared-prefix")
+SCENARIOS = ("office", "long-doc", "burst", "shared-prefix", "noisy-neighbour")
 CHAT_SYSTEM = "You are a helpful office assistant. Answer clearly."
 
 
@@ -32,17 +33,39 @@ class ScenarioConfig:
     doc_tokens: int = 6000  # long-doc: the pasted document, scaled down to fit the context
     prefix_tokens: int = 1000  # shared-prefix: the common system prompt
     max_context: int = 2048  # the server's context length (from /v1/models when it says)
+    # noisy-neighbour: one heavy user keeps this many long-context requests in flight (each a
+    # document of heavy_doc_tokens, answered in up to heavy_max_tokens) beside `users` light
+    # users chatting as in office. 0 heavy requests: the light users alone; 0 users: the
+    # heavy user alone.
+    heavy_requests: int = 8
+    heavy_doc_tokens: int = 4000
+    heavy_max_tokens: int = 64
 
     def __post_init__(self) -> None:
         if self.name not in SCENARIOS:
             raise ValueError(f"unknown scenario {self.name!r}; one of {', '.join(SCENARIOS)}")
-        if self.users < 1 or self.max_tokens < 1:
+        if self.name == "noisy-neighbour":
+            if self.users < 0 or self.heavy_requests < 0 or not self.users + self.heavy_requests:
+                raise ValueError("noisy-neighbour needs light users or heavy requests (or both)")
+            if self.max_tokens < 1 or self.heavy_max_tokens < 1:
+                raise ValueError("max_tokens and heavy_max_tokens must be at least 1")
+        elif self.users < 1 or self.max_tokens < 1:
             raise ValueError("users and max_tokens must be at least 1")
+
+    @property
+    def heavy_user(self) -> int:
+        """noisy-neighbour: the heavy user's index (after the light users' 0..users-1)."""
+        return self.users
 
     def effective_doc_tokens(self) -> int:
         """The paste must fit: leave room for the reply and the chat template."""
         room = int(self.max_context * 0.85) - self.max_tokens - 64
         return max(64, min(self.doc_tokens, room))
+
+    def effective_heavy_doc_tokens(self) -> int:
+        """The heavy user's documents, scaled down to fit the context like the paste."""
+        room = int(self.max_context * 0.85) - self.heavy_max_tokens - 64
+        return max(64, min(self.heavy_doc_tokens, room))
 
 
 @dataclass
@@ -158,6 +181,33 @@ async def shared_prefix_user(run: Run, user: int) -> None:
         await run.budget.sleep(run.think(rng))
 
 
+async def heavy_slot(run: Run, slot: int) -> None:
+    """One of the heavy user's parallel requests: a long document to summarise, sent again
+    (a new document) as soon as the answer is in, until the run ends. Not budgeted by the
+    request count while light users are there (the flood is the point of the scenario);
+    alone, it takes from the budget like any user."""
+    cfg = run.config
+    rng = random.Random(f"{cfg.seed}-heavy-{slot}")
+    turn = 0
+    while not run.budget.exhausted():
+        if cfg.users == 0 and not run.budget.take():
+            return
+        doc = text.document(rng, cfg.effective_heavy_doc_tokens())
+        rec = RequestRecord(user=cfg.heavy_user, turn=turn, kind="heavy",
+                            start=time.perf_counter(), max_tokens=cfg.heavy_max_tokens,
+                            conversation=slot)
+        await run.send(rec, [{"role": "system", "content": CHAT_SYSTEM},
+                             {"role": "user", "content": doc}])
+        turn += 1
+
+
+async def noisy_neighbour(run: Run) -> None:
+    """N light users chatting (office's users) while one heavy user floods."""
+    cfg = run.config
+    await asyncio.gather(*(office_user(run, u) for u in range(cfg.users)),
+                         *(heavy_slot(run, k) for k in range(cfg.heavy_requests)))
+
+
 async def play(run: Run) -> None:
     """Run the configured scenario until its budget is spent."""
     name, users = run.config.name, run.config.users
@@ -167,5 +217,7 @@ async def play(run: Run) -> None:
         await asyncio.gather(*(office_user(run, u) for u in range(users)), paste_user(run, users))
     elif name == "burst":
         await burst(run)
+    elif name == "noisy-neighbour":
+        await noisy_neighbour(run)
     else:
         await asyncio.gather(*(shared_prefix_user(run, u) for u in range(users)))

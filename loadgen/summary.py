@@ -42,6 +42,17 @@ def summarize(records: list[RequestRecord], wall: float) -> dict[str, Any]:
     }
 
 
+def noisy_neighbour(records: list[RequestRecord], wall: float) -> dict[str, Any]:
+    """The light users' latencies (their chats) and the heavy user's throughput: every token
+    its requests had processed (prompt and output, mostly prompt: it sends documents) per
+    second of the run's wall time."""
+    light = [r for r in records if r.kind == "chat"]
+    heavy = [r for r in records if r.kind == "heavy"]
+    h = summarize(heavy, wall)
+    return {"light": summarize(light, wall),
+            "heavy": {**h, "throughput_tok_per_s": h["total_tok_per_s"]}}
+
+
 def paste_windows(records: list[RequestRecord]) -> list[tuple[float, float]]:
     """The prefill of each pasted document: from sending it to its first token (or its end)."""
     out = []

@@ -1,4 +1,4 @@
-"""Dashboard: KV cache gauge and live chart, preemptions, prefix-cache hits, throughput and
+"""Dashboard: KV cache gauge, who holds the cache (a bar per user), live chart, preemptions, prefix-cache hits, throughput and
 latency percentiles, refreshed from every stats snapshot."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from admin_ui.history import StatsHistory
 from admin_ui.snapshot import StatsSnapshot
 from admin_ui.widgets.kv_gauge import KVGauge
 from admin_ui.widgets.live_chart import LiveChart
+from admin_ui.widgets.user_shares import UserSharesBox
 
 
 class DashboardTab(QWidget):
@@ -21,6 +22,8 @@ class DashboardTab(QWidget):
         layout.addWidget(self.model_label)
         self.gauge = KVGauge()
         layout.addWidget(self.gauge)
+        self.shares = UserSharesBox()
+        layout.addWidget(self.shares)
         self.chart = LiveChart()
         layout.addWidget(self.chart, stretch=1)
 
@@ -53,6 +56,7 @@ class DashboardTab(QWidget):
             f"{snap.model or 'model'} — up {fmt.duration(snap.uptime_s)}"
             + ("" if snap.ready else " — loading…"))
         self.gauge.set_usage(e.kv_cache_usage, e.num_blocks_used, e.num_blocks_total)
+        self.shares.set_users(snap.users)
         v = self.values
         v["running"].setText(str(e.num_running))
         v["waiting"].setText(str(e.num_waiting))

@@ -20,6 +20,8 @@ from admin_ui.policy_values import (
     INT_FIELDS,
     LABELS,
     ON_LIMIT_CHOICES,
+    PRIORITY_CHOICES,
+    PRIORITY_WEIGHTS,
     PolicyError,
     PolicyForm,
     form_to_policy,
@@ -67,6 +69,16 @@ class PoliciesTab(QWidget):
         form.addRow(LABELS["share_prefix_cache"], self.share)
         layout.addWidget(box)
 
+        sharing = QGroupBox("Sharing the machine (with the fair scheduling policy)")
+        sform = QFormLayout(sharing)
+        self.priority = QComboBox()
+        self.priority.activated.connect(self._edited)
+        sform.addRow(LABELS["priority"], self.priority)
+        self.kv_share = QLineEdit()
+        self.kv_share.textEdited.connect(self._edited)
+        sform.addRow(LABELS["max_kv_share"], self.kv_share)
+        layout.addWidget(sharing)
+
         self.hint = QLabel("")
         self.hint.setWordWrap(True)
         layout.addWidget(self.hint)
@@ -102,20 +114,30 @@ class PoliciesTab(QWidget):
         blank = "no limit" if is_default else "inherit the default"
         for edit in self.int_edits.values():
             edit.setPlaceholderText(f"blank: {blank}")
+        self.kv_share.setPlaceholderText("blank: " + ("no cap" if is_default
+                                                      else "inherit the default")
+                                         + "; e.g. 0.5 or 50%")
         self.on_limit.clear()
         self.share.clear()
+        self.priority.clear()
         if not is_default:
             self.on_limit.addItem("(inherit)", "")
             self.share.addItem("(inherit)", "")
+            self.priority.addItem("(inherit)", "")
         for choice in ON_LIMIT_CHOICES:
             self.on_limit.addItem(choice, choice)
+        for choice in PRIORITY_CHOICES:
+            self.priority.addItem(f"{choice} (weight {PRIORITY_WEIGHTS[choice]:g})", choice)
         self.share.addItem("no", "no")
         self.share.addItem("yes", "yes")
         self.clear_button.setEnabled(not is_default)
         self.hint.setText(
             "reject: refuse with a sentence asking for a new chat; notify: answer that sentence "
             "as the assistant (for chat apps that hide errors); truncate: drop the oldest turns "
-            "to fit." + ("" if is_default else " Blank fields follow the default policy."))
+            "to fit. Priority: a high user is owed twice a normal one's share of the machine "
+            "when both are busy; the KV share caps how much of the cache one user's prompts "
+            "may fill while others wait." +
+            ("" if is_default else " Blank fields follow the default policy."))
 
     def refresh(self) -> None:
         # Users too: a user without an override may be missing from the policies answer,
@@ -151,10 +173,14 @@ class PoliciesTab(QWidget):
             edit.setText(getattr(form, name))
         self.on_limit.setCurrentIndex(max(0, self.on_limit.findData(form.on_limit)))
         self.share.setCurrentIndex(max(0, self.share.findData(form.share_prefix_cache)))
+        self.priority.setCurrentIndex(max(0, self.priority.findData(form.priority)))
+        self.kv_share.setText(form.max_kv_share)
 
     def form(self) -> PolicyForm:
         f = PolicyForm(on_limit=self.on_limit.currentData() or "",
-                       share_prefix_cache=self.share.currentData() or "")
+                       share_prefix_cache=self.share.currentData() or "",
+                       priority=self.priority.currentData() or "",
+                       max_kv_share=self.kv_share.text())
         for name, edit in self.int_edits.items():
             setattr(f, name, edit.text())
         return f

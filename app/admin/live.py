@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 
 from fastapi import APIRouter, Request
 
 from app.admin.activity import threads_with_caps
-from app.admin.views import ActiveThread, Plan, Stats
+from app.admin.views import ActiveThread, Plan, Stats, UserShareView
 from app.db import get_effective_policy, list_threads
 from app.db.column_types import utcnow
+from app.db.users import user_names
+from app.observability.sharing import user_ids, user_shares
 from app.openai.errors import unavailable
 from app.server_settings import ACTIVE_THREAD_MINUTES
 from app.serving.state import ServerState
@@ -28,6 +31,8 @@ def get_stats(request: Request) -> Stats:
     server.accounts.writer.flush()  # threads include the request answered a moment ago
     with server.accounts.db.session() as session:
         threads = threads_with_caps(server, session, active_minutes=ACTIVE_THREAD_MINUTES)
+        shares = (user_shares(stats, user_names(session, user_ids(stats)))
+                  if stats is not None else [])
     return Stats(
         model=server.model_name,
         uptime_s=round(time.monotonic() - server.started_monotonic, 3),
@@ -37,6 +42,7 @@ def get_stats(request: Request) -> Stats:
         latency=server.stats_window.latency(),
         active_threads=[ActiveThread(**t.model_dump(include=set(ActiveThread.model_fields)))
                         for t in threads],
+        users=[UserShareView(**asdict(u)) for u in shares],
     )
 
 

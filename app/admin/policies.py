@@ -13,12 +13,14 @@ from app.admin.views import PolicyList, PolicyView, policy_view
 from app.db import clear_policy, get_policy, get_user, set_policy
 from app.db.policies import (
     INT_FIELDS,
+    KV_SHARE_RANGE,
     LIMIT_RANGE,
     list_policy_overrides,
     validate_policy_fields,
 )
 from app.db.tables import ON_LIMIT_CHOICES
 from app.openai.errors import APIError
+from app.policy.scheduling import PRIORITY_CHOICES
 from app.serving.state import ServerState
 
 router = APIRouter()
@@ -27,17 +29,22 @@ router = APIRouter()
 def policy_body(is_default: bool) -> dict[str, Any]:
     """openapi_extra: the PUT body's schema, told from the data layer's rules (checked by
     validate_policy_fields, once, with a message naming the field). Any subset of the fields;
-    null clears one, except the default's on_limit and share_prefix_cache."""
+    null clears one, except the default's on_limit, share_prefix_cache and priority."""
     lo, hi = LIMIT_RANGE
     # The top as exclusiveMaximum: the schema's numbers pass through floats, and
     # float(2**63 - 1) is 2**63.
     limit = {"type": "integer", "minimum": lo, "exclusiveMaximum": hi + 1}
     on_limit = {"type": "string", "enum": list(ON_LIMIT_CHOICES)}
     share = {"type": "boolean"}
+    priority = {"type": "string", "enum": list(PRIORITY_CHOICES)}
+    kv_share = {"type": "number", "exclusiveMinimum": KV_SHARE_RANGE[0],
+                "maximum": KV_SHARE_RANGE[1]}
     null = {"type": "null"}
     props: dict[str, Any] = {name: {"anyOf": [limit, null]} for name in INT_FIELDS}
     props["on_limit"] = on_limit if is_default else {"anyOf": [on_limit, null]}
     props["share_prefix_cache"] = share if is_default else {"anyOf": [share, null]}
+    props["priority"] = priority if is_default else {"anyOf": [priority, null]}
+    props["max_kv_share"] = {"anyOf": [kv_share, null]}
     schema = {"type": "object", "properties": props, "additionalProperties": False,
               "title": "DefaultPolicyUpdate" if is_default else "UserPolicyUpdate"}
     return {"requestBody": {"required": True,

@@ -66,6 +66,11 @@ class PolicyView(BaseModel):
     max_concurrent_requests: int | None
     max_tokens_per_day: int | None
     share_prefix_cache: bool | None
+    priority: str | None = Field(description="low | normal | high: the user's weight under the "
+                                             "fair scheduler (0.5, 1, 2).")
+    max_kv_share: float | None = Field(description="Share of the KV pool (0-1] above which the "
+                                                   "user's prompts wait while others have "
+                                                   "work; null: no cap.")
 
 
 class PolicyList(BaseModel):
@@ -113,6 +118,16 @@ class EventView(BaseModel):
     detail: Any
 
 
+class UserShareView(BaseModel):
+    """One user's hold on the engine (app/observability/sharing.py)."""
+
+    user: str
+    kv_blocks: int = Field(description="KV blocks in their requests' block tables now.")
+    kv_share: float = Field(description="kv_blocks over the whole pool (0-1).")
+    running: int = Field(description="Their requests in the running batch.")
+    preemptions_total: int = Field(description="Preemptions of their requests since start.")
+
+
 class Stats(BaseModel):
     """GET /admin/stats: live numbers (also while the model loads, or after it failed)."""
 
@@ -125,6 +140,9 @@ class Stats(BaseModel):
     latency: dict[str, float | None] = Field(
         description="p50 and p99 (seconds) of ttft, itl and e2e over the last window_s.")
     active_threads: list[ActiveThread]
+    users: list[UserShareView] = Field(
+        description="Who holds the engine: per user holding blocks, running or ever "
+                    "preempted, the heaviest holder first.")
 
 
 class Plan(BaseModel):

@@ -32,20 +32,23 @@ from app.admission.concurrency import ConcurrencyLimiter
 from app.db import get_effective_policy
 from app.observability.refusals import Refusals
 from app.openai.errors import APIError, decision_error, unavailable
-from app.policy import EffectivePolicy, check_daily_quota
+from app.policy import EffectivePolicy, SchedulingTags, check_daily_quota, scheduling_tags
 
 logger = logging.getLogger("officellm.server")
 
 
 @dataclass(eq=False)
 class Admission:
-    """One admitted request: its user, the policy read at admission, what it holds."""
+    """One admitted request: its user, the policy read at admission, what it holds, and the
+    engine's scheduling tags for it (the user's key, priority weight and KV share cap, from
+    that same policy: a change applies from the next request)."""
 
     control: AdmissionControl
     principal: Principal
     policy: EffectivePolicy
     endpoint: str
     sequences: int
+    scheduling: SchedulingTags
     _held_by_response: bool = field(default=False, repr=False)
     _released: bool = field(default=False, repr=False)
 
@@ -133,7 +136,8 @@ class AdmissionControl:
         self.sequences += sequences
         self.in_flight += 1
         self._idle.clear()
-        return Admission(self, principal, policy, endpoint, sequences)
+        return Admission(self, principal, policy, endpoint, sequences,
+                         scheduling_tags(principal.user_id, policy))
 
     def _leave(self, admission: Admission) -> None:
         self.concurrency.release(admission.principal.user_id)

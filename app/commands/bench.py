@@ -29,6 +29,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--think-time", type=float, default=2.0, help="mean seconds between turns")
     p.add_argument("--doc-tokens", type=int, default=6000, help="long-doc: the paste's size")
     p.add_argument("--prefix-tokens", type=int, default=1000, help="shared-prefix: its size")
+    nn = p.add_argument_group("noisy-neighbour (--users light users chat while one heavy user "
+                              "floods; give it its own key, or the server sees one user)")
+    nn.add_argument("--heavy-requests", type=int, default=8,
+                    help="the heavy user's parallel long-context requests (K; 0: none)")
+    nn.add_argument("--heavy-doc-tokens", type=int, default=4000,
+                    help="each heavy request's document, in tokens")
+    nn.add_argument("--heavy-max-tokens", type=int, default=64, help="its answers' cap")
+    nn.add_argument("--heavy-api-key", default=None,
+                    help="the heavy user's key (default: --api-key)")
     p.add_argument("--max-context", type=int, default=None,
                    help="the server's context length when /v1/models does not say")
     p.add_argument("--ignore-eos", action="store_true",
@@ -48,9 +57,12 @@ def run(args: argparse.Namespace) -> int:
     if args.ignore_eos:
         extra["ignore_eos"] = True
     target = Target(args.base_url.rstrip("/"), args.api_key, args.model, args.max_context, extra,
-                    args.request_timeout)
+                    args.request_timeout, heavy_api_key=args.heavy_api_key)
     config = ScenarioConfig(args.scenario, args.users, args.seed, args.max_tokens,
-                            args.think_time, args.doc_tokens, args.prefix_tokens)
+                            args.think_time, args.doc_tokens, args.prefix_tokens,
+                            heavy_requests=args.heavy_requests,
+                            heavy_doc_tokens=args.heavy_doc_tokens,
+                            heavy_max_tokens=args.heavy_max_tokens)
     result = asyncio.run(run_bench(target, config, args.requests, args.duration))
     doc = report.build(result)
     report.write(doc, args.out)

@@ -15,6 +15,7 @@ from app.db.policies import (
     set_policy,
 )
 from app.db.tables import ON_LIMIT_CHOICES
+from app.policy.scheduling import PRIORITY_CHOICES, PRIORITY_WEIGHTS
 
 _CLEAR_WORDS = ("none", "inherit", "unlimited")
 
@@ -37,10 +38,31 @@ def _on_limit(value: str) -> str | None:
     return value
 
 
+def _priority(value: str) -> str | None:
+    if value.lower() in _CLEAR_WORDS:
+        return None
+    if value not in PRIORITY_CHOICES:
+        raise argparse.ArgumentTypeError(f"choose from {', '.join(PRIORITY_CHOICES)}")
+    return value
+
+
+def _kv_share(value: str) -> float | None:
+    """A fraction (0.5) or a percentage (50%); 'none' clears the cap. The range is checked
+    once, by the data layer (validate_policy_fields), with its own sentence."""
+    if value.lower() in _CLEAR_WORDS:
+        return None
+    try:
+        return float(value[:-1]) / 100 if value.endswith("%") else float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction such as 0.5 (or 50%), or 'none', not {value!r}") from None
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("policy", help="show or set the default policy and per-user overrides",
-                       description="Thread caps, turn limits, concurrency and daily quotas. "
-                                   "Changes apply to the next request; no restart.")
+                       description="Thread caps, turn limits, concurrency, daily quotas and "
+                                   "scheduling (priority, KV share). Changes apply to the "
+                                   "next request; no restart.")
     psub = p.add_subparsers(dest="policy_command", required=True)
     show = psub.add_parser("show", help="the default policy, or a user's override and result")
     show.add_argument("--user", default=None)
@@ -66,6 +88,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="prompt + completion tokens per UTC day")
     s.add_argument("--share-prefix-cache", action=argparse.BooleanOptionalAction, default=unset,
                    help="let the prompts share cached blocks with other sharing users'")
+    weights = ", ".join(f"{p} {w:g}" for p, w in PRIORITY_WEIGHTS.items())
+    s.add_argument("--priority", type=_priority, metavar="|".join(PRIORITY_CHOICES),
+                   default=unset, help=f"weight under --scheduling-policy fair ({weights})")
+    s.add_argument("--max-kv-share", type=_kv_share, metavar="FRACTION", default=unset,
+                   help="share of the KV cache (above 0, at most 1; or 50%%) above which the "
+                        "user's prompts wait while others have work; 'none': no cap")
     add_db_argument(s)
     s.set_defaults(func=run_set)
 
@@ -86,6 +114,8 @@ def _show_value(value: Any, inherit: bool) -> str:
         return "(inherit)" if inherit else "no limit"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, float):  # max_kv_share
+        return f"{value:g} of the KV cache"
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
@@ -116,7 +146,8 @@ def run_set(args: argparse.Namespace) -> int:
     if not values:
         raise ValueError("nothing to set; give at least one of --max-context-tokens, "
                          "--max-turns, --on-limit, --max-concurrent-requests, "
-                         "--max-tokens-per-day, --share-prefix-cache")
+                         "--max-tokens-per-day, --share-prefix-cache, --priority, "
+                         "--max-kv-share")
     db = open_db(args)
     try:
         with db.transaction() as s:

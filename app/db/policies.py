@@ -11,13 +11,19 @@ from sqlalchemy.orm import Session
 from app.db.events import record_event
 from app.db.tables import ON_LIMIT_CHOICES, Policy, User
 from app.db.users import UserRef, get_user
+from app.policy.scheduling import DEFAULT_PRIORITY, PRIORITY_CHOICES
 from app.policy.types import EffectivePolicy
 
 INT_FIELDS = ("max_context_tokens", "max_turns", "max_concurrent_requests", "max_tokens_per_day")
 # A limit is a whole number in this range; the top is SQLite's largest integer (a larger one
 # cannot be stored at all).
 LIMIT_RANGE = (1, 2**63 - 1)
-POLICY_FIELDS = (*INT_FIELDS, "on_limit", "share_prefix_cache")
+# max_kv_share is a fraction of the KV pool: above 0 (a cap of nothing would hold every prompt
+# of the user back whenever anyone else has work), at most 1 (the whole pool: no cap at all).
+KV_SHARE_RANGE = (0.0, 1.0)
+POLICY_FIELDS = (*INT_FIELDS, "on_limit", "share_prefix_cache", "priority", "max_kv_share")
+# Fields the default row must keep a value for (None there is not "no limit").
+REQUIRED_IN_DEFAULT = ("on_limit", "share_prefix_cache", "priority")
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,8 @@ class StoredPolicy:
     max_concurrent_requests: int | None = None
     max_tokens_per_day: int | None = None
     share_prefix_cache: bool | None = None
+    priority: str | None = None
+    max_kv_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -47,13 +55,13 @@ def validate_policy_fields(values: dict[str, Any], is_default: bool) -> dict[str
     """Check policy fields; return them unchanged or raise ValueError saying what is wrong.
 
     None clears a field (inherit, in a user's row; no limit, in the default row), except that
-    the default row must keep an on_limit and a share_prefix_cache.
+    the default row must keep an on_limit, a share_prefix_cache and a priority.
     """
     for name, value in values.items():
         if name not in POLICY_FIELDS:
             raise ValueError(f"unknown policy field {name!r}; known: {', '.join(POLICY_FIELDS)}")
         if value is None:
-            if is_default and name in ("on_limit", "share_prefix_cache"):
+            if is_default and name in REQUIRED_IN_DEFAULT:
                 raise ValueError(f"the default policy needs a value for {name}")
             continue
         if name in INT_FIELDS:
@@ -68,13 +76,23 @@ def validate_policy_fields(values: dict[str, Any], is_default: bool) -> dict[str
                     f"on_limit must be one of {', '.join(ON_LIMIT_CHOICES)}, not {value!r}")
         elif name == "share_prefix_cache" and not isinstance(value, bool):
             raise ValueError(f"share_prefix_cache must be true or false, not {value!r}")
+        elif name == "priority" and value not in PRIORITY_CHOICES:
+            raise ValueError(
+                f"priority must be one of {', '.join(PRIORITY_CHOICES)}, not {value!r}")
+        elif name == "max_kv_share":
+            lo, hi = KV_SHARE_RANGE
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not lo < value <= hi):
+                raise ValueError(f"max_kv_share must be a fraction of the KV pool above {lo:g} "
+                                 f"and at most {hi:g} (blank: no cap), not {value!r}")
     return values
 
 
 def _default_row(session: Session) -> Policy:
     row = session.scalar(select(Policy).where(Policy.user_id.is_(None)).order_by(Policy.id))
     if row is None:  # the first migration seeds it; a hand-edited file may have lost it
-        row = Policy(user_id=None, on_limit="reject", share_prefix_cache=False)
+        row = Policy(user_id=None, on_limit="reject", share_prefix_cache=False,
+                     priority=DEFAULT_PRIORITY)
         session.add(row)
         session.flush()
     return row
@@ -100,6 +118,9 @@ def merge_policies(default: StoredPolicy, override: StoredPolicy | None) -> Effe
         values[name] = getattr(default, name) if value is None else value
     values["on_limit"] = values["on_limit"] or "reject"
     values["share_prefix_cache"] = bool(values["share_prefix_cache"])
+    values["priority"] = values["priority"] or DEFAULT_PRIORITY
+    if values["max_kv_share"] is not None:
+        values["max_kv_share"] = float(values["max_kv_share"])
     return EffectivePolicy(**values)
 
 
@@ -128,7 +149,8 @@ def set_policy(session: Session, user: UserRef | None = None, **values: Any) -> 
             row = Policy(user_id=user_id)
             session.add(row)
     for name, value in values.items():
-        setattr(row, name, value)
+        setattr(row, name, float(value) if name == "max_kv_share" and value is not None
+                else value)
     session.flush()
     record_event(session, "policy_changed", row.user_id, dict(values))
     return _stored(row, row.user_id)

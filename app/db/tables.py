@@ -13,6 +13,7 @@ from sqlalchemy import (
     JSON,
     Boolean,
     Date,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -84,6 +85,9 @@ class Policy(Base):
     max_concurrent_requests: Mapped[int | None] = mapped_column(Integer)
     max_tokens_per_day: Mapped[int | None] = mapped_column(Integer)
     share_prefix_cache: Mapped[bool | None] = mapped_column(Boolean)
+    # The fair scheduler's weight (app/policy/scheduling.py) and KV share cap (0-1].
+    priority: Mapped[str | None] = mapped_column(String(8))
+    max_kv_share: Mapped[float | None] = mapped_column(Float)
 
 
 class Thread(Base):

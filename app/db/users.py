@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -78,3 +79,11 @@ def set_user_disabled(session: Session, ref: UserRef, disabled: bool = True) -> 
 def disable_user(session: Session, ref: UserRef) -> UserInfo:
     """Disable a user (their keys stay, but authenticate() refuses them)."""
     return set_user_disabled(session, ref, True)
+
+
+def user_names(session: Session, user_ids: Iterable[int]) -> dict[int, str]:
+    """Names of these users (ids of users that no longer exist are absent)."""
+    ids = set(user_ids)
+    if not ids:
+        return {}
+    return dict(session.execute(select(User.id, User.name).where(User.id.in_(ids))).all())

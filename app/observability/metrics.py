@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from app.observability.sharing import NameLookup, user_ids, user_shares
 from app.observability.stats_window import StatsWindow
 from app.serving.async_engine import AsyncEngine
 from engine.output_processor import IterationStats
@@ -77,6 +78,40 @@ class EngineCollector:
         ]
 
 
+class SharingCollector:
+    """officellm:kv_blocks_held{user} and officellm:preemptions_total{user}: the engine's
+    per-key numbers from its latest snapshot at scrape time, under user names looked up in
+    the database then (the /metrics route scrapes on a worker thread)."""
+
+    def __init__(self, async_engine: AsyncEngine, names: NameLookup,
+                 model_name: ModelName) -> None:
+        self._engine = async_engine
+        self._names = names
+        self._model_name = model_name
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        held, preempted = families = self._families()
+        stats, name = self._engine.stats(), self._model_name()
+        if stats is not None and name is not None:
+            for row in user_shares(stats, self._names(user_ids(stats))):
+                held.add_metric([name, row.user], row.kv_blocks)
+                preempted.add_metric([name, row.user], row.preemptions_total)
+        return iter(families)
+
+    @staticmethod
+    def _families() -> list[Metric]:
+        labels = ["model_name", "user"]
+        return [
+            GaugeMetricFamily("officellm:kv_blocks_held",
+                              "KV-cache blocks held by the user's requests now.", labels=labels),
+            CounterMetricFamily("officellm:preemptions",
+                                "Preemptions of the user's requests since start.", labels=labels),
+        ]
+
+
 class ActiveThreadsCollector:
     """officellm:active_threads{user}: threads with a request in the last few minutes, read
     from the database at scrape time (the /metrics route scrapes on a worker thread)."""
@@ -121,6 +156,10 @@ class ServerMetrics:
         self.e2e = Histogram("vllm:e2e_request_latency_seconds",
                              "Histogram of end to end request latency in seconds.", m,
                              buckets=E2E_BUCKETS, registry=r)
+        # vLLM's buckets for it are its request-latency ones, E2E_BUCKETS here.
+        self.queue_time = Histogram("vllm:request_queue_time_seconds",
+                                    "Histogram of time spent in WAITING phase for request.", m,
+                                    buckets=E2E_BUCKETS, registry=r)
         u = ["model_name", "user"]
         self.user_requests = Counter("officellm:requests", "Requests served, per user.", u,
                                      registry=r)
@@ -164,6 +203,10 @@ class ServerMetrics:
     def record_policy_refusal(self, user: str, reason: str, action: str) -> None:
         self.policy_refusals.labels(self.model_name, user, reason, action).inc()
 
+    def track_sharing(self, async_engine: AsyncEngine, names: NameLookup) -> None:
+        """Export the per-user KV blocks and preemptions, names from `names(ids)`."""
+        self.registry.register(SharingCollector(async_engine, names, self._model_name))
+
     def track_active_threads(self, active_threads: ActiveThreads) -> None:
         """Export officellm:active_threads from `active_threads()` (user -> count)."""
         self.registry.register(ActiveThreadsCollector(active_threads, self._model_name))
@@ -173,8 +216,9 @@ class ServerMetrics:
 
 
 class LatencyTracker:
-    """A StepListener observing TTFT, inter-token latency and e2e latency per request, from
-    the engine's per-step latencies (streamed or not). Runs on the event loop."""
+    """A StepListener observing TTFT, inter-token latency and e2e latency per request, and the
+    queue time the engine core measured, from the engine's per-step latencies (streamed or
+    not). Runs on the event loop."""
 
     def __init__(self, metrics: ServerMetrics) -> None:
         self._m = metrics
@@ -189,3 +233,5 @@ class LatencyTracker:
                 histogram.labels(name).observe(value)
                 if self._window is not None:
                     self._window.observe_latency(kind, value, now)
+        for value in stats.queue:
+            self._m.queue_time.labels(name).observe(value)

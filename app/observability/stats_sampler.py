@@ -1,6 +1,7 @@
 """The once-a-second sampler of engine counters: feeds /admin/stats' rates and records each
 burst of preemptions as one `preemption` event (the engine counts them; the admin reviews
-them next to the policy refusals)."""
+them next to the policy refusals). The event names the user whose requests were preempted
+most in the burst, and carries every user's count."""
 
 from __future__ import annotations
 
@@ -8,35 +9,49 @@ import asyncio
 import logging
 
 from app.accounts.accounts import Accounts
+from app.observability.sharing import NameLookup, preemptions_since, user_ids, user_shares
 from app.observability.stats_window import StatsWindow
 from app.serving.async_engine import AsyncEngine
+from engine.stats import EngineStats
 
 logger = logging.getLogger("officellm.server")
 
 SAMPLE_INTERVAL_S = 1.0
 
 
-def sample_once(engine: AsyncEngine, window: StatsWindow, accounts: Accounts) -> None:
-    """Take one snapshot; record an event if preemptions happened since the last one."""
+def sample_once(engine: AsyncEngine, window: StatsWindow, accounts: Accounts,
+                names: NameLookup, previous: EngineStats | None) -> EngineStats | None:
+    """Take one snapshot; record an event if preemptions happened since `previous` (the
+    last call's answer). Returns the snapshot, for the next call."""
     stats = engine.stats()
     if stats is None:  # still loading
-        return
+        return previous
     preempted = window.add_counters(stats)
     if preempted > 0:
-        # The engine does not say whose request was preempted (it evicts the newest), so the
-        # event carries the count and the pool's state, not a user.
-        accounts.record_event("preemption", None, {
+        lookup = names(user_ids(stats) | (user_ids(previous) if previous else set()))
+        by_user = preemptions_since(previous, stats, lookup)
+        # The user the scheduler took from most: under the fair policy, the one holding the
+        # most of the cache for their weight.
+        most = max(by_user, key=lambda u: by_user[u]) if by_user else None
+        uid = next((i for i, n in lookup.items() if n == most), None)
+        holders = user_shares(stats, lookup)
+        accounts.record_event("preemption", uid, {
             "count": preempted, "num_preemptions_total": stats.num_preemptions_total,
             "kv_cache_usage": round(stats.kv_cache_usage, 4), "num_running": stats.num_running,
-            "num_waiting": stats.num_waiting})
+            "num_waiting": stats.num_waiting, "by_user": by_user,
+            "scheduling_policy": stats.scheduling_policy,
+            "heaviest": ({"user": holders[0].user, "kv_share": holders[0].kv_share,
+                          "running": holders[0].running} if holders else None)})
+    return stats
 
 
 async def run_sampler(engine: AsyncEngine, window: StatsWindow, accounts: Accounts,
-                      interval: float = SAMPLE_INTERVAL_S) -> None:
+                      names: NameLookup, interval: float = SAMPLE_INTERVAL_S) -> None:
     """Sample until cancelled (the app's lifespan owns the task)."""
+    previous: EngineStats | None = None
     while True:
         try:
-            sample_once(engine, window, accounts)
+            previous = sample_once(engine, window, accounts, names, previous)
         except Exception:  # a sampler bug must not take the server down
             logger.exception("stats sampling failed")
         await asyncio.sleep(interval)

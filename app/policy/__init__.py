@@ -1,18 +1,31 @@
 """Policy rules, pure: thread identity, thread limits, rate limits (no database, no state).
 
 Where they are enforced: app/admission/admission.py (daily quota, concurrency: 429 with
-Retry-After), app/serving/prompt.py (the thread limits with their on_limit: reject, notify,
-truncate), app/serving/generation.py (the prefix-cache salt). The request path is drawn in
+Retry-After; the scheduling tags read with the policy), app/serving/prompt.py (the thread
+limits with their on_limit: reject, notify, truncate), app/serving/generation.py (the
+prefix-cache salt; the scheduling tags handed to the engine). The request path is drawn in
 docs/design.md.
 """
 
 from app.policy.evaluate import count_turns, drop_turns, evaluate
 from app.policy.limits import check_concurrency, check_daily_quota, seconds_until_utc_midnight
 from app.policy.messages import context_limit_message, turn_limit_message
+from app.policy.scheduling import (
+    PRIORITY_CHOICES,
+    PRIORITY_WEIGHTS,
+    SchedulingTags,
+    by_user_name,
+    scheduling_tags,
+)
 from app.policy.thread_identity import prefix_cache_salt, thread_key
 from app.policy.types import Decision, EffectivePolicy, ThreadState
 
 __all__ = [
+    "PRIORITY_CHOICES",
+    "PRIORITY_WEIGHTS",
+    "SchedulingTags",
+    "by_user_name",
+    "scheduling_tags",
     "Decision",
     "EffectivePolicy",
     "ThreadState",

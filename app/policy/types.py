@@ -19,6 +19,10 @@ class EffectivePolicy:
     max_concurrent_requests: int | None = None
     max_tokens_per_day: int | None = None
     share_prefix_cache: bool = False
+    # The fair scheduler's tags (app/policy/scheduling.py): low | normal | high, and the share
+    # of the KV pool above which the user's prompts wait while others have work (None: no cap).
+    priority: str = "normal"
+    max_kv_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -28,6 +32,8 @@ class EffectivePolicy:
             "max_concurrent_requests": self.max_concurrent_requests,
             "max_tokens_per_day": self.max_tokens_per_day,
             "share_prefix_cache": self.share_prefix_cache,
+            "priority": self.priority,
+            "max_kv_share": self.max_kv_share,
         }
 
 

@@ -156,16 +156,22 @@ class AsyncEngine:
     # -- requests (event loop side) ------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     *, kind: OutputKind = OutputKind.DELTA, cache_salt: str | None = None,
+                    fairness_key: str | None = None, priority: float = 1.0,
+                    max_kv_share: float | None = None,
                     sink: asyncio.Queue | None = None) -> asyncio.Queue:
         """Queue a request whose prompt the caller has checked (app/serving/prompt.py);
         return the queue its outputs arrive on: RequestOutputs, RequestAborted, or an
         EngineDeadError instance. Several requests may share one `sink`. Raises
-        EngineDeadError when the engine cannot serve."""
+        EngineDeadError when the engine cannot serve.
+
+        `cache_salt`, `fairness_key`, `priority` and `max_kv_share` are the engine's opaque
+        tags (the server's per-user salt and scheduling tags, app/policy/)."""
         engine = self.engine
         if self.state is not EngineState.READY or engine is None:
             raise EngineDeadError(self.unavailable_reason())
-        core_requests = InputProcessor.core_requests(request_id, prompt_token_ids, params,
-                                                     cache_salt)
+        core_requests = InputProcessor.core_requests(
+            request_id, prompt_token_ids, params, cache_salt, fairness_key=fairness_key,
+            priority=priority, max_kv_share=max_kv_share)
         engine.output_processor.add_request(request_id, None, core_requests, kind)
         sink = sink if sink is not None else asyncio.Queue()
         self._sinks[request_id] = sink

@@ -85,11 +85,16 @@ class Generation:
         # docs/design.md §6: the prefix cache is salted per user, so one user cannot time another's
         # cached prompts, unless their policy lets them share. Set here, never by the client.
         salt = prefix_cache_salt(self.principal.user_id, self.admission.policy.share_prefix_cache)
+        # docs/design.md §2: the scheduler shares the engine between users by these opaque
+        # tags (the user's id, their priority's weight, their KV share cap), made from the
+        # policy read at admission, so an admin's change applies from the next request.
+        tags = self.admission.scheduling
         kind = OutputKind.DELTA if self.stream else OutputKind.FINAL
         try:
             for eid, ids in zip(self.engine_ids, self.prompt_token_ids, strict=True):
                 engine.add_request(eid, ids, self.params, kind=kind, cache_salt=salt,
-                                   sink=self._queue)
+                                   fairness_key=tags.fairness_key, priority=tags.priority,
+                                   max_kv_share=tags.max_kv_share, sink=self._queue)
                 self._unfinished.add(eid)
                 self._started.append(len(self._started))
         except EngineDeadError as exc:

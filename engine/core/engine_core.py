@@ -31,8 +31,8 @@ class EngineCore:
     """Loads the model on its ranks, sizes the KV pool, and runs steps.
 
     Knows nothing of text, HTTP, users or SQL: requests arrive as token ids
-    (EngineCoreRequest) and leave as sampled tokens (EngineCoreOutput); `cache_salt` is an
-    opaque tag. Not thread-safe: one thread owns it.
+    (EngineCoreRequest) and leave as sampled tokens (EngineCoreOutput); `cache_salt`,
+    `fairness_key`, `priority` and `max_kv_share` are opaque tags. Not thread-safe: one thread owns it.
     """
 
     def __init__(self, config: EngineConfig, model_dir: Path,
@@ -71,7 +71,7 @@ class EngineCore:
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         pacer = PrefillPacer(config.prefill_pacing) if config.prefill_pacing else None
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
-                                   self.max_model_len, pacer)
+                                   self.max_model_len, pacer, config.scheduling_policy)
         self.num_steps_total = 0
         self._log_state = (time.monotonic(), 0, 0)
 
@@ -131,6 +131,9 @@ class EngineCore:
     # -- observability -------------------------------------------------------------------
     def stats(self) -> EngineStats:
         pool, sched = self.kv.pool, self.scheduler
+        running_by_key: dict[str, int] = {}
+        for req in sched.running:
+            running_by_key[req.fairness_key] = running_by_key.get(req.fairness_key, 0) + 1
         return EngineStats(
             num_blocks_total=pool.num_blocks,
             num_blocks_used=pool.num_used_blocks,
@@ -149,6 +152,10 @@ class EngineCore:
             max_model_len=self.max_model_len,
             num_requests_finished_total=sched.num_finished_total,
             num_steps_total=self.num_steps_total,
+            scheduling_policy=sched.policy.name,
+            kv_blocks_by_key=dict(self.kv.blocks_by_key),
+            preemptions_by_key=dict(sched.preemptions_by_key),
+            running_by_key=running_by_key,
         )
 
     def _maybe_log_stats(self) -> None:

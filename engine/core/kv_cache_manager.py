@@ -19,6 +19,10 @@ class KVCacheManager:
         self._num_registered: dict[str, int] = {}
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        # Blocks in the block tables of each fairness key's requests, kept as they change so
+        # the scheduling policy reads a key's holding in O(1) (a block two requests share
+        # counts for each). Keys holding none are absent.
+        self.blocks_by_key: dict[str, int] = {}
 
     # -- hashing -------------------------------------------------------------------------
     def _update_block_hashes(self, request: Request) -> None:
@@ -92,6 +96,10 @@ class KVCacheManager:
                 new = self.pool.allocate(needed)
                 blocks.extend(new)
                 request.block_ids.extend(b.block_id for b in new)
+            gained = len(computed) + max(needed, 0)
+            if gained:
+                key = request.fairness_key
+                self.blocks_by_key[key] = self.blocks_by_key.get(key, 0) + gained
         if self.enable_prefix_caching and blocks:
             self._register_full_blocks(request, blocks, total_tokens)
         return True
@@ -121,6 +129,13 @@ class KVCacheManager:
         self._num_registered.pop(request.request_id, None)
         self.pool.free(list(reversed(blocks)))
         request.block_ids = []
+        if blocks:
+            key = request.fairness_key
+            left = self.blocks_by_key[key] - len(blocks)
+            if left:
+                self.blocks_by_key[key] = left
+            else:
+                del self.blocks_by_key[key]
         if not discard:
             return []
         orphans = [b for b in blocks if b.ref_count == 0]

@@ -1,8 +1,10 @@
-"""One sequence as the engine core sees it: token ids, progress, KV blocks."""
+"""One sequence as the engine core sees it: token ids, progress, KV blocks, and the opaque
+tags the scheduling policy reads (engine/core/scheduling_policy.py)."""
 
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 
 from engine.sampling_params import SamplingParams
@@ -49,6 +51,23 @@ class EngineCoreRequest:
     params: SamplingParams
     seed: int | None = None
     cache_salt: str | None = None
+    # Opaque scheduling tags (docs/design.md §2, "Scheduling"): the engine never learns who a
+    # key is. Requests without a key share one (DEFAULT_FAIRNESS_KEY).
+    fairness_key: str | None = None
+    priority: float = 1.0  # a weight: a key of weight 2 is owed twice the service of weight 1
+    # The share of the KV pool above which the key gets no new prefill chunks while others
+    # have work (None: no cap). Per key: the key's latest request sets it.
+    max_kv_share: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.priority > 0:
+            raise ValueError(f"priority must be a positive weight, not {self.priority!r}.")
+        if self.max_kv_share is not None and not 0 < self.max_kv_share <= 1:
+            raise ValueError(f"max_kv_share must be in (0, 1], not {self.max_kv_share!r}.")
+
+
+# The key of requests that came without one (the offline LLM, a server without users).
+DEFAULT_FAIRNESS_KEY = ""
 
 
 @dataclass(eq=False)
@@ -74,14 +93,31 @@ class Request:
     block_hashes: list[bytes] = field(default_factory=list)
     stop_reason: int | None = None  # the stop token that ended it
     scheduled: bool = False  # admitted at least once
+    fairness_key: str = DEFAULT_FAIRNESS_KEY
+    priority: float = 1.0
+    max_kv_share: float | None = None
+    # time.monotonic() when the core received it, and when it was first admitted: the queue
+    # time (vllm:request_queue_time_seconds) is their difference.
+    arrival_time: float = field(default_factory=time.monotonic)
+    first_scheduled_time: float | None = None
+    num_preemptions: int = 0  # times this request gave its blocks back (by recompute)
 
     def __post_init__(self) -> None:
         self.all_token_ids: list[int] = list(self.prompt_token_ids)
 
     @classmethod
     def from_core_request(cls, req: EngineCoreRequest, eos_token_ids: frozenset[int]) -> Request:
+        key = DEFAULT_FAIRNESS_KEY if req.fairness_key is None else req.fairness_key
         return cls(req.request_id, req.prompt_token_ids, req.params, eos_token_ids, req.seed,
-                   req.cache_salt)
+                   req.cache_salt, fairness_key=key, priority=req.priority,
+                   max_kv_share=req.max_kv_share)
+
+    @property
+    def queue_time(self) -> float | None:
+        """Seconds from arrival to first admission (None until admitted)."""
+        if self.first_scheduled_time is None:
+            return None
+        return self.first_scheduled_time - self.arrival_time
 
     @property
     def num_prompt_tokens(self) -> int:

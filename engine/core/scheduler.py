@@ -1,16 +1,19 @@
-"""Iteration-level scheduling: decodes first, chunked prefill, FCFS admission, preemption;
-and the update of every request from what its step produced."""
+"""Iteration-level scheduling: decodes first, chunked prefill, admission and preemption in
+the scheduling policy's order (engine/core/scheduling_policy.py); and the update of every
+request from what its step produced."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.prefill_pacer import PrefillPacer
 from engine.core.request import Request, RequestStatus
 from engine.core.scheduler_output import EngineCoreOutput, ScheduledChunk, SchedulerOutput
+from engine.core.scheduling_policy import SchedulingPolicy, make_policy
 from engine.sampler import SamplerOutput
 
 logger = logging.getLogger("engine.scheduler")
@@ -19,7 +22,8 @@ NAN_ERROR = "the model produced invalid values (NaN) for this request"
 
 
 class Scheduler:
-    """Continuous batching under a per-step token budget and a cap on running sequences."""
+    """Continuous batching under a per-step token budget and a cap on running sequences;
+    the scheduling policy decides whose prompt work comes first and whom to preempt."""
 
     def __init__(
         self,
@@ -28,12 +32,16 @@ class Scheduler:
         max_num_batched_tokens: int,
         max_model_len: int,
         pacer: PrefillPacer | None = None,
+        policy: SchedulingPolicy | str = "fcfs",
     ) -> None:
         self.kv = kv_cache_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.pacer = pacer
+        self.policy: SchedulingPolicy = (make_policy(policy, kv_cache_manager,
+                                                     max_num_batched_tokens)
+                                         if isinstance(policy, str) else policy)
         self.requests: dict[str, Request] = {}
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -42,6 +50,7 @@ class Scheduler:
         # Blocks a failed request left unused, whose (possibly NaN) contents must be zeroed.
         self.blocks_to_scrub: list[int] = []
         self.num_preemptions_total = 0
+        self.preemptions_by_key: dict[str, int] = {}  # fairness key -> preemptions
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.num_finished_total = 0
@@ -52,6 +61,7 @@ class Scheduler:
             raise ValueError(f"Request id {request.request_id!r} is already in use.")
         self.requests[request.request_id] = request
         self.waiting.append(request)
+        self.policy.add(request)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
@@ -75,13 +85,16 @@ class Scheduler:
             except ValueError:
                 pass
         del self.requests[request.request_id]
+        self.policy.remove(request)
         self._finished_ids.add(request.request_id)
         self.num_finished_total += 1
         self.blocks_to_scrub += self.kv.free(request, discard=status is RequestStatus.FINISHED_ERROR)
 
     # -- scheduling ----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
-        """Decide this step's batch."""
+        """Decide this step's batch: every running decode, then prompt work (running prompts'
+        next chunks and new admissions) in the policy's order, under the token budget, the
+        sequence cap, the prefill pacer and the blocks there are."""
         budget = self.max_num_batched_tokens
         chosen: dict[Request, int] = {}  # request -> new tokens, in batch order
         num_preempted = 0
@@ -91,6 +104,7 @@ class Scheduler:
         # waits for the whole step); alone, a prompt gets the whole budget.
         pacer = self.pacer if decodes else None
         prefill_used = 0
+        policy = self.policy
 
         def prefill_room(context: int) -> int:
             if pacer is None:
@@ -98,54 +112,59 @@ class Scheduler:
             return pacer.prefill_cap(len(decodes), context) - prefill_used
 
         allocate = self.kv.allocate_slots
-        for req in decodes + prefills:
-            if budget == 0:
-                break
-            if req.status is not RequestStatus.RUNNING:
-                continue  # preempted earlier in this step
-            remaining = len(req.all_token_ids) - req.num_computed_tokens
-            room = budget if remaining == 1 else prefill_room(req.num_computed_tokens)
-            if room <= 0:
-                continue
-            num_new = min(remaining, budget, room)
+
+        def fit(req: Request, num_new: int) -> int:
+            """Allocate for a running request, preempting the policy's victims until it
+            fits; the tokens it gets (0 if it was itself preempted)."""
+            nonlocal budget, num_preempted
             while not allocate(req, num_new):
-                victim = self.running[-1]
-                self._preempt(victim)
+                victim, why = policy.victim(self.running)
+                self._preempt(victim, why)
                 num_preempted += 1
                 budget += chosen.pop(victim, 0)
                 if victim is req:
-                    num_new = 0
-                    break
+                    return 0
+            return num_new
+
+        for req in decodes:
+            if budget == 0:
+                break
+            if req.status is RequestStatus.RUNNING and fit(req, 1):  # else preempted earlier
+                chosen[req] = 1
+                budget -= 1
+
+        # Prompt work in the policy's order. A key over its share cap gets a chunk only if no
+        # other key's prompt work was scheduled in this step, so the cap never idles the step.
+        prompt_keys: set[str] = set()
+        admitting = True
+        for req in policy.prefill_order(prefills, self.waiting):
+            if budget == 0:
+                break
+            if prompt_keys and policy.held_back(req) and prompt_keys != {req.fairness_key}:
+                continue
+            if req.status is RequestStatus.RUNNING:
+                room = prefill_room(req.num_computed_tokens)
+                if room <= 0:
+                    continue
+                num_new = fit(req, min(len(req.all_token_ids) - req.num_computed_tokens,
+                                       budget, room))
+            else:
+                # Admit new work only while nothing had to be preempted: otherwise we would
+                # take blocks from the very requests we just paused. The first request that
+                # does not fit ends admission for this step (FCFS within the queue's order).
+                if not admitting or num_preempted or len(self.running) >= self.max_num_seqs:
+                    continue
+                num_new = self._admit(req, budget, prefill_room)
+                if not num_new:
+                    admitting = False
+                    continue
             if num_new:
                 chosen[req] = num_new
                 budget -= num_new
-                if remaining > 1:
-                    prefill_used += num_new
-
-        # Admit new work only when nothing had to be preempted: otherwise we would take
-        # blocks from the very requests we just paused.
-        if not num_preempted:
-            while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-                req = self.waiting[0]
-                hits, num_hit = self.kv.get_computed_blocks(req)
-                room = prefill_room(num_hit)  # a cached history is context the chunk attends to
-                if room <= 0:
-                    break
-                num_new = min(req.num_tokens - num_hit, budget, room)
-                if not allocate(req, num_new, hits):
-                    break
-                self.waiting.popleft()
-                self.kv.record_prefix_lookup(req.num_tokens, num_hit)
-                req.num_computed_tokens = num_hit
-                if not req.scheduled:
-                    req.scheduled = True
-                    req.num_cached_tokens = num_hit
-                req.status = RequestStatus.RUNNING
-                self.running.append(req)
-                chosen[req] = num_new
-                budget -= num_new
                 prefill_used += num_new
+                prompt_keys.add(req.fairness_key)
 
+        policy.charge(chosen)
         chunks = tuple(
             ScheduledChunk(req, req.num_computed_tokens, n,
                            req.num_computed_tokens + n == len(req.all_token_ids))
@@ -153,20 +172,49 @@ class Scheduler:
         finished, self._finished_ids = frozenset(self._finished_ids), set()
         return SchedulerOutput(chunks, finished, num_preempted)
 
-    def _preempt(self, request: Request) -> None:
+    def _admit(self, req: Request, budget: int, prefill_room: Callable[[int], int]) -> int:
+        """Admit a waiting request with its first chunk if the pacer's room and the blocks
+        allow; the chunk's tokens, or 0 (it stays waiting)."""
+        hits, num_hit = self.kv.get_computed_blocks(req)
+        room = prefill_room(num_hit)  # a cached history is context the chunk attends to
+        if room <= 0:
+            return 0
+        num_new = min(req.num_tokens - num_hit, budget, room)
+        if not self.kv.allocate_slots(req, num_new, hits):
+            return 0
+        if self.waiting[0] is req:
+            self.waiting.popleft()
+        else:
+            self.waiting.remove(req)
+        self.kv.record_prefix_lookup(req.num_tokens, num_hit)
+        req.num_computed_tokens = num_hit
+        if not req.scheduled:
+            req.scheduled = True
+            req.num_cached_tokens = num_hit
+            req.first_scheduled_time = time.monotonic()
+        req.status = RequestStatus.RUNNING
+        self.running.append(req)
+        return num_new
+
+    def _preempt(self, request: Request, why: str) -> None:
         """Pause by recompute: free its blocks and put it back at the head of the queue."""
+        pool = self.kv.pool
+        used = pool.num_used_blocks  # before freeing: the state that forced the choice
         self.running.remove(request)
         self.kv.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
+        request.num_preemptions += 1
         self.num_preemptions_total += 1
+        key = request.fairness_key
+        self.preemptions_by_key[key] = self.preemptions_by_key.get(key, 0) + 1
         self.waiting.appendleft(request)
-        pool = self.kv.pool
         logger.warning(
-            "Preempted request %s by recompute: KV cache full (%d/%d blocks in use, %.1f%%); "
-            "%d preemptions in total",
-            request.request_id, pool.num_used_blocks, pool.num_blocks,
-            100.0 * pool.usage(), self.num_preemptions_total,
+            "Preempted request %s of key %r by recompute: KV cache full (%d/%d blocks in use, "
+            "%.1f%%); chosen because %s (%s policy); %d preemptions in total",
+            request.request_id, key, used, pool.num_blocks,
+            100.0 * used / pool.num_blocks if pool.num_blocks else 0.0, why, self.policy.name,
+            self.num_preemptions_total,
         )
 
     # -- after the step ------------------------------------------------------------------
@@ -197,8 +245,10 @@ class Scheduler:
             token = tokens[i]
             req.append_output_token(token)
             self.generation_tokens_total += 1
+            queue_time = None
             if len(req.output_token_ids) == 1:
                 self.prompt_tokens_total += len(req.prompt_token_ids)
+                queue_time = req.queue_time  # measured here, reported once: the first output
             status = self._stop_status(req, token)
             if status is not None:
                 self._finish(req, status)
@@ -206,7 +256,7 @@ class Scheduler:
             outputs.append(EngineCoreOutput(
                 req.request_id, [token], None if lp is None else [lp],
                 status.finish_reason if status is not None else None, req.stop_reason,
-                req.num_cached_tokens))
+                req.num_cached_tokens, queue_time=queue_time))
         return outputs
 
     def fail_batch(self, so: SchedulerOutput, message: str) -> list[EngineCoreOutput]:

@@ -80,6 +80,9 @@ class EngineCoreOutput:
     stop_reason: int | None = None  # the stop token id that ended it
     num_cached_tokens: int = 0
     error: str | None = None
+    # Seconds the request waited in the core before its first admission; on its first
+    # output only (vllm:request_queue_time_seconds).
+    queue_time: float | None = None
 
     @property
     def finished(self) -> bool:

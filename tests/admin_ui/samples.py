@@ -10,7 +10,8 @@ def stats_json(*, usage: float = 0.0, running: int = 0, waiting: int = 0, preemp
                itl: tuple[float | None, float | None] = (None, None),
                ttft: tuple[float | None, float | None] = (None, None),
                threads: list[dict[str, Any]] | None = None, blocks_total: int = 100,
-               queries: int = 0, hits: int = 0) -> dict[str, Any]:
+               queries: int = 0, hits: int = 0,
+               users: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {
         "model": "SmolLM2-135M-Instruct.Q4_1", "uptime_s": uptime, "ready": True,
         "engine": {
@@ -27,7 +28,14 @@ def stats_json(*, usage: float = 0.0, running: int = 0, waiting: int = 0, preemp
         "latency": {"ttft_p50": ttft[0], "ttft_p99": ttft[1], "itl_p50": itl[0],
                     "itl_p99": itl[1], "e2e_p50": None, "e2e_p99": None, "window_s": 60},
         "active_threads": threads or [],
+        "users": users or [],
     }
+
+
+def user_json(user: str, blocks: int, share: float, running: int,
+              preempted: int = 0) -> dict[str, Any]:
+    return {"user": user, "kv_blocks": blocks, "kv_share": share, "running": running,
+            "preemptions_total": preempted}
 
 
 def thread_json(user: str, key: str, length: int, turns: int, cap: int | None) -> dict[str, Any]:

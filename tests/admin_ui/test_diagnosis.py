@@ -14,7 +14,7 @@ from admin_ui.diagnosis import (
     steady_batching,
 )
 from admin_ui.snapshot import StatsSnapshot
-from tests.admin_ui.samples import stats_json
+from tests.admin_ui.samples import stats_json, user_json
 
 
 def history(*points: dict, step: float = 1.0) -> list[StatsSnapshot]:
@@ -83,3 +83,25 @@ def test_quiet_server_gets_one_ok_row_and_empty_history_none():
     assert diagnose([]) == []
     rows = diagnose(history(dict(), dict()))
     assert [r.rule for r in rows] == ["quiet"]
+
+
+def test_a_preemption_storm_names_the_user_holding_the_cache():
+    alice = user_json("alice", 71, 0.71, 6, preempted=4)
+    bob = user_json("bob", 9, 0.09, 1, preempted=1)
+    h = history(dict(preemptions=3, usage=0.9, users=[user_json("alice", 60, 0.6, 5),
+                                                       user_json("bob", 9, 0.09, 1)]),
+                dict(preemptions=8, usage=1.0, users=[alice, bob]))
+    f = kv_cache_full(h)
+    assert f is not None
+    assert "alice holds 71% of the KV cache in 6 running requests" in f.cause
+    assert f.evidence[0] == "alice holds 71% of the KV cache in 6 running requests"
+    assert "give alice a KV share cap or a lower priority" in f.advice
+    assert "preempted: alice 4, bob 1" in f.evidence
+
+
+def test_a_full_cache_shared_by_many_names_nobody():
+    users = [user_json(f"u{i}", 10, 0.1, 1) for i in range(10)]
+    h = history(dict(preemptions=3, usage=0.9, users=users),
+                dict(preemptions=5, usage=1.0, users=users))
+    f = kv_cache_full(h)
+    assert f is not None and "holds" not in f.cause and "give" not in f.advice

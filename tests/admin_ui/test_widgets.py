@@ -13,7 +13,7 @@ from admin_ui.tabs.dashboard import DashboardTab
 from admin_ui.tabs.diagnosis import DiagnosisTab
 from admin_ui.tabs.threads import ThreadsTab
 from admin_ui.widgets.key_dialog import KeyDialog
-from tests.admin_ui.samples import stats_json, thread_json
+from tests.admin_ui.samples import stats_json, thread_json, user_json
 from tests.support.server_process import free_port
 
 
@@ -113,3 +113,18 @@ def test_cap_colors():
     assert level_color(0.2) == "#4cae4c"
     assert level_color(0.85) == "#f0ad4e"
     assert level_color(1.3) == "#d9534f"
+
+
+def test_dashboard_shows_who_holds_the_cache(qtbot):
+    tab = DashboardTab()
+    qtbot.addWidget(tab)
+    snap = StatsSnapshot.from_json(stats_json(usage=0.8, users=[
+        user_json("bob", 9, 0.09, 1), user_json("alice", 71, 0.71, 6, preempted=2),
+        user_json("carol", 0, 0.0, 0, preempted=3)]))
+    tab.show_snapshot(snap, StatsHistory())
+    assert tab.shares.rows() == [("alice", 710, "6 running, 71 blocks, 2 preempted"),
+                                 ("bob", 90, "1 running, 9 blocks, 0 preempted")]
+    assert not tab.shares.empty.isVisibleTo(tab.shares)
+    idle = StatsSnapshot.from_json(stats_json())
+    tab.show_snapshot(idle, StatsHistory())
+    assert tab.shares.rows() == [] and tab.shares.empty.isVisibleTo(tab.shares)

@@ -92,7 +92,7 @@ def test_db_upgrade_downgrade(capsys, db_path: Path) -> None:
     code, out, _ = run(capsys, db_path, "db", "current")
     assert "0001_initial" in out and "not the newest" in out
     code, out, _ = run(capsys, db_path, "db", "upgrade")
-    assert "0002_threads_and_settings" in out
+    assert "0003_scheduling" in out
     code, out, _ = run(capsys, db_path, "db", "downgrade", "base")
     assert code == 0 and "base" in out
     assert Database(db_path).current_revision() is None
@@ -106,3 +106,26 @@ def test_installed_entry_point_runs_as_a_process(tmp_path: Path) -> None:
                               env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
         assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("ocl-")
+
+
+def test_policy_set_priority_and_kv_share(capsys, db_path: Path) -> None:
+    assert run(capsys, db_path, "users", "add", "alice")[0] == 0
+    code, out, _ = run(capsys, db_path, "policy", "set", "--user", "alice", "--priority", "high",
+                       "--max-kv-share", "0.5")
+    assert code == 0 and "priority=high" in out and "max_kv_share=0.5 of the KV cache" in out
+    assert run(capsys, db_path, "policy", "set", "--max-kv-share", "25%")[0] == 0
+    db = Database(db_path)
+    with db.session() as s:
+        alice = get_effective_policy(s, "alice")
+        default = get_effective_policy(s, None)
+    db.close()
+    assert (alice.priority, alice.max_kv_share) == ("high", 0.5)
+    assert (default.priority, default.max_kv_share) == ("normal", 0.25)
+
+
+def test_policy_set_refuses_a_kv_share_over_one_and_an_unknown_priority(capsys, db_path) -> None:
+    assert run(capsys, db_path, "users", "add", "alice")[0] == 0
+    code, _, err = run(capsys, db_path, "policy", "set", "--user", "alice", "--max-kv-share", "1.5")
+    assert code != 0 and "max_kv_share must be a fraction of the KV pool" in err
+    code, _, err = run(capsys, db_path, "policy", "set", "--priority", "urgent")
+    assert code != 0 and "choose from low, normal, high" in err

@@ -25,7 +25,7 @@ def test_upgrade_empty_to_head(db_path: Path) -> None:
     db = Database(db_path)
     assert db.current_revision() is None
     db.upgrade()
-    assert db.current_revision() == head_revision() == "0002_threads_and_settings"
+    assert db.current_revision() == head_revision() == "0003_scheduling"
     assert _tables(db) == ALL_TABLES
     # The default policy row is seeded, with prefix-cache salting on.
     with db.engine.connect() as c:
@@ -80,10 +80,11 @@ def test_data_written_at_0001_survives_upgrade(db_path: Path) -> None:
     con = sqlite3.connect(db_path)
     for table in ("users", "api_keys", "usage", "events"):
         assert con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall() == before[table]
-    # policies gained share_prefix_cache: false for the default row, NULL (inherit) for users.
+    # policies gained share_prefix_cache (0002), priority and max_kv_share (0003): the
+    # default row's are false, 'normal' and NULL (no cap); users' rows NULL (inherit).
     after = con.execute("SELECT * FROM policies ORDER BY 1, 2").fetchall()
-    assert [row[:-1] for row in after] == before["policies"]
-    assert [row[-1] for row in after] == [0, None]
+    assert [row[:-3] for row in after] == before["policies"]
+    assert [row[-3:] for row in after] == [(0, "normal", None), (None, None, None)]
     assert con.execute("SELECT count(*) FROM threads").fetchone() == (0,)
     con.close()
 
@@ -95,7 +96,8 @@ def test_data_written_at_0001_survives_upgrade(db_path: Path) -> None:
         assert [(u.name, u.disabled) for u in list_users(s)] == [("alice", False), ("bob", True)]
         eff = get_effective_policy(s, "alice")
     assert (eff.max_context_tokens, eff.max_turns, eff.on_limit, eff.max_tokens_per_day,
-            eff.share_prefix_cache) == (8192, 40, "notify", 100000, False)
+            eff.share_prefix_cache, eff.priority, eff.max_kv_share) == \
+        (8192, 40, "notify", 100000, False, "normal", None)
     assert db.integrity_check() == "ok"
     db.close()
 
@@ -136,3 +138,26 @@ def test_schema_comparison_notices_a_difference(db: Database) -> None:
         c.execute(text("DROP INDEX ix_api_keys_prefix"))
     diffs = _diffs(db)
     assert any(d[0] == "add_index" and d[1].name == "ix_api_keys_prefix" for d in diffs)
+
+
+def test_0003_scheduling_adds_priority_and_kv_share_and_downgrades_cleanly(db_path: Path) -> None:
+    from app.db.policies import get_effective_policy, set_policy
+    from app.db.users import create_user
+
+    db = Database(db_path)
+    db.upgrade("0002_threads_and_settings")
+    with db.transaction() as s:
+        create_user(s, "dave")
+    with db.engine.begin() as c:
+        c.execute(text("INSERT INTO policies (user_id, max_turns) VALUES (1, 12)"))
+    db.upgrade("0003_scheduling")
+    with db.transaction() as s:
+        eff = get_effective_policy(s, "dave")
+        assert (eff.max_turns, eff.priority, eff.max_kv_share) == (12, "normal", None)
+        set_policy(s, "dave", priority="low", max_kv_share=0.3)
+    db.downgrade("0002_threads_and_settings")
+    with db.engine.connect() as c:
+        columns = {col["name"] for col in inspect(c).get_columns("policies")}
+        assert not {"priority", "max_kv_share"} & columns
+        assert c.execute(text("SELECT max_turns FROM policies WHERE user_id = 1")).scalar() == 12
+    db.close()

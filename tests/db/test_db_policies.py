@@ -106,3 +106,48 @@ def test_user_row_may_clear_on_limit_to_inherit(db: Database) -> None:
         assert get_effective_policy(s, "alice").on_limit == "reject"
         with pytest.raises(NotFound):
             set_policy(s, "nobody", max_turns=3)
+
+
+def test_priority_and_kv_share_merge_onto_the_default(db: Database) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+        create_user(s, "bob")
+        set_policy(s, None, max_kv_share=0.5)
+        set_policy(s, "alice", priority="high", max_kv_share=0.25)
+    with db.session() as s:
+        alice, bob = get_effective_policy(s, "alice"), get_effective_policy(s, "bob")
+        default = get_policy(s, None)
+    assert (alice.priority, alice.max_kv_share) == ("high", 0.25)
+    assert (bob.priority, bob.max_kv_share) == ("normal", 0.5)  # the default's
+    assert default.priority == "normal"
+
+
+def test_a_users_blank_kv_share_inherits_and_the_defaults_means_no_cap(db: Database) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+        set_policy(s, None, max_kv_share=0.5)
+        set_policy(s, "alice", max_kv_share=0.25)
+        set_policy(s, "alice", max_kv_share=None)
+    with db.session() as s:
+        assert get_effective_policy(s, "alice").max_kv_share == 0.5
+    with db.transaction() as s:
+        set_policy(s, None, max_kv_share=None)
+    with db.session() as s:
+        assert get_effective_policy(s, "alice").max_kv_share is None
+
+
+@pytest.mark.parametrize("value", [0, 0.0, -0.1, 1.01, float("nan"), "half", True])
+def test_kv_share_outside_zero_to_one_is_refused(db: Database, value) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+        with pytest.raises(ValueError, match="max_kv_share must be a fraction"):
+            set_policy(s, "alice", max_kv_share=value)
+
+
+def test_unknown_priority_is_refused_and_the_default_keeps_one(db: Database) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+        with pytest.raises(ValueError, match="priority must be one of low, normal, high"):
+            set_policy(s, "alice", priority="urgent")
+        with pytest.raises(ValueError, match="the default policy needs a value for priority"):
+            set_policy(s, None, priority=None)

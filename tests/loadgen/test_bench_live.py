@@ -117,3 +117,22 @@ def test_unbounded_run_is_refused(server: ServerProcess, tmp_path: Path) -> None
     args = build_parser().parse_args(["bench", "--base-url", server.base_url])
     with pytest.raises(ValueError, match="bounded"):
         args.func(args)
+
+
+def test_noisy_neighbour_reports_light_latency_and_heavy_throughput(server: ServerProcess,
+                                                                     tmp_path: Path) -> None:
+    doc = bench(server, tmp_path, "--scenario", "noisy-neighbour", "--users", "2",
+                "--requests", "4", "--max-tokens", "8", "--heavy-requests", "2",
+                "--heavy-doc-tokens", "200", "--heavy-max-tokens", "8", "--ignore-eos")
+    check_consistent(doc)
+    kinds = [r["kind"] for r in doc["requests"]]
+    assert kinds.count("chat") == 4 and kinds.count("heavy") >= 2
+    assert {r["user"] for r in doc["requests"] if r["kind"] == "heavy"} == {2}
+    nn = doc["noisy_neighbour"]
+    assert nn["light"]["requests"]["completed"] == 4
+    assert nn["light"]["ttft_s"]["count"] == 4 and nn["light"]["itl_s"]["count"] > 0
+    heavy = [r for r in doc["requests"] if r["kind"] == "heavy"]
+    assert all(r["prompt_tokens"] > 150 for r in heavy)  # the documents, not chat questions
+    assert nn["heavy"]["throughput_tok_per_s"] == pytest.approx(
+        sum(r["prompt_tokens"] + r["completion_tokens"] for r in heavy) / doc["summary"]["wall_s"])
+    assert doc["settings"]["heavy_requests"] == 2

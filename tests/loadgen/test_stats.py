@@ -98,3 +98,19 @@ def test_parse_counters_sums_vllm_names() -> None:
     assert d["preemptions"] == 3.0 and d["prefix_cache_hit_rate"] == 0.25
     assert d["generation_tokens"] is None
     assert server_metrics.deltas(None, after)["prefix_cache_hit_rate"] is None
+
+
+def test_noisy_neighbour_gives_the_heavy_user_its_own_key() -> None:
+    from loadgen.runner import Target
+    from loadgen.scenarios import ScenarioConfig
+
+    config = ScenarioConfig("noisy-neighbour", users=3, heavy_requests=4)
+    target = Target("http://x", api_key="shared", heavy_api_key="heavy",
+                    light_api_keys=["a", "b"])
+    assert config.heavy_user == 3
+    assert target.user_keys(config) == {0: "a", 1: "b", 2: "a", 3: "heavy"}
+    assert Target("http://x", api_key="shared").user_keys(config) == {}  # all use api_key
+    ScenarioConfig("noisy-neighbour", users=0, heavy_requests=2)  # the heavy user alone
+    ScenarioConfig("noisy-neighbour", users=2, heavy_requests=0)  # the light users alone
+    with pytest.raises(ValueError):
+        ScenarioConfig("noisy-neighbour", users=0, heavy_requests=0)

@@ -157,3 +157,35 @@ def test_admin_stats_answers_before_any_model(tmp_path) -> None:
         assert body["active_threads"] == []
         r = client.get("/admin/plan", headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 503 and r.json()["error"]["code"] == "service_unavailable"
+
+
+def test_profiles_choose_the_scheduling_policy() -> None:
+    assert settings_from_args(_args())[0].engine.scheduling_policy == "fair"  # office
+    assert settings_from_args(_args("--profile", "product"))[0].engine.scheduling_policy == "fair"
+    assert settings_from_args(_args("--profile", "personal"))[0].engine.scheduling_policy == "fcfs"
+    s, lines = settings_from_args(_args("--scheduling-policy", "priority"))
+    assert s.engine.scheduling_policy == "priority"
+    assert any("scheduling_policy='priority' (flag overrides" in line for line in lines)
+
+
+def test_admin_policy_priority_and_kv_share(tmp_path) -> None:
+    def never_loads():
+        raise RuntimeError("not needed")
+
+    settings = ServerSettings(no_auth=True, db_path=str(tmp_path / "officellm.db"),
+                              admin_remote=True)
+    app = create_app(settings, never_loads)
+    headers = {"Authorization": f"Bearer {(tmp_path / 'admin_token').read_text().strip()}"}
+    with TestClient(app) as client:
+        assert client.post("/admin/users", json={"name": "ann"}, headers=headers).status_code == 201
+        r = client.put("/admin/policies/users/ann", json={"priority": "high", "max_kv_share": 0.5},
+                       headers=headers)
+        assert r.status_code == 200, r.text
+        assert (r.json()["priority"], r.json()["max_kv_share"]) == ("high", 0.5)
+        policies = client.get("/admin/policies", headers=headers).json()
+        assert policies["default"]["priority"] == "normal"
+        assert policies["default"]["max_kv_share"] is None
+        r = client.put("/admin/policies/users/ann", json={"max_kv_share": 1.5}, headers=headers)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_kv_share"
+        r = client.put("/admin/policies/default", json={"priority": None}, headers=headers)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "priority"

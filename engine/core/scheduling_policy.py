@@ -1,0 +1,246 @@
+"""Scheduling policies: whose prompt gets the step's budget, whose request gives its blocks
+back, and which key waits over its share of the pool (docs/design.md §2, "Scheduling").
+
+The Scheduler (engine/core/scheduler.py) owns the mechanism: the token budget, the sequence
+cap, block allocation, preemption by recompute. A policy owns the choices, through the small
+interface below, so schedule() has no branch per policy:
+
+  prefill_order(prefills, waiting)  the order in which running prompts and waiting requests
+                                    share what the step's budget has left after the decodes
+  held_back(request)                its key is over its KV share cap: it gets a prefill
+                                    chunk only if no other key got one in this step
+  victim(running)                   the running request to preempt when blocks run out, and
+                                    why (the WARNING says it)
+  add / remove / charge             a request entered or left; the tokens this step gave each
+
+The engine knows keys, never users: a key is an opaque string (the server passes the user's
+id), `priority` a positive weight, `max_kv_share` a fraction of the pool.
+
+- `fcfs`: vLLM's default. Running prompts first, then arrival order; preempt the most
+  recently admitted request. Keys and weights are ignored.
+- `priority`: vLLM's flag. Running prompts first, then waiting requests by priority (highest
+  weight first; arrival order among equals); preempt the lowest priority, most recently
+  admitted. (vLLM's priority is an integer where lower runs first; ours is the weight the
+  fair policy also reads, so higher runs first.)
+- `fair`: weighted least recent service. Each key's service is the tokens scheduled for it
+  (prompt chunks and decodes), decayed with a half-life of `half_life_tokens` scheduled
+  tokens of all keys, divided by its weight. Prompt work goes to keys in ascending order of
+  that number, FCFS within a key (its running prompts first). The victim is the most recently
+  admitted request of the key holding the most blocks for its weight, so a key under its
+  share is not preempted while another holds more than its own, except that the oldest
+  running request, once preempted, is not taken again while another runs (so every request
+  finishes). A key holding more than
+  `max_kv_share` of the pool gets no new prompt chunks in a step where another key's prompt
+  work was scheduled. A lone key gets exactly the fcfs schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.core.kv_cache_manager import KVCacheManager
+from engine.core.request import Request
+
+SCHEDULING_POLICIES = ("fcfs", "priority", "fair")
+
+
+class SchedulingPolicy(Protocol):
+    """What the Scheduler asks of a policy (the module docstring says when)."""
+
+    name: str
+
+    def add(self, request: Request) -> None: ...
+
+    def remove(self, request: Request) -> None: ...
+
+    def prefill_order(self, prefills: list[Request], waiting: Iterable[Request]) -> list[Request]: ...
+
+    def held_back(self, request: Request) -> bool: ...
+
+    def victim(self, running: Sequence[Request]) -> tuple[Request, str]: ...
+
+    def charge(self, scheduled: Mapping[Request, int]) -> None: ...
+
+
+class FcfsPolicy:
+    """First come, first served (vLLM's `fcfs`): arrival order, the newest is preempted."""
+
+    name = "fcfs"
+
+    def __init__(self, kv: KVCacheManager) -> None:
+        self.kv = kv
+
+    def add(self, request: Request) -> None:
+        pass
+
+    def remove(self, request: Request) -> None:
+        pass
+
+    def prefill_order(self, prefills: list[Request], waiting: Iterable[Request]) -> list[Request]:
+        # Running prompts before new ones: a prompt half done already holds its blocks.
+        return [*prefills, *waiting]
+
+    def held_back(self, request: Request) -> bool:
+        return False
+
+    def victim(self, running: Sequence[Request]) -> tuple[Request, str]:
+        return running[-1], "it is the most recently admitted request"
+
+    def charge(self, scheduled: Mapping[Request, int]) -> None:
+        pass
+
+
+class PriorityPolicy(FcfsPolicy):
+    """vLLM's `priority`, with a weight (higher first) for the priority."""
+
+    name = "priority"
+
+    def prefill_order(self, prefills: list[Request], waiting: Iterable[Request]) -> list[Request]:
+        # sorted() is stable: among equal priorities the queue's order (a preempted request
+        # at its head, then arrival) stays.
+        return [*prefills, *sorted(waiting, key=lambda r: -r.priority)]
+
+    def victim(self, running: Sequence[Request]) -> tuple[Request, str]:
+        # min() keeps the first of equals; over reversed(), that is the newest.
+        victim = min(reversed(running), key=lambda r: r.priority)
+        return victim, (f"it is the most recently admitted of the lowest priority "
+                        f"({victim.priority:g})")
+
+
+@dataclass
+class KeyState:
+    """What the fair policy knows of one key."""
+
+    weight: float = 1.0
+    max_kv_share: float | None = None
+    service: float = 0.0  # decayed scheduled tokens, as of `clock`
+    clock: float = 0.0  # the policy's token clock when `service` was last brought up to date
+    num_requests: int = 0  # in the scheduler (waiting or running)
+
+
+class FairPolicy:
+    """Weighted least recent service across keys, FCFS within a key."""
+
+    name = "fair"
+
+    def __init__(self, kv: KVCacheManager, half_life_tokens: float) -> None:
+        if half_life_tokens <= 0:
+            raise ValueError("half_life_tokens must be positive.")
+        self.kv = kv
+        self.half_life_tokens = half_life_tokens
+        self.keys: dict[str, KeyState] = {}
+        # Tokens scheduled so far, all keys together: the clock service decays by. Counted in
+        # tokens, not seconds, so the same work gives the same schedule on any machine (and
+        # in tests), and an idle engine forgets nothing.
+        self.clock = 0.0
+
+    # -- the keys ------------------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        state = self.keys.get(request.fairness_key)
+        if state is None:
+            state = self.keys[request.fairness_key] = KeyState(clock=self.clock)
+        # The key's latest request sets its weight and cap: the server reads the policy per
+        # request, so an admin's change applies from the next request on.
+        state.weight = request.priority
+        state.max_kv_share = request.max_kv_share
+        state.num_requests += 1
+
+    def remove(self, request: Request) -> None:
+        state = self.keys.get(request.fairness_key)
+        if state is None:
+            return
+        state.num_requests -= 1
+        if state.num_requests <= 0 and self.service(request.fairness_key) < 1.0:
+            del self.keys[request.fairness_key]  # idle and forgotten: nothing to remember
+
+    def service(self, key: str) -> float:
+        """The key's decayed service (tokens), now."""
+        state = self.keys.get(key)
+        if state is None:
+            return 0.0
+        return state.service * 0.5 ** ((self.clock - state.clock) / self.half_life_tokens)
+
+    def normalized_service(self, key: str) -> float:
+        """Service per unit of weight: the order prompt work goes in (lowest first)."""
+        state = self.keys.get(key)
+        return self.service(key) / state.weight if state is not None else 0.0
+
+    def weight(self, key: str) -> float:
+        state = self.keys.get(key)
+        return state.weight if state is not None else 1.0
+
+    # -- the choices ---------------------------------------------------------------------
+    def prefill_order(self, prefills: list[Request], waiting: Iterable[Request]) -> list[Request]:
+        groups: dict[str, list[Request]] = {}
+        for req in prefills:
+            groups.setdefault(req.fairness_key, []).append(req)
+        for req in waiting:
+            groups.setdefault(req.fairness_key, []).append(req)
+        if len(groups) <= 1:  # a lone key: the fcfs order, at no cost
+            return [req for group in groups.values() for req in group]
+        # Keys over their cap last (they get what the others leave, if nothing else ran);
+        # then least service per weight first. sorted() is stable: ties keep the order of
+        # first appearance (running prompts, then the queue's order).
+        order = sorted(groups, key=lambda k: (self._over_cap(k), self.normalized_service(k)))
+        return [req for key in order for req in groups[key]]
+
+    def held_back(self, request: Request) -> bool:
+        return self._over_cap(request.fairness_key)
+
+    def _over_cap(self, key: str) -> bool:
+        state = self.keys.get(key)
+        if state is None or state.max_kv_share is None:
+            return False
+        return self.kv.blocks_by_key.get(key, 0) > state.max_kv_share * self.kv.pool.num_blocks
+
+    def victim(self, running: Sequence[Request]) -> tuple[Request, str]:
+        # Newest first, keeping the first strictly heaviest: that is the most recently
+        # admitted request of the key with the most blocks per weight (on a tie, the key
+        # whose newest request is newest, so a lone key loses its newest, as under fcfs).
+        # The oldest running request, once it has been preempted before, is not chosen
+        # while another runs: it then always moves on, so every request in turn becomes the
+        # oldest and finishes, however large (a request bigger than its key's share would
+        # otherwise be preempted forever). A fresh one can still be taken, so a heavy key's
+        # lone request does not push a light key's out.
+        held = self.kv.blocks_by_key
+        protect = len(running) > 1 and running[0].num_preemptions > 0
+        candidates = running[1:] if protect else running
+        victim, heaviest = candidates[-1], -1.0
+        for req in reversed(candidates):
+            load = held.get(req.fairness_key, 0) / self.weight(req.fairness_key)
+            if load > heaviest:
+                victim, heaviest = req, load
+        key = victim.fairness_key
+        blocks = held.get(key, 0)
+        share = blocks / self.kv.pool.num_blocks if self.kv.pool.num_blocks else 0.0
+        return victim, (f"its key holds the most KV blocks for its weight ({blocks} blocks, "
+                        f"{100 * share:.0f}% of the pool, weight {self.weight(key):g}), "
+                        "and it is that key's most recently admitted request")
+
+    def charge(self, scheduled: Mapping[Request, int]) -> None:
+        step: dict[str, int] = {}
+        for req, tokens in scheduled.items():
+            step[req.fairness_key] = step.get(req.fairness_key, 0) + tokens
+        for key, tokens in step.items():
+            state = self.keys.get(key)
+            if state is None:  # cannot happen for a request the scheduler holds
+                continue
+            state.service = self.service(key) + tokens
+            state.clock = self.clock
+        self.clock += sum(step.values())
+
+
+def make_policy(name: str, kv: KVCacheManager, max_num_batched_tokens: int) -> SchedulingPolicy:
+    """The policy called `name` (one of SCHEDULING_POLICIES)."""
+    if name == "fcfs":
+        return FcfsPolicy(kv)
+    if name == "priority":
+        return PriorityPolicy(kv)
+    if name == "fair":
+        # "Recently": about sixteen full steps' worth of tokens, so a key's past weighs on
+        # its turn for seconds, not for the rest of the day.
+        return FairPolicy(kv, half_life_tokens=16 * max_num_batched_tokens)
+    raise ValueError(f"Unknown scheduling policy {name!r}; choose one of "
+                     f"{', '.join(SCHEDULING_POLICIES)}.")
