@@ -6,13 +6,18 @@ truncate), app/serving/generation.py (the prefix-cache salt). The request path i
 docs/design.md.
 """
 
+from app.policy.background_tasks import background_task, background_task_policy
 from app.policy.evaluate import count_turns, drop_turns, evaluate
 from app.policy.limits import check_concurrency, check_daily_quota, seconds_until_utc_midnight
 from app.policy.messages import context_limit_message, turn_limit_message
-from app.policy.thread_identity import prefix_cache_salt, thread_key
+from app.policy.thread_identity import ChatThread, chat_thread, prefix_cache_salt, thread_key
 from app.policy.types import Decision, EffectivePolicy, ThreadState
 
 __all__ = [
+    "ChatThread",
+    "background_task",
+    "background_task_policy",
+    "chat_thread",
     "Decision",
     "EffectivePolicy",
     "ThreadState",
