@@ -138,7 +138,7 @@ class DatabaseAuthenticator:
 
     def _front_end(self, who: AuthenticatedUser) -> FrontEnd | None:
         """A front-end key's grant, with its JWT secret read (and checked) once per run."""
-        if not who.forwards_users:
+        if not who.forwarded_users:
             return None
         if who.jwt_secret_hash is None:
             return FrontEnd(who.key_id, who.user_id, who.name)

@@ -5,7 +5,7 @@ KDF (bcrypt, argon2) exists to stretch low-entropy passwords against guessing; a
 key cannot be guessed, fast hash or not, while a slow hash would cost every request tens of
 milliseconds. A pepper kept in the same database file would add no secrecy either.
 
-A front-end key (`forwards_users`) is trusted to say which person each request is for
+A front-end key (`forwarded_users`) is trusted to say which person each request is for
 (docs/design.md §5); it may have a JWT secret, kept apart from the database
 (app/db/jwt_secrets.py).
 """
@@ -47,20 +47,20 @@ def hash_key(raw: str) -> str:
 def _info(key: ApiKey, user_name: str) -> KeyInfo:
     return KeyInfo(id=key.id, user_id=key.user_id, user_name=user_name, prefix=key.prefix,
                    created=key.created, last_used=key.last_used, revoked=key.revoked,
-                   forwards_users=key.forwards_users, jwt_secret=key.jwt_secret_hash is not None)
+                   forwarded_users=key.forwarded_users, jwt_secret=key.jwt_secret_hash is not None)
 
 
-def issue_key(session: Session, user: UserRef, *, forwards_users: bool = False,
+def issue_key(session: Session, user: UserRef, *, forwarded_users: bool = False,
               jwt_secret: str | None = None, secrets: JwtSecretStore | None = None) -> IssuedKey:
     """Make a key for `user`; the raw key is in the result and nowhere else, ever.
 
-    `forwards_users` makes a front-end key; `jwt_secret` (front-end keys only) is written to
+    `forwarded_users` makes a front-end key; `jwt_secret` (front-end keys only) is written to
     `secrets` and only its fingerprint to the database. ValueError for a secret that is too
     short, or one given to an ordinary key.
     """
     if jwt_secret is not None:
-        if not forwards_users:
-            raise ValueError("a JWT secret is for a front-end key: add forwards_users "
+        if not forwarded_users:
+            raise ValueError("a JWT secret is for a front-end key: add forwarded_users "
                              "(--forwarded-users)")
         if secrets is None:
             raise ValueError("no place to keep the JWT secret was given")
@@ -69,12 +69,12 @@ def issue_key(session: Session, user: UserRef, *, forwards_users: bool = False,
     if owner.via_user_id is not None:
         # A person a front end speaks for may get a key of their own, but not one that speaks
         # for others: front ends are accounts the admin made for them.
-        if forwards_users:
+        if forwarded_users:
             raise ValueError(f"{owner.name} came through a front end; make the front-end key "
                              "for the front end's own user")
     raw = generate_key()
     key = ApiKey(user_id=owner.id, key_hash=hash_key(raw), prefix=raw[:SHOWN_PREFIX_LEN],
-                 forwards_users=forwards_users)
+                 forwarded_users=forwarded_users)
     session.add(key)
     session.flush()
     if jwt_secret is not None:
@@ -84,7 +84,7 @@ def issue_key(session: Session, user: UserRef, *, forwards_users: bool = False,
         key.jwt_secret_hash = secrets.save(key.id, jwt_secret)
         session.flush()
     record_event(session, "key_issued", owner.id,
-                 {"key_id": key.id, "prefix": key.prefix, "forwards_users": forwards_users,
+                 {"key_id": key.id, "prefix": key.prefix, "forwarded_users": forwarded_users,
                   "jwt_secret": jwt_secret is not None})
     return IssuedKey(raw=raw, info=_info(key, owner.name))
 
@@ -143,18 +143,18 @@ def authenticate(session: Session, raw_key: str) -> AuthenticatedUser | None:
     # The index lookup compares hashes in non-constant time, which is harmless: timing could at
     # most reveal the hash of the attacker's own guess. compare_digest guards the final check.
     row = session.execute(
-        select(ApiKey.id, ApiKey.key_hash, ApiKey.revoked, ApiKey.forwards_users,
+        select(ApiKey.id, ApiKey.key_hash, ApiKey.revoked, ApiKey.forwarded_users,
                ApiKey.jwt_secret_hash, User.id, User.name, User.disabled)
         .join(User, ApiKey.user_id == User.id)
         .where(ApiKey.key_hash == digest)
     ).first()
     if row is None:
         return None
-    key_id, stored, revoked, forwards_users, secret_hash, user_id, name, disabled = row
+    key_id, stored, revoked, forwarded_users, secret_hash, user_id, name, disabled = row
     if not hmac.compare_digest(stored, digest) or revoked or disabled:
         return None
     return AuthenticatedUser(user_id=user_id, name=name, key_id=key_id,
-                             forwards_users=bool(forwards_users), jwt_secret_hash=secret_hash)
+                             forwarded_users=bool(forwarded_users), jwt_secret_hash=secret_hash)
 
 
 def touch_keys(session: Session, last_used: dict[int, datetime]) -> None:

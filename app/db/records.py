@@ -37,7 +37,7 @@ class KeyInfo(_Record):
     created: datetime
     last_used: datetime | None
     revoked: bool
-    forwards_users: bool = False  # a front-end key: speaks for other people
+    forwarded_users: bool = False  # a front-end key: speaks for other people
     jwt_secret: bool = False  # its people come in a JWT checked with a secret (never shown)
 
 
@@ -52,13 +52,13 @@ class IssuedKey:
 @dataclass(frozen=True)
 class AuthenticatedUser(_Record):
     """Who a valid key belongs to; `key_id` is for the batched last_used update. A front-end
-    key (`forwards_users`) may speak for other people; with `jwt_secret_hash` it must, in a
+    key (`forwarded_users`) may speak for other people; with `jwt_secret_hash` it must, in a
     JWT signed with the secret that fingerprint was made from (app/db/jwt_secrets.py)."""
 
     user_id: int
     name: str
     key_id: int
-    forwards_users: bool = False
+    forwarded_users: bool = False
     jwt_secret_hash: str | None = None
 
 

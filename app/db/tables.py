@@ -77,7 +77,7 @@ class ApiKey(Base):
     last_used: Mapped[datetime | None] = mapped_column(UtcDateTime)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # A front-end key speaks for other people (docs/design.md §5).
-    forwards_users: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    forwarded_users: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # The scrypt fingerprint of its JWT secret, never the secret: that lives in a file only
     # the server's owner can read (app/db/jwt_secrets.py, docs/security.md).
     jwt_secret_hash: Mapped[str | None] = mapped_column(String(160))

@@ -1,7 +1,7 @@
 """Front-end keys and the people they speak for.
 
 A front-end key (Open WebUI, LibreChat, a proxy) is trusted to say which person a request is
-for (docs/design.md §5): `api_keys.forwards_users`, and `api_keys.jwt_secret_hash`, the scrypt
+for (docs/design.md §5): `api_keys.forwarded_users`, and `api_keys.jwt_secret_hash`, the scrypt
 fingerprint of the HS256 secret its JWTs are checked with (the secret itself is in a private
 file beside the database, never here). A person it speaks for is a user row linked to the
 front end's user (`users.via_user_id`) and found again by `users.forwarded_id`, the SHA-256 of
@@ -28,7 +28,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     with op.batch_alter_table("api_keys") as batch:
-        batch.add_column(sa.Column("forwards_users", sa.Boolean(), server_default=sa.false(),
+        batch.add_column(sa.Column("forwarded_users", sa.Boolean(), server_default=sa.false(),
                                    nullable=False))
         batch.add_column(sa.Column("jwt_secret_hash", sa.String(length=160), nullable=True))
     with op.batch_alter_table("users") as batch:
@@ -50,4 +50,4 @@ def downgrade() -> None:
         batch.drop_column("via_user_id")
     with op.batch_alter_table("api_keys") as batch:
         batch.drop_column("jwt_secret_hash")
-        batch.drop_column("forwards_users")
+        batch.drop_column("forwarded_users")

@@ -154,7 +154,7 @@ def test_data_written_at_0002_survives_0003(db_path: Path) -> None:
 
     with db.session() as s:
         assert [(u.name, u.via) for u in list_users(s)] == [("alice", None), ("bob", None)]
-        assert [(k.prefix, k.forwards_users, k.jwt_secret) for k in list_keys(s)] == [
+        assert [(k.prefix, k.forwarded_users, k.jwt_secret) for k in list_keys(s)] == [
             ("ocl-AAAAAAAA", False, False), ("ocl-BBBBBBBB", False, False)]
     assert db.integrity_check() == "ok"
     with db.engine.connect() as c:
