@@ -206,11 +206,14 @@ def test_a_background_task_never_trips_the_chats_turn_cap(office: Office, webui:
     webui.chat(lea, chat(1))
     office.admin.request("PUT", f"/policies/users/lea-{uniq}@example.com",
                          json={"max_turns": 1, "on_limit": "notify"})
-    long_history = "\n".join(f"USER: question {i}\nASSISTANT: answer {i}" for i in range(5))
-    answer = webui.chat(lea, [{"role": "user", "content": title_prompt(long_history)}],
+    # A task sent with the chat's whole history (a custom task prompt, marked by the header):
+    # three user messages, over the cap of 1 turn, yet no turn of anyone's chat.
+    answer = webui.chat({**lea, "X-OpenWebUI-Task": "tags_generation"}, chat(3),
                         chat_id=f"chat-{uniq}", max_tokens=3)
-    assert answer.choices[0].message.content != turn_limit_message(1, 1)
-    assert answer.usage.completion_tokens > 0  # the model answered
+    assert answer.choices[0].message.content != turn_limit_message(3, 1)
+    assert answer.usage.completion_tokens > 0  # the model answered it
+    # And it is nobody's thread: only the chat of the first request is there.
+    assert [t["turns"] for t in threads(office, f"lea-{uniq}@example.com")] == [1]
 
 
 def test_the_user_field_names_the_person(office: Office, webui: FrontEnd, uniq: str) -> None:
