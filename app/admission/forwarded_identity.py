@@ -101,6 +101,10 @@ def _value(raw: object, what: str) -> str | None:
     if not isinstance(raw, str):
         raise ForwardedIdentityError(f"The forwarded {what} is not a string.")
     value = raw.strip()
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate in a JSON `user`
+        raise ForwardedIdentityError(f"The forwarded {what} is not valid text.") from exc
     if len(value) > MAX_VALUE_CHARS:
         raise ForwardedIdentityError(f"The forwarded {what} is longer than {MAX_VALUE_CHARS} "
                                      "characters.")

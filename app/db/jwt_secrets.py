@@ -41,6 +41,10 @@ def validate_jwt_secret(secret: str) -> str:
     """The secret as Open WebUI uses it (surrounding whitespace stripped, as it strips its
     FORWARD_USER_INFO_HEADER_JWT_SECRET), or ValueError saying what is wrong with it."""
     value = secret.strip()
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate from JSON: no bytes to sign with
+        raise ValueError("the JWT secret is not valid text") from exc
     if len(value) < MIN_SECRET_CHARS:
         raise ValueError(f"the JWT secret must be at least {MIN_SECRET_CHARS} characters "
                          f"(it has {len(value)}); make one with `openssl rand -hex 32`")

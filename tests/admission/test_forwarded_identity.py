@@ -140,3 +140,8 @@ def test_an_overlong_value_is_refused() -> None:
 def test_people_are_named_by_email_then_name_then_id() -> None:
     person = decide_identity(PLAIN, headers(id="u-4", name="Dan"), None).person
     assert person is not None and person.names == (None, "Dan", "u-4")
+
+
+def test_a_user_field_that_is_not_text_is_refused() -> None:
+    with pytest.raises(ForwardedIdentityError, match="not valid text"):
+        decide_identity(PLAIN, {}, "bad\ud800")
