@@ -102,8 +102,16 @@ class AdminClient:
     def keys(self, user: str | None = None) -> list[dict]:
         return self._request("GET", "/admin/keys", params={"user": user} if user else None)
 
-    def issue_key(self, user: str) -> dict:
-        return self._request("POST", "/admin/keys", json={"user": user})
+    def issue_key(self, user: str, forwarded_users: bool = False,
+                  jwt_secret: str | None = None) -> dict:
+        """A new key (the raw key in this answer only). `forwarded_users`: a front-end key,
+        speaking for other people; `jwt_secret`: the HS256 secret of its JWTs."""
+        body: dict[str, Any] = {"user": user}
+        if forwarded_users:
+            body["forwarded_users"] = True
+        if jwt_secret is not None:
+            body["jwt_secret"] = jwt_secret
+        return self._request("POST", "/admin/keys", json=body)
 
     def revoke_key(self, key_id: int | str) -> dict:
         return self._request("DELETE", f"/admin/keys/{key_id}")

@@ -16,7 +16,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from app.accounts.accounts import Accounts
 from app.admin import router as admin_router
 from app.admission.admission import AdmissionControl
-from app.admission.auth import make_authenticator
+from app.admission.auth import ForwardedPeople, make_authenticator
 from app.admission.auth_throttle import AuthThrottle
 from app.admission.body_limit import BodySizeLimit
 from app.db import Database, prepare_database
@@ -107,6 +107,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     app = FastAPI(title="officellm", version="0.1.0", lifespan=lifespan)
     app.state.server = state
     app.state.authenticator = make_authenticator(db, settings.api_keys, settings.no_auth)
+    app.state.people = ForwardedPeople(db)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     if settings.cors_origins:

@@ -16,13 +16,24 @@ class KeyRow:
     created: str
     last_used: str
     revoked: bool
+    forwarded_users: bool = False
+    jwt_secret: bool = False
+
+    @property
+    def kind(self) -> str:
+        """"user" for a person's own key; a front-end key speaks for other people."""
+        if not self.forwarded_users:
+            return "user"
+        return "front end (JWT)" if self.jwt_secret else "front end"
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> KeyRow:
         return cls(id=int(d.get("id") or 0), prefix=str(d.get("prefix", "")),
                    user=str(d.get("user", "")), created=str(d.get("created") or ""),
                    last_used=str(d.get("last_used") or ""),
-                   revoked=bool(d.get("revoked")))
+                   revoked=bool(d.get("revoked")),
+                   forwarded_users=bool(d.get("forwarded_users")),
+                   jwt_secret=bool(d.get("jwt_secret")))
 
 
 class KeysModel(RecordTableModel[KeyRow]):
@@ -30,6 +41,7 @@ class KeysModel(RecordTableModel[KeyRow]):
         Column("ID", lambda k: str(k.id), sort_key=lambda k: k.id, numeric=True),
         Column("Key", lambda k: f"{k.prefix}…"),
         Column("User", lambda k: k.user),
+        Column("Kind", lambda k: k.kind),
         Column("Status", lambda k: "revoked" if k.revoked else "active"),
         Column("Created", lambda k: k.created[:19]),
         Column("Last used", lambda k: k.last_used[:19] or "never"),

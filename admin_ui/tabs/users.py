@@ -1,10 +1,14 @@
 """Users & keys: add and disable users, issue a key (shown once), revoke keys, and see each
-user's usage today."""
+user's usage today. A front-end key (Open WebUI, ...) speaks for other people, who then appear
+here as users of their own, "alice@example.com via open-webui" (docs/design.md §5)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import QSortFilterProxyModel, QTimer, Signal
 from PySide6.QtWidgets import (
+    QFileDialog,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
@@ -62,7 +66,15 @@ class UsersTab(QWidget):
         self.toggle_button.clicked.connect(self.toggle_selected_user)
         self.issue_button = QPushButton("Issue key…")
         self.issue_button.clicked.connect(self.issue_key_for_selected)
-        for w in (self.name_edit, self.add_button, self.toggle_button, self.issue_button):
+        self.front_end_button = QPushButton("Issue front-end key…")
+        self.front_end_button.setToolTip(
+            "A key for Open WebUI or another front end: each person it sends requests for "
+            "becomes a user of their own. You may pick the file holding the JWT secret the "
+            "front end signs its requests with (Open WebUI's "
+            "FORWARD_USER_INFO_HEADER_JWT_SECRET); cancel to trust its plain headers.")
+        self.front_end_button.clicked.connect(self.issue_front_end_key_for_selected)
+        for w in (self.name_edit, self.add_button, self.toggle_button, self.issue_button,
+                  self.front_end_button):
             row.addWidget(w)
         ul.addLayout(row)
         self.users_model = UsersModel(self)
@@ -129,8 +141,8 @@ class UsersTab(QWidget):
 
     def select_user(self, name: str) -> bool:
         for r in range(self.users_proxy.rowCount()):
-            idx = self.users_proxy.index(r, 0)
-            if idx.data() == name:
+            source = self.users_proxy.mapToSource(self.users_proxy.index(r, 0))
+            if self.users_model.record(source.row()).name == name:
                 self.users_view.selectRow(r)
                 return True
         return False
@@ -165,9 +177,37 @@ class UsersTab(QWidget):
     def issue_key(self, name: str) -> None:
         self.session.call(lambda c: c.issue_key(name), self._key_issued, self._error)
 
+    def issue_front_end_key_for_selected(self) -> None:
+        user = self.selected_user()
+        if user is None:
+            self._error(ValueError("Select the front end's user (e.g. open-webui) first."))
+            return
+        secret_file = None
+        if self.show_dialogs:
+            picked, _ = QFileDialog.getOpenFileName(
+                self, "JWT secret file (cancel: no JWT, trust the plain headers)")
+            secret_file = Path(picked) if picked else None
+        self.issue_front_end_key(user.name, secret_file)
+
+    def issue_front_end_key(self, name: str, jwt_secret_file: Path | None = None) -> None:
+        """Issue a front-end key for `name`, with the JWT secret read from `jwt_secret_file`
+        (it goes to the server, which keeps it in a private file beside its database)."""
+        try:
+            secret = (jwt_secret_file.read_text(encoding="utf-8")
+                      if jwt_secret_file is not None else None)
+        except (OSError, UnicodeDecodeError) as exc:
+            self._error(ValueError(f"Cannot read {jwt_secret_file}: {exc}"))
+            return
+        self.session.call(lambda c: c.issue_key(name, forwarded_users=True, jwt_secret=secret),
+                          self._key_issued, self._error)
+
     def _key_issued(self, answer: dict) -> None:
         user, key = answer["user"], answer["key"]
-        self._ok(f"Issued key {answer.get('prefix', '')}… for {user}.")
+        kind = ""
+        if answer.get("forwarded_users"):
+            kind = " (front-end key, signed JWTs)" if answer.get("jwt_secret") else \
+                " (front-end key)"
+        self._ok(f"Issued key {answer.get('prefix', '')}… for {user}{kind}.")
         self.key_issued.emit(user, key)
         self.last_key_dialog = KeyDialog(user, key, self)
         if self.show_dialogs:

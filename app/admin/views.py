@@ -37,6 +37,9 @@ class UserView(BaseModel):
     disabled: bool
     created: Timestamp
     usage_today: UsageCounts
+    via: str | None = Field(
+        description="The front end this person came through (its user's name), e.g. "
+                    "'open-webui'; null for everyone else.")
 
 
 class KeyView(BaseModel):
@@ -46,6 +49,9 @@ class KeyView(BaseModel):
     created: Timestamp
     last_used: Timestamp | None
     revoked: bool
+    forwarded_users: bool = Field(description="A front-end key: it speaks for other people.")
+    jwt_secret: bool = Field(description="Its people come in JWTs checked with a secret "
+                                         "(never shown).")
 
 
 class IssuedKeyView(BaseModel):
@@ -55,6 +61,8 @@ class IssuedKeyView(BaseModel):
     id: int
     prefix: str
     user: str
+    forwarded_users: bool
+    jwt_secret: bool
 
 
 class PolicyView(BaseModel):
@@ -171,17 +179,19 @@ def usage_counts(day: UsageDay | None) -> UsageCounts:
 
 def user_view(user: UserInfo, today: UsageDay | None) -> UserView:
     return UserView(id=user.id, name=user.name, disabled=user.disabled, created=_iso(user.created),
-                    usage_today=usage_counts(today))
+                    usage_today=usage_counts(today), via=user.via)
 
 
 def key_view(key: KeyInfo) -> KeyView:
     return KeyView(id=key.id, prefix=key.prefix, user=key.user_name, created=_iso(key.created),
-                   last_used=iso(key.last_used), revoked=key.revoked)
+                   last_used=iso(key.last_used), revoked=key.revoked,
+                   forwarded_users=key.forwarded_users, jwt_secret=key.jwt_secret)
 
 
 def issued_key_view(issued: IssuedKey) -> IssuedKeyView:
     return IssuedKeyView(key=issued.raw, id=issued.info.id, prefix=issued.info.prefix,
-                         user=issued.info.user_name)
+                         user=issued.info.user_name, forwarded_users=issued.info.forwarded_users,
+                         jwt_secret=issued.info.jwt_secret)
 
 
 def policy_view(policy: StoredPolicy | EffectivePolicy) -> PolicyView:

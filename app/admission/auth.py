@@ -9,33 +9,57 @@ threads work the same for all of them:
 A revoked key or a disabled user is refused from the very next request: nothing is cached.
 Refused tokens are counted per client address (app/admission/auth_throttle.py): too many, and that
 address gets 429 with Retry-After for a while.
+
+A front-end key (Open WebUI, ...) speaks for other people: `get_caller` turns its principal into
+the person's, made a user on first sight (app/admission/forwarded_identity.py decides who;
+app/db/forwarded_users.py keeps them).
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
+import threading
 from dataclasses import dataclass
 from typing import Protocol
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
+from app.admission.forwarded_identity import (
+    ForwardedIdentityError,
+    FrontEnd,
+    Person,
+    decide_identity,
+)
 from app.db import Database, authenticate, ensure_user, get_user
 from app.db.errors import NotFound
+from app.db.forwarded_users import add_forwarded_user, find_forwarded_user, forwarded_id_digest
+from app.db.jwt_secrets import SecretUnavailable
 from app.db.keys import KEY_PREFIX
+from app.db.records import AuthenticatedUser
 from app.openai.errors import APIError
+
+logger = logging.getLogger("officellm.server")
 
 DESK_USER = "local"
 
 
 @dataclass(frozen=True)
 class Principal:
-    """The authenticated caller. `user` is the name that reaches the engine and metrics."""
+    """The authenticated caller. `user` is the name that reaches the engine and metrics.
+
+    Through a front-end key, `front_end` is that key's grant: on the key's own principal (it
+    may speak for others) and on the principal of each person it speaks for, whose `via` is
+    the front end's name ("alice@example.com via open-webui").
+    """
 
     user: str
     user_id: int
     key_id: int | None = None  # the database key used (never the key itself)
     anonymous: bool = False  # --no-auth
+    front_end: FrontEnd | None = None
+    via: str | None = None
 
 
 class Authenticator(Protocol):
@@ -84,6 +108,7 @@ class DatabaseAuthenticator:
 
     def __init__(self, db: Database, static_keys: list[str] | None = None) -> None:
         self._db = db
+        self._noted: set[int] = set()
         self._static = StaticKeys(static_keys or [])
         if self._static:
             # Make their users now, so a request never writes on the auth path.
@@ -98,7 +123,8 @@ class DatabaseAuthenticator:
             if token.startswith(KEY_PREFIX):
                 who = authenticate(session, token)
                 if who is not None:
-                    return Principal(who.name, who.user_id, key_id=who.key_id)
+                    return Principal(who.name, who.user_id, key_id=who.key_id,
+                                     front_end=self._front_end(who))
             number = self._static.match(token) if self._static else None
             if number is None:
                 return None
@@ -108,6 +134,24 @@ class DatabaseAuthenticator:
                 return None
             # A static key's user can be disabled by the admin like any other.
             return None if user.disabled else Principal(user.name, user.id)
+
+
+    def _front_end(self, who: AuthenticatedUser) -> FrontEnd | None:
+        """A front-end key's grant, with its JWT secret read (and checked) once per run."""
+        if not who.forwarded_users:
+            return None
+        if who.jwt_secret_hash is None:
+            return FrontEnd(who.key_id, who.user_id, who.name)
+        try:
+            secret = self._db.jwt_secrets.load(who.key_id, who.jwt_secret_hash)
+        except SecretUnavailable as exc:
+            if who.key_id not in self._noted:  # every request would say it again
+                self._noted.add(who.key_id)
+                logger.error("Front-end key %d (%s): %s; its requests are refused until a new "
+                             "key is issued", who.key_id, who.name, exc)
+            return FrontEnd(who.key_id, who.user_id, who.name, jwt_required=True,
+                            secret_problem=str(exc))
+        return FrontEnd(who.key_id, who.user_id, who.name, jwt_required=True, jwt_secret=secret)
 
 
 def make_authenticator(db: Database, api_keys: list[str], no_auth: bool) -> Authenticator:
@@ -173,4 +217,76 @@ async def get_principal(request: Request) -> Principal:
         raise unauthorized()
     if principal.key_id is not None:
         request.app.state.server.accounts.touch_key(principal.key_id)
+    if principal.front_end is not None:
+        # Front ends show error bodies their own way: app/openai/errors.py reads this.
+        request.state.front_end = True
     return principal
+
+
+class ForwardedPeople:
+    """The people front-end keys speak for, as principals: found by the front end's id for
+    them, made users on first sight, refused when the admin disabled them. One per app."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._noted: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def principal(self, key: Principal, person: Person) -> Principal | None:
+        """The person's principal, or None if the admin disabled them (blocking: database)."""
+        front_end = key.front_end
+        assert front_end is not None
+        forwarded_id = forwarded_id_digest(person.stable_id)
+        # Read first: every request after a person's first is one indexed lookup, no write.
+        with self._db.session() as session:
+            user = find_forwarded_user(session, front_end.user_id, forwarded_id)
+        if user is None:
+            # The one write on the request path outside the batched writer: the person needs
+            # an id before their first request can be admitted, and it happens once per person.
+            with self._db.transaction() as session:
+                user = add_forwarded_user(session, front_end.user_id, forwarded_id, person.names)
+            logger.info("New user %s via %s (from its %s)", user.name, front_end.name,
+                        person.source)
+        if user.disabled:
+            return None
+        return Principal(user.name, user.id, key_id=key.key_id, front_end=front_end,
+                         via=front_end.name)
+
+    def note_once(self, who: Principal, what: str, message: str) -> None:
+        """Log `message` at WARNING the first time `who` causes `what` in this run: a front end
+        or client that keeps doing it would otherwise fill the log with one line per request."""
+        with self._lock:
+            if (who.user, what) in self._noted:
+                return
+            self._noted.add((who.user, what))
+        logger.warning("%s", message)
+
+
+async def get_caller(request: Request, principal: Principal, user_field: str | None) -> Principal:
+    """Who a generation request runs as (docs/design.md §5): on a front-end key, the person it
+    forwards (401 if a JWT it must send is missing or bad; 403 for a person the admin
+    disabled); on any other key its own user, whatever forwarded headers it sent (ignored,
+    and logged once). `user_field` is the body's OpenAI `user`."""
+    people: ForwardedPeople = request.app.state.people
+    try:
+        decision = decide_identity(principal.front_end, request.headers, user_field)
+    except ForwardedIdentityError as exc:
+        request.app.state.server.refusals.server_limit(principal, "forwarded_identity")
+        people.note_once(principal, exc.message,
+                         f"Refused a request of front-end key {principal.key_id} "
+                         f"({principal.user}): {exc.message}")
+        raise APIError(exc.status, exc.message,
+                       code="invalid_forwarded_user" if exc.status == 401 else "internal_error",
+                       headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+                       ) from exc
+    if decision.ignored:
+        people.note_once(principal, "ignored", (
+            f"{principal.user} sent {', '.join(decision.ignored)}, ignored: only a front-end key "
+            "speaks for other people (officellm keys issue NAME --forwarded-users)"))
+    if decision.person is None:
+        return principal
+    person = await run_in_threadpool(people.principal, principal, decision.person)
+    if person is None:
+        raise APIError(403, "Your account on this server is disabled; ask its administrator.",
+                       code="user_disabled", type="permission_error")
+    return person

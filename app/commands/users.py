@@ -54,10 +54,11 @@ def run_list(args: argparse.Namespace) -> int:
     if not users:
         print("no users yet (officellm users add NAME)")
         return 0
-    print(f"{'ID':>4}  {'NAME':<24} {'STATUS':<9} CREATED")
+    print(f"{'ID':>4}  {'NAME':<24} {'STATUS':<9} {'VIA':<16} CREATED")
     for u in users:
         status = "disabled" if u.disabled else "active"
-        print(f"{u.id:>4}  {u.name:<24} {status:<9} {format_time(u.created)}")
+        print(f"{u.id:>4}  {u.name:<24} {status:<9} {u.via or '-':<16} "
+              f"{format_time(u.created)}")
     return 0
 
 

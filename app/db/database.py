@@ -10,7 +10,8 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.db import migrate
-from app.db.paths import admin_token_path, default_db_path
+from app.db.jwt_secrets import JwtSecretStore
+from app.db.paths import admin_token_path, default_db_path, jwt_secrets_dir
 from app.db.sqlite_engine import IMMEDIATE, make_engine
 
 
@@ -27,6 +28,7 @@ class Database:
         # expire_on_commit=False: objects handed back by the repository functions stay
         # readable after their transaction ends.
         self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
+        self.jwt_secrets = JwtSecretStore(jwt_secrets_dir(self.path))
 
     @property
     def admin_token_path(self) -> Path:

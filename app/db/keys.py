@@ -4,6 +4,10 @@ Keys are `ocl-` + 32 random bytes (urlsafe base64), and only their SHA-256 is st
 KDF (bcrypt, argon2) exists to stretch low-entropy passwords against guessing; a 256-bit random
 key cannot be guessed, fast hash or not, while a slow hash would cost every request tens of
 milliseconds. A pepper kept in the same database file would add no secrecy either.
+
+A front-end key (`forwarded_users`) is trusted to say which person each request is for
+(docs/design.md §5); it may have a JWT secret, kept apart from the database
+(app/db/jwt_secrets.py).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.db.errors import NotFound
 from app.db.events import record_event
+from app.db.jwt_secrets import JwtSecretStore, validate_jwt_secret
 from app.db.records import AuthenticatedUser, IssuedKey, KeyInfo
 from app.db.tables import ApiKey, User
 from app.db.users import UserRef, get_user
@@ -41,17 +46,46 @@ def hash_key(raw: str) -> str:
 
 def _info(key: ApiKey, user_name: str) -> KeyInfo:
     return KeyInfo(id=key.id, user_id=key.user_id, user_name=user_name, prefix=key.prefix,
-                   created=key.created, last_used=key.last_used, revoked=key.revoked)
+                   created=key.created, last_used=key.last_used, revoked=key.revoked,
+                   forwarded_users=key.forwarded_users, jwt_secret=key.jwt_secret_hash is not None)
 
 
-def issue_key(session: Session, user: UserRef) -> IssuedKey:
-    """Make a key for `user`; the raw key is in the result and nowhere else, ever."""
+def issue_key(session: Session, user: UserRef, *, forwarded_users: bool = False,
+              jwt_secret: str | None = None, secrets: JwtSecretStore | None = None) -> IssuedKey:
+    """Make a key for `user`; the raw key is in the result and nowhere else, ever.
+
+    `forwarded_users` makes a front-end key; `jwt_secret` (front-end keys only) is written to
+    `secrets` and only its fingerprint to the database. ValueError for a secret that is too
+    short, or one given to an ordinary key.
+    """
+    if jwt_secret is not None:
+        if not forwarded_users:
+            raise ValueError("a JWT secret is for a front-end key: add forwarded_users "
+                             "(--forwarded-users)")
+        if secrets is None:
+            raise ValueError("no place to keep the JWT secret was given")
+        jwt_secret = validate_jwt_secret(jwt_secret)
     owner = get_user(session, user)
+    if owner.via_user_id is not None:
+        # A person a front end speaks for may get a key of their own, but not one that speaks
+        # for others: front ends are accounts the admin made for them.
+        if forwarded_users:
+            raise ValueError(f"{owner.name} came through a front end; make the front-end key "
+                             "for the front end's own user")
     raw = generate_key()
-    key = ApiKey(user_id=owner.id, key_hash=hash_key(raw), prefix=raw[:SHOWN_PREFIX_LEN])
+    key = ApiKey(user_id=owner.id, key_hash=hash_key(raw), prefix=raw[:SHOWN_PREFIX_LEN],
+                 forwarded_users=forwarded_users)
     session.add(key)
     session.flush()
-    record_event(session, "key_issued", owner.id, {"key_id": key.id, "prefix": key.prefix})
+    if jwt_secret is not None:
+        assert secrets is not None
+        # File first, fingerprint second (as the admin token): a failure in between leaves a
+        # file nobody's key points at, never a key whose secret is nowhere.
+        key.jwt_secret_hash = secrets.save(key.id, jwt_secret)
+        session.flush()
+    record_event(session, "key_issued", owner.id,
+                 {"key_id": key.id, "prefix": key.prefix, "forwarded_users": forwarded_users,
+                  "jwt_secret": jwt_secret is not None})
     return IssuedKey(raw=raw, info=_info(key, owner.name))
 
 
@@ -84,13 +118,17 @@ def find_key(session: Session, prefix_or_id: str | int) -> ApiKey:
     return matches[0]
 
 
-def revoke_key(session: Session, prefix_or_id: str | int) -> KeyInfo:
-    """Revoke a key: authenticate() refuses it from the next request on."""
+def revoke_key(session: Session, prefix_or_id: str | int,
+               secrets: JwtSecretStore | None = None) -> KeyInfo:
+    """Revoke a key: authenticate() refuses it from the next request on. Its JWT secret file,
+    if any, is deleted from `secrets`: nothing will check a signature with it again."""
     key = find_key(session, prefix_or_id)
     if not key.revoked:
         key.revoked = True
         record_event(session, "key_revoked", key.user_id, {"key_id": key.id, "prefix": key.prefix})
     session.flush()
+    if secrets is not None and key.jwt_secret_hash is not None:
+        secrets.remove(key.id)
     return _info(key, get_user(session, key.user_id).name)
 
 
@@ -105,16 +143,18 @@ def authenticate(session: Session, raw_key: str) -> AuthenticatedUser | None:
     # The index lookup compares hashes in non-constant time, which is harmless: timing could at
     # most reveal the hash of the attacker's own guess. compare_digest guards the final check.
     row = session.execute(
-        select(ApiKey.id, ApiKey.key_hash, ApiKey.revoked, User.id, User.name, User.disabled)
+        select(ApiKey.id, ApiKey.key_hash, ApiKey.revoked, ApiKey.forwarded_users,
+               ApiKey.jwt_secret_hash, User.id, User.name, User.disabled)
         .join(User, ApiKey.user_id == User.id)
         .where(ApiKey.key_hash == digest)
     ).first()
     if row is None:
         return None
-    key_id, stored, revoked, user_id, name, disabled = row
+    key_id, stored, revoked, forwarded_users, secret_hash, user_id, name, disabled = row
     if not hmac.compare_digest(stored, digest) or revoked or disabled:
         return None
-    return AuthenticatedUser(user_id=user_id, name=name, key_id=key_id)
+    return AuthenticatedUser(user_id=user_id, name=name, key_id=key_id,
+                             forwarded_users=bool(forwarded_users), jwt_secret_hash=secret_hash)
 
 
 def touch_keys(session: Session, last_used: dict[int, datetime]) -> None:

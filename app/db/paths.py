@@ -9,6 +9,7 @@ import platformdirs
 
 DB_FILENAME = "officellm.db"
 ADMIN_TOKEN_FILENAME = "admin_token"
+JWT_SECRETS_DIRNAME = "jwt_secrets"
 
 
 def default_data_dir() -> Path:
@@ -27,3 +28,8 @@ def default_db_path() -> Path:
 def admin_token_path(db_path: Path) -> Path:
     """The admin token file lives beside its database, so a `--db` elsewhere gets its own token."""
     return Path(db_path).parent / ADMIN_TOKEN_FILENAME
+
+
+def jwt_secrets_dir(db_path: Path) -> Path:
+    """Front-end keys' JWT secrets live beside their database too (app/db/jwt_secrets.py)."""
+    return Path(db_path).parent / JWT_SECRETS_DIRNAME

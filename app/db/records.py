@@ -25,6 +25,7 @@ class UserInfo(_Record):
     name: str
     disabled: bool
     created: datetime
+    via: str | None = None  # the front end this person came through (its user's name)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class KeyInfo(_Record):
     created: datetime
     last_used: datetime | None
     revoked: bool
+    forwarded_users: bool = False  # a front-end key: speaks for other people
+    jwt_secret: bool = False  # its people come in a JWT checked with a secret (never shown)
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,15 @@ class IssuedKey:
 
 @dataclass(frozen=True)
 class AuthenticatedUser(_Record):
-    """Who a valid key belongs to; `key_id` is for the batched last_used update."""
+    """Who a valid key belongs to; `key_id` is for the batched last_used update. A front-end
+    key (`forwarded_users`) may speak for other people; with `jwt_secret_hash` it must, in a
+    JWT signed with the secret that fingerprint was made from (app/db/jwt_secrets.py)."""
 
     user_id: int
     name: str
     key_id: int
+    forwarded_users: bool = False
+    jwt_secret_hash: str | None = None
 
 
 @dataclass(frozen=True)

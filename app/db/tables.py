@@ -24,7 +24,7 @@ from sqlalchemy import (
     false,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from app.db.column_types import UtcDateTime, utcnow
 
@@ -46,12 +46,22 @@ class Base(DeclarativeBase):
 
 
 class User(Base):
+    """A person (or a front end's own account). A person a front end speaks for has
+    `via_user_id`, the front end's user, and `forwarded_id`, the SHA-256 of the front end's
+    stable id for them (docs/design.md §5): found again by that pair, whatever their name."""
+
     __tablename__ = "users"
+    __table_args__ = (UniqueConstraint("via_user_id", "forwarded_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     disabled: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # SET NULL, not CASCADE: the people's usage and threads outlive their front end's account.
+    via_user_id: Mapped[int | None] = mapped_column(
+        ForeignKey("users.id", ondelete="SET NULL"), index=True)
+    forwarded_id: Mapped[str | None] = mapped_column(String(64))
+    via: Mapped[User | None] = relationship(remote_side=[id])
 
 
 class ApiKey(Base):
@@ -67,6 +77,11 @@ class ApiKey(Base):
     created: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_used: Mapped[datetime | None] = mapped_column(UtcDateTime)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # A front-end key speaks for other people (docs/design.md §5).
+    forwarded_users: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The scrypt fingerprint of its JWT secret, never the secret: that lives in a file only
+    # the server's owner can read (app/db/jwt_secrets.py, docs/security.md).
+    jwt_secret_hash: Mapped[str | None] = mapped_column(String(160))
 
 
 class Policy(Base):

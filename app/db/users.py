@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from app.db.errors import AlreadyExists, NotFound
 from app.db.events import record_event
@@ -20,8 +20,9 @@ UserRef = int | str  # a user's id or name
 
 
 def user_info(user: User) -> UserInfo:
-    """The session-free view of a User row."""
-    return UserInfo(id=user.id, name=user.name, disabled=user.disabled, created=user.created)
+    """The session-free view of a User row (reads its front end's name, if any)."""
+    return UserInfo(id=user.id, name=user.name, disabled=user.disabled, created=user.created,
+                    via=user.via.name if user.via is not None else None)
 
 
 def validate_user_name(name: str) -> str:
@@ -63,7 +64,8 @@ def ensure_user(session: Session, name: str) -> UserInfo:
 
 def list_users(session: Session) -> list[UserInfo]:
     """Every user, by name."""
-    return [user_info(u) for u in session.scalars(select(User).order_by(User.name))]
+    stmt = select(User).options(selectinload(User.via)).order_by(User.name)
+    return [user_info(u) for u in session.scalars(stmt)]
 
 
 def set_user_disabled(session: Session, ref: UserRef, disabled: bool = True) -> UserInfo:

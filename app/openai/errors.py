@@ -42,16 +42,27 @@ class APIError(Exception):
         self.type = type or _TYPES.get(status, "invalid_request_error")
         self.headers = headers
 
-    def model(self) -> ErrorResponse:
+    def model(self, for_front_end: bool = False) -> ErrorResponse:
+        extra = {"detail": self.message} if for_front_end else {}
         return ErrorResponse(error=ErrorDetail(message=self.message, type=self.type,
-                                               param=self.param, code=self.code))
+                                               param=self.param, code=self.code, **extra))
 
-    def body(self) -> dict[str, Any]:
-        """The JSON body: {"error": {"message", "type", "param", "code"}}."""
-        return self.model().model_dump()
+    def body(self, for_front_end: bool = False) -> dict[str, Any]:
+        """The JSON body: {"error": {"message", "type", "param", "code"}}, plus "detail" for a
+        front end (see `for_front_end`)."""
+        return self.model(for_front_end).model_dump()
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def response(self, for_front_end: bool = False) -> JSONResponse:
+        return JSONResponse(self.body(for_front_end), status_code=self.status,
+                            headers=self.headers)
+
+
+def for_front_end(request: Request) -> bool:
+    """Whether this request came with a front-end key (app/admission/auth.py marks it). Open
+    WebUI 0.12 shows the `detail` of an error object and ignores its `message`: an error
+    without one reads "Server connection failed" in its chat window (open_webui/utils/
+    middleware.py, non_streaming_chat_response_handler, and the frontend's error text)."""
+    return bool(getattr(request.state, "front_end", False))
 
 
 NOT_JSON = "The request body is not valid JSON."
@@ -106,14 +117,14 @@ def install_error_handlers(app: FastAPI) -> None:
     """Make every error, FastAPI's own included, answer in OpenAI's shape."""
 
     @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return exc.response(for_front_end(request))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         # OpenAI answers 400, not FastAPI's 422 with its own body.
         message, param = _validation_message(exc)
-        return APIError(400, message, param=param).response()
+        return APIError(400, message, param=param).response(for_front_end(request))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -124,9 +135,10 @@ def install_error_handlers(app: FastAPI) -> None:
                       "hundred levels deep)."
         else:
             message = str(exc.detail)
-        return APIError(exc.status_code, message, headers=getattr(exc, "headers", None)).response()
+        return APIError(exc.status_code, message, headers=getattr(exc, "headers", None)
+                        ).response(for_front_end(request))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("Unhandled error in %s %s", request.method, request.url.path)
-        return APIError(500, "Internal server error.").response()
+        return APIError(500, "Internal server error.").response(for_front_end(request))

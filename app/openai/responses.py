@@ -199,10 +199,17 @@ class ModelList(WireModel):
 
 
 class ErrorDetail(WireModel):
+    """OpenAI's error object. `detail` (the message again) is sent only to front-end keys:
+    Open WebUI shows an error object's `detail`, and without one its chat window reads
+    "Server connection failed" instead of the sentence (app/openai/errors.py)."""
+
+    omit_unset: ClassVar[frozenset[str]] = frozenset({"detail"})
+
     message: str
     type: str
     param: str | None
     code: str | None
+    detail: str | None = None
 
 
 class ErrorResponse(WireModel):

@@ -7,6 +7,7 @@ prefix-cache salt; the scheduling tags handed to the engine). The request path i
 docs/design.md.
 """
 
+from app.policy.background_tasks import background_task, background_task_policy
 from app.policy.evaluate import count_turns, drop_turns, evaluate
 from app.policy.limits import check_concurrency, check_daily_quota, seconds_until_utc_midnight
 from app.policy.messages import context_limit_message, turn_limit_message
@@ -17,14 +18,18 @@ from app.policy.scheduling import (
     by_user_name,
     scheduling_tags,
 )
-from app.policy.thread_identity import prefix_cache_salt, thread_key
+from app.policy.thread_identity import ChatThread, chat_thread, prefix_cache_salt, thread_key
 from app.policy.types import Decision, EffectivePolicy, ThreadState
 
 __all__ = [
     "PRIORITY_CHOICES",
     "PRIORITY_WEIGHTS",
+    "ChatThread",
     "SchedulingTags",
+    "background_task",
+    "background_task_policy",
     "by_user_name",
+    "chat_thread",
     "scheduling_tags",
     "Decision",
     "EffectivePolicy",

@@ -24,7 +24,15 @@ from starlette.concurrency import run_in_threadpool
 from app.admission.admission import Admission
 from app.observability.refusals import Refusals
 from app.openai.errors import APIError, decision_error
-from app.policy import Decision, EffectivePolicy, context_limit_message, count_turns, evaluate
+from app.policy import (
+    ChatThread,
+    Decision,
+    EffectivePolicy,
+    background_task_policy,
+    context_limit_message,
+    count_turns,
+    evaluate,
+)
 from engine.input_processor import InputProcessor, PromptTooLongError
 from engine.llm import apply_chat_template
 
@@ -161,24 +169,29 @@ class Prompts:
         self.limits = limits
         self.refusals = refusals
 
-    async def chat(self, admission: Admission, messages: list[Message], thread_key: str,
+    async def chat(self, admission: Admission, messages: list[Message], thread: ChatThread,
                    add_generation_prompt: bool, template_kwargs: dict[str, Any],
                    max_tokens: int | None) -> ChatPrompt:
-        """The prompt of a chat request; raises the APIError of a refusal."""
+        """The prompt of a chat request; raises the APIError of a refusal. A front end's
+        background task is held to background_task_policy: it is no turn of its chat."""
         measure = _MeasuredMessages(self.renderer, add_generation_prompt, template_kwargs)
-        outcome = await self._decide(admission, "messages", admission.policy, messages, measure,
+        policy = (background_task_policy(admission.policy) if thread.task is not None
+                  else admission.policy)
+        outcome = await self._decide(admission, "messages", policy, messages, measure,
                                      None, max_tokens)
         d = outcome.decision
         if d.reason not in (None, MODEL_LENGTH, SERVER_CAP):  # the policy fired
-            detail = {"thread_key": thread_key, "turns": d.turns, "tokens": d.prompt_tokens,
+            detail = {"thread_key": thread.key, "turns": d.turns, "tokens": d.prompt_tokens,
                       "limit": (admission.policy.max_context_tokens
                                 if d.reason == "max_context_tokens" else admission.policy.max_turns)}
             if d.action == "truncate":
                 detail.update(turns_dropped=d.turns_dropped, tokens_after=d.truncated_prompt_tokens)
+            if thread.task is not None:
+                detail["task"] = thread.task
             self.refusals.policy(admission.principal, d, admission.endpoint, detail)
             if d.action == "reject":
                 raise decision_error(d)
-        return ChatPrompt(d, outcome.token_ids, thread_key, count_turns(messages))
+        return ChatPrompt(d, outcome.token_ids, thread.key, count_turns(messages))
 
     async def completion(self, admission: Admission, prompt: str | list[int],
                          max_tokens: int | None) -> list[int]:

@@ -254,3 +254,47 @@ def test_6_capacity_tab_shows_the_servers_plan(qtbot, window, admin):
     assert values["model"].text() == plan["model"]
     assert values["pool"].text().startswith(f"{plan['kv_cache_tokens']:,} tokens ("
                                             f"{plan['num_blocks']:,} blocks of {plan['block_size']}")
+
+
+def test_7_front_end_key_and_its_people_through_the_ui(qtbot, window, server, admin, tmp_path):
+    """Issue 19: a front-end key issued from the Users & keys tab, with its JWT secret file;
+    two Open WebUI people through it appear as two users "… via open-webui"."""
+    jwt = pytest.importorskip("jwt")
+    import time
+
+    secret = "f" * 16 + "0123456789abcdef0123456789abcdef"
+    secret_file = tmp_path / "owui.secret"
+    secret_file.write_text(secret + "\n")
+    tab = window.users
+    window.tabs.setCurrentWidget(tab)
+    tab.name_edit.setText("open-webui")
+    qtbot.mouseClick(tab.add_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: tab.select_user("open-webui"), timeout=10_000)
+    tab.issue_front_end_key("open-webui", secret_file)
+    qtbot.waitUntil(lambda: tab.last_key_dialog is not None
+                    and "front-end key, signed JWTs" in tab.message.text(), timeout=10_000)
+    key = tab.last_key_dialog.field.text()
+    qtbot.waitUntil(lambda: any(k.user == "open-webui" and k.kind == "front end (JWT)"
+                                for k in tab.keys_model.records()), timeout=10_000)
+
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=key, max_retries=0,
+                           timeout=120)
+    model = model_name(client)
+    for uid, email in (("u-1", "ann@example.com"), ("u-2", "ben@example.com")):
+        now = int(time.time())
+        token = jwt.encode({"sub": uid, "email": email, "name": email.split("@")[0],
+                            "role": "user", "iss": "open-webui", "iat": now, "exp": now + 300},
+                           secret, algorithm="HS256")
+        client.chat.completions.create(model=model, max_tokens=1,
+                                       messages=[{"role": "user", "content": "Hello"}],
+                                       extra_headers={"X-OpenWebUI-User-Jwt": token,
+                                                      "X-OpenWebUI-Chat-Id": f"chat-{uid}"})
+
+    def labels() -> set[str]:
+        m = tab.users_model
+        return {m.index(r, 0).data() for r in range(m.rowCount())}
+
+    tab.refresh()
+    qtbot.waitUntil(lambda: {"ann@example.com via open-webui",
+                             "ben@example.com via open-webui"} <= labels(), timeout=10_000)
+    assert tab.select_user("ann@example.com")  # selected by name, for disable / keys

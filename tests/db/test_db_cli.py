@@ -12,6 +12,7 @@ import pytest
 from app.cli import main
 from app.db.database import Database
 from app.db.keys import authenticate
+from app.db.migrate import head_revision
 from app.db.policies import get_effective_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +93,7 @@ def test_db_upgrade_downgrade(capsys, db_path: Path) -> None:
     code, out, _ = run(capsys, db_path, "db", "current")
     assert "0001_initial" in out and "not the newest" in out
     code, out, _ = run(capsys, db_path, "db", "upgrade")
-    assert "0003_scheduling" in out
+    assert head_revision() in out
     code, out, _ = run(capsys, db_path, "db", "downgrade", "base")
     assert code == 0 and "base" in out
     assert Database(db_path).current_revision() is None
@@ -129,3 +130,41 @@ def test_policy_set_refuses_a_kv_share_over_one_and_an_unknown_priority(capsys, 
     assert code != 0 and "max_kv_share must be a fraction of the KV pool" in err
     code, _, err = run(capsys, db_path, "policy", "set", "--priority", "urgent")
     assert code != 0 and "choose from low, normal, high" in err
+
+
+def test_keys_issue_forwarded_users_with_a_jwt_secret_file(capsys, db_path: Path,
+                                                           tmp_path: Path) -> None:
+    secret_file = tmp_path / "owui.secret"
+    secret_file.write_text("9c4f1d2e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e\n")  # as `openssl rand`
+    assert run(capsys, db_path, "users", "add", "open-webui")[0] == 0
+    code, out, _ = run(capsys, db_path, "keys", "issue", "open-webui", "--forwarded-users",
+                       "--jwt-secret-file", str(secret_file))
+    assert code == 0 and out.startswith("ocl-") and "front-end key" in out
+    db = Database(db_path)
+    with db.session() as s:
+        who = authenticate(s, out.split()[0])
+    assert who is not None and who.forwarded_users and who.jwt_secret_hash is not None
+    # Stripped, as Open WebUI strips FORWARD_USER_INFO_HEADER_JWT_SECRET.
+    assert db.jwt_secrets.load(who.key_id, who.jwt_secret_hash) == \
+        "9c4f1d2e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e"
+    db.close()
+    code, out, _ = run(capsys, db_path, "keys", "list")
+    assert "front end+jwt" in out
+
+
+def test_a_jwt_secret_file_needs_forwarded_users(capsys, db_path: Path, tmp_path: Path) -> None:
+    secret_file = tmp_path / "owui.secret"
+    secret_file.write_text("x" * 40)
+    assert run(capsys, db_path, "users", "add", "open-webui")[0] == 0
+    code, _, err = run(capsys, db_path, "keys", "issue", "open-webui", "--jwt-secret-file",
+                       str(secret_file))
+    assert code == 2 and "--forwarded-users" in err
+
+
+def test_a_short_jwt_secret_is_refused_by_the_cli(capsys, db_path: Path, tmp_path: Path) -> None:
+    secret_file = tmp_path / "owui.secret"
+    secret_file.write_text("changeme")
+    assert run(capsys, db_path, "users", "add", "open-webui")[0] == 0
+    code, _, err = run(capsys, db_path, "keys", "issue", "open-webui", "--forwarded-users",
+                       "--jwt-secret-file", str(secret_file))
+    assert code == 2 and "openssl rand -hex 32" in err

@@ -25,7 +25,7 @@ def test_upgrade_empty_to_head(db_path: Path) -> None:
     db = Database(db_path)
     assert db.current_revision() is None
     db.upgrade()
-    assert db.current_revision() == head_revision() == "0003_scheduling"
+    assert db.current_revision() == head_revision() == "0004_scheduling"
     assert _tables(db) == ALL_TABLES
     # The default policy row is seeded, with prefix-cache salting on.
     with db.engine.connect() as c:
@@ -78,9 +78,14 @@ def test_data_written_at_0001_survives_upgrade(db_path: Path) -> None:
     db.upgrade()
     assert db.current_revision() == head_revision()
     con = sqlite3.connect(db_path)
-    for table in ("users", "api_keys", "usage", "events"):
+    for table in ("usage", "events"):
         assert con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall() == before[table]
-    # policies gained share_prefix_cache (0002), priority and max_kv_share (0003): the
+    # users and api_keys gained 0003's columns at the end, each empty or false.
+    for table, added in (("users", (None, None)), ("api_keys", (0, None))):
+        after_rows = con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+        assert [row[:-2] for row in after_rows] == before[table]
+        assert {row[-2:] for row in after_rows} == {added}
+    # policies gained share_prefix_cache (0002), priority and max_kv_share (0004): the
     # default row's are false, 'normal' and NULL (no cap); users' rows NULL (inherit).
     after = con.execute("SELECT * FROM policies ORDER BY 1, 2").fetchall()
     assert [row[:-3] for row in after] == before["policies"]
@@ -99,6 +104,69 @@ def test_data_written_at_0001_survives_upgrade(db_path: Path) -> None:
             eff.share_prefix_cache, eff.priority, eff.max_kv_share) == \
         (8192, 40, "notify", 100000, False, "normal", None)
     assert db.integrity_check() == "ok"
+    db.close()
+
+
+def test_data_written_at_0002_survives_0003(db_path: Path) -> None:
+    """0003 (front-end keys) adds columns to users and api_keys, rebuilding both tables: every
+    row, and the rows of the tables that point at them, comes through unchanged."""
+    db = Database(db_path)
+    db.upgrade("0002_threads_and_settings")
+    db.close()
+    con = sqlite3.connect(db_path)
+    con.executescript("""
+        INSERT INTO users (id, name, disabled, created) VALUES
+            (1, 'alice', 0, '2025-02-11 09:00:00.000000'),
+            (2, 'bob', 1, '2025-02-12 10:30:00.000000');
+        INSERT INTO api_keys (id, user_id, key_hash, prefix, created, last_used, revoked) VALUES
+            (1, 1, 'aa' || hex(zeroblob(31)), 'ocl-AAAAAAAA', '2025-02-11 09:01:00.000000',
+             '2025-02-20 08:00:00.000000', 0),
+            (2, 2, 'bb' || hex(zeroblob(31)), 'ocl-BBBBBBBB', '2025-02-12 10:31:00.000000',
+             NULL, 1);
+        INSERT INTO policies (user_id, max_turns, share_prefix_cache) VALUES (1, 40, 1);
+        INSERT INTO threads (user_id, thread_key, turns, last_prompt_tokens,
+                             last_completion_tokens, first_seen, last_seen) VALUES
+            (1, 'h:abc', 3, 900, 120, '2025-02-20 08:00:00.000000',
+             '2025-02-20 08:05:00.000000');
+        INSERT INTO usage (user_id, day, requests, prompt_tokens, completion_tokens) VALUES
+            (1, '2025-02-20', 12, 3400, 1200);
+        INSERT INTO settings (key, value) VALUES ('admin_token_hash', 'ff');
+    """)
+    con.commit()
+    tables = ("users", "api_keys", "policies", "threads", "usage", "settings")
+    before = {t: con.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables}
+    con.close()
+
+    db = Database(db_path)
+    db.upgrade("0003_front_end_keys")
+    con = sqlite3.connect(db_path)
+    after = {t: con.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables}
+    con.close()
+    for t in ("policies", "threads", "usage", "settings"):
+        assert after[t] == before[t]
+    # The new columns come last: every old user is nobody's forwarded person, every old key
+    # an ordinary key without a secret.
+    assert [row[:-2] for row in after["users"]] == before["users"]
+    assert [row[-2:] for row in after["users"]] == [(None, None), (None, None)]
+    assert [row[:-2] for row in after["api_keys"]] == before["api_keys"]
+    assert [row[-2:] for row in after["api_keys"]] == [(0, None), (0, None)]
+
+    from app.db.keys import list_keys
+    from app.db.users import list_users
+
+    with db.session() as s:
+        assert [(u.name, u.via) for u in list_users(s)] == [("alice", None), ("bob", None)]
+        assert [(k.prefix, k.forwarded_users, k.jwt_secret) for k in list_keys(s)] == [
+            ("ocl-AAAAAAAA", False, False), ("ocl-BBBBBBBB", False, False)]
+    assert db.integrity_check() == "ok"
+    with db.engine.connect() as c:
+        assert c.exec_driver_sql("PRAGMA foreign_key_check").all() == []
+
+    # And back down to 0002: the rows stay, the columns go.
+    db.downgrade("0002_threads_and_settings")
+    con = sqlite3.connect(db_path)
+    assert {t: con.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables} == before
+    con.close()
     db.close()
 
 
@@ -140,22 +208,22 @@ def test_schema_comparison_notices_a_difference(db: Database) -> None:
     assert any(d[0] == "add_index" and d[1].name == "ix_api_keys_prefix" for d in diffs)
 
 
-def test_0003_scheduling_adds_priority_and_kv_share_and_downgrades_cleanly(db_path: Path) -> None:
+def test_0004_scheduling_adds_priority_and_kv_share_and_downgrades_cleanly(db_path: Path) -> None:
     from app.db.policies import get_effective_policy, set_policy
     from app.db.users import create_user
 
     db = Database(db_path)
-    db.upgrade("0002_threads_and_settings")
+    db.upgrade("0003_front_end_keys")
     with db.transaction() as s:
         create_user(s, "dave")
     with db.engine.begin() as c:
         c.execute(text("INSERT INTO policies (user_id, max_turns) VALUES (1, 12)"))
-    db.upgrade("0003_scheduling")
+    db.upgrade("0004_scheduling")
     with db.transaction() as s:
         eff = get_effective_policy(s, "dave")
         assert (eff.max_turns, eff.priority, eff.max_kv_share) == (12, "normal", None)
         set_policy(s, "dave", priority="low", max_kv_share=0.3)
-    db.downgrade("0002_threads_and_settings")
+    db.downgrade("0003_front_end_keys")
     with db.engine.connect() as c:
         columns = {col["name"] for col in inspect(c).get_columns("policies")}
         assert not {"priority", "max_kv_share"} & columns

@@ -63,13 +63,17 @@ def test_users_keys_usage_events_shapes(office: Office, uniq) -> None:
     admin = office.admin
     user = f"shape-{uniq}"
     created = admin.request("POST", "/users", json={"name": user}, expect=201)
-    assert set(created) == {"id", "name", "disabled", "created", "usage_today"}
+    assert set(created) == {"id", "name", "disabled", "created", "usage_today", "via"}
+    assert created["via"] is None  # nobody's forwarded person
     issued = admin.request("POST", "/keys", json={"user": user}, expect=201)
-    assert set(issued) == {"key", "id", "prefix", "user"} and issued["key"].startswith("ocl-")
+    assert set(issued) == {"key", "id", "prefix", "user", "forwarded_users", "jwt_secret"}
+    assert issued["key"].startswith("ocl-")
+    assert (issued["forwarded_users"], issued["jwt_secret"]) == (False, False)
     r = office.client(issued["key"]).completions.create(model=MODEL, prompt="One, two,",
                                                         max_tokens=2)
     (key,) = admin.get(f"/keys?user={user}")
-    assert set(key) == {"id", "prefix", "user", "created", "last_used", "revoked"}
+    assert set(key) == {"id", "prefix", "user", "created", "last_used", "revoked",
+                        "forwarded_users", "jwt_secret"}
     assert key["id"] == issued["id"] and key["last_used"] is not None
     (row,) = [u for u in admin.get("/usage?days=2") if u["user"] == user]
     assert set(row) == {"user", "day", "requests", "prompt_tokens", "completion_tokens"}

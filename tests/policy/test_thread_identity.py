@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.policy.thread_identity import prefix_cache_salt, thread_key
+from app.policy.thread_identity import chat_thread, prefix_cache_salt, thread_key
 
 SYSTEM = {"role": "system", "content": "You are helpful."}
 
@@ -52,3 +52,34 @@ def test_prefix_cache_salt() -> None:
     assert prefix_cache_salt(1, False) != prefix_cache_salt(2, False)
     assert prefix_cache_salt(1, False) == prefix_cache_salt(1, False)
     assert prefix_cache_salt(None, False) not in (None, prefix_cache_salt(1, False))
+
+
+def test_open_webuis_chat_id_names_the_thread() -> None:
+    # The same Open WebUI chat keeps its thread whatever its opening becomes (edited, or
+    # regenerated), and another chat with the same messages is another thread.
+    one = chat_thread(1, _turns(2), {"x-openwebui-chat-id": "chat-1"}, None)
+    edited = chat_thread(1, _turns(3, first="Plan my month"), {"x-openwebui-chat-id": "chat-1"},
+                         None)
+    other = chat_thread(1, _turns(2), {"x-openwebui-chat-id": "chat-2"}, None)
+    assert one.key == edited.key != other.key
+    assert one.key is not None and one.key.startswith("x:")
+
+
+def test_x_thread_id_comes_before_the_chat_id_and_the_user_field() -> None:
+    by_thread_id = chat_thread(1, _turns(1), {"x-thread-id": "t"}, None)
+    both = chat_thread(1, _turns(1), {"x-thread-id": "t", "x-openwebui-chat-id": "c"}, "u")
+    assert both.key == by_thread_id.key
+    assert chat_thread(1, _turns(1), {"x-openwebui-chat-id": "c"}, "u").key == \
+        chat_thread(1, _turns(1), {"x-openwebui-chat-id": "c"}, None).key
+
+
+def test_the_user_field_names_a_thread_only_when_passed() -> None:
+    # A front-end key's `user` names a person, so the route passes None for it.
+    assert chat_thread(1, _turns(1), {}, "u").key == thread_key(1, _turns(1), "u")
+    assert chat_thread(1, _turns(1), {}, None).key == thread_key(1, _turns(1))
+
+
+def test_a_background_task_belongs_to_no_thread() -> None:
+    task = chat_thread(1, _turns(3), {"x-openwebui-task": "title_generation",
+                                      "x-openwebui-chat-id": "chat-1"}, None)
+    assert (task.key, task.task) == (None, "title_generation")

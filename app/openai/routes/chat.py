@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.admission.auth import Principal, get_principal
+from app.admission.auth import Principal, get_caller, get_principal
 from app.openai.errors import invalid_value
 from app.openai.logprobs import chat_logprobs
 from app.openai.protocol import ChatCompletionRequest
@@ -26,7 +26,7 @@ from app.openai.responses import (
     sse_description,
 )
 from app.openai.sse import DONE, SSEResponse, sse
-from app.policy import thread_key
+from app.policy import chat_thread
 from app.serving.async_engine import EngineDeadError
 from app.serving.generation import Choice, Generation, RequestFailed
 from app.serving.prompt import ChatPrompt
@@ -43,6 +43,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            principal: Principal = Depends(get_principal),
                            server: ServerState = Depends(admitted_server)) -> Response:
     """OpenAI's chat completions, streaming or not: admission, the prompt, the engine."""
+    # A front-end key's request runs as the person it is for (docs/design.md §5).
+    principal = await get_caller(request, principal, body.user)
     try:
         params = body.sampling_params()  # the request's values, checked once
     except ValueError as exc:
@@ -53,16 +55,20 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     except ValueError as exc:
         raise invalid_value(exc) from exc
     async with server.admission.admit(principal, "chat", params.n) as admission:
-        # The client's thread id (header, else the `user` field), else the opening messages.
-        key = thread_key(principal.user_id, messages,
-                         request.headers.get("x-thread-id") or body.user)
-        prompt = await server.prompts.chat(admission, messages, key, body.add_generation_prompt,
+        # The client's id for the thread (X-Thread-Id, Open WebUI's chat id, else `user`
+        # unless it names a person), else the opening messages; a front end's background
+        # task (a title, tags) belongs to none.
+        thread = chat_thread(principal.user_id, messages, request.headers,
+                             None if principal.front_end is not None else body.user)
+        prompt = await server.prompts.chat(admission, messages, thread,
+                                           body.add_generation_prompt,
                                            body.chat_template_kwargs or {}, params.max_tokens)
         if prompt.decision.action == "notify":
             return _notice(prompt, body, model)  # the engine never runs: nothing to count
         assert prompt.token_ids is not None
         gen = Generation(server, f"chatcmpl-{uuid.uuid4().hex}", [prompt.token_ids], params,
-                         admission, stream=body.stream, thread_key=key, turns=prompt.turns)
+                         admission, stream=body.stream, thread_key=thread.key,
+                         turns=prompt.turns)
         headers = {TRUNCATED_HEADER: str(prompt.truncated_turns)} if prompt.truncated_turns else None
         gen.start()
         if body.stream:

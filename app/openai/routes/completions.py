@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.admission.auth import Principal, get_principal
+from app.admission.auth import Principal, get_caller, get_principal
 from app.openai.errors import invalid_value
 from app.openai.logprobs import completion_logprobs
 from app.openai.protocol import CompletionRequest
@@ -36,6 +36,8 @@ async def completions(body: CompletionRequest, request: Request,
                       server: ServerState = Depends(admitted_server)) -> Response:
     """OpenAI's text completions, streaming or not; quota and concurrency apply (threads are a
     chat notion, so no thread limits here)."""
+    # A front-end key's request runs as the person it is for (docs/design.md §5).
+    principal = await get_caller(request, principal, body.user)
     try:
         params = body.sampling_params()  # the request's values, checked once
     except ValueError as exc:

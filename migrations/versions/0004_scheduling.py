@@ -6,10 +6,10 @@ wait while others have work. Existing installs keep today's behaviour: the defau
 priority 'normal' and no cap, user rows NULL (inherit).
 
 Self-contained: it only adds two columns to policies and seeds the default row, so it can be
-re-chained after another 0003 without change.
+chained after 0003_front_end_keys without change.
 
-Revision ID: 0003_scheduling
-Revises: 0002_threads_and_settings
+Revision ID: 0004_scheduling
+Revises: 0003_front_end_keys
 Create Date: 2025-03-01
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0003_scheduling"
-down_revision: str | None = "0002_threads_and_settings"
+revision: str = "0004_scheduling"
+down_revision: str | None = "0003_front_end_keys"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,164 @@
+"""Front-end keys and the people they speak for, in the data layer: where the JWT secret is kept
+(never in the database), how people become users and are found again."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from app.db.database import Database
+from app.db.forwarded_users import (
+    add_forwarded_user,
+    find_forwarded_user,
+    forwarded_id_digest,
+    plain_user_name,
+)
+from app.db.jwt_secrets import SecretUnavailable
+from app.db.keys import authenticate, issue_key, list_keys, revoke_key
+from app.db.users import create_user, list_users
+
+SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978"
+
+
+def _front_end(db: Database, name: str = "open-webui", secret: str | None = SECRET):
+    with db.transaction() as s:
+        create_user(s, name)
+        return issue_key(s, name, forwarded_users=True, jwt_secret=secret,
+                         secrets=db.jwt_secrets)
+
+
+def test_the_secret_is_in_a_private_file_and_not_in_the_database(db: Database) -> None:
+    issued = _front_end(db)
+    path = db.jwt_secrets.path(issued.info.id)
+    assert path.read_text() == SECRET
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    db.checkpoint()  # the WAL into the main file, so both are searched below
+    for f in db.path.parent.glob(f"{db.path.name}*"):
+        assert SECRET.encode() not in f.read_bytes(), f
+    assert (issued.info.forwarded_users, issued.info.jwt_secret) == (True, True)
+
+
+def test_authenticate_hands_over_the_fingerprint_that_loads_the_secret(db: Database) -> None:
+    issued = _front_end(db)
+    with db.session() as s:
+        who = authenticate(s, issued.raw)
+    assert who is not None and who.forwarded_users and who.jwt_secret_hash is not None
+    assert SECRET not in who.jwt_secret_hash
+    assert db.jwt_secrets.load(who.key_id, who.jwt_secret_hash) == SECRET
+
+
+def test_a_swapped_or_missing_secret_file_is_refused(db: Database) -> None:
+    issued = _front_end(db)
+    with db.session() as s:
+        who = authenticate(s, issued.raw)
+    assert who is not None and who.jwt_secret_hash is not None
+    path = db.jwt_secrets.path(who.key_id)
+    path.write_text("someone-else's-secret-of-enough-length-000000")
+    fresh = Database(db.path)  # a new server run: nothing checked yet
+    try:
+        with pytest.raises(SecretUnavailable, match="not the secret"):
+            fresh.jwt_secrets.load(who.key_id, who.jwt_secret_hash)
+        path.unlink()
+        with pytest.raises(SecretUnavailable, match="cannot be read"):
+            fresh.jwt_secrets.load(who.key_id, who.jwt_secret_hash)
+    finally:
+        fresh.close()
+
+
+def test_revoking_a_front_end_key_deletes_its_secret(db: Database) -> None:
+    issued = _front_end(db)
+    with db.transaction() as s:
+        revoke_key(s, issued.info.id, secrets=db.jwt_secrets)
+    assert not db.jwt_secrets.path(issued.info.id).exists()
+
+
+@pytest.mark.parametrize("secret, words", [("short", "at least 32"), (" " * 40, "at least 32")])
+def test_a_weak_secret_is_refused(db: Database, secret: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        _front_end(db, secret=secret)
+
+
+def test_a_secret_is_only_for_a_front_end_key(db: Database) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+        with pytest.raises(ValueError, match="front-end key"):
+            issue_key(s, "alice", jwt_secret=SECRET, secrets=db.jwt_secrets)
+
+
+def test_keys_list_tells_front_end_keys_apart(db: Database) -> None:
+    _front_end(db, "signed")
+    _front_end(db, "plain", secret=None)
+    with db.transaction() as s:
+        create_user(s, "alice")
+        issue_key(s, "alice")
+    with db.session() as s:
+        kinds = {k.user_name: (k.forwarded_users, k.jwt_secret) for k in list_keys(s)}
+    assert kinds == {"signed": (True, True), "plain": (True, False), "alice": (False, False)}
+
+
+def test_a_person_is_made_a_user_linked_to_their_front_end(db: Database) -> None:
+    fe = _front_end(db, secret=None)
+    digest = forwarded_id_digest("owui-user-1")
+    with db.transaction() as s:
+        user = add_forwarded_user(s, fe.info.user_id, digest, ("alice@example.com", "Alice", "x"))
+    assert (user.name, user.via) == ("alice@example.com", "open-webui")
+    with db.session() as s:
+        again = find_forwarded_user(s, fe.info.user_id, digest)
+        listed = {u.name: u.via for u in list_users(s)}
+    assert again == user
+    assert listed == {"alice@example.com": "open-webui", "open-webui": None}
+
+
+def test_the_front_ends_id_is_stored_hashed(db: Database) -> None:
+    fe = _front_end(db, secret=None)
+    with db.transaction() as s:
+        add_forwarded_user(s, fe.info.user_id, forwarded_id_digest("owui-secret-ish-id"),
+                           ("bob@example.com",))
+    db.checkpoint()
+    assert b"owui-secret-ish-id" not in db.path.read_bytes()
+
+
+def test_the_same_person_through_another_front_end_is_another_user(db: Database) -> None:
+    a = _front_end(db, "open-webui", secret=None)
+    b = _front_end(db, "librechat", secret=None)
+    digest = forwarded_id_digest("alice@example.com")
+    with db.transaction() as s:
+        one = add_forwarded_user(s, a.info.user_id, digest, ("alice@example.com",))
+        two = add_forwarded_user(s, b.info.user_id, digest, ("alice@example.com",))
+    assert one.id != two.id
+    assert (one.name, two.name) == ("alice@example.com", "alice@example.com-2")
+
+
+def test_a_name_someone_else_has_gets_a_suffix(db: Database) -> None:
+    fe = _front_end(db, secret=None)
+    with db.transaction() as s:
+        create_user(s, "carol")  # made by the admin, with a key of her own maybe
+        person = add_forwarded_user(s, fe.info.user_id, forwarded_id_digest("c"), ("carol",))
+    assert person.name == "carol-2" and person.via == "open-webui"
+
+
+@pytest.mark.parametrize("given, name", [
+    ("alice@example.com", "alice@example.com"), ("Zoë Smith", "Zoe-Smith"),
+    ("  .hidden name!  ", "hidden-name"), ("李雷", None), ("x" * 80, "x" * 64),
+])
+def test_plain_user_names(given: str, name: str | None) -> None:
+    assert plain_user_name(given) == name
+
+
+def test_a_name_with_nothing_usable_falls_back_to_the_next(db: Database) -> None:
+    fe = _front_end(db, secret=None)
+    with db.transaction() as s:
+        person = add_forwarded_user(s, fe.info.user_id, forwarded_id_digest("u-9"),
+                                    (None, "李雷", "u-9"))
+    assert person.name == "u-9"
+
+
+def test_secrets_dir_is_beside_the_database(db_path: Path) -> None:
+    db = Database(db_path)
+    try:
+        assert db.jwt_secrets.directory == db_path.parent / "jwt_secrets"
+    finally:
+        db.close()
