@@ -138,7 +138,7 @@ def table(docs: dict[str, dict[str, Any]]) -> str:
     for label, doc in docs.items():
         nn = doc["noisy_neighbour"]
 
-        def ms(kind: str, q: str) -> str:
+        def ms(kind: str, q: str, nn: dict[str, Any] = nn) -> str:
             v = nn["light"][kind][q]
             return "-" if v is None else f"{v * 1000:.0f}"
 
