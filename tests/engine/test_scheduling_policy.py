@@ -296,8 +296,11 @@ def test_long_randomized_run_every_request_finishes_and_service_follows_weights(
 @pytest.mark.parametrize("policy", ["fcfs", "priority", "fair"])
 def test_queue_time_is_reported_on_the_first_output_only(policy):
     sched = make_scheduler(policy, budget=8)
-    add(sched, "first", 8, "a", max_tokens=3)
-    add(sched, "second", 8, "b", max_tokens=3)
+    first = add(sched, "first", 8, "a", max_tokens=3)
+    second = add(sched, "second", 8, "b", max_tokens=3)
+    # Arrived together (on a loaded machine the two add() calls can be further apart than
+    # two steps): then the one admitted a step later has waited longer, deterministically.
+    second.arrival_time = first.arrival_time
     outputs = []
     for _ in range(6):
         so = sched.schedule()
