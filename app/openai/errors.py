@@ -110,6 +110,9 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
         return NOT_JSON, None
     param = ".".join(loc) or None
     msg = first.get("msg", "Invalid value")
+    if first.get("type") == "value_error":  # our own sentence, raised in a validator
+        msg = msg.removeprefix("Value error, ")
+    msg = msg.removesuffix(".")
     return (f"{msg} (at '{param}')." if param else f"{msg}."), param
 
 
