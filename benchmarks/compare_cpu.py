@@ -70,6 +70,9 @@ def make_servers(args: argparse.Namespace, gguf: Path, tmp: Path) -> list[Server
                                      "--max-num-seqs", str(slots),
                                      "--max-model-len", str(args.ctx_per_slot),
                                      *args.officellm_flag], env, 0, cwd=REPO)
+    servers = {"officellm": officellm}
+    if "llama-server" not in args.systems:  # officellm alone: no llama-server build needed
+        return [officellm]
     if args.llama_server:
         binary, lenv = args.llama_server, dict(os.environ)
     else:
@@ -78,7 +81,7 @@ def make_servers(args: argparse.Namespace, gguf: Path, tmp: Path) -> list[Server
                                     "-t", str(args.threads), "-tb", str(args.threads),
                                     "--parallel", str(slots),
                                     "-c", str(args.ctx_per_slot * slots), "--metrics"], lenv, 0, cwd=REPO)
-    servers = {"officellm": officellm, "llama-server": llama}
+    servers["llama-server"] = llama
     return [servers[n] for n in args.systems]
 
 

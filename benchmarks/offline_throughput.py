@@ -56,7 +56,7 @@ def run_engine(model_dir: Path, dtype: str, prompts, lengths, threads: int) -> d
     dt = time.perf_counter() - t0
     produced = sum(len(o.outputs[0].token_ids) for o in outs)
     assert produced == sum(lengths), (produced, sum(lengths))
-    return {"seconds": dt, "output_tokens": produced, "dtype": str(llm.llm_engine.dtype)}
+    return {"seconds": dt, "output_tokens": produced, "dtype": str(llm.llm_engine.engine_core.dtype)}
 
 
 def _hf_model(model_dir: Path, dtype: torch.dtype):
