@@ -11,10 +11,18 @@ from starlette.types import Receive, Scope, Send
 DONE = "data: [DONE]\n\n"
 
 
+# Characters that are legal raw inside a JSON string but that str.splitlines() takes for line
+# ends: clients that split an SSE stream that way (httpx's aiter_lines) would cut an event in
+# two mid-string when a model generates one. The other line breaks (\n, \r, \x0b, \x0c,
+# \x1c-\x1e) are control characters, which JSON escapes already.
+_SPLITLINES_SAFE = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028",
+                                  "\u2029": "\\u2029"})
+
+
 def sse(payload: BaseModel) -> str:
     """One SSE event carrying a chunk (app/openai/responses.py) as compact JSON. Nulls stay:
     which fields a chunk leaves out is the model's (WireModel.omit_unset), not exclude_none."""
-    return f"data: {payload.model_dump_json()}\n\n"
+    return f"data: {payload.model_dump_json().translate(_SPLITLINES_SAFE)}\n\n"
 
 
 class SSEResponse(StreamingResponse):
