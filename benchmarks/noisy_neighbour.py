@@ -73,6 +73,7 @@ def start_server(args: argparse.Namespace, policy: str, keys: list[str], tmp: Pa
            "--max-model-len", str(args.max_model_len), "--log-level", "warning"]
     for key in keys:
         cmd += ["--api-key", key]
+    cmd += args.officellm_flag
     server = Server(f"officellm-{policy}", cmd, env, port, cwd=REPO)
     server.start(timeout=600)
     return server
@@ -203,6 +204,9 @@ def main() -> None:
                    choices=[r[0] for r in RUNS])
     p.add_argument("--max-load", type=float, default=1.0, help="idle: 1-min load average below")
     p.add_argument("--idle-timeout", type=float, default=20.0)
+    p.add_argument("--officellm-flag", action="append", default=[],
+                   help="extra flag for every officellm serve (repeatable), e.g. "
+                        "--officellm-flag=--prefill-pacing=1.5")
     p.add_argument("--out", type=Path, default=RESULTS / "noisy_neighbour.json")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="noisy-neighbour-"))
