@@ -1,0 +1,48 @@
+"""The benchmarks still run: each script, on the smallest settings, ends with its JSON written.
+
+Their numbers are not checked here (speed is measured in benchmarks, not in timed tests); what
+is checked is that a refactor of the engine or the server did not leave a script calling a name
+that is gone, as the pipeline refactor once did (offline_throughput read LLMEngine.dtype).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def _run(args: list[str], out: Path, timeout: float = 300) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, *args, "--out", str(out)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_offline_throughput_runs(tmp_path: Path) -> None:
+    doc = _run(["benchmarks/offline_throughput.py", "--requests", "2", "--threads", "1",
+                "--skip", "hf_generate", "hf_generate_batch"], tmp_path / "offline.json")
+    assert doc["results"]["engine"]["output_tok_per_s"] > 0
+
+
+def test_step_overhead_runs(tmp_path: Path) -> None:
+    doc = _run(["-m", "benchmarks.step_overhead", "--batches", "2", "--steps", "2"],
+               tmp_path / "step.json")
+    assert [row["batch"] for row in doc["results"]] == [2]
+
+
+def test_compare_cpu_runs_officellm_alone(tmp_path: Path) -> None:
+    doc = _run(["benchmarks/compare_cpu.py", "--systems", "officellm", "--scenarios", "office",
+                "--users", "1", "--duration", "3", "--max-tokens", "4", "--ctx-per-slot", "1024",
+                "--max-load", "100", "--idle-timeout", "0"], tmp_path / "cmp.json")
+    requests = doc["results"]["officellm"]["office-1"]["summary"]["requests"]
+    assert requests["completed"] > 0 and requests["errors"] == 0
