@@ -11,13 +11,15 @@ from typing import Protocol
 from engine.core.scheduler_output import SchedulerOutput
 from engine.model_runner import ModelRunner
 from engine.sampler import SamplerOutput
+from engine.structured_output.bitmask import GrammarBitmask
 
 
 class Executor(Protocol):
     """Runs steps on every rank of the model and keeps their KV caches in step."""
 
-    def execute(self, so: SchedulerOutput) -> SamplerOutput:
-        """Run one step; rank 0's samples, a row per request that samples."""
+    def execute(self, so: SchedulerOutput, grammar: GrammarBitmask | None = None) -> SamplerOutput:
+        """Run one step; rank 0's samples, a row per request that samples (`grammar`
+        masks the constrained rows)."""
         ...
 
     def scrub(self, block_ids: list[int]) -> None:
@@ -35,8 +37,8 @@ class UniprocExecutor:
     def __init__(self, runner: ModelRunner) -> None:
         self.runner = runner
 
-    def execute(self, so: SchedulerOutput) -> SamplerOutput:
-        return self.runner.execute(so)
+    def execute(self, so: SchedulerOutput, grammar: GrammarBitmask | None = None) -> SamplerOutput:
+        return self.runner.execute(so, grammar)
 
     def scrub(self, block_ids: list[int]) -> None:
         self.runner.scrub_blocks(block_ids)

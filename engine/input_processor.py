@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.core.request import EngineCoreRequest
 from engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
 
 
 class PromptTooLongError(ValueError):
@@ -51,13 +54,17 @@ class InputProcessor:
     @staticmethod
     def core_requests(request_id: str, token_ids: list[int], params: SamplingParams,
                       cache_salt: str | None = None, *, fairness_key: str | None = None,
-                      priority: float = 1.0,
-                      max_kv_share: float | None = None) -> list[EngineCoreRequest]:
+                      priority: float = 1.0, max_kv_share: float | None = None,
+                      grammar: xgr.CompiledGrammar | None = None) -> list[EngineCoreRequest]:
         """The n sequences of a request: the request's id when n is 1, else `id#i`, each
         seeded with the request's seed plus its index. All carry the same opaque tags (the
-        prefix-cache salt; the scheduling policy's key, weight and KV share cap)."""
+        prefix-cache salt; the scheduling policy's key, weight and KV share cap) and the
+        same compiled grammar (each sequence matches it on its own)."""
+        if (grammar is None) != (params.structured_outputs is None):
+            raise ValueError("A request with structured_outputs needs its compiled grammar "
+                             "(GrammarCompiler.compile), and only such a request has one.")
         tags = {"cache_salt": cache_salt, "fairness_key": fairness_key, "priority": priority,
-                "max_kv_share": max_kv_share}
+                "max_kv_share": max_kv_share, "grammar": grammar}
         if params.n == 1:
             return [EngineCoreRequest(request_id, token_ids, params, params.seed, **tags)]
         return [EngineCoreRequest(f"{request_id}#{i}", token_ids, params,

@@ -12,6 +12,7 @@ from engine.output_processor import OutputKind, OutputProcessor
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.stats import EngineStats
+from engine.structured_output.compiler import GrammarCompiler
 
 
 class LLMEngine:
@@ -38,6 +39,8 @@ class LLMEngine:
         self.input_processor = InputProcessor(self.tokenizer, self.engine_core.spec.vocab_size,
                                               self.max_model_len)
         self.output_processor = OutputProcessor(self.tokenizer)
+        self.grammar_compiler = GrammarCompiler(self.tokenizer, self.engine_core.spec.vocab_size,
+                                                sorted(self.engine_core.eos_token_ids))
 
     def close(self) -> None:
         """Stop the tensor-parallel worker processes, if any (idempotent). An engine that is
@@ -57,7 +60,9 @@ class LLMEngine:
                     priority: float = 1.0, max_kv_share: float | None = None) -> None:
         """Queue a request. A prompt is text or token ids. Raises PromptTooLongError or
         ValueError (an empty prompt, ids outside the vocabulary, an id in use, a priority
-        that is not a positive weight, a max_kv_share outside (0, 1]).
+        that is not a positive weight, a max_kv_share outside (0, 1], a structured-output
+        spec that does not compile: StructuredOutputError). A structured-output grammar is
+        compiled here, before the request is queued (cached per spec).
 
         `fairness_key`, `priority`, `max_kv_share`: what the scheduling policy shares the
         engine by (engine/core/scheduling_policy.py); fcfs ignores them.
@@ -67,9 +72,11 @@ class LLMEngine:
         """
         ids = self.input_processor.encode(prompt)
         self.input_processor.check_prompt(ids, params.max_tokens if check_max_tokens else None)
+        grammar = (None if params.structured_outputs is None
+                   else self.grammar_compiler.compile(params.structured_outputs))
         core_requests = self.input_processor.core_requests(
             request_id, ids, params, cache_salt, fairness_key=fairness_key, priority=priority,
-            max_kv_share=max_kv_share)
+            max_kv_share=max_kv_share, grammar=grammar)
         self.output_processor.add_request(request_id, prompt if isinstance(prompt, str) else None,
                                           core_requests, output_kind)
         for core_request in core_requests:

@@ -15,6 +15,7 @@ from engine.core.request import Request
 from engine.core.scheduler_output import SchedulerOutput
 from engine.loading.model_spec import ModelSpec
 from engine.sampler import Sampler, SamplerOutput
+from engine.structured_output.bitmask import GrammarBitmask
 
 if TYPE_CHECKING:
     from engine.cuda_graphs import DecodeGraphs
@@ -169,14 +170,17 @@ class ModelRunner:
         self.decode_graphs = graphs
 
     @torch.inference_mode()
-    def execute(self, so: SchedulerOutput) -> SamplerOutput:
-        """Run one step; return the sampled tokens of the requests that sample, in order."""
+    def execute(self, so: SchedulerOutput, grammar: GrammarBitmask | None = None) -> SamplerOutput:
+        """Run one step; return the sampled tokens of the requests that sample, in order
+        (`grammar` masks the constrained ones)."""
         self.sampler.release(so.finished_request_ids)
-        return self.execute_batch(*self.batch_for(so))
+        return self.execute_batch(*self.batch_for(so), grammar)
 
     @torch.inference_mode()
-    def execute_batch(self, batch: StepBatch, sampling: list[Request]) -> SamplerOutput:
-        """Run one built step (every rank runs this; only rank 0 has logits to sample)."""
+    def execute_batch(self, batch: StepBatch, sampling: list[Request],
+                      grammar: GrammarBitmask | None = None) -> SamplerOutput:
+        """Run one built step (every rank runs this; only rank 0 has logits to sample, and
+        so only rank 0 has grammar masks)."""
         inputs = self.inputs_for(batch, sampling)
         n = inputs.input_ids.shape[0]
         graphs = self.decode_graphs
@@ -189,4 +193,4 @@ class ModelRunner:
                                 inputs.logits_indices)
         if not inputs.sampling_requests or logits is None:
             return SamplerOutput.empty()
-        return self.sampler(logits, inputs.sampling_requests)
+        return self.sampler(logits, inputs.sampling_requests, grammar)

@@ -9,6 +9,7 @@ import torch
 
 from engine.core.request import Request
 from engine.outputs import Logprob
+from engine.structured_output.bitmask import GrammarBitmask
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,10 @@ class Sampler:
             self._request_generators[req.request_id] = g
         return g
 
-    def __call__(self, logits: torch.Tensor, requests: list[Request]) -> SamplerOutput:
+    def __call__(self, logits: torch.Tensor, requests: list[Request],
+                 grammar: GrammarBitmask | None = None) -> SamplerOutput:
+        """One token per row; `grammar` masks the constrained rows (after the raw logprobs
+        are taken, so those stay the model's own)."""
         num_rows, vocab = logits.shape
         nan_rows = torch.isnan(logits).any(dim=-1)
         invalid = nan_rows.tolist()
@@ -64,6 +68,8 @@ class Sampler:
 
         logits = self._apply_penalties(logits, requests)
         logits = self._apply_min_tokens(logits, requests)
+        if grammar is not None:
+            grammar.apply(logits)
 
         greedy = [p.greedy for p in params]
         if all(greedy):

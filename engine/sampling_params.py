@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from engine.structured_output.params import StructuredOutputsParams
+
 MAX_TOP_LOGPROBS = 20
 MAX_N = 16
 # Integers the sampler hands to torch: a seed seeds a torch.Generator (64 bits) and top_k
@@ -139,6 +141,8 @@ class SamplingParams:
     temperature == 0 means greedy. `stop` strings are matched on the detokenized text and cut
     from the output; `stop_token_ids` end generation like EOS does. `logprobs=k` returns the
     chosen token's log-probability plus the top k alternatives (of the raw model distribution).
+    `structured_outputs` constrains the output to a schema, regex, choice or grammar
+    (engine/structured_output/); logprobs stay those of the unconstrained distribution.
     """
 
     n: int = 1
@@ -158,6 +162,7 @@ class SamplingParams:
     logprobs: int | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    structured_outputs: StructuredOutputsParams | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

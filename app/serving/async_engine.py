@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine import EngineStats, LLMEngine, OutputKind, SamplingParams
 from engine.core.request import EngineCoreRequest
@@ -29,6 +29,10 @@ from engine.distributed.multiproc_executor import WorkerDiedError
 from engine.input_processor import InputProcessor
 from engine.kv_plan import KVCacheTooSmallError
 from engine.output_processor import IterationStats
+from engine.structured_output import StructuredOutputsParams
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
 
 logger = logging.getLogger("officellm.async_engine")
 
@@ -157,7 +161,7 @@ class AsyncEngine:
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     *, kind: OutputKind = OutputKind.DELTA, cache_salt: str | None = None,
                     fairness_key: str | None = None, priority: float = 1.0,
-                    max_kv_share: float | None = None,
+                    max_kv_share: float | None = None, grammar: xgr.CompiledGrammar | None = None,
                     sink: asyncio.Queue | None = None) -> asyncio.Queue:
         """Queue a request whose prompt the caller has checked (app/serving/prompt.py);
         return the queue its outputs arrive on: RequestOutputs, RequestAborted, or an
@@ -165,18 +169,28 @@ class AsyncEngine:
         EngineDeadError when the engine cannot serve.
 
         `cache_salt`, `fairness_key`, `priority` and `max_kv_share` are the engine's opaque
-        tags (the server's per-user salt and scheduling tags, app/policy/)."""
+        tags (the server's per-user salt and scheduling tags, app/policy/); `grammar` is
+        params.structured_outputs compiled by compile_grammar()."""
         engine = self.engine
         if self.state is not EngineState.READY or engine is None:
             raise EngineDeadError(self.unavailable_reason())
         core_requests = InputProcessor.core_requests(
             request_id, prompt_token_ids, params, cache_salt, fairness_key=fairness_key,
-            priority=priority, max_kv_share=max_kv_share)
+            priority=priority, max_kv_share=max_kv_share, grammar=grammar)
         engine.output_processor.add_request(request_id, None, core_requests, kind)
         sink = sink if sink is not None else asyncio.Queue()
         self._sinks[request_id] = sink
         self._commands.put(_Add(core_requests))
         return sink
+
+    async def compile_grammar(self, params: StructuredOutputsParams) -> xgr.CompiledGrammar:
+        """Compile a structured-output spec in a worker thread (cached per spec): the event
+        loop and the engine's step loop go on meanwhile. Raises StructuredOutputError for a
+        spec that cannot be honoured, EngineDeadError when the engine cannot serve."""
+        engine = self.engine
+        if self.state is not EngineState.READY or engine is None:
+            raise EngineDeadError(self.unavailable_reason())
+        return await asyncio.to_thread(engine.grammar_compiler.compile, params)
 
     def abort(self, request_id: str) -> None:
         """Abort a request now (its blocks are freed before the next step)."""

@@ -22,6 +22,7 @@ from engine.loading.model_loader import load_config_dict, model_display_name
 from engine.loading.model_spec import ModelSpec
 from engine.models.shard_plan import ShardPlan
 from engine.stats import EngineStats
+from engine.structured_output.bitmask import grammar_bitmask
 from engine.worker import Worker, check_devices
 
 logger = logging.getLogger("engine")
@@ -107,7 +108,8 @@ class EngineCore:
         self.num_steps_total += 1
         started = time.perf_counter()
         try:
-            sampled = self.executor.execute(so)
+            grammar = grammar_bitmask(so.sampling_requests, self.spec.vocab_size)
+            sampled = self.executor.execute(so, grammar)
         except Exception as exc:  # noqa: BLE001 - isolate the failure to this batch
             logger.exception("Engine step failed; failing the %d requests of this batch",
                              len(so.chunks))

@@ -6,8 +6,13 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.sampling_params import SamplingParams
+from engine.structured_output.request_grammar import RequestGrammar
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
 
 
 class RequestStatus(enum.Enum):
@@ -58,6 +63,9 @@ class EngineCoreRequest:
     # The share of the KV pool above which the key gets no new prefill chunks while others
     # have work (None: no cap). Per key: the key's latest request sets it.
     max_kv_share: float | None = None
+    # The compiled grammar of params.structured_outputs (the front end compiles it, off the
+    # step loop); each sequence gets its own matcher from it.
+    grammar: xgr.CompiledGrammar | None = None
 
     def __post_init__(self) -> None:
         if not self.priority > 0:
@@ -101,6 +109,7 @@ class Request:
     arrival_time: float = field(default_factory=time.monotonic)
     first_scheduled_time: float | None = None
     num_preemptions: int = 0  # times this request gave its blocks back (by recompute)
+    grammar: RequestGrammar | None = None  # the structured-output matcher, if constrained
 
     def __post_init__(self) -> None:
         self.all_token_ids: list[int] = list(self.prompt_token_ids)
@@ -110,7 +119,8 @@ class Request:
         key = DEFAULT_FAIRNESS_KEY if req.fairness_key is None else req.fairness_key
         return cls(req.request_id, req.prompt_token_ids, req.params, eos_token_ids, req.seed,
                    req.cache_salt, fairness_key=key, priority=req.priority,
-                   max_kv_share=req.max_kv_share)
+                   max_kv_share=req.max_kv_share,
+                   grammar=None if req.grammar is None else RequestGrammar(req.grammar))
 
     @property
     def queue_time(self) -> float | None:

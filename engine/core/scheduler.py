@@ -204,6 +204,8 @@ class Scheduler:
         self.kv.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
+        if request.grammar is not None:
+            request.grammar.sync(request.output_token_ids)
         request.num_preemptions += 1
         self.num_preemptions_total += 1
         key = request.fairness_key
@@ -243,6 +245,9 @@ class Scheduler:
                                                 error=NAN_ERROR))
                 continue
             token = tokens[i]
+            if req.grammar is not None and not req.grammar.accept(token):
+                outputs.append(self._grammar_dead_end(req, token))
+                continue
             req.append_output_token(token)
             self.generation_tokens_total += 1
             queue_time = None
@@ -258,6 +263,16 @@ class Scheduler:
                 status.finish_reason if status is not None else None, req.stop_reason,
                 req.num_cached_tokens, queue_time=queue_time))
         return outputs
+
+    def _grammar_dead_end(self, req: Request, token: int) -> EngineCoreOutput:
+        """The grammar allowed no token at this step (the sampled one is then outside it):
+        end the request as complete, as vLLM does, rather than emit text that breaks it."""
+        logger.warning("Request %s: its structured-output grammar admits no token after %d "
+                       "output tokens (sampled %d); ended with finish_reason 'stop'",
+                       req.request_id, req.num_output_tokens, token)
+        self._finish(req, RequestStatus.FINISHED_STOPPED)
+        return EngineCoreOutput(req.request_id, [], None, "stop",
+                                num_cached_tokens=req.num_cached_tokens)
 
     def fail_batch(self, so: SchedulerOutput, message: str) -> list[EngineCoreOutput]:
         """The step itself failed: end every request it ran, with `message`."""
@@ -282,6 +297,8 @@ class Scheduler:
         if long_enough and token in p.stop_token_ids:
             req.stop_reason = token
             return RequestStatus.FINISHED_STOPPED
+        if req.grammar is not None and req.grammar.is_terminated:
+            return RequestStatus.FINISHED_STOPPED  # the grammar is complete: nothing may follow
         if (p.max_tokens is not None and num_output >= p.max_tokens) or \
                 len(req.all_token_ids) >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH

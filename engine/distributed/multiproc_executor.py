@@ -31,6 +31,7 @@ from engine.distributed.parallel_state import (
 from engine.distributed.tp_worker import SCRUB, SHUTDOWN, STEP, WorkerArgs, started_key, worker_main
 from engine.model_runner import ModelRunner, StepBatch
 from engine.sampler import SamplerOutput
+from engine.structured_output.bitmask import GrammarBitmask
 from engine.worker import rank_device
 
 logger = logging.getLogger("engine.executor")
@@ -116,14 +117,15 @@ class MultiprocExecutor:
         self.runner = runner
         self._workers.in_loop = True
 
-    def execute(self, so: SchedulerOutput) -> SamplerOutput:
-        """Tell every worker to run this step, then run it here (rank 0 samples)."""
+    def execute(self, so: SchedulerOutput, grammar: GrammarBitmask | None = None) -> SamplerOutput:
+        """Tell every worker to run this step, then run it here (rank 0 samples, and
+        applies the grammar masks: the workers never see them)."""
         assert self.runner is not None, "started() comes first"
         self.runner.sampler.release(so.finished_request_ids)
         batch, sampling = self.runner.batch_for(so)
         self.send_step(batch)
         try:
-            return self.runner.execute_batch(batch, sampling)
+            return self.runner.execute_batch(batch, sampling, grammar)
         except Exception as exc:
             # The other ranks may be waiting in a collective this rank never reached.
             self.mark_broken(f"a step failed on rank 0: {exc}")

@@ -1,0 +1,40 @@
+"""One step's grammar masks: which tokens each constrained row of the logits may sample."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine.core.request import Request
+
+
+@dataclass(frozen=True)
+class GrammarBitmask:
+    """xgrammar's packed bitmask ([rows, ceil(vocab / 32)] int32, one bit per token) for the
+    step's sampled rows, and the rows that have a grammar (the others are untouched)."""
+
+    bitmask: torch.Tensor
+    rows: list[int]
+
+    def apply(self, logits: torch.Tensor) -> None:
+        """Set the logits of disallowed tokens to -inf, in place, on the constrained rows."""
+        import xgrammar as xgr  # loaded by the first grammar (engine/structured_output/request_grammar.py)
+
+        xgr.apply_token_bitmask_inplace(logits, self.bitmask.to(logits.device, non_blocking=True),
+                                        indices=self.rows)
+
+
+def grammar_bitmask(sampling_requests: Sequence[Request], vocab_size: int) -> GrammarBitmask | None:
+    """The masks of the requests that sample this step, in logits-row order; None when none
+    of them has a grammar (the common case costs one pass over the list)."""
+    rows = [i for i, r in enumerate(sampling_requests) if r.grammar is not None]
+    if not rows:
+        return None
+    import xgrammar as xgr
+
+    bitmask = xgr.allocate_token_bitmask(len(sampling_requests), vocab_size)
+    for i in rows:
+        sampling_requests[i].grammar.fill_bitmask(bitmask, i)  # type: ignore[union-attr]
+    return GrammarBitmask(bitmask, rows)
