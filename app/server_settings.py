@@ -38,3 +38,10 @@ class ServerSettings:
     # Refused tokens per client address per minute before that address gets 429 (0: off).
     auth_failure_limit: int = 10
     cors_origins: list[str] = field(default_factory=list)  # empty: no CORS headers at all
+    # Tool calling and reasoning models (vLLM's flags). tool_choice "auto" reads the model's
+    # own calls with the tool-call parser: hermes, llama3_json, auto (the format the chat
+    # template teaches) or none. The reasoning parser (qwen3, deepseek_r1, auto: qwen3 when
+    # the template writes <think>, none) moves thinking text to reasoning_content.
+    enable_auto_tool_choice: bool = True
+    tool_call_parser: str = "auto"
+    reasoning_parser: str = "auto"

@@ -71,6 +71,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="let browser pages from this origin call the API (repeatable; "
                         "default: no CORS headers, so no other site's page can)")
+    p.add_argument("--enable-auto-tool-choice", action=argparse.BooleanOptionalAction,
+                   default=True, help="let the model decide to call tools (tool_choice auto), "
+                                      "read by --tool-call-parser (default: on)")
+    p.add_argument("--tool-call-parser", choices=["auto", "hermes", "llama3_json", "none"],
+                   default="auto", help="how the model writes tool calls: hermes (Qwen2.5, "
+                   "Qwen3), llama3_json (Llama 3.1/3.2), auto (from the chat template), none")
+    p.add_argument("--reasoning-parser", choices=["auto", "qwen3", "deepseek_r1", "none"],
+                   default="auto", help="move a reasoning model's thinking into "
+                   "reasoning_content: auto (qwen3 when the chat template writes <think>)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds in-flight requests get to finish on SIGTERM (default 30)")
     p.add_argument("--profile", choices=sorted(PROFILES), default="office",
@@ -93,6 +102,9 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        max_waiting_requests=args.max_waiting_requests,
                        cors_origins=list(args.cors_origin),
                        auth_failure_limit=args.auth_failure_limit,
+                       enable_auto_tool_choice=args.enable_auto_tool_choice,
+                       tool_call_parser=args.tool_call_parser,
+                       reasoning_parser=args.reasoning_parser,
                        no_auth=args.no_auth, admin_remote=args.admin_remote,
                        db_path=str(args.db) if args.db is not None else None)
     explicit = set(flags)

@@ -183,12 +183,21 @@ class ServerMetrics:
             "officellm:auth_throttled",
             "Requests refused with 429 because their address failed authentication too often.",
             registry=r)
+        self.structured_requests = Counter(
+            "officellm:structured_requests",
+            "Requests with a constrained output, by kind: json_schema, json_object, regex, "
+            "choice, grammar, tool_required, tool_named, tool_auto.",
+            ["model_name", "kind"], registry=r)
         self.in_flight = Gauge("officellm:requests_in_flight",
                                "Generation requests being served now.", registry=r)
 
     @property
     def model_name(self) -> str:
         return self._model_name() or "unknown"
+
+    def record_structured(self, kind: str) -> None:
+        """Count one request whose output a grammar or a tool-call parser shapes."""
+        self.structured_requests.labels(model_name=self.model_name, kind=kind).inc()
 
     def record_request(self, user: str, prompt_tokens: int, generation_tokens: int) -> None:
         """Count one finished request for its user."""

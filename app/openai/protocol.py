@@ -1,7 +1,9 @@
 """Request bodies of the OpenAI routes (pydantic), and their translation to SamplingParams.
 
-Unknown fields are ignored: clients send many. Tool/function calling is refused with a clear
-400 rather than silently ignored (the model would answer as if no tool existed).
+Unknown fields are ignored: clients send many. Every field that changes the output is
+honoured or refused with a 400 that says so: response_format, structured_outputs and the
+guided_* fields constrain it (app/openai/output_constraint.py), tools and tool_choice call
+functions (app/openai/tools.py); the legacy functions/function_call are refused.
 
 Checked once each: pydantic checks types (finite numbers included) and the rules that are
 OpenAI's own (temperature <= 2, at least one message); the ranges of the sampling fields are
@@ -18,11 +20,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.openai.output_constraint import (
+    Constraint,
+    ResponseFormat,
+    StructuredOutputsRequest,
+    request_constraint,
+)
+from app.openai.tools import ChatTool, ToolChoice, ToolRequest, template_message
 from engine import SamplingParams
 from engine.sampling_params import BOUNDS, SamplingParamsError
+from engine.structured_output import StructuredOutputsParams
 
-# Roles a chat template can render here; "tool"/"function" messages belong to tool calling.
-CHAT_ROLES = frozenset({"system", "developer", "user", "assistant"})
+# Roles a chat template can render here ("tool": a function's result, after a tool call).
+CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
 def bounded(name: str) -> Callable[[dict[str, Any]], None]:
@@ -70,6 +80,13 @@ class _SamplingFields(BaseModel):
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    # Output constraints: OpenAI's, vLLM's, and vLLM's older names.
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputsRequest | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
 
     @field_validator("stop")
     @classmethod
@@ -82,17 +99,28 @@ class _SamplingFields(BaseModel):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    def output_constraint(self) -> Constraint | None:
+        """The constraint response_format / structured_outputs / guided_* name, if any;
+        StructuredOutputError (-> 400) for two at once."""
+        return request_constraint(self.response_format, self.structured_outputs,
+                                  {"guided_json": self.guided_json,
+                                   "guided_regex": self.guided_regex,
+                                   "guided_choice": self.guided_choice,
+                                   "guided_grammar": self.guided_grammar})
+
     def _sampling_params(self, max_tokens: int | None, logprobs: int | None,
+                         constraint: StructuredOutputsParams | None,
                          names: dict[str, str] | None = None) -> SamplingParams:
         """SamplingParams from the request; a SamplingParamsError (-> 400) for a value it
         refuses, naming the request's field (`names`: SamplingParams' field -> the request's,
         where they differ)."""
         try:
-            return self._build(max_tokens, logprobs)
+            return self._build(max_tokens, logprobs, constraint)
         except SamplingParamsError as exc:
             raise exc.renamed((names or {}).get(exc.field, exc.field)) from None
 
-    def _build(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+    def _build(self, max_tokens: int | None, logprobs: int | None,
+               constraint: StructuredOutputsParams | None) -> SamplingParams:
         return SamplingParams(
             n=self.n,
             temperature=1.0 if self.temperature is None else self.temperature,
@@ -111,11 +139,13 @@ class _SamplingFields(BaseModel):
             logprobs=logprobs,
             skip_special_tokens=self.skip_special_tokens,
             include_stop_str_in_output=self.include_stop_str_in_output,
+            structured_outputs=constraint,
         )
 
 
 class ChatMessage(BaseModel):
-    """One message; extra keys (name, tool_calls, ...) are kept for the chat template."""
+    """One message; extra keys (name, tool_calls, tool_call_id, ...) are kept for the chat
+    template."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -138,7 +168,7 @@ class ChatMessage(BaseModel):
             d["content"] = "\n".join(texts)
         elif content is None:
             d["content"] = ""
-        return d
+        return template_message(d)
 
 
 class ChatCompletionRequest(_SamplingFields):
@@ -151,25 +181,32 @@ class ChatCompletionRequest(_SamplingFields):
     # vLLM's extras
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
-    # Tool calling is not supported: accepted here only to refuse it plainly.
-    tools: list[Any] | None = None
+    tools: list[ChatTool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    # OpenAI's deprecated function calling: accepted here only to refuse it plainly.
     functions: list[Any] | None = None
-    tool_choice: Any = None
     function_call: Any = None
 
     @model_validator(mode="after")
-    def _no_tool_calling(self) -> ChatCompletionRequest:
-        if self.tools or self.functions or self.tool_choice not in (None, "none") \
-                or self.function_call not in (None, "none"):
-            raise ValueError("Tool and function calling are not supported by this server; "
-                             "send the request without tools/functions.")
+    def _check_messages(self) -> ChatCompletionRequest:
+        if self.functions or self.function_call not in (None, "none"):
+            raise ValueError("The deprecated functions/function_call fields are not supported; "
+                             "send the functions as tools (tool_choice for function_call).")
         for message in self.messages:
             if message.role not in CHAT_ROLES:
                 raise ValueError(f"Unsupported message role {message.role!r}; use one of "
                                  f"{', '.join(sorted(CHAT_ROLES))}.")
         return self
 
-    def sampling_params(self) -> SamplingParams:
+    def tool_request(self) -> ToolRequest | None:
+        """What the tools and tool_choice ask for (None: no tools in play); ValueError
+        (-> 400) for a choice naming no given tool."""
+        return ToolRequest.of(self.tools, self.tool_choice, self.parallel_tool_calls)
+
+    def sampling_params(self, constraint: StructuredOutputsParams | None = None) -> SamplingParams:
+        """SamplingParams for the request, with the output constraint the route chose
+        (the request's own, or a forced tool call's)."""
         names = {}
         max_tokens = self.max_tokens
         if self.max_completion_tokens is not None:  # OpenAI's newer name wins
@@ -179,7 +216,7 @@ class ChatCompletionRequest(_SamplingFields):
         logprobs = None
         if self.logprobs:
             logprobs, names["logprobs"] = self.top_logprobs or 0, "top_logprobs"
-        return self._sampling_params(max_tokens, logprobs, names)
+        return self._sampling_params(max_tokens, logprobs, constraint, names)
 
 
 class CompletionRequest(_SamplingFields):
@@ -202,7 +239,7 @@ class CompletionRequest(_SamplingFields):
             return [list(p)]  # type: ignore[arg-type]
         return list(p)  # type: ignore[arg-type]
 
-    def sampling_params(self) -> SamplingParams:
-        return self._sampling_params(self.max_tokens, self.logprobs)
+    def sampling_params(self, constraint: StructuredOutputsParams | None = None) -> SamplingParams:
+        return self._sampling_params(self.max_tokens, self.logprobs, constraint)
 
 

@@ -92,9 +92,27 @@ class CompletionLogprobs(WireModel):
 
 # -- chat ----------------------------------------------------------------------------------
 
+class FunctionCall(WireModel):
+    name: str
+    arguments: str  # JSON text of the arguments object
+
+
+class ToolCall(WireModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(WireModel):
+    """The reply; `tool_calls` and the reasoning fields (vLLM's `reasoning_content` and its
+    newer `reasoning`, the same text) only when there are some."""
+
+    omit_unset = frozenset({"tool_calls", "reasoning_content", "reasoning"})
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class ChatChoice(WireModel):
@@ -116,12 +134,32 @@ class ChatCompletion(WireModel):
     usage: Usage
 
 
-class ChatDelta(WireModel):
-    """What a chunk adds to a choice: the role (first chunk only) and text."""
+class FunctionCallDelta(WireModel):
+    omit_unset = frozenset({"name", "arguments"})
+    name: str | None = None
+    arguments: str | None = None
 
-    omit_unset = frozenset({"role", "content"})
+
+class ToolCallDelta(WireModel):
+    """A piece of a streamed tool call: id, type and name in its first piece only."""
+
+    omit_unset = frozenset({"id", "type"})
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallDelta
+
+
+class ChatDelta(WireModel):
+    """What a chunk adds to a choice: the role (first chunk only), text, reasoning text,
+    tool-call pieces."""
+
+    omit_unset = frozenset({"role", "content", "tool_calls", "reasoning_content", "reasoning"})
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class ChatChunkChoice(WireModel):

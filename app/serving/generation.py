@@ -13,16 +13,20 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import Request
 
 from app.admission.admission import Admission
-from app.openai.errors import APIError, unavailable
+from app.openai.errors import APIError, invalid_value, unavailable
 from app.policy import prefix_cache_salt
 from app.serving.async_engine import EngineDeadError, RequestAborted
 from app.serving.state import ServerState
 from engine import CompletionOutput, OutputKind, RequestOutput, SamplingParams
+from engine.structured_output import StructuredOutputError
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
 
 access_log = logging.getLogger("officellm.access")
 
@@ -54,7 +58,10 @@ class Generation:
 
     def __init__(self, server: ServerState, request_id: str, prompts: list[list[int]],
                  params: SamplingParams, admission: Admission, *, stream: bool,
-                 thread_key: str | None = None, turns: int | None = None) -> None:
+                 thread_key: str | None = None, turns: int | None = None,
+                 grammar: xgr.CompiledGrammar | None = None, kind: str | None = None) -> None:
+        """`grammar` is params.structured_outputs compiled (compile_grammar); `kind` names
+        the request's structured-output or tool-call kind, for metrics and the access log."""
         self.server = server
         self.request_id = request_id
         self.prompt_token_ids = prompts
@@ -65,6 +72,8 @@ class Generation:
         self.stream = stream
         self.thread_key = thread_key
         self.turns = turns
+        self.grammar = grammar
+        self.kind = kind
         self.engine_ids = ([request_id] if len(prompts) == 1
                            else [f"{request_id}-{i}" for i in range(len(prompts))])
         self.num_choices = len(prompts) * params.n
@@ -94,13 +103,16 @@ class Generation:
             for eid, ids in zip(self.engine_ids, self.prompt_token_ids, strict=True):
                 engine.add_request(eid, ids, self.params, kind=kind, cache_salt=salt,
                                    fairness_key=tags.fairness_key, priority=tags.priority,
-                                   max_kv_share=tags.max_kv_share, sink=self._queue)
+                                   max_kv_share=tags.max_kv_share, grammar=self.grammar,
+                                   sink=self._queue)
                 self._unfinished.add(eid)
                 self._started.append(len(self._started))
         except EngineDeadError as exc:
             self.server.refusals.server_limit(self.principal, "unavailable")
             self.close(503)
             raise unavailable(str(exc), self.server.settings.retry_after_s) from exc
+        if self.kind is not None:
+            self.server.metrics.record_structured(self.kind)
 
     async def choices(self) -> AsyncIterator[list[Choice]]:
         """Each engine step's choices until every one has finished. Raises RequestFailed
@@ -218,8 +230,26 @@ class Generation:
         # Never the prompt's text: only sizes and timings.
         access_log.info(
             "%s user=%s %s stream=%s status=%d prompt_tokens=%d completion_tokens=%d ttft=%s "
-            "duration=%.3fs finish=%s", self.request_id, self.principal.user, self.endpoint,
-            self.stream, status, prompt, completion, ttft, time.monotonic() - self._t0, finish)
+            "duration=%.3fs finish=%s structured=%s", self.request_id, self.principal.user,
+            self.endpoint, self.stream, status, prompt, completion, ttft,
+            time.monotonic() - self._t0, finish, self.kind or "-")
+
+
+async def compile_grammar(server: ServerState, params: SamplingParams,
+                          request: Request) -> xgr.CompiledGrammar | None:
+    """The compiled grammar of params.structured_outputs (None without one), compiled in a
+    worker thread while the engine steps on. APIError 400 for a spec that does not compile,
+    503 if the engine cannot serve; ClientGone if the client leaves meanwhile (nothing was
+    queued, so nothing is left to free)."""
+    if params.structured_outputs is None:
+        return None
+    try:
+        return await until_disconnect(
+            server.async_engine.compile_grammar(params.structured_outputs), request)
+    except StructuredOutputError as exc:
+        raise invalid_value(exc) from exc
+    except EngineDeadError as exc:
+        raise unavailable(str(exc), server.settings.retry_after_s) from exc
 
 
 async def until_disconnect(work: Awaitable[T], request: Request) -> T:

@@ -13,6 +13,7 @@ from app.admission.auth_throttle import AuthThrottle
 from app.observability.metrics import ServerMetrics
 from app.observability.refusals import Refusals
 from app.observability.stats_window import StatsWindow
+from app.openai.chat_formats import ChatFormats
 from app.openai.errors import APIError, unavailable
 from app.openai.logprobs import TokenText
 from app.server_settings import ServerSettings
@@ -37,6 +38,7 @@ class ServerState:
     started_monotonic: float = field(default_factory=time.monotonic)  # for uptime
     _token_text: TokenText | None = field(default=None, repr=False)
     _prompts: Prompts | None = field(default=None, repr=False)
+    _chat_formats: ChatFormats | None = field(default=None, repr=False)
 
     @property
     def served_model_names(self) -> list[str]:
@@ -64,6 +66,16 @@ class ServerState:
         self._prompts = Prompts(PromptRenderer(engine.model_dir),
                                 LengthLimits(engine.input_processor, self.settings.max_context_tokens),
                                 self.refusals)
+        s = self.settings
+        self._chat_formats = ChatFormats.resolve(
+            engine.tokenizer.chat_template, s.tool_call_parser,
+            s.reasoning_parser, s.enable_auto_tool_choice)
+
+    @property
+    def chat_formats(self) -> ChatFormats:
+        """How the loaded model writes tool calls and reasoning."""
+        assert self._chat_formats is not None, "only once the engine is ready"
+        return self._chat_formats
 
     @property
     def prompts(self) -> Prompts:

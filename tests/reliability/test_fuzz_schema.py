@@ -67,7 +67,8 @@ class FuzzReport:
                 self.failures.append(f"{label}: {status} not in OpenAI's shape: {content[:300]!r}")
 
 
-TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
+# The deprecated function-calling fields are always refused; tools and tool_choice are fuzzed.
+TOOL_FIELDS = ("functions", "function_call")
 
 
 def _token_ids(prompt: Any) -> Any:
@@ -81,7 +82,7 @@ def _token_ids(prompt: Any) -> Any:
 
 def reach_the_engine(case: schemathesis.Case) -> None:
     """Steer a valid generation request past the refusals the schema cannot express (an
-    unknown model name, max_tokens over the context, min_tokens over max_tokens, tool calling,
+    unknown model name, max_tokens over the context, min_tokens over max_tokens, the deprecated function calling,
     empty prompts, token ids outside the vocabulary), so the other fuzzed fields really reach
     the engine. The negative mode covers those refusals."""
     body = case.body

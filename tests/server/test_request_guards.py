@@ -61,11 +61,12 @@ def test_a_chunked_body_over_the_limit_gets_413(server: ServerProcess) -> None:
     assert "larger than this server's limit" in err["message"]
 
 
-def test_tool_calling_is_refused_plainly(server: ServerProcess, model: str) -> None:
-    err = refuse_tools(server, model)
-    # The validator's sentence as it is: no pydantic "Value error, " before it, one full stop.
-    assert err["message"] == ("Tool and function calling are not supported by this server; "
-                              "send the request without tools/functions.")
+def test_auto_tool_choice_on_a_model_without_tool_support_is_refused_plainly(
+        server: ServerProcess, model: str) -> None:
+    err = refuse_tools(server, model)  # the bundled SmolLM2's template knows no tools
+    assert err["message"].startswith("This model's chat template has no tool support and no "
+                                     "tool-call parser applies")
+    assert err["message"].endswith("llama3_json.")
 
 
 @pytest.mark.parametrize("role", UNKNOWN_ROLES)

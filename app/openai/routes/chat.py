@@ -10,6 +10,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.admission.auth import Principal, get_caller, get_principal
+from app.openai.chat_formats import ChatPlan
+from app.openai.chat_output import ChatDeltaParts, ChatMessageParts
 from app.openai.errors import invalid_value
 from app.openai.logprobs import chat_logprobs
 from app.openai.protocol import ChatCompletionRequest
@@ -22,13 +24,17 @@ from app.openai.responses import (
     ChatCompletionChunk,
     ChatDelta,
     ChatLogprobs,
+    FunctionCall,
+    FunctionCallDelta,
+    ToolCall,
+    ToolCallDelta,
     Usage,
     sse_description,
 )
 from app.openai.sse import DONE, SSEResponse, sse
 from app.policy import chat_thread
 from app.serving.async_engine import EngineDeadError
-from app.serving.generation import Choice, Generation, RequestFailed
+from app.serving.generation import Choice, ClientGone, Generation, RequestFailed, compile_grammar
 from app.serving.prompt import ChatPrompt
 from app.serving.state import ServerState, admitted_server
 
@@ -46,12 +52,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     # A front-end key's request runs as the person it is for (docs/design.md §5).
     principal = await get_caller(request, principal, body.user)
     try:
-        params = body.sampling_params()  # the request's values, checked once
+        # Tools, tool_choice and the output constraint decide the grammar and the reading.
+        plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
+        params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
     except ValueError as exc:
         raise invalid_value(exc) from exc
     model = server.resolve_model(body.model)
     try:
-        messages = [m.to_template_dict() for m in body.messages]
+        messages = plan.messages([m.to_template_dict() for m in body.messages])
     except ValueError as exc:
         raise invalid_value(exc) from exc
     async with server.admission.admit(principal, "chat", params.n) as admission:
@@ -62,22 +70,28 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                              None if principal.front_end is not None else body.user)
         prompt = await server.prompts.chat(admission, messages, thread,
                                            body.add_generation_prompt,
-                                           body.chat_template_kwargs or {}, params.max_tokens)
+                                           {**(body.chat_template_kwargs or {}),
+                                            **plan.template_kwargs}, params.max_tokens)
         if prompt.decision.action == "notify":
             return _notice(prompt, body, model)  # the engine never runs: nothing to count
         assert prompt.token_ids is not None
+        try:
+            grammar = await compile_grammar(server, params, request)
+        except ClientGone:
+            return Response(status_code=499)  # left while its grammar compiled: nothing ran
         gen = Generation(server, f"chatcmpl-{uuid.uuid4().hex}", [prompt.token_ids], params,
                          admission, stream=body.stream, thread_key=thread.key,
-                         turns=prompt.turns)
+                         turns=prompt.turns, grammar=grammar, kind=plan.kind)
         headers = {TRUNCATED_HEADER: str(prompt.truncated_turns)} if prompt.truncated_turns else None
         gen.start()
         if body.stream:
-            return admission.hold(SSEResponse(_stream(gen, body, model), on_close=gen.close,
+            return admission.hold(SSEResponse(_stream(gen, body, model, plan), on_close=gen.close,
                                               headers=headers))
         choices = await gen.complete(request)
         if choices is None:
             return Response(status_code=499)  # nobody is listening; nginx's "client closed"
-        return JSONResponse(_response(gen, choices, body, model).model_dump(), headers=headers)
+        return JSONResponse(_response(gen, choices, body, model, plan).model_dump(),
+                            headers=headers)
 
 
 def _notice(prompt: ChatPrompt, body: ChatCompletionRequest, model: str) -> Response:
@@ -124,19 +138,61 @@ def _logprobs(gen: Generation, c: Choice, k: int) -> ChatLogprobs | None:
                                               gen.server.token_text))
 
 
+def _finish_reason(reason: str | None, called: bool) -> str | None:
+    """OpenAI's "tool_calls" for a choice that ended by calling (not one cut by length)."""
+    return "tool_calls" if called and reason == "stop" else reason
+
+
+def _message(parts: ChatMessageParts) -> AssistantMessage:
+    message = AssistantMessage(content=parts.content)
+    if parts.tool_calls:
+        message.tool_calls = [ToolCall(id=t.id, function=FunctionCall(name=t.name,
+                                                                      arguments=t.arguments))
+                              for t in parts.tool_calls]
+    if parts.reasoning is not None:
+        message.reasoning_content = message.reasoning = parts.reasoning
+    return message
+
+
+def _delta(parts: ChatDeltaParts) -> ChatDelta:
+    delta = ChatDelta()
+    if parts.content:
+        delta.content = parts.content
+    if parts.reasoning:
+        delta.reasoning_content = delta.reasoning = parts.reasoning
+    if parts.tool_calls:
+        delta.tool_calls = [
+            ToolCallDelta(index=t.index, function=FunctionCallDelta(arguments=t.arguments))
+            for t in parts.tool_calls]
+        for wire, t in zip(delta.tool_calls, parts.tool_calls):
+            if t.id is not None:
+                wire.id, wire.type = t.id, "function"
+            if t.name is not None:
+                wire.function.name = t.name
+    return delta
+
+
 def _response(gen: Generation, choices: list[Choice], body: ChatCompletionRequest,
-              model: str) -> ChatCompletion:
+              model: str, plan: ChatPlan) -> ChatCompletion:
     k = body.top_logprobs or 0
-    return ChatCompletion(
-        id=gen.request_id, created=gen.created, model=model, usage=Usage(**gen.usage()),
-        choices=[ChatChoice(index=c.index, message=AssistantMessage(content=c.output.text),
-                            logprobs=_logprobs(gen, c, k), finish_reason=c.output.finish_reason,
-                            stop_reason=c.output.stop_reason) for c in choices])
+    out = []
+    for c in choices:
+        parts = plan.reader.message(c.output.text)
+        out.append(ChatChoice(index=c.index, message=_message(parts),
+                              logprobs=_logprobs(gen, c, k),
+                              finish_reason=_finish_reason(c.output.finish_reason,
+                                                           bool(parts.tool_calls)),
+                              stop_reason=c.output.stop_reason))
+    return ChatCompletion(id=gen.request_id, created=gen.created, model=model,
+                          usage=Usage(**gen.usage()), choices=out)
 
 
-async def _stream(gen: Generation, body: ChatCompletionRequest, model: str) -> AsyncIterator[str]:
+async def _stream(gen: Generation, body: ChatCompletionRequest, model: str,
+                  plan: ChatPlan) -> AsyncIterator[str]:
     include_usage = body.include_usage
     k = body.top_logprobs or 0
+    readers = [plan.reader.stream() for _ in range(gen.num_choices)]
+    called = [False] * gen.num_choices
 
     def chunk(choice: ChatChunkChoice) -> str:
         return sse(_chunk(gen.request_id, gen.created, model, [choice], include_usage))
@@ -148,13 +204,22 @@ async def _stream(gen: Generation, body: ChatCompletionRequest, model: str) -> A
         async for step in gen.choices():
             for c in step:
                 o = c.output
-                if o.text or o.logprobs:  # tokens held back as partial UTF-8 come later
-                    yield chunk(ChatChunkChoice(index=c.index, delta=ChatDelta(content=o.text),
+                parts = readers[c.index].feed(o.text) if o.text else ChatDeltaParts()
+                if o.finish_reason is not None:
+                    end = readers[c.index].finish()
+                    parts.content += end.content
+                    parts.reasoning += end.reasoning
+                    parts.tool_calls += end.tool_calls
+                called[c.index] |= bool(parts.tool_calls)
+                # Tokens held back (partial UTF-8, a tag not yet decided) come later.
+                if parts or o.logprobs:
+                    yield chunk(ChatChunkChoice(index=c.index, delta=_delta(parts),
                                                 logprobs=_logprobs(gen, c, k), stop_reason=None))
                 if o.finish_reason is not None:
-                    yield chunk(ChatChunkChoice(index=c.index, delta=ChatDelta(),
-                                                finish_reason=o.finish_reason,
-                                                stop_reason=o.stop_reason))
+                    yield chunk(ChatChunkChoice(
+                        index=c.index, delta=ChatDelta(),
+                        finish_reason=_finish_reason(o.finish_reason, called[c.index]),
+                        stop_reason=o.stop_reason))
     except (RequestFailed, EngineDeadError) as exc:
         # Headers are sent: the error travels as the last event, in OpenAI's shape.
         yield sse(gen.failure_error(exc).model())

@@ -23,7 +23,7 @@ from app.openai.responses import (
 )
 from app.openai.sse import DONE, SSEResponse, sse
 from app.serving.async_engine import EngineDeadError
-from app.serving.generation import Choice, Generation, RequestFailed
+from app.serving.generation import Choice, ClientGone, Generation, RequestFailed, compile_grammar
 from app.serving.state import ServerState, admitted_server
 
 router = APIRouter(responses=ERROR_RESPONSES)
@@ -39,7 +39,8 @@ async def completions(body: CompletionRequest, request: Request,
     # A front-end key's request runs as the person it is for (docs/design.md §5).
     principal = await get_caller(request, principal, body.user)
     try:
-        params = body.sampling_params()  # the request's values, checked once
+        constraint = body.output_constraint()  # response_format, structured_outputs, guided_*
+        params = body.sampling_params(constraint.spec if constraint else None)
     except ValueError as exc:
         raise invalid_value(exc) from exc
     model = server.resolve_model(body.model)
@@ -50,8 +51,13 @@ async def completions(body: CompletionRequest, request: Request,
     async with server.admission.admit(principal, "completions",
                                       len(prompts) * params.n) as admission:
         ids = [await server.prompts.completion(admission, p, params.max_tokens) for p in prompts]
+        try:
+            grammar = await compile_grammar(server, params, request)
+        except ClientGone:
+            return Response(status_code=499)  # left while its grammar compiled: nothing ran
         gen = Generation(server, f"cmpl-{uuid.uuid4().hex}", ids, params, admission,
-                         stream=body.stream)
+                         stream=body.stream, grammar=grammar,
+                         kind=constraint.kind if constraint else None)
         echo = [_echo_text(server, p, i) for p, i in zip(prompts, ids)] if body.echo else None
         gen.start()
         if body.stream:

@@ -1,0 +1,105 @@
+"""How the served model writes tool calls and reasoning, and what that means for one chat
+request: its output constraint, what its template is given, and how its text is read.
+
+Resolved once when the model loads (the chat template decides `auto`); every rule about
+tools, tool_choice and reasoning for a request is decided here, in `plan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.openai.chat_output import ChatOutputReader
+from app.openai.output_constraint import Constraint
+from app.openai.reasoning_parsers import ReasoningParser, reasoning_parser_for
+from app.openai.tool_parsers import TOOL_CALL_PARSERS, detect_tool_call_format
+from app.openai.tools import ToolRequest, tools_system_text
+
+# Forced calls of a model with no known format are written, and read, the Hermes way.
+DEFAULT_CALL_FORMAT = "hermes"
+
+
+@dataclass(frozen=True)
+class ChatPlan:
+    """One request's output plan: the constraint (None: free text), extra chat-template
+    arguments, a system text to prepend (tools for a template that ignores them), the
+    reader of its choices, and the kind counted in metrics and the access log."""
+
+    constraint: Constraint | None
+    reader: ChatOutputReader
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    system_text: str | None = None
+    kind: str | None = None
+
+    def messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages as the template renders them (with the tools' system text)."""
+        if self.system_text is None:
+            return messages
+        if messages and messages[0].get("role") == "system":
+            first = messages[0]
+            joined = f"{first.get('content') or ''}\n\n{self.system_text}".strip()
+            return [{**first, "content": joined}, *messages[1:]]
+        return [{"role": "system", "content": self.system_text}, *messages]
+
+
+@dataclass(frozen=True)
+class ChatFormats:
+    """The served model's tool-call format (None: it has none the server can read), the
+    format forced calls use, its reasoning parser, and whether its template renders tools."""
+
+    tool_format: str | None
+    reasoning: ReasoningParser | None
+    template_renders_tools: bool
+    enable_auto_tool_choice: bool
+
+    @classmethod
+    def resolve(cls, chat_template: str | None, tool_call_parser: str, reasoning_parser: str,
+                enable_auto_tool_choice: bool) -> ChatFormats:
+        """The formats for a model with this chat template and the server's flags."""
+        template = chat_template or ""
+        if tool_call_parser == "auto":
+            tool_format = detect_tool_call_format(template)
+        else:
+            tool_format = None if tool_call_parser == "none" else tool_call_parser
+        if reasoning_parser == "auto":
+            reasoning_parser = "qwen3" if "<think>" in template else "none"
+        reasoning = None if reasoning_parser == "none" else reasoning_parser_for(reasoning_parser)
+        return cls(tool_format, reasoning, "tools" in template, enable_auto_tool_choice)
+
+    @property
+    def forced_format(self) -> str:
+        return self.tool_format or DEFAULT_CALL_FORMAT
+
+    def plan(self, tools: ToolRequest | None, constraint: Constraint | None) -> ChatPlan:
+        """The plan of a request with these tools and this output constraint. ValueError
+        (a 400) for what cannot be honoured: a forced call together with a constraint, or
+        tool_choice auto on a model with no tool-call format (or with auto choice off)."""
+        if tools is None:
+            return ChatPlan(constraint, ChatOutputReader(self.reasoning),
+                            kind=constraint.kind if constraint else None)
+        if tools.forced:
+            if constraint is not None:
+                raise ValueError("A forced tool_choice and an output constraint "
+                                 "(response_format, structured_outputs or guided_*) cannot "
+                                 "both apply; send one of them.")
+            fmt = self.forced_format
+            constraint = Constraint(tools.grammar(fmt), f"tool_{tools.choice}")
+        elif not self.enable_auto_tool_choice:
+            raise ValueError("tool_choice 'auto' is off on this server (started with "
+                             "--no-enable-auto-tool-choice); use tool_choice 'required' or "
+                             "name a function.")
+        elif self.tool_format is None:
+            raise ValueError("This model's chat template has no tool support and no tool-call "
+                             "parser applies, so the model cannot call tools of its own accord "
+                             "(tool_choice 'auto'); use tool_choice 'required' or name a "
+                             "function, or start the server with --tool-call-parser hermes or "
+                             "llama3_json.")
+        else:
+            fmt = self.tool_format
+        reader = ChatOutputReader(self.reasoning, TOOL_CALL_PARSERS[fmt])
+        kind = constraint.kind if constraint is not None and tools.forced else "tool_auto"
+        if self.template_renders_tools:
+            return ChatPlan(constraint, reader, {"tools": tools.template_tools()}, kind=kind)
+        return ChatPlan(constraint, reader, system_text=tools_system_text(tools.tools),
+                        kind=kind)

@@ -1,0 +1,100 @@
+"""What a request asks its output to be: OpenAI's response_format, vLLM's structured_outputs
+and its older guided_* fields, all turned into one engine StructuredOutputsParams.
+
+A request names at most one constraint, whichever field it uses; two are refused (which
+should win is anybody's guess, and guessing would silently break one of them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.structured_output import StructuredOutputError, StructuredOutputsParams
+
+
+class JSONSchemaFormat(BaseModel):
+    """response_format.json_schema: OpenAI's named schema (`strict` is honoured either way:
+    the grammar always enforces the schema)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+
+class StructuredOutputsRequest(BaseModel):
+    """vLLM's `structured_outputs` request field. Unknown keys are refused: a constraint the
+    server does not know is one it cannot honour."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    json_: dict[str, Any] | str | None = Field(None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    structural_tag: str | None = None
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """The engine's spec and what to call it in metrics and the access log."""
+
+    spec: StructuredOutputsParams
+    kind: str  # json_schema | json_object | regex | choice | grammar | tool_required | tool_named
+
+    @classmethod
+    def of(cls, spec: StructuredOutputsParams) -> Constraint:
+        kind = {"json": "json_schema", "structural_tag": "grammar"}.get(spec.kind, spec.kind)
+        return cls(spec, kind)
+
+
+def _spec(param: str, **kwargs: Any) -> tuple[str, StructuredOutputsParams]:
+    try:
+        return param, StructuredOutputsParams(**kwargs)
+    except StructuredOutputError as exc:
+        raise StructuredOutputError(f"{param}: {exc}") from None
+
+
+def request_constraint(response_format: ResponseFormat | None,
+                       structured_outputs: StructuredOutputsRequest | None,
+                       guided: dict[str, Any]) -> Constraint | None:
+    """The one constraint the request's fields name (None for none or response_format
+    text). `guided` holds the guided_* fields by name. Raises StructuredOutputError (a 400)
+    for two at once or an empty one."""
+    found: list[tuple[str, StructuredOutputsParams]] = []
+    if response_format is not None and response_format.type != "text":
+        if response_format.type == "json_object":
+            found.append(_spec("response_format", json_object=True))
+        else:
+            fmt = response_format.json_schema
+            if fmt is None or not fmt.schema_:
+                raise StructuredOutputError(
+                    "response_format of type json_schema needs json_schema.schema.")
+            found.append(_spec("response_format", json=fmt.schema_))
+    if structured_outputs is not None:
+        so = structured_outputs
+        found.append(_spec("structured_outputs", json=so.json_, regex=so.regex,
+                           choice=so.choice, grammar=so.grammar,
+                           json_object=bool(so.json_object), structural_tag=so.structural_tag))
+    names = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice",
+             "guided_grammar": "grammar"}
+    for field, kind in names.items():
+        if guided.get(field) is not None:
+            found.append(_spec(field, **{kind: guided[field]}))
+    if len(found) > 1:
+        raise StructuredOutputError(
+            f"Give one output constraint; this request has {', '.join(p for p, _ in found)}.")
+    return Constraint.of(found[0][1]) if found else None

@@ -1,0 +1,155 @@
+"""OpenAI function tools: the request's tools and tool_choice, and the grammar of a forced call.
+
+`tool_choice` "required" and a named function are constrained by a grammar (an xgrammar
+structural tag) to calls in the served model's own tool-call format, with arguments that
+match each tool's JSON schema; the same text parser then reads them as it reads the calls
+a model makes of its own accord under "auto". One format, one parser, whichever way the
+call came.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.structured_output import StructuredOutputError, StructuredOutputsParams
+from engine.structured_output.json_schema_support import check_json_schema
+
+
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object",
+                                                               "properties": {}})
+    strict: bool | None = None
+
+
+class ChatTool(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """How a model writes a call: the text around one call's arguments, and between calls."""
+
+    begin: str  # with {name} for the function's name
+    end: str
+    separator: str
+
+
+# The formats of app/openai/tool_parsers, by parser name.
+CALL_FORMATS = {
+    "hermes": CallFormat('<tool_call>\n{{"name": "{name}", "arguments": ', "}\n</tool_call>", "\n"),
+    "llama3_json": CallFormat('{{"name": "{name}", "parameters": ', "}", "; "),
+}
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    """What a request's tools mean for this generation: the tools the template sees, and
+    whether (and how) calls are forced."""
+
+    tools: list[ChatTool]
+    choice: str  # none | auto | required | named
+    forced_name: str | None
+    parallel: bool
+
+    @classmethod
+    def of(cls, tools: list[ChatTool] | None, tool_choice: ToolChoice | None,
+           parallel_tool_calls: bool) -> ToolRequest | None:
+        """None when the request has no tools (or tool_choice "none"); ValueError (a 400)
+        for a choice that names a tool not in `tools`, or a choice without tools."""
+        tools = list(tools or [])
+        if isinstance(tool_choice, NamedToolChoice):
+            name = tool_choice.function.name
+            if name not in {t.function.name for t in tools}:
+                raise ValueError(f"tool_choice names the function {name!r}, which is not in "
+                                 "tools.")
+            return cls(tools, "named", name, parallel_tool_calls)
+        if not tools:
+            if tool_choice in ("required",):
+                raise ValueError("tool_choice 'required' needs at least one tool in tools.")
+            return None
+        for tool in tools:
+            try:
+                check_json_schema(tool.function.parameters)
+            except StructuredOutputError as exc:
+                raise ValueError(f"Tool {tool.function.name!r}: {exc}") from None
+        choice = tool_choice or "auto"
+        if choice == "none":
+            return None
+        return cls(tools, choice, None, parallel_tool_calls)
+
+    @property
+    def forced(self) -> bool:
+        return self.choice in ("required", "named")
+
+    def template_tools(self) -> list[dict[str, Any]]:
+        """The tools as chat templates read them (transformers' `tools=`)."""
+        return [t.model_dump(exclude_none=True) for t in self.tools]
+
+    def grammar(self, parser_name: str) -> StructuredOutputsParams:
+        """The structural tag that forces calls in `parser_name`'s format: exactly the named
+        function, or one or more (one, without parallel_tool_calls) of the tools."""
+        fmt = CALL_FORMATS[parser_name]
+        chosen = [t for t in self.tools
+                  if self.forced_name is None or t.function.name == self.forced_name]
+        tags = [{"type": "tag", "begin": fmt.begin.format(name=t.function.name),
+                 "content": {"type": "json_schema", "json_schema": t.function.parameters},
+                 "end": fmt.end} for t in chosen]
+        if self.choice == "named":
+            body: dict[str, Any] = tags[0]
+        else:
+            body = {"type": "tags_with_separator", "tags": tags, "separator": fmt.separator,
+                    "at_least_one": True, "stop_after_first": not self.parallel}
+        return StructuredOutputsParams(
+            structural_tag=json.dumps({"type": "structural_tag", "format": body}))
+
+
+def template_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as chat templates expect it: an assistant's tool-call arguments as objects
+    (OpenAI sends them as JSON text; Qwen's and Llama's templates `tojson` them)."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    out = []
+    for call in calls:
+        fn = dict((call or {}).get("function") or {})
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                fn["arguments"] = json.loads(args) if args.strip() else {}
+            except ValueError:
+                raise ValueError(f"The arguments of tool call {call.get('id')!r} in the history "
+                                 "are not valid JSON.") from None
+        out.append({**call, "function": fn})
+    return {**message, "tool_calls": out}
+
+
+def tools_system_text(tools: list[ChatTool]) -> str:
+    """What a model whose chat template ignores tools is told of them, in a system message,
+    so that a forced call is informed by the tools' descriptions and not only valid."""
+    listing = json.dumps([t.function.model_dump(exclude_none=True) for t in tools])
+    return f"You can call these functions (JSON schema of each one's arguments): {listing}"
