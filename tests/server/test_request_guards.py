@@ -15,7 +15,7 @@ from tests.support.openai_errors import openai_error as _error
 from tests.support.server_api import CHAT, TIMEOUT
 from tests.support.server_process import ServerProcess
 
-UNKNOWN_ROLES = ("tool", "wizard")
+UNKNOWN_ROLES = ("function", "wizard")  # "function": the deprecated function calling
 
 
 def _chat_url(server: ServerProcess) -> str:
