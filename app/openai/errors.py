@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.openai.protocol import UNION_TAGS
 from app.openai.responses import ErrorDetail, ErrorResponse
 from app.policy.types import Decision
 from engine.sampling_params import SamplingParamsError
@@ -105,7 +106,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     if not errors:
         return "Invalid request.", None
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    loc = [str(p) for p in first.get("loc", ()) if p != "body" and p not in UNION_TAGS]
     if first.get("type") == "json_invalid":
         return NOT_JSON, None
     param = ".".join(loc) or None

@@ -1,4 +1,5 @@
-"""Request bodies of the OpenAI routes (pydantic), and their translation to SamplingParams.
+"""Request bodies of the OpenAI routes and of vLLM's /tokenize and /detokenize (pydantic), and
+the generation routes' translation to SamplingParams.
 
 Unknown fields are ignored: clients send many. Every field that changes the output is
 honoured or refused with a 400 that says so: response_format, structured_outputs and the
@@ -16,9 +17,17 @@ only shown here, in the JSON schema, so clients and fuzzers see them. Pydantic's
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from app.openai.output_constraint import (
     Constraint,
@@ -150,7 +159,7 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     # The schema lists the roles (clients and fuzzers see what is valid); the check itself is
-    # ChatCompletionRequest's, for a message that names the unknown role.
+    # check_roles, run by each request model, for a message that names the unknown role.
     role: str = Field(json_schema_extra={"enum": sorted(CHAT_ROLES)})
     content: str | list[dict[str, Any]] | None = None
 
@@ -169,6 +178,14 @@ class ChatMessage(BaseModel):
         elif content is None:
             d["content"] = ""
         return template_message(d)
+
+
+def check_roles(messages: list[ChatMessage]) -> None:
+    """ValueError for a message whose role no chat template here renders."""
+    for message in messages:
+        if message.role not in CHAT_ROLES:
+            raise ValueError(f"Unsupported message role {message.role!r}; use one of "
+                             f"{', '.join(sorted(CHAT_ROLES))}.")
 
 
 class ChatCompletionRequest(_SamplingFields):
@@ -193,10 +210,7 @@ class ChatCompletionRequest(_SamplingFields):
         if self.functions or self.function_call not in (None, "none"):
             raise ValueError("The deprecated functions/function_call fields are not supported; "
                              "send the functions as tools (tool_choice for function_call).")
-        for message in self.messages:
-            if message.role not in CHAT_ROLES:
-                raise ValueError(f"Unsupported message role {message.role!r}; use one of "
-                                 f"{', '.join(sorted(CHAT_ROLES))}.")
+        check_roles(self.messages)
         return self
 
     def tool_request(self) -> ToolRequest | None:
@@ -243,3 +257,72 @@ class CompletionRequest(_SamplingFields):
         return self._sampling_params(self.max_tokens, self.logprobs, constraint)
 
 
+# -- vLLM's /tokenize and /detokenize --------------------------------------------------------
+
+class TokenizeCompletionRequest(BaseModel):
+    """POST /tokenize with a text `prompt`: its ids as /v1/completions reads it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    prompt: str
+    add_special_tokens: bool = Field(
+        True, description="Add the tokenizer's special tokens (e.g. BOS), as /v1/completions does.")
+    return_token_strs: bool = Field(False, description="Also return each token's string.")
+
+
+class TokenizeChatRequest(BaseModel):
+    """POST /tokenize with chat `messages`: their ids as /v1/chat/completions renders them."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_special_tokens: bool = Field(
+        False, description="Add the tokenizer's special tokens on top of the chat template's "
+                           "(which adds the model's own: leave it false, as chat completions do).")
+    return_token_strs: bool = Field(False, description="Also return each token's string.")
+    # How a template renders tools depends on the request's tool_choice (app/openai/
+    # chat_formats.py): a count without that would not be the chat route's count.
+    tools: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _renderable(self) -> TokenizeChatRequest:
+        if self.tools:
+            raise ValueError("/tokenize does not count tools; send the messages alone.")
+        check_roles(self.messages)
+        return self
+
+
+def _tokenize_form(body: Any) -> str | None:
+    """The form of a /tokenize body, by the field only it has; None (a 400) for neither or
+    both, which vLLM would resolve by guessing."""
+    if isinstance(body, BaseModel):
+        return type(body).__name__
+    if not isinstance(body, dict) or ("prompt" in body) == ("messages" in body):
+        return None
+    return "TokenizeChatRequest" if "messages" in body else "TokenizeCompletionRequest"
+
+
+# vLLM's TokenizeRequest: one of the two forms.
+TokenizeRequest = Annotated[
+    Annotated[TokenizeCompletionRequest, Tag("TokenizeCompletionRequest")]
+    | Annotated[TokenizeChatRequest, Tag("TokenizeChatRequest")],
+    Discriminator(_tokenize_form, custom_error_type="prompt_or_messages",
+                  custom_error_message="Send `prompt` (a text) or `messages` (a chat): one of "
+                                       "the two."),
+]
+# Pydantic puts the form's tag in the path of an error inside it: no field of the request,
+# so app/openai/errors.py leaves it out of `param`.
+UNION_TAGS = frozenset({"TokenizeCompletionRequest", "TokenizeChatRequest"})
+
+
+class DetokenizeRequest(BaseModel):
+    """POST /detokenize: token ids back to text."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    tokens: list[int]

@@ -1,5 +1,6 @@
 """What the OpenAI routes answer (pydantic): completions, chat completions, their stream chunks,
-the model list and the error body. The routes build these; /openapi.json shows them.
+the model list, vLLM's (de)tokenize answers and the error body. The routes build these;
+/openapi.json shows them.
 
 OpenAI's fields, in OpenAI's order, and officellm's (vLLM's) additions: `stop_reason` on each
 choice (the stop string or token id that ended it, else null) and `root`/`max_model_len` on a
@@ -216,6 +217,24 @@ class CompletionChunk(WireModel):
     model: str
     choices: list[CompletionChoice]
     usage: Usage | None = None
+
+
+# -- vLLM's /tokenize and /detokenize ------------------------------------------------------
+
+class TokenizeResponse(WireModel):
+    """POST /tokenize: the prompt's token ids, their count and the model's context length."""
+
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None = Field(
+        None, description="Each token's string, with `return_token_strs`; else null.")
+
+
+class DetokenizeResponse(WireModel):
+    """POST /detokenize: the text of the token ids."""
+
+    prompt: str
 
 
 # -- models and errors ---------------------------------------------------------------------

@@ -42,6 +42,9 @@ Message = dict[str, Any]
 # counted by Refusals.policy).
 MODEL_LENGTH, SERVER_CAP, INVALID = "context_length", "context_cap", "invalid_request"
 
+# Any ordinary text: with_special_tokens reads off it what the tokenizer adds around a text.
+_PROBE = "Hello world"
+
 
 class PromptRenderer:
     """The served model's tokenizer and chat template, for worker threads.
@@ -56,6 +59,7 @@ class PromptRenderer:
 
         self._tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self._lock = threading.Lock()
+        self._special: tuple[list[int], list[int]] | None = None  # with_special_tokens'
 
     def render(self, messages: list[Message], add_generation_prompt: bool,
                template_kwargs: dict[str, Any]) -> list[int]:
@@ -68,12 +72,51 @@ class PromptRenderer:
                 raise ValueError(
                     f"The chat template could not render these messages: {exc}") from exc
 
-    def encode(self, prompt: str | list[int]) -> list[int]:
-        """Token ids of a completion prompt (blocking)."""
+    def encode(self, prompt: str | list[int], add_special_tokens: bool = True) -> list[int]:
+        """Token ids of a completion prompt (blocking); `add_special_tokens` as transformers'
+        (a completion always adds them; /tokenize may be asked not to)."""
         if not isinstance(prompt, str):
             return [int(t) for t in prompt]
         with self._lock:
-            return self._tokenizer.encode(prompt, add_special_tokens=True)
+            return self._tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
+
+    def with_special_tokens(self, token_ids: list[int]) -> list[int]:
+        """`token_ids` with the special tokens the tokenizer adds around one text (a BOS, an
+        EOS, or none), as encoding their text with them would give: /tokenize's
+        `add_special_tokens` for a chat already rendered, without rendering it again."""
+        with self._lock:
+            if self._special is None:
+                self._special = self._find_special_tokens()
+            before, after = self._special
+        return before + token_ids + after
+
+    def _find_special_tokens(self) -> tuple[list[int], list[int]]:
+        # The tokenizer's template for one sequence, read off a probe encoded both ways:
+        # transformers has no one call that adds special tokens to ids, for every tokenizer.
+        bare = self._tokenizer.encode(_PROBE, add_special_tokens=False)
+        full = self._tokenizer.encode(_PROBE, add_special_tokens=True)
+        for start in range(len(full) - len(bare) + 1):
+            if full[start:start + len(bare)] == bare:
+                return full[:start], full[start + len(bare):]
+        raise ValueError("This model's tokenizer changes a text's own tokens when it adds its "
+                         "special tokens; send add_special_tokens false with messages.")
+
+    def token_strs(self, token_ids: list[int]) -> list[str]:
+        """Each token's string in the vocabulary (byte-level pieces as they are, e.g. "Ġthe"),
+        as vLLM's /tokenize returns them (blocking)."""
+        with self._lock:
+            return list(self._tokenizer.convert_ids_to_tokens(token_ids))
+
+    @property
+    def vocab_size(self) -> int:
+        """How many token ids the tokenizer knows, its added tokens included."""
+        return len(self._tokenizer)
+
+    def decode(self, token_ids: list[int]) -> str:
+        """The text of token ids, special tokens included (blocking). The caller checks they
+        are in the vocabulary: transformers turns an unknown id into nothing, silently."""
+        with self._lock:
+            return self._tokenizer.decode(token_ids)
 
 
 class _MeasuredMessages:

@@ -1,5 +1,6 @@
 """Fuzzing from the server's own OpenAPI schema (schemathesis): valid and schema-violating
-requests to every public and admin operation. No answer is a 5xx, and every error is in
+requests to every public and admin operation (the OpenAI routes, vLLM's /tokenize and
+/detokenize, /health, /metrics, /admin/). No answer is a 5xx, and every error is in
 OpenAI's shape.
 
 Bounded for CI: EXAMPLES requests per operation and mode, against a tiny model whose
@@ -29,6 +30,8 @@ from tests.support.server_process import ServerProcess
 pytestmark = pytest.mark.slow
 
 EXAMPLES = 40  # per operation and mode: ~1,000 requests, about a minute on two cores
+# The public API: OpenAI's routes and vLLM's tokenizer routes beside them.
+PUBLIC = ("/v1/", "/tokenize", "/detokenize")
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +84,13 @@ def _token_ids(prompt: Any) -> Any:
 
 
 def reach_the_engine(case: schemathesis.Case) -> None:
-    """Steer a valid generation request past the refusals the schema cannot express (an
-    unknown model name, max_tokens over the context, min_tokens over max_tokens, the deprecated function calling,
-    empty prompts, token ids outside the vocabulary), so the other fuzzed fields really reach
-    the engine. The negative mode covers those refusals."""
+    """Steer a valid public request past the refusals the schema cannot express (an unknown
+    model name, max_tokens over the context, min_tokens over max_tokens, the deprecated
+    function calling, empty
+    prompts, token ids outside the vocabulary), so the other fuzzed fields really reach the
+    engine, or the tokenizer. The negative mode covers those refusals."""
     body = case.body
-    if not (isinstance(body, dict) and case.path.startswith("/v1/")):
+    if not (isinstance(body, dict) and case.path.startswith(PUBLIC)):
         return
     body.pop("model", None)
     for key in TOOL_FIELDS:
@@ -97,6 +101,8 @@ def reach_the_engine(case: schemathesis.Case) -> None:
     body["min_tokens"] = 0
     if "prompt" in body:
         body["prompt"] = _token_ids(body["prompt"])
+    if isinstance(body.get("tokens"), list):  # /detokenize
+        body["tokens"] = [abs(t) % 1000 for t in body["tokens"] if isinstance(t, int)]
 
 
 def fuzz_operation(server: ServerProcess, operation: Any, mode: GenerationMode,
@@ -120,8 +126,10 @@ def fuzz_operation(server: ServerProcess, operation: Any, mode: GenerationMode,
         assert mode is GenerationMode.NEGATIVE, label
 
 
-def fuzz(server: ServerProcess, prefix: str, headers: dict[str, str]) -> FuzzReport:
-    """Run every operation under `prefix` with EXAMPLES valid and EXAMPLES invalid requests."""
+def fuzz(server: ServerProcess, prefix: str | tuple[str, ...],
+         headers: dict[str, str]) -> FuzzReport:
+    """Run every operation under `prefix` (or any of them) with EXAMPLES valid and EXAMPLES
+    invalid requests."""
     schema = schemathesis.openapi.from_url(f"{server.base_url}/openapi.json")
     report = FuzzReport()
     for result in schema.get_all_operations():
@@ -145,8 +153,9 @@ def _record(report: FuzzReport, name: str, record_property) -> None:
 
 def test_the_public_api_never_answers_5xx_and_errors_are_openai_shaped(
         server: ServerProcess, record_property) -> None:
-    report = fuzz(server, "/v1/", server.headers)
+    report = fuzz(server, PUBLIC, server.headers)
     _record(report, "public", record_property)
+    assert {"POST /tokenize", "POST /detokenize"} <= set(report.operations)
     assert report.tried >= EXAMPLES * len(report.operations)
     assert report.failures == []
     assert report.by_status.get(200, 0) >= EXAMPLES  # the engine really ran fuzzed requests
