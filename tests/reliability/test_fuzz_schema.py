@@ -86,9 +86,8 @@ def _token_ids(prompt: Any) -> Any:
 def reach_the_engine(case: schemathesis.Case) -> None:
     """Steer a valid public request past the refusals the schema cannot express (an unknown
     model name, max_tokens over the context, min_tokens over max_tokens, the deprecated
-    function calling, empty
-    prompts, token ids outside the vocabulary), so the other fuzzed fields really reach the
-    engine, or the tokenizer. The negative mode covers those refusals."""
+    function calling, empty prompts, token ids outside the vocabulary), so the other fuzzed
+    fields really reach the engine, or the tokenizer. The negative mode covers those refusals."""
     body = case.body
     if not (isinstance(body, dict) and case.path.startswith(PUBLIC)):
         return
