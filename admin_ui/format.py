@@ -51,3 +51,11 @@ def ago(stamp: str | float | None, now: float | None = None) -> str:
     if secs < 3600:
         return f"{secs // 60} min ago"
     return f"{secs // 3600} h {secs % 3600 // 60:02d} min ago"
+
+
+def kind_counts(counts: dict[str, int]) -> str:
+    """Counts by kind, the commonest first: "json_schema 3 · tool_required 1" ("none")."""
+    if not counts:
+        return "none"
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return " · ".join(f"{kind} {n:,}" for kind, n in ranked)

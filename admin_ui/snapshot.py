@@ -145,6 +145,7 @@ class StatsSnapshot:
     latency: Latency = field(default_factory=Latency)
     active_threads: list[ActiveThread] = field(default_factory=list)
     users: list[UserShare] = field(default_factory=list)  # the heaviest holder first
+    structured_requests: dict[str, int] = field(default_factory=dict)  # by kind, since start
     received: float = field(default_factory=time.monotonic)
 
     @classmethod
@@ -157,5 +158,7 @@ class StatsSnapshot:
             active_threads=[ActiveThread.from_json(t) for t in d.get("active_threads") or []],
             users=sorted((UserShare.from_json(u) for u in d.get("users") or []),
                          key=lambda u: -u.kv_blocks),
+            structured_requests={str(k): int(v) for k, v in
+                                 (d.get("structured_requests") or {}).items()},
             received=time.monotonic() if received is None else received,
         )

@@ -32,7 +32,8 @@ class DashboardTab(QWidget):
         groups = {
             "Requests": [("running", "Running"), ("waiting", "Waiting"),
                          ("preemptions", "Preemptions (total)"),
-                         ("preemptions_min", "Preemptions per minute")],
+                         ("preemptions_min", "Preemptions per minute"),
+                         ("structured", "Structured / tool calls")],
             "Throughput": [("prompt_tps", "Prompt tokens/s"), ("gen_tps", "Generation tokens/s"),
                            ("prefix_hit", "Prefix-cache hit rate"), ("blocks", "KV blocks")],
             "Latency": [("ttft", "Time to first token p50 / p99"),
@@ -62,6 +63,7 @@ class DashboardTab(QWidget):
         v["waiting"].setText(str(e.num_waiting))
         v["preemptions"].setText(f"{e.num_preemptions_total:,}")
         v["preemptions_min"].setText(f"{r.preemptions_per_min:,.1f}")
+        v["structured"].setText(fmt.kind_counts(snap.structured_requests))
         v["prompt_tps"].setText(fmt.rate(r.prompt_tokens_per_s, "tok/s"))
         v["gen_tps"].setText(fmt.rate(r.generation_tokens_per_s, "tok/s"))
         v["prefix_hit"].setText(fmt.pct(e.prefix_hit_rate))

@@ -43,6 +43,7 @@ def get_stats(request: Request) -> Stats:
         active_threads=[ActiveThread(**t.model_dump(include=set(ActiveThread.model_fields)))
                         for t in threads],
         users=[UserShareView(**asdict(u)) for u in shares],
+        structured_requests=dict(server.metrics.structured_by_kind),
     )
 
 

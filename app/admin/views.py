@@ -151,6 +151,11 @@ class Stats(BaseModel):
     users: list[UserShareView] = Field(
         description="Who holds the engine: per user holding blocks, running or ever "
                     "preempted, the heaviest holder first.")
+    structured_requests: dict[str, int] = Field(
+        default_factory=dict,
+        description="Requests since start whose output a grammar or a tool-call parser shaped, "
+                    "by kind (json_schema, json_object, regex, choice, grammar, tool_required, "
+                    "tool_named, tool_auto).")
 
 
 class Plan(BaseModel):

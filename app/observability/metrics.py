@@ -188,6 +188,7 @@ class ServerMetrics:
             "Requests with a constrained output, by kind: json_schema, json_object, regex, "
             "choice, grammar, tool_required, tool_named, tool_auto.",
             ["model_name", "kind"], registry=r)
+        self.structured_by_kind: dict[str, int] = {}  # the same counts, for /admin/stats
         self.in_flight = Gauge("officellm:requests_in_flight",
                                "Generation requests being served now.", registry=r)
 
@@ -198,6 +199,7 @@ class ServerMetrics:
     def record_structured(self, kind: str) -> None:
         """Count one request whose output a grammar or a tool-call parser shapes."""
         self.structured_requests.labels(model_name=self.model_name, kind=kind).inc()
+        self.structured_by_kind[kind] = self.structured_by_kind.get(kind, 0) + 1
 
     def record_request(self, user: str, prompt_tokens: int, generation_tokens: int) -> None:
         """Count one finished request for its user."""

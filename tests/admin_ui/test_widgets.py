@@ -60,6 +60,18 @@ def test_dashboard_shows_the_numbers(qtbot):
     assert list(xs) == [-2.0, -1.0, 0.0] and list(ys) == [10.0, 50.0, 93.0]
 
 
+def test_dashboard_counts_structured_and_tool_call_requests(qtbot):
+    tab = DashboardTab()
+    qtbot.addWidget(tab)
+    idle = StatsSnapshot.from_json(stats_json())
+    tab.show_snapshot(idle, StatsHistory())
+    assert tab.values["structured"].text() == "none"
+    busy = StatsSnapshot.from_json({**stats_json(), "structured_requests": {
+        "tool_required": 2, "json_schema": 5, "regex": 2}})
+    tab.show_snapshot(busy, StatsHistory())
+    assert tab.values["structured"].text() == "json_schema 5 · regex 2 · tool_required 2"
+
+
 def test_diagnosis_tab_lists_live_findings(qtbot):
     tab = DiagnosisTab()
     qtbot.addWidget(tab)

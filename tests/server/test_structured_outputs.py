@@ -16,6 +16,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from tests.policy.helpers import Admin
 from tests.support.server_api import TIMEOUT, sample, scrape
 
 ASK = [{"role": "user", "content": "Describe it as JSON."}]
@@ -133,7 +134,11 @@ def test_structured_requests_are_counted_by_kind(server, client: openai.OpenAI,
         return sample(scrape(server), "officellm:structured_requests_total", kind="choice",
                       model_name=model)
 
-    before = count()
+    def admin_count() -> int:
+        stats = Admin(server.base_url, server.db_path).get("/stats")
+        return stats["structured_requests"].get("choice", 0)
+
+    before, admin_before = count(), admin_count()
     client.chat.completions.create(model=model, messages=ASK, max_tokens=4,
                                    extra_body={"guided_choice": ["a", "b"]})
-    assert count() == before + 1
+    assert (count(), admin_count()) == (before + 1, admin_before + 1)
