@@ -51,8 +51,8 @@ class ChatOutputReader:
         reasoning, content = None, text
         if self.reasoning is not None:
             parsed = self.reasoning.parse(text)
-            reasoning, content = parsed.reasoning, parsed.content or ""
-        if self.tools is None:
+            reasoning, content = parsed.reasoning, parsed.content  # None: all thinking
+        if self.tools is None or content is None:
             return ChatMessageParts(content, reasoning, [])
         calls = self.tools.parse(content)
         return ChatMessageParts(calls.content, reasoning, calls.tool_calls)

@@ -48,6 +48,21 @@ def test_two_ranks_give_the_tokens_of_one_under_chunked_prefill(tiny_pair, chat_
     assert_same_greedy(tp2, tp1, prompts)
 
 
+def test_grammar_masks_on_rank_0_constrain_a_tensor_parallel_engine(tiny_pair, chat_prompt_ids):
+    """The workers never see the bitmask: rank 0 applies it to the gathered logits."""
+    import re
+
+    from engine.structured_output import StructuredOutputsParams
+
+    tp2, tp1 = tiny_pair
+    pattern = r"[a-z]{3,8}-[0-9]{2}"
+    params = SamplingParams(temperature=0, max_tokens=24,
+                            structured_outputs=StructuredOutputsParams(regex=pattern))
+    ours = [o.outputs[0].text for o in tp2.generate(chat_prompt_ids[:3], params)]
+    assert all(re.fullmatch(pattern, t) for t in ours), ours
+    assert ours == [o.outputs[0].text for o in tp1.generate(chat_prompt_ids[:3], params)]
+
+
 def test_two_ranks_give_the_tokens_of_one_on_prefix_cache_hits(tiny_pair, chat_prompt_ids):
     tp2, tp1 = tiny_pair
     first = chat_prompt_ids[5]
