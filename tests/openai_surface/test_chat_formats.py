@@ -1,0 +1,125 @@
+"""How a chat request's tools, tool_choice and output constraint become its plan (pure: no
+model): which grammar, what the template is given, how the text is read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.openai.chat_formats import ChatFormats
+from app.openai.output_constraint import Constraint
+from app.openai.tools import ChatTool, NamedToolChoice, ToolRequest, template_message
+from engine.structured_output import StructuredOutputsParams
+
+WEATHER = ChatTool.model_validate({"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}}, "required": ["city"]}}})
+HERMES_TEMPLATE = "{% if tools %}<tools>{{ tools }}</tools> reply in <tool_call></tool_call>{% endif %}"
+PLAIN_TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
+
+
+def formats(template: str, parser: str = "auto", reasoning: str = "auto",
+            auto_choice: bool = True) -> ChatFormats:
+    return ChatFormats.resolve(template, parser, reasoning, auto_choice)
+
+
+def tools(choice="auto", parallel=True) -> ToolRequest:
+    request = ToolRequest.of([WEATHER], choice, parallel)
+    assert request is not None
+    return request
+
+
+def test_auto_detects_hermes_from_a_template_that_teaches_tool_call_tags():
+    assert formats(HERMES_TEMPLATE).tool_format == "hermes"
+
+
+def test_auto_finds_no_format_in_a_template_without_tools():
+    assert formats(PLAIN_TEMPLATE).tool_format is None
+
+
+def test_auto_reasoning_is_qwen3_for_a_template_that_writes_think():
+    assert formats(PLAIN_TEMPLATE + "<think>").reasoning is not None
+    assert formats(PLAIN_TEMPLATE).reasoning is None
+
+
+def test_tools_reach_a_template_that_renders_them():
+    plan = formats(HERMES_TEMPLATE).plan(tools(), None)
+    assert plan.template_kwargs["tools"][0]["function"]["name"] == "get_weather"
+    assert plan.system_text is None and plan.constraint is None and plan.kind == "tool_auto"
+
+
+def test_a_template_that_ignores_tools_gets_them_in_a_system_message():
+    plan = formats(PLAIN_TEMPLATE).plan(tools("required"), None)
+    messages = plan.messages([{"role": "user", "content": "hi"}])
+    assert messages[0]["role"] == "system" and "get_weather" in messages[0]["content"]
+    assert plan.template_kwargs == {}
+
+
+def test_the_tools_text_joins_an_existing_system_message():
+    plan = formats(PLAIN_TEMPLATE).plan(tools("required"), None)
+    messages = plan.messages([{"role": "system", "content": "Be brief."},
+                              {"role": "user", "content": "hi"}])
+    assert len(messages) == 2 and messages[0]["content"].startswith("Be brief.\n\n")
+
+
+def test_auto_on_a_model_without_a_format_is_refused():
+    with pytest.raises(ValueError, match="no tool support and no tool-call parser"):
+        formats(PLAIN_TEMPLATE).plan(tools(), None)
+
+
+def test_auto_is_refused_when_the_server_turned_it_off():
+    with pytest.raises(ValueError, match="--no-enable-auto-tool-choice"):
+        formats(HERMES_TEMPLATE, auto_choice=False).plan(tools(), None)
+
+
+def test_a_forced_call_and_an_output_constraint_are_refused_together():
+    constraint = Constraint.of(StructuredOutputsParams(json_object=True))
+    with pytest.raises(ValueError, match="cannot both apply"):
+        formats(HERMES_TEMPLATE).plan(tools("required"), constraint)
+
+
+def test_a_required_call_is_a_structural_tag_over_every_tool():
+    plan = formats(PLAIN_TEMPLATE).plan(tools("required", parallel=False), None)
+    assert plan.kind == "tool_required"
+    tag = json.loads(plan.constraint.spec.structural_tag)["format"]
+    assert tag["type"] == "tags_with_separator" and tag["at_least_one"]
+    assert tag["stop_after_first"]  # parallel_tool_calls false: one call
+    assert tag["tags"][0]["begin"].startswith('<tool_call>\n{"name": "get_weather"')
+
+
+def test_a_named_call_is_that_functions_tag_in_the_llama_format():
+    named = NamedToolChoice.model_validate({"type": "function",
+                                            "function": {"name": "get_weather"}})
+    plan = formats(PLAIN_TEMPLATE, parser="llama3_json").plan(tools(named), None)
+    tag = json.loads(plan.constraint.spec.structural_tag)["format"]
+    assert plan.kind == "tool_named"
+    assert tag == {"type": "tag", "begin": '{"name": "get_weather", "parameters": ',
+                   "content": {"type": "json_schema",
+                               "json_schema": WEATHER.function.parameters},
+                   "end": "}"}
+
+
+def test_a_choice_naming_an_absent_tool_is_refused():
+    named = NamedToolChoice.model_validate({"type": "function", "function": {"name": "nope"}})
+    with pytest.raises(ValueError, match="'nope', which is not in tools"):
+        ToolRequest.of([WEATHER], named, True)
+
+
+def test_tool_choice_none_means_no_tools_in_play():
+    assert ToolRequest.of([WEATHER], "none", True) is None
+
+
+def test_history_arguments_reach_the_template_as_objects():
+    message = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}
+    assert template_message(message)["tool_calls"][0]["function"]["arguments"] == {
+        "city": "Paris"}
+
+
+def test_history_arguments_that_are_not_json_are_refused():
+    message = {"role": "assistant", "tool_calls": [
+        {"id": "call_1", "function": {"name": "f", "arguments": "{oops"}}]}
+    with pytest.raises(ValueError, match="call_1"):
+        template_message(message)
