@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from typing import Literal
 
 import httpx
@@ -142,3 +144,54 @@ def test_structured_requests_are_counted_by_kind(server, client: openai.OpenAI,
     client.chat.completions.create(model=model, messages=ASK, max_tokens=4,
                                    extra_body={"guided_choice": ["a", "b"]})
     assert (count(), admin_count()) == (before + 1, admin_before + 1)
+
+
+def _slow_schema(tag: str) -> dict:
+    """A schema xgrammar takes seconds to compile on this vocabulary (300 patterned fields)."""
+    fields = {f"{tag}_{i}": {"type": "string", "pattern": f"^[a-z]{{{i % 7 + 1},{i % 13 + 9}}}$"}
+              for i in range(300)}
+    return {"type": "object", "properties": fields, "required": list(fields)}
+
+
+def _json_schema_body(schema: dict) -> dict:
+    return {"messages": ASK, "max_tokens": 4, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "slow", "schema": schema}}}
+
+
+def test_others_are_served_while_a_grammar_compiles(server, client: openai.OpenAI,
+                                                    model: str) -> None:
+    done: dict[str, float] = {}
+
+    def slow() -> None:
+        httpx.post(f"{server.base_url}/v1/chat/completions", headers=server.headers,
+                   json=_json_schema_body(_slow_schema("served")), timeout=TIMEOUT)
+        done["slow"] = time.monotonic()
+
+    worker = threading.Thread(target=slow)
+    worker.start()
+    time.sleep(0.3)  # the slow request is compiling
+    client.chat.completions.create(model=model, messages=ASK, max_tokens=4)
+    done["plain"] = time.monotonic()
+    worker.join()
+    assert done["plain"] < done["slow"]
+
+
+def test_a_client_that_leaves_while_its_grammar_compiles_leaves_nothing_behind(
+        server, client: openai.OpenAI, model: str) -> None:
+    admin = Admin(server.base_url, server.db_path)
+    finished = admin.get("/stats")["engine"]["num_requests_finished_total"]
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.base_url}/v1/chat/completions", headers=server.headers,
+                   json=_json_schema_body(_slow_schema("gone")), timeout=1.0)
+    # The grammar finishes compiling after the client left: nothing reaches the engine, and
+    # the request's slot and in-flight count are given back.
+    start = time.monotonic()
+    while sample(scrape(server), "officellm:requests_in_flight") and \
+            time.monotonic() - start < TIMEOUT:
+        time.sleep(0.2)
+    assert sample(scrape(server), "officellm:requests_in_flight") == 0
+    engine = admin.get("/stats")["engine"]
+    assert (engine["num_running"], engine["num_waiting"]) == (0, 0)
+    assert engine["num_requests_finished_total"] == finished
+    out = client.chat.completions.create(model=model, messages=ASK, max_tokens=4)
+    assert out.choices[0].message.content is not None
