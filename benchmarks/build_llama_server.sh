@@ -20,7 +20,10 @@ fi
 for tool in cmake c++; do
     command -v "$tool" >/dev/null || { echo "build_llama_server: needs $tool" >&2; exit 1; }
 done
-python="${PYTHON:-$(dirname "$0")/../.venv/bin/python}"
+# Absolute: the script cd's into the cache below, where a path relative to the caller's
+# directory would no longer lead to the repository's venv.
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="${PYTHON:-$repo/.venv/bin/python}"
 mkdir -p "$root"
 cd "$root"
 if [ ! -d src ]; then
