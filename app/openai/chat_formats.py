@@ -81,8 +81,8 @@ class ChatFormats:
         if tools.forced:
             if constraint is not None:
                 raise ValueError("A forced tool_choice and an output constraint "
-                                 "(response_format, structured_outputs or guided_*) cannot "
-                                 "both apply; send one of them.")
+                                 "(response_format or text.format, structured_outputs or "
+                                 "guided_*) cannot both apply; send one of them.")
             fmt = self.forced_format
             constraint = Constraint(tools.grammar(fmt), f"tool_{tools.choice}")
         elif not self.enable_auto_tool_choice:

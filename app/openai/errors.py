@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.openai.protocol import UNION_TAGS
 from app.openai.responses import ErrorDetail, ErrorResponse
+from app.openai.responses_protocol import UNION_TAGS as RESPONSES_UNION_TAGS
 from app.policy.types import Decision
 from engine.sampling_params import SamplingParamsError
 
@@ -106,7 +107,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     if not errors:
         return "Invalid request.", None
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p != "body" and p not in UNION_TAGS]
+    loc = [str(p) for p in first.get("loc", ())
+           if p != "body" and p not in UNION_TAGS and p not in RESPONSES_UNION_TAGS]
     if first.get("type") == "json_invalid":
         return NOT_JSON, None
     param = ".".join(loc) or None

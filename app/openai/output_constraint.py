@@ -1,5 +1,6 @@
-"""What a request asks its output to be: OpenAI's response_format, vLLM's structured_outputs
-and its older guided_* fields, all turned into one engine StructuredOutputsParams.
+"""What a request asks its output to be: OpenAI's response_format (text.format in the
+Responses API), vLLM's structured_outputs and its older guided_* fields, all turned into one
+engine StructuredOutputsParams.
 
 A request names at most one constraint, whichever field it uses; two are refused (which
 should win is anybody's guess, and guessing would silently break one of them).
@@ -68,6 +69,23 @@ def _spec(param: str, **kwargs: Any) -> tuple[str, StructuredOutputsParams]:
         raise StructuredOutputError(f"{param}: {exc}") from None
 
 
+def _format_spec(fmt: ResponseFormat, param: str) -> tuple[str, StructuredOutputsParams]:
+    """The spec of a json_object or json_schema format; `param` names it in errors."""
+    if fmt.type == "json_object":
+        return _spec(param, json_object=True)
+    schema = fmt.json_schema
+    if schema is None or not schema.schema_:
+        raise StructuredOutputError(f"{param} of type json_schema needs json_schema.schema.")
+    return _spec(param, json=schema.schema_)
+
+
+def format_constraint(fmt: ResponseFormat, param: str) -> Constraint | None:
+    """The constraint of one OpenAI output format on its own (None for text): the Responses
+    API's text.format, which has no other constraint field beside it. `param` names the
+    field in errors."""
+    return None if fmt.type == "text" else Constraint.of(_format_spec(fmt, param)[1])
+
+
 def request_constraint(response_format: ResponseFormat | None,
                        structured_outputs: StructuredOutputsRequest | None,
                        guided: dict[str, Any]) -> Constraint | None:
@@ -76,14 +94,7 @@ def request_constraint(response_format: ResponseFormat | None,
     for two at once or an empty one."""
     found: list[tuple[str, StructuredOutputsParams]] = []
     if response_format is not None and response_format.type != "text":
-        if response_format.type == "json_object":
-            found.append(_spec("response_format", json_object=True))
-        else:
-            fmt = response_format.json_schema
-            if fmt is None or not fmt.schema_:
-                raise StructuredOutputError(
-                    "response_format of type json_schema needs json_schema.schema.")
-            found.append(_spec("response_format", json=fmt.schema_))
+        found.append(_format_spec(response_format, "response_format"))
     if structured_outputs is not None:
         so = structured_outputs
         found.append(_spec("structured_outputs", json=so.json_, regex=so.regex,

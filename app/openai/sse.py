@@ -1,4 +1,5 @@
-"""Server-sent events as OpenAI streams them: `data: {json}\n\n` ... `data: [DONE]\n\n`."""
+"""Server-sent events as OpenAI streams them: `data: {json}\n\n` ... `data: [DONE]\n\n`
+(chat and completions), or `event: <type>\ndata: {json}\n\n` each (the Responses API)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,12 @@ _SPLITLINES_SAFE = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028",
                                   "\u2029": "\\u2029"})
 
 
-def sse(payload: BaseModel) -> str:
+def sse(payload: BaseModel, event: str | None = None) -> str:
     """One SSE event carrying a chunk (app/openai/responses.py) as compact JSON. Nulls stay:
-    which fields a chunk leaves out is the model's (WireModel.omit_unset), not exclude_none."""
-    return f"data: {payload.model_dump_json().translate(_SPLITLINES_SAFE)}\n\n"
+    which fields a chunk leaves out is the model's (WireModel.omit_unset), not exclude_none.
+    `event` names the event on an `event:` line first, as the Responses API's streams do."""
+    head = f"event: {event}\n" if event is not None else ""
+    return f"{head}data: {payload.model_dump_json().translate(_SPLITLINES_SAFE)}\n\n"
 
 
 class SSEResponse(StreamingResponse):

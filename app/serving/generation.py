@@ -82,6 +82,7 @@ class Generation:
         self._unfinished: set[str] = set()
         self._started: list[int] = []  # indexes of the prompts the engine took
         self._output_tokens = [0] * self.num_choices
+        self._cached_tokens: dict[str, int] = {}  # prompt tokens the prefix cache held, by engine id
         self._finish_reasons: list[str | None] = [None] * self.num_choices
         self._t0 = time.monotonic()
         self._first_token: float | None = None
@@ -131,6 +132,7 @@ class Generation:
                 self._failure = 500
                 raise RequestFailed(item.error)
             prompt_index = self.engine_ids.index(item.request_id)
+            self._cached_tokens[item.request_id] = item.num_cached_tokens
             out = []
             for o in item.outputs:
                 index = prompt_index * n + o.index
@@ -196,6 +198,11 @@ class Generation:
     @property
     def num_completion_tokens(self) -> int:
         return sum(self._output_tokens)
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens the engine found in its prefix cache (as it last reported them)."""
+        return sum(self._cached_tokens.values())
 
     def usage(self) -> dict[str, int]:
         p, c = self.num_prompt_tokens, self.num_completion_tokens

@@ -176,3 +176,33 @@ def test_max_turns(office: Office, tokenizer, uniq, on_limit: str) -> None:
     m = office.metrics(key)
     assert metric(m, "officellm:policy_refusals_total", user=user, reason="max_turns",
                   action=on_limit) == 1
+
+
+# -- the Responses API: the same thread rules, answered in its shapes ----------------------
+
+def test_notify_on_the_responses_api_answers_the_sentence(office: Office, sizes,
+                                                          uniq) -> None:
+    short, long, n_short, n_long, cap = sizes
+    user = f"ntf-resp-{uniq}"
+    key = office.admin.user_with_key(user, max_context_tokens=cap, on_limit="notify")
+    client = office.client(key)
+    r = client.responses.create(model=MODEL, input=long, max_output_tokens=3, temperature=0)
+    assert r.status == "completed" and r.output_text == context_sentence(n_long, cap)
+    assert r.usage.total_tokens == 0  # the engine never ran
+    events = list(client.responses.create(model=MODEL, input=long, max_output_tokens=3,
+                                          temperature=0, stream=True))
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == \
+        context_sentence(n_long, cap)
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.usage.total_tokens == 0
+
+
+def test_truncate_on_the_responses_api_says_how_many_turns_it_dropped(
+        office: Office, tokenizer, sizes, uniq) -> None:
+    short, long, n_short, n_long, cap = sizes
+    user = f"trn-resp-{uniq}"
+    key = office.admin.user_with_key(user, max_context_tokens=cap, on_limit="truncate")
+    raw = office.client(key).responses.with_raw_response.create(
+        model=MODEL, input=long, max_output_tokens=3, temperature=0)
+    dropped = int(raw.headers[TRUNCATED])
+    assert raw.parse().usage.input_tokens == count_tokens(tokenizer, drop_turns(long, dropped))

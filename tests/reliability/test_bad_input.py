@@ -20,6 +20,7 @@ from tests.support.server_process import ServerProcess
 LIMIT = 1024 * 1024
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+RESPONSES = "/v1/responses"
 USER = [{"role": "user", "content": "hi"}]
 JSON = {"Content-Type": "application/json"}
 
@@ -148,7 +149,10 @@ def _edges(kind: str, bounds: dict) -> list[tuple[float, bool]]:
     (COMPLETIONS, "CompletionRequest", {"prompt": "x"},
      {"n", "temperature", "top_p", "min_p", "seed", "top_k", "presence_penalty",
       "frequency_penalty", "repetition_penalty", "max_tokens", "min_tokens", "logprobs"}),
-], ids=["chat", "completions"])
+    # max_tokens means nothing here (it is ignored): max_output_tokens keeps answers short.
+    (RESPONSES, "ResponsesRequest", {"input": "hi", "max_output_tokens": 1},
+     {"temperature", "top_p", "max_output_tokens"}),
+], ids=["chat", "completions", "responses"])
 def test_the_documented_bounds_are_the_enforced_ones(server: ServerProcess, path: str,
                                                      model: str, base: dict,
                                                      expected: set[str]) -> None:

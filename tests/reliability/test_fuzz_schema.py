@@ -72,6 +72,10 @@ class FuzzReport:
 
 # The deprecated function-calling fields are always refused; tools and tool_choice are fuzzed.
 TOOL_FIELDS = ("functions", "function_call")
+# What the stateless /v1/responses always refuses: stored state (previous_response_id,
+# conversation, a stored prompt), background runs, truncation "auto", included logprobs.
+STATEFUL_FIELDS = ("previous_response_id", "conversation", "prompt", "background",
+                   "truncation", "include")
 
 
 def _token_ids(prompt: Any) -> Any:
@@ -86,15 +90,16 @@ def _token_ids(prompt: Any) -> Any:
 def reach_the_engine(case: schemathesis.Case) -> None:
     """Steer a valid public request past the refusals the schema cannot express (an unknown
     model name, max_tokens over the context, min_tokens over max_tokens, the deprecated
-    function calling, empty prompts, token ids outside the vocabulary), so the other fuzzed
-    fields really reach the engine, or the tokenizer. The negative mode covers those refusals."""
+    function calling, the Responses API's stateful fields, empty prompts, token ids outside
+    the vocabulary), so the other fuzzed fields really reach the engine, or the tokenizer.
+    The negative mode covers those refusals."""
     body = case.body
     if not (isinstance(body, dict) and case.path.startswith(PUBLIC)):
         return
     body.pop("model", None)
-    for key in TOOL_FIELDS:
+    for key in (*TOOL_FIELDS, *STATEFUL_FIELDS):
         body.pop(key, None)
-    for key in ("max_tokens", "max_completion_tokens"):
+    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
         if isinstance(body.get(key), int):
             body[key] = min(body[key], 8)
     body["min_tokens"] = 0
@@ -154,7 +159,7 @@ def test_the_public_api_never_answers_5xx_and_errors_are_openai_shaped(
         server: ServerProcess, record_property) -> None:
     report = fuzz(server, PUBLIC, server.headers)
     _record(report, "public", record_property)
-    assert {"POST /tokenize", "POST /detokenize"} <= set(report.operations)
+    assert {"POST /v1/responses", "POST /tokenize", "POST /detokenize"} <= set(report.operations)
     assert report.tried >= EXAMPLES * len(report.operations)
     assert report.failures == []
     assert report.by_status.get(200, 0) >= EXAMPLES  # the engine really ran fuzzed requests

@@ -32,13 +32,11 @@ from app.openai.responses import (
     sse_description,
 )
 from app.openai.sse import DONE, SSEResponse, sse
-from app.policy import chat_thread
 from app.serving.async_engine import EngineDeadError
-from app.serving.generation import Choice, ClientGone, Generation, RequestFailed, compile_grammar
+from app.serving.chat_pipeline import start_chat
+from app.serving.generation import Choice, ClientGone, Generation, RequestFailed
 from app.serving.prompt import ChatPrompt
 from app.serving.state import ServerState, admitted_server
-
-TRUNCATED_HEADER = "X-OfficeLLM-Truncated"
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
@@ -63,35 +61,25 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     except ValueError as exc:
         raise invalid_value(exc) from exc
     async with server.admission.admit(principal, "chat", params.n) as admission:
-        # The client's id for the thread (X-Thread-Id, Open WebUI's chat id, else `user`
-        # unless it names a person), else the opening messages; a front end's background
-        # task (a title, tags) belongs to none.
-        thread = chat_thread(principal.user_id, messages, request.headers,
-                             None if principal.front_end is not None else body.user)
-        prompt = await server.prompts.chat(admission, messages, thread,
-                                           body.add_generation_prompt,
-                                           {**(body.chat_template_kwargs or {}),
-                                            **plan.template_kwargs}, params.max_tokens)
-        if prompt.decision.action == "notify":
-            return _notice(prompt, body, model)  # the engine never runs: nothing to count
-        assert prompt.token_ids is not None
         try:
-            grammar = await compile_grammar(server, params, request)
+            started = await start_chat(
+                server, request, admission, messages, plan, params,
+                request_id=f"chatcmpl-{uuid.uuid4().hex}", stream=body.stream, user=body.user,
+                add_generation_prompt=body.add_generation_prompt,
+                template_kwargs=body.chat_template_kwargs)
         except ClientGone:
             return Response(status_code=499)  # left while its grammar compiled: nothing ran
-        gen = Generation(server, f"chatcmpl-{uuid.uuid4().hex}", [prompt.token_ids], params,
-                         admission, stream=body.stream, thread_key=thread.key,
-                         turns=prompt.turns, grammar=grammar, kind=plan.kind)
-        headers = {TRUNCATED_HEADER: str(prompt.truncated_turns)} if prompt.truncated_turns else None
-        gen.start()
+        gen = started.generation
+        if gen is None:
+            return _notice(started.prompt, body, model)
         if body.stream:
             return admission.hold(SSEResponse(_stream(gen, body, model, plan), on_close=gen.close,
-                                              headers=headers))
+                                              headers=started.headers))
         choices = await gen.complete(request)
         if choices is None:
             return Response(status_code=499)  # nobody is listening; nginx's "client closed"
         return JSONResponse(_response(gen, choices, body, model, plan).model_dump(),
-                            headers=headers)
+                            headers=started.headers)
 
 
 def _notice(prompt: ChatPrompt, body: ChatCompletionRequest, model: str) -> Response:

@@ -1,0 +1,411 @@
+"""POST /v1/responses: OpenAI's Responses API request (pydantic), and its translation into what
+the chat pipeline runs: template messages, a ToolRequest, an output Constraint, SamplingParams.
+
+Stateless: this server stores nothing (no response, no conversation, no message content), so
+the fields that point at stored state (previous_response_id, conversation, a stored prompt,
+item_reference inputs) and background runs are refused with a 400 that says to send the whole
+conversation in `input`. `store` is accepted, true or false (OpenAI's clients send true by
+default), and nothing is stored either way.
+
+As on the chat route (app/openai/protocol.py): unknown fields are ignored, and a known field
+that changes the output is honoured or refused with a 400 that says so. The hints OpenAI's
+own models take (`reasoning`, `text.verbosity`) are echoed, not acted on: whether a model
+thinks is its chat template's. The sampling fields' ranges are SamplingParams' (checked when
+sampling_params() builds it, shown in the JSON schema); max_output_tokens is its max_tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+from app.openai.output_constraint import (
+    Constraint,
+    JSONSchemaFormat,
+    ResponseFormat,
+    format_constraint,
+)
+from app.openai.protocol import bounded
+from app.openai.tools import (
+    ChatTool,
+    FunctionDefinition,
+    NamedFunction,
+    NamedToolChoice,
+    ToolRequest,
+    template_message,
+)
+from engine import SamplingParams
+from engine.sampling_params import SamplingParamsError
+from engine.structured_output import StructuredOutputsParams
+
+Message = dict[str, Any]
+
+NO_TRANSCRIPTS = ("this server keeps no transcripts (message content is never stored); send "
+                  "the whole conversation in input.")
+# SamplingParams' field -> the request's, where they differ (for a 400's `param`).
+_SAMPLING_NAMES = {"max_tokens": "max_output_tokens"}
+# `include` asks for extra output; of what OpenAI can include, only logprobs would come from
+# this server, and it does not return them. The rest (reasoning.encrypted_content, which
+# Codex sends, and the hosted tools' results) is about output this server never makes.
+_UNSUPPORTED_INCLUDES = frozenset({"message.output_text.logprobs"})
+
+
+class UnsupportedField(ValueError):
+    """A request field this stateless server cannot honour; `param` names it (a 400)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+# -- input items --------------------------------------------------------------------------
+
+class TextPart(BaseModel):
+    """A text content part: input_text (what the client writes) or output_text (an earlier
+    answer, sent back)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["input_text", "output_text"]
+    text: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_only(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("type") not in (None, "input_text", "output_text"):
+            raise ValueError(f"Content part type {data['type']!r} is not supported: this server "
+                             "reads text only (input_text and output_text parts).")
+        return data
+
+
+def _text_or_list(tags: tuple[str, str]) -> Discriminator:
+    """Tell a text from a list by its type (the other branch's errors would only confuse)."""
+    text, items = tags
+    return Discriminator(lambda value: text if isinstance(value, str) else items)
+
+
+# A message's content or a call's output: a text, or text parts.
+TextContent = Annotated[
+    Annotated[str, Tag("ContentText")] | Annotated[list[TextPart], Tag("ContentParts")],
+    _text_or_list(("ContentText", "ContentParts")),
+]
+
+
+def _text(content: str | list[TextPart]) -> str:
+    # Parts joined by newlines, as the chat route joins a message's text parts.
+    return content if isinstance(content, str) else "\n".join(p.text for p in content)
+
+
+class MessageItem(BaseModel):
+    """A message: the client's (user, system, developer) or an earlier answer (assistant).
+    `type` may be left out, as OpenAI allows for `{"role", "content"}`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: TextContent
+
+
+class FunctionCallItem(BaseModel):
+    """A call the model made in an earlier turn, sent back before its result."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str  # JSON text of the arguments object
+
+
+class FunctionCallOutputItem(BaseModel):
+    """The result of a call, by the call's `call_id`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function_call_output"]
+    call_id: str
+    output: TextContent
+
+
+class ReasoningText(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class ReasoningItem(BaseModel):
+    """An earlier answer's reasoning, sent back: its text goes to the next assistant message
+    as `reasoning_content`, which reasoning models' templates render or drop as they do in
+    chat (a summary is not the reasoning, and is left out)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["reasoning"]
+    content: list[ReasoningText] | None = None
+
+
+_ITEM_TYPES = {"message": MessageItem, "function_call": FunctionCallItem,
+               "function_call_output": FunctionCallOutputItem, "reasoning": ReasoningItem}
+
+
+def _item_type(item: Any) -> str | None:
+    """An input item's union tag (its model's name), by its `type` (a message may leave it
+    out); None for what is no item at all (a 400)."""
+    if isinstance(item, dict):
+        kind = item.get("type", "message")
+        model = _ITEM_TYPES.get(kind) if isinstance(kind, str) else None
+        return model.__name__ if model is not None else None
+    return type(item).__name__ if isinstance(item, tuple(_ITEM_TYPES.values())) else None
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("MessageItem")]
+    | Annotated[FunctionCallItem, Tag("FunctionCallItem")]
+    | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutputItem")]
+    | Annotated[ReasoningItem, Tag("ReasoningItem")],
+    Discriminator(_item_type, custom_error_type="input_item",
+                  custom_error_message="Each input item is an object: a message "
+                                       "({role, content}), a function_call, a "
+                                       "function_call_output or a reasoning item."),
+]
+Input = Annotated[
+    Annotated[str, Tag("InputText")]
+    | Annotated[list[InputItem], Tag("InputItems"), Field(min_length=1)],
+    _text_or_list(("InputText", "InputItems")),
+]
+# Pydantic puts these tags in the path of an error inside their branch: no field of the
+# request, so app/openai/errors.py leaves them out of `param`.
+UNION_TAGS = frozenset({"ContentText", "ContentParts", "InputText", "InputItems",
+                        *(model.__name__ for model in _ITEM_TYPES.values())})
+
+
+# -- tools, tool_choice, text -------------------------------------------------------------
+
+class FunctionTool(FunctionDefinition):
+    """A function tool in the Responses API's flat shape: {"type": "function", "name",
+    "description", "parameters", "strict"}. The client runs it; the server has no tools of
+    its own (web search, file search, code interpreter, computer use, MCP) to run."""
+
+    type: Literal["function"]
+    parameters: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _functions_only(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("type", "function") != "function":
+            raise ValueError(f"Tool type {data['type']!r} is not supported: this server runs no "
+                             "hosted tools; give function tools (type 'function'), which the "
+                             "client runs.")
+        return data
+
+    def chat_tool(self) -> ChatTool:
+        """The same function as a chat completions tool."""
+        fields = self.model_dump(exclude={"type"}, exclude_none=True)
+        return ChatTool(type="function", function=FunctionDefinition(**fields))
+
+
+class FunctionToolChoice(BaseModel):
+    """tool_choice naming one function: {"type": "function", "name": ...}."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function"]
+    name: str
+
+
+ResponsesToolChoice = Literal["none", "auto", "required"] | FunctionToolChoice
+
+
+class TextFormat(JSONSchemaFormat):
+    """text.format: {"type": "text"} (the default), {"type": "json_object"}, or a JSON
+    schema in the Responses API's flat shape {"type": "json_schema", "name", "schema",
+    "strict"} (the grammar always enforces the schema, strict or not)."""
+
+    type: Literal["text", "json_object", "json_schema"] = "text"
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> TextFormat:
+        if self.type == "json_schema" and not self.schema_:
+            raise ValueError("text.format of type json_schema needs a schema.")
+        return self
+
+    def response_format(self) -> ResponseFormat:
+        """The same format as chat completions' response_format."""
+        return ResponseFormat(type=self.type,
+                              json_schema=self if self.type == "json_schema" else None)
+
+
+class TextConfig(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    format: TextFormat = Field(default_factory=TextFormat)
+    verbosity: Literal["low", "medium", "high"] | None = None  # a hint: echoed, not acted on
+
+
+class ReasoningConfig(BaseModel):
+    """OpenAI's reasoning options, a hint to its own models: echoed, not acted on."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    effort: str | None = None
+    summary: str | None = None
+
+
+# -- the request --------------------------------------------------------------------------
+
+class ResponsesRequest(BaseModel):
+    """POST /v1/responses."""
+
+    # NaN and Infinity parse as JSON numbers in Python; no sampling field means anything by them.
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    model: str | None = None
+    input: Input
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: ResponsesToolChoice | None = None  # None: "auto"
+    parallel_tool_calls: bool = True
+    text: TextConfig | None = None
+    max_output_tokens: int | None = Field(None, json_schema_extra=bounded("max_tokens"))
+    # OpenAI's own ceiling (SamplingParams only needs temperature >= 0).
+    temperature: float | None = Field(None, le=2.0, json_schema_extra=bounded("temperature"))
+    top_p: float | None = Field(None, json_schema_extra=bounded("top_p"))
+    stream: bool = False
+    reasoning: ReasoningConfig | None = None
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+    include: list[str] | None = None
+    # Accepted either way; nothing is stored (the module's docstring).
+    store: bool | None = None
+    # Refused when set (check_supported): each needs state this server does not keep.
+    previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
+    background: bool | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _known_items(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                kind = item.get("type", "message") if isinstance(item, dict) else None
+                if kind == "item_reference":
+                    raise ValueError(f"Input item type 'item_reference' (item {i}) is not "
+                                     f"supported: {NO_TRANSCRIPTS}")
+                if isinstance(kind, str) and kind not in _ITEM_TYPES:
+                    raise ValueError(f"Input item type {kind!r} (item {i}) is not supported: "
+                                     "send message, function_call, function_call_output and "
+                                     "reasoning items.")
+        return value
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _function_choice(cls, value: Any) -> Any:
+        if isinstance(value, dict) and value.get("type") != "function":
+            raise ValueError(f"tool_choice of type {value.get('type')!r} is not supported; use "
+                             "'none', 'auto', 'required' or {'type': 'function', 'name': ...}.")
+        return value
+
+    def check_supported(self) -> None:
+        """UnsupportedField (a 400 naming the field) for what this stateless server cannot
+        do: continue a stored response or conversation, use a stored prompt, run in the
+        background, cut a long input itself, return logprobs."""
+        if self.previous_response_id is not None:
+            raise UnsupportedField("previous_response_id",
+                                   f"previous_response_id is not supported: {NO_TRANSCRIPTS}")
+        if self.conversation is not None:
+            raise UnsupportedField("conversation", f"conversation is not supported: {NO_TRANSCRIPTS}")
+        if self.prompt is not None:
+            raise UnsupportedField("prompt", "prompt (a stored prompt template) is not supported: "
+                                             "this server stores none; send the instructions "
+                                             "and input themselves.")
+        if self.background:
+            raise UnsupportedField("background", "background is not supported: this server stores "
+                                                 "no responses to fetch later; send the request "
+                                                 "without it (stream: true to see it progress).")
+        if self.truncation == "auto":
+            raise UnsupportedField("truncation", "truncation 'auto' is not supported: an input "
+                                                 "longer than the context is refused, not cut; "
+                                                 "leave out old items yourself.")
+        asked = sorted(_UNSUPPORTED_INCLUDES & set(self.include or []))
+        if asked:
+            raise UnsupportedField("include", f"include {asked[0]!r} is not supported: this "
+                                              "server does not return logprobs here.")
+
+    def messages(self) -> list[Message]:
+        """The conversation as chat-template messages: `instructions` as a system message
+        first, then the input's items in order; an earlier turn's function_call items join
+        the assistant message before them (one turn: its text, then its calls), each
+        function_call_output is a `tool` message. ValueError (a 400) for a call whose
+        arguments are not JSON, or an input with no message."""
+        out: list[Message] = []
+        if self.instructions:
+            out.append({"role": "system", "content": self.instructions})
+        items = ([MessageItem(role="user", content=self.input)] if isinstance(self.input, str)
+                 else self.input)
+        reasoning: str | None = None  # for the next assistant message
+        for item in items:
+            if isinstance(item, ReasoningItem):
+                reasoning = "\n".join(p.text for p in item.content or []) or reasoning
+            elif isinstance(item, MessageItem):
+                message = {"role": item.role, "content": _text(item.content)}
+                if item.role == "assistant" and reasoning:
+                    message["reasoning_content"], reasoning = reasoning, None
+                out.append(message)
+            elif isinstance(item, FunctionCallItem):
+                call = {"id": item.call_id, "type": "function",
+                        "function": {"name": item.name, "arguments": item.arguments}}
+                if out and out[-1]["role"] == "assistant":
+                    out[-1].setdefault("tool_calls", []).append(call)
+                else:
+                    out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+                    if reasoning:
+                        out[-1]["reasoning_content"], reasoning = reasoning, None
+            else:
+                out.append({"role": "tool", "tool_call_id": item.call_id,
+                            "content": _text(item.output)})
+        if not any(m["role"] != "system" for m in out):
+            raise ValueError("The input has no message: send at least one.")
+        return [template_message(m) for m in out]
+
+    def tool_request(self) -> ToolRequest | None:
+        """What the tools and tool_choice ask for (None: no tools in play); ValueError
+        (a 400) for a choice naming no given tool."""
+        choice = self.tool_choice
+        if isinstance(choice, FunctionToolChoice):
+            choice = NamedToolChoice(type="function", function=NamedFunction(name=choice.name))
+        return ToolRequest.of([t.chat_tool() for t in self.tools or []], choice,
+                              self.parallel_tool_calls)
+
+    def output_constraint(self) -> Constraint | None:
+        """What text.format asks the output to be (None: free text)."""
+        if self.text is None:
+            return None
+        return format_constraint(self.text.format.response_format(), "text.format")
+
+    def sampling_params(self, constraint: StructuredOutputsParams | None = None) -> SamplingParams:
+        """SamplingParams for the request (one sequence: the Responses API has no `n`), with
+        the output constraint the route chose (text.format's, or a forced tool call's); a
+        SamplingParamsError (a 400) names the request's field."""
+        try:
+            return SamplingParams(
+                n=1,
+                temperature=1.0 if self.temperature is None else self.temperature,
+                top_p=1.0 if self.top_p is None else self.top_p,
+                max_tokens=self.max_output_tokens,
+                structured_outputs=constraint,
+            )
+        except SamplingParamsError as exc:
+            raise exc.renamed(_SAMPLING_NAMES.get(exc.field, exc.field)) from None

@@ -1,0 +1,179 @@
+"""POST /v1/responses: OpenAI's Responses API, stateless, on the chat pipeline."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from app.admission.auth import Principal, get_caller, get_principal
+from app.openai.chat_formats import ChatPlan
+from app.openai.chat_output import ChatDeltaParts, ChatMessageParts
+from app.openai.errors import invalid_value
+from app.openai.responses import ERROR_RESPONSES
+from app.openai.responses_api_models import (
+    FunctionToolChoiceEcho,
+    FunctionToolEcho,
+    InputTokensDetails,
+    JSONSchemaTextFormat,
+    OutputTokensDetails,
+    PlainTextFormat,
+    ReasoningEcho,
+    ResponseError,
+    ResponseObject,
+    ResponseStreamEvent,
+    ResponseUsage,
+    TextConfigEcho,
+    event_stream_description,
+)
+from app.openai.responses_output import ResponseEventWriter, output_items, response_status
+from app.openai.responses_protocol import FunctionToolChoice, ResponsesRequest, UnsupportedField
+from app.openai.sse import SSEResponse, sse
+from app.serving.async_engine import EngineDeadError
+from app.serving.chat_pipeline import start_chat
+from app.serving.generation import Choice, ClientGone, Generation, RequestFailed
+from app.serving.state import ServerState, admitted_server
+from engine import SamplingParams
+
+router = APIRouter(responses=ERROR_RESPONSES)
+
+
+@router.post("/v1/responses", response_model=ResponseObject,
+             responses=event_stream_description())
+async def create_response(body: ResponsesRequest, request: Request,
+                          principal: Principal = Depends(get_principal),
+                          server: ServerState = Depends(admitted_server)) -> Response:
+    """OpenAI's Responses API, streaming or not, without stored state: the chat route's
+    admission, prompt, length rules, tools, output constraint and engine, answered as a
+    response object (or its events)."""
+    # A front-end key's request runs as the person it is for (docs/design.md §5).
+    principal = await get_caller(request, principal, body.user)
+    try:
+        body.check_supported()
+        # Tools, tool_choice and text.format decide the grammar and the reading, as in chat.
+        plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
+        params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
+    except UnsupportedField as exc:
+        raise invalid_value(exc, exc.param) from exc
+    except ValueError as exc:
+        raise invalid_value(exc) from exc
+    model = server.resolve_model(body.model)
+    try:
+        messages = plan.messages(body.messages())
+    except ValueError as exc:
+        raise invalid_value(exc) from exc
+    async with server.admission.admit(principal, "responses", params.n) as admission:
+        try:
+            started = await start_chat(server, request, admission, messages, plan, params,
+                                       request_id=f"resp_{uuid.uuid4().hex}",
+                                       stream=body.stream, user=body.user)
+        except ClientGone:
+            return Response(status_code=499)  # left while its grammar compiled: nothing ran
+        gen = started.generation
+        if gen is None:  # on_limit=notify: the policy's sentence, as the answer
+            return _notice(started.prompt.decision.message or "", body, params, model)
+        response = _in_progress(gen.request_id, gen.created, body, params, model)
+        if body.stream:
+            return admission.hold(SSEResponse(_stream(gen, plan, response), on_close=gen.close,
+                                              headers=started.headers))
+        choices = await gen.complete(request)
+        if choices is None:
+            return Response(status_code=499)  # nobody is listening; nginx's "client closed"
+        return JSONResponse(_completed(gen, choices[0], plan, response).model_dump(),
+                            headers=started.headers)
+
+
+def _in_progress(response_id: str, created: int, body: ResponsesRequest, params: SamplingParams,
+                 model: str) -> ResponseObject:
+    """The response before any output: the request's settings echoed, as OpenAI's are."""
+    fmt = body.text.format if body.text is not None else None
+    text_format = (JSONSchemaTextFormat(name=fmt.name, schema=fmt.schema_,
+                                        description=fmt.description, strict=fmt.strict)
+                   if fmt is not None and fmt.type == "json_schema"
+                   else PlainTextFormat(type=fmt.type if fmt is not None else "text"))
+    choice = body.tool_choice or "auto"
+    reasoning = body.reasoning
+    return ResponseObject(
+        id=response_id, created_at=created, status="in_progress",
+        instructions=body.instructions, max_output_tokens=body.max_output_tokens, model=model,
+        output=[], parallel_tool_calls=body.parallel_tool_calls,
+        reasoning=ReasoningEcho(effort=reasoning.effort if reasoning else None,
+                                summary=reasoning.summary if reasoning else None),
+        temperature=params.temperature, top_p=params.top_p,
+        text=TextConfigEcho(format=text_format,
+                            verbosity=body.text.verbosity if body.text is not None else None),
+        tool_choice=(FunctionToolChoiceEcho(name=choice.name)
+                     if isinstance(choice, FunctionToolChoice) else choice),
+        tools=[FunctionToolEcho(name=t.name, description=t.description, parameters=t.parameters,
+                                strict=t.strict) for t in body.tools or []],
+        user=body.user, metadata=body.metadata or {})
+
+
+def _usage(input_tokens: int, cached_tokens: int, output_tokens: int) -> ResponseUsage:
+    return ResponseUsage(input_tokens=input_tokens,
+                         input_tokens_details=InputTokensDetails(cached_tokens=cached_tokens),
+                         output_tokens=output_tokens,
+                         output_tokens_details=OutputTokensDetails(reasoning_tokens=0),
+                         total_tokens=input_tokens + output_tokens)
+
+
+def _generation_usage(gen: Generation) -> ResponseUsage:
+    """What the engine counted for this request (the same numbers its accounting records)."""
+    return _usage(gen.num_prompt_tokens, gen.num_cached_tokens, gen.num_completion_tokens)
+
+
+def _completed(gen: Generation, choice: Choice, plan: ChatPlan,
+               response: ResponseObject) -> ResponseObject:
+    status, details = response_status(choice.output.finish_reason)
+    items = output_items(plan.reader.message(choice.output.text), status == "incomplete")
+    return response.model_copy(update={"status": status, "incomplete_details": details,
+                                       "output": items, "usage": _generation_usage(gen)})
+
+
+def _events(events: Iterable[ResponseStreamEvent]) -> str:
+    return "".join(sse(e, e.type) for e in events)
+
+
+async def _stream(gen: Generation, plan: ChatPlan,
+                  response: ResponseObject) -> AsyncIterator[str]:
+    writer = ResponseEventWriter(response)
+    reader = plan.reader.stream()
+    yield _events(writer.start())
+    finish_reason = None
+    try:
+        async for step in gen.choices():
+            for c in step:
+                o = c.output
+                # Tokens held back (partial UTF-8, a tag not yet decided) come later.
+                events = writer.feed(reader.feed(o.text)) if o.text else []
+                if o.finish_reason is not None:
+                    events += writer.feed(reader.finish())
+                    finish_reason = o.finish_reason
+                if events:
+                    yield _events(events)
+    except (RequestFailed, EngineDeadError) as exc:
+        # Headers are sent: the failure travels as the last event, response.failed.
+        error = gen.failure_error(exc)
+        yield _events(writer.fail(ResponseError(code="server_error", message=error.message)))
+        return
+    yield _events(writer.finish(finish_reason, _generation_usage(gen)))
+
+
+def _notice(text: str, body: ResponsesRequest, params: SamplingParams, model: str) -> Response:
+    """on_limit=notify: a normal answer carrying the policy's sentence, so clients that hide
+    errors still show it. No engine call, so no tokens are used."""
+    response = _in_progress(f"resp_{uuid.uuid4().hex}", int(time.time()), body, params, model)
+    usage = _usage(0, 0, 0)
+    if not body.stream:
+        items = output_items(ChatMessageParts(text, None, []), incomplete=False)
+        return JSONResponse(response.model_copy(update={
+            "status": "completed", "output": items, "usage": usage}).model_dump())
+
+    async def events() -> AsyncIterator[str]:
+        writer = ResponseEventWriter(response)
+        yield _events([*writer.start(), *writer.feed(ChatDeltaParts(content=text)),
+                       *writer.finish("stop", usage)])
+    return SSEResponse(events(), on_close=lambda: None)
