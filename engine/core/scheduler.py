@@ -106,10 +106,14 @@ class Scheduler:
         prefill_used = 0
         policy = self.policy
 
-        def prefill_room(context: int) -> int:
+        decoding_keys = {r.fairness_key for r in decodes}
+
+        def prefill_room(req: Request, context: int) -> int:
             if pacer is None:
                 return budget
-            return pacer.prefill_cap(len(decodes), context) - prefill_used
+            slowdown = policy.prefill_slowdown(req.fairness_key, decoding_keys,
+                                               pacer.max_slowdown)
+            return pacer.prefill_cap(len(decodes), context, slowdown) - prefill_used
 
         allocate = self.kv.allocate_slots
 
@@ -143,7 +147,7 @@ class Scheduler:
             if prompt_keys and policy.held_back(req) and prompt_keys != {req.fairness_key}:
                 continue
             if req.status is RequestStatus.RUNNING:
-                room = prefill_room(req.num_computed_tokens)
+                room = prefill_room(req, req.num_computed_tokens)
                 if room <= 0:
                     continue
                 num_new = fit(req, min(len(req.all_token_ids) - req.num_computed_tokens,
@@ -172,11 +176,12 @@ class Scheduler:
         finished, self._finished_ids = frozenset(self._finished_ids), set()
         return SchedulerOutput(chunks, finished, num_preempted)
 
-    def _admit(self, req: Request, budget: int, prefill_room: Callable[[int], int]) -> int:
+    def _admit(self, req: Request, budget: int,
+               prefill_room: Callable[[Request, int], int]) -> int:
         """Admit a waiting request with its first chunk if the pacer's room and the blocks
         allow; the chunk's tokens, or 0 (it stays waiting)."""
         hits, num_hit = self.kv.get_computed_blocks(req)
-        room = prefill_room(num_hit)  # a cached history is context the chunk attends to
+        room = prefill_room(req, num_hit)  # a cached history is context the chunk attends to
         if room <= 0:
             return 0
         num_new = min(req.num_tokens - num_hit, budget, room)

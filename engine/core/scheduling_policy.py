@@ -9,6 +9,8 @@ interface below, so schedule() has no branch per policy:
                                     share what the step's budget has left after the decodes
   held_back(request)                its key is over its KV share cap: it gets a prefill
                                     chunk only if no other key got one in this step
+  prefill_slowdown(key, decoding,   how much a prompt chunk of `key` may slow a step that
+                   base)            decodes for the keys in `decoding` (the pacer's factor)
   victim(running)                   the running request to preempt when blocks run out, and
                                     why (the WARNING says it)
   add / remove / charge             a request entered or left; the tokens this step gave each
@@ -31,7 +33,12 @@ id), `priority` a positive weight, `max_kv_share` a fraction of the pool.
   running request, once preempted, is not taken again while another runs (so every request
   finishes). A key holding more than
   `max_kv_share` of the pool gets no new prompt chunks in a step where another key's prompt
-  work was scheduled. A lone key gets exactly the fcfs schedule.
+  work was scheduled. While another key decodes that has had less than half this key's
+  service per weight, this key's prompt chunks may slow the step by a quarter of what the
+  pacer allows (`GUEST_SLOWDOWN_SHARE`): the heavy user's documents are prefilled in
+  smaller bites while a light user is reading the answer word by word, but at full pace
+  when only their own requests, or heavier ones, are decoding. A lone key gets exactly the
+  fcfs schedule.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.request import Request
 
 SCHEDULING_POLICIES = ("fcfs", "priority", "fair")
+# The share of the pacer's allowed slowdown a heavier key's prompt gets while a lighter key
+# decodes (fair): at the office profile's 2x, such a step costs at most 1.25 decode steps.
+GUEST_SLOWDOWN_SHARE = 0.25
 
 
 class SchedulingPolicy(Protocol):
@@ -58,6 +68,8 @@ class SchedulingPolicy(Protocol):
     def prefill_order(self, prefills: list[Request], waiting: Iterable[Request]) -> list[Request]: ...
 
     def held_back(self, request: Request) -> bool: ...
+
+    def prefill_slowdown(self, key: str, decoding_keys: set[str], base: float) -> float: ...
 
     def victim(self, running: Sequence[Request]) -> tuple[Request, str]: ...
 
@@ -84,6 +96,9 @@ class FcfsPolicy:
 
     def held_back(self, request: Request) -> bool:
         return False
+
+    def prefill_slowdown(self, key: str, decoding_keys: set[str], base: float) -> float:
+        return base
 
     def victim(self, running: Sequence[Request]) -> tuple[Request, str]:
         return running[-1], "it is the most recently admitted request"
@@ -188,6 +203,13 @@ class FairPolicy:
 
     def held_back(self, request: Request) -> bool:
         return self._over_cap(request.fairness_key)
+
+    def prefill_slowdown(self, key: str, decoding_keys: set[str], base: float) -> float:
+        mine = self.normalized_service(key)
+        if any(other != key and 2.0 * self.normalized_service(other) < mine
+               for other in decoding_keys):
+            return 1.0 + (base - 1.0) * GUEST_SLOWDOWN_SHARE
+        return base
 
     def _over_cap(self, key: str) -> bool:
         state = self.keys.get(key)

@@ -331,3 +331,40 @@ def test_fair_protects_the_oldest_running_request_once_it_has_been_preempted():
     old.num_preemptions = 1
     assert sched.policy.victim(sched.running)[0] is new
     run_to_end(sched)
+
+
+# -- prefill pacing per key --------------------------------------------------------------
+
+def test_fair_paces_a_heavier_keys_prompt_gently_while_a_lighter_key_decodes():
+    sched = make_scheduler("fair")
+    policy = sched.policy
+    add(sched, "light", 8, "light")
+    add(sched, "heavy", 400, "heavy")
+    policy.charge({sched.requests["heavy"]: 400, sched.requests["light"]: 8})
+    assert policy.prefill_slowdown("heavy", {"light"}, 2.0) == 1.25
+    assert policy.prefill_slowdown("light", {"heavy"}, 2.0) == 2.0  # the light key's own prompt
+    assert policy.prefill_slowdown("heavy", {"heavy"}, 2.0) == 2.0  # only itself decoding
+
+
+def test_fcfs_paces_every_prompt_alike():
+    sched = make_scheduler("fcfs")
+    assert sched.policy.prefill_slowdown("heavy", {"light"}, 2.0) == 2.0
+
+
+@pytest.mark.parametrize(("policy", "chunk"), [("fcfs", 40), ("fair", 10)])
+def test_a_heavy_keys_chunk_beside_a_light_keys_decode_is_sized_by_the_policy(policy, chunk):
+    from engine.core.prefill_pacer import PrefillPacer
+
+    pacer = PrefillPacer(2.0, min_chunk=4)
+    # 20 ms a step + 2 ms a decode + 1 ms a prompt token: a 10-decode step costs 40 ms.
+    for decodes, tokens in [(8, 0), (8, 100), (4, 50), (12, 0), (10, 30), (6, 200)]:
+        pacer.observe(decodes, tokens, 0.020 + 0.002 * decodes + 0.001 * tokens)
+    kv = KVCacheManager(512, BLOCK, enable_prefix_caching=False)
+    sched = Scheduler(kv, 16, 256, max_model_len=100_000, pacer=pacer, policy=policy)
+    for i in range(10):
+        add(sched, f"light{i}", 4, "light", max_tokens=50)
+    step(sched)  # the light key's prompts: from now on it decodes
+    add(sched, "doc", 2000, "heavy")
+    sched.policy.charge({sched.requests["doc"]: 4000})  # the heavy key's earlier documents
+    so = step(sched)
+    assert [c.num_new_tokens for c in so.chunks if c.request.request_id == "doc"] == [chunk]
