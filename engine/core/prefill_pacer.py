@@ -39,16 +39,20 @@ class PrefillPacer:
             raise ValueError("max_slowdown must be above 1 (a decode-only step is 1).")
         self.steps = deque(self.steps, maxlen=self.window)
 
-    def prefill_cap(self, num_decodes: int, context: int = 0) -> int:
+    def prefill_cap(self, num_decodes: int, context: int = 0,
+                    slowdown: float | None = None) -> int:
         """The most prefill tokens for a step that also carries `num_decodes` decodes, for a
-        prompt whose chunk starts `context` tokens in."""
+        prompt whose chunk starts `context` tokens in; `slowdown` overrides max_slowdown
+        (the scheduling policy's, for one key's prompt)."""
         costs = self.costs()
+        slowdown = self.max_slowdown if slowdown is None else slowdown
         if costs is None:
-            return self.first_chunk
+            return max(self.min_chunk,
+                       round(self.first_chunk * (slowdown - 1) / (self.max_slowdown - 1)))
         fixed, per_decode, per_token, per_token_context = costs
         decode_step = fixed + per_decode * num_decodes
         token_cost = per_token + per_token_context * context
-        return max(self.min_chunk, round((self.max_slowdown - 1.0) * decode_step / token_cost))
+        return max(self.min_chunk, round((slowdown - 1.0) * decode_step / token_cost))
 
     def observe(self, num_decodes: int, num_prefill_tokens: int, seconds: float,
                 prefill_context: int = 0) -> None:

@@ -102,14 +102,20 @@ class Scheduler:
         prefills = [r for r in self.running if len(r.all_token_ids) - r.num_computed_tokens > 1]
         # While others decode, the pacer bounds this step's prompt tokens (their next word
         # waits for the whole step); alone, a prompt gets the whole budget.
-        pacer = self.pacer if decodes else None
+        pacer = self.pacer
         prefill_used = 0
         policy = self.policy
+        decoding_keys = {r.fairness_key for r in decodes}
 
-        def prefill_room(context: int) -> int:
+        def prefill_room(req: Request, context: int) -> int:
             if pacer is None:
                 return budget
-            return pacer.prefill_cap(len(decodes), context) - prefill_used
+            pace = policy.prefill_pace(req.fairness_key, decoding_keys, len(decodes),
+                                       pacer.max_slowdown)
+            if pace is None:  # nobody waits on this step: the whole budget
+                return budget
+            num_decodes, slowdown = pace
+            return pacer.prefill_cap(num_decodes, context, slowdown) - prefill_used
 
         allocate = self.kv.allocate_slots
 
@@ -125,6 +131,19 @@ class Scheduler:
                 if victim is req:
                     return 0
             return num_new
+
+        def make_room(req: Request, num_blocks: int) -> bool:
+            """Preempt the policy's admission victim for a waiting request that needs
+            `num_blocks` in all; False when the policy names none."""
+            nonlocal budget, num_preempted
+            found = policy.admission_victim(req, num_blocks, self.running)
+            if found is None:
+                return False
+            victim, why = found
+            self._preempt(victim, why)
+            num_preempted += 1
+            budget += chosen.pop(victim, 0)
+            return True
 
         for req in decodes:
             if budget == 0:
@@ -143,7 +162,7 @@ class Scheduler:
             if prompt_keys and policy.held_back(req) and prompt_keys != {req.fairness_key}:
                 continue
             if req.status is RequestStatus.RUNNING:
-                room = prefill_room(req.num_computed_tokens)
+                room = prefill_room(req, req.num_computed_tokens)
                 if room <= 0:
                     continue
                 num_new = fit(req, min(len(req.all_token_ids) - req.num_computed_tokens,
@@ -154,7 +173,7 @@ class Scheduler:
                 # does not fit ends admission for this step (FCFS within the queue's order).
                 if not admitting or num_preempted or len(self.running) >= self.max_num_seqs:
                     continue
-                num_new = self._admit(req, budget, prefill_room)
+                num_new = self._admit(req, budget, prefill_room, make_room)
                 if not num_new:
                     admitting = False
                     continue
@@ -172,16 +191,21 @@ class Scheduler:
         finished, self._finished_ids = frozenset(self._finished_ids), set()
         return SchedulerOutput(chunks, finished, num_preempted)
 
-    def _admit(self, req: Request, budget: int, prefill_room: Callable[[int], int]) -> int:
+    def _admit(self, req: Request, budget: int,
+               prefill_room: Callable[[Request, int], int],
+               make_room: Callable[[Request, int], bool]) -> int:
         """Admit a waiting request with its first chunk if the pacer's room and the blocks
-        allow; the chunk's tokens, or 0 (it stays waiting)."""
+        allow (the policy may preempt a heavier key's request to make the room); the chunk's
+        tokens, or 0 (it stays waiting)."""
         hits, num_hit = self.kv.get_computed_blocks(req)
-        room = prefill_room(num_hit)  # a cached history is context the chunk attends to
+        room = prefill_room(req, num_hit)  # a cached history is context the chunk attends to
         if room <= 0:
             return 0
         num_new = min(req.num_tokens - num_hit, budget, room)
-        if not self.kv.allocate_slots(req, num_new, hits):
-            return 0
+        num_blocks = -(-(num_hit + num_new) // self.kv.block_size)
+        while not self.kv.allocate_slots(req, num_new, hits):
+            if not make_room(req, num_blocks):
+                return 0
         if self.waiting[0] is req:
             self.waiting.popleft()
         else:

@@ -9,8 +9,14 @@ interface below, so schedule() has no branch per policy:
                                     share what the step's budget has left after the decodes
   held_back(request)                its key is over its KV share cap: it gets a prefill
                                     chunk only if no other key got one in this step
+  prefill_pace(key, decoding,       how the pacer sizes a prompt chunk of `key` in a step
+               num_decodes, base)   that decodes for the keys in `decoding`: (the decodes to
+                                    size it for, the slowdown allowed), or None for the whole
+                                    budget
   victim(running)                   the running request to preempt when blocks run out, and
                                     why (the WARNING says it)
+  admission_victim(request, blocks, the running request to preempt so that a waiting request,
+                   running)         needing `blocks` in all, can be admitted (None: it waits)
   add / remove / charge             a request entered or left; the tokens this step gave each
 
 The engine knows keys, never users: a key is an opaque string (the server passes the user's
@@ -31,7 +37,21 @@ id), `priority` a positive weight, `max_kv_share` a fraction of the pool.
   running request, once preempted, is not taken again while another runs (so every request
   finishes). A key holding more than
   `max_kv_share` of the pool gets no new prompt chunks in a step where another key's prompt
-  work was scheduled. A lone key gets exactly the fcfs schedule.
+  work was scheduled (pacing: see below). A waiting request that does not fit, of a key that would stay within
+  its fair share of the pool (by weight, among the keys with requests), may preempt the
+  newest running request of the key holding the most blocks per weight, if that key is over
+  its own share and would still hold more per weight than the waiting key once admitted (so
+  two keys never take blocks back and forth): a giant thread cannot keep everyone else
+  waiting for the cache. While
+  another key decodes that has had less than half this key's
+  service per weight, the prompt chunks of the most served key may slow the step by a
+  quarter of what the pacer allows (`GUEST_SLOWDOWN_SHARE`): the heavy user's documents are
+  prefilled in smaller bites while a light user is reading the answer word by word. And while
+  nothing decodes but such lighter keys were served recently (service at least
+  `PRESENT_SHARE` of this key's), its chunks are paced as if each of them had a decode
+  running, rather than taking the whole budget: a light user between two turns would
+  otherwise find, on sending the next, a whole-budget step of the heavy user's to wait out.
+  A lone key gets exactly the fcfs schedule.
 """
 
 from __future__ import annotations
@@ -44,6 +64,12 @@ from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.request import Request
 
 SCHEDULING_POLICIES = ("fcfs", "priority", "fair")
+# The share of the pacer's allowed slowdown a heavier key's prompt gets while a lighter key
+# decodes (fair): at the office profile's 2x, such a step costs at most 1.25 decode steps.
+GUEST_SLOWDOWN_SHARE = 0.25
+# A key counts as recently present for pacing while its decayed service is at least this
+# share of the paced key's (so a user who left stops counting after a few half-lives).
+PRESENT_SHARE = 0.01
 
 
 class SchedulingPolicy(Protocol):
@@ -59,7 +85,13 @@ class SchedulingPolicy(Protocol):
 
     def held_back(self, request: Request) -> bool: ...
 
+    def prefill_pace(self, key: str, decoding_keys: set[str], num_decodes: int,
+                     base: float) -> tuple[int, float] | None: ...
+
     def victim(self, running: Sequence[Request]) -> tuple[Request, str]: ...
+
+    def admission_victim(self, request: Request, num_blocks: int,
+                         running: Sequence[Request]) -> tuple[Request, str] | None: ...
 
     def charge(self, scheduled: Mapping[Request, int]) -> None: ...
 
@@ -85,8 +117,17 @@ class FcfsPolicy:
     def held_back(self, request: Request) -> bool:
         return False
 
+    def prefill_pace(self, key: str, decoding_keys: set[str], num_decodes: int,
+                     base: float) -> tuple[int, float] | None:
+        # While others decode they wait on the step: pace it. Alone: the whole budget.
+        return (num_decodes, base) if num_decodes else None
+
     def victim(self, running: Sequence[Request]) -> tuple[Request, str]:
         return running[-1], "it is the most recently admitted request"
+
+    def admission_victim(self, request: Request, num_blocks: int,
+                         running: Sequence[Request]) -> tuple[Request, str] | None:
+        return None  # arrival order: a waiting request waits for blocks to free
 
     def charge(self, scheduled: Mapping[Request, int]) -> None:
         pass
@@ -189,6 +230,23 @@ class FairPolicy:
     def held_back(self, request: Request) -> bool:
         return self._over_cap(request.fairness_key)
 
+    def prefill_pace(self, key: str, decoding_keys: set[str], num_decodes: int,
+                     base: float) -> tuple[int, float] | None:
+        default = (num_decodes, base) if num_decodes else None
+        # Only the most served key is a guest: light users' prompts among each other keep the
+        # pacer's full allowance (a light prompt is short, and its user is waiting for it).
+        mine = self.normalized_service(key)
+        if not self.keys or mine < max(self.normalized_service(k) for k in self.keys):
+            return default
+        lighter = {k for k in self.keys if k != key and 2.0 * self.normalized_service(k) < mine}
+        if num_decodes:
+            if lighter & decoding_keys:
+                return num_decodes, 1.0 + (base - 1.0) * GUEST_SLOWDOWN_SHARE
+            return default
+        floor = PRESENT_SHARE * self.service(key)
+        present = [k for k in lighter if self.service(k) >= floor]
+        return (len(present), base) if present else None
+
     def _over_cap(self, key: str) -> bool:
         state = self.keys.get(key)
         if state is None or state.max_kv_share is None:
@@ -218,6 +276,41 @@ class FairPolicy:
         return victim, (f"its key holds the most KV blocks for its weight ({blocks} blocks, "
                         f"{100 * share:.0f}% of the pool, weight {self.weight(key):g}), "
                         "and it is that key's most recently admitted request")
+
+    def admission_victim(self, request: Request, num_blocks: int,
+                         running: Sequence[Request]) -> tuple[Request, str] | None:
+        held = self.kv.blocks_by_key
+        key = request.fairness_key
+        # Only within fair shares of the pool (by weight, among keys with requests): a key
+        # that would go over its own share waits, and only a key over its share gives up a
+        # request. Without this, always-busy keys would take blocks from one another forever.
+        total = sum(s.weight for s in self.keys.values() if s.num_requests > 0)
+        pool = self.kv.pool.num_blocks
+
+        def share(k: str) -> float:
+            return pool * self.weight(k) / total if total else pool
+
+        if held.get(key, 0) + num_blocks > share(key):
+            return None
+        mine = (held.get(key, 0) + num_blocks) / self.weight(key)
+        # As in victim(): newest first, the first strictly heaviest, and the oldest running
+        # request protected once it has been preempted (so it always finishes).
+        protect = len(running) > 1 and running[0].num_preemptions > 0
+        victim, heaviest = None, mine
+        for req in reversed(running[1:] if protect else running):
+            if req.fairness_key == key:
+                continue
+            blocks = held.get(req.fairness_key, 0)
+            load = blocks / self.weight(req.fairness_key)
+            if load > heaviest and blocks > share(req.fairness_key):
+                victim, heaviest = req, load
+        if victim is None:
+            return None
+        other = victim.fairness_key
+        return victim, (f"key {key!r} waits to be admitted and {other!r} holds more KV blocks "
+                        f"for its weight ({held.get(other, 0)} blocks, weight "
+                        f"{self.weight(other):g}); it is that key's most recently admitted "
+                        "request")
 
     def charge(self, scheduled: Mapping[Request, int]) -> None:
         step: dict[str, int] = {}
