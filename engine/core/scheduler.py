@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 
 from engine.core.kv_cache_manager import KVCacheManager
@@ -105,13 +105,12 @@ class Scheduler:
         pacer = self.pacer
         prefill_used = 0
         policy = self.policy
-        decoding_keys = {r.fairness_key for r in decodes}
+        decodes_by_key = Counter(r.fairness_key for r in decodes)
 
         def prefill_room(req: Request, context: int) -> int:
             if pacer is None:
                 return budget
-            pace = policy.prefill_pace(req.fairness_key, decoding_keys, len(decodes),
-                                       pacer.max_slowdown)
+            pace = policy.prefill_pace(req.fairness_key, decodes_by_key, pacer.max_slowdown)
             if pace is None:  # nobody waits on this step: the whole budget
                 return budget
             num_decodes, slowdown = pace

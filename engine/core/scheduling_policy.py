@@ -9,10 +9,10 @@ interface below, so schedule() has no branch per policy:
                                     share what the step's budget has left after the decodes
   held_back(request)                its key is over its KV share cap: it gets a prefill
                                     chunk only if no other key got one in this step
-  prefill_pace(key, decoding,       how the pacer sizes a prompt chunk of `key` in a step
-               num_decodes, base)   that decodes for the keys in `decoding`: (the decodes to
-                                    size it for, the slowdown allowed), or None for the whole
-                                    budget
+  prefill_pace(key, decodes, base)  how the pacer sizes a prompt chunk of `key` in a step
+                                    that decodes `decodes[k]` requests of each key k: (the
+                                    decodes to size it for, the slowdown allowed), or None
+                                    for the whole budget
   victim(running)                   the running request to preempt when blocks run out, and
                                     why (the WARNING says it)
   admission_victim(request, blocks, the running request to preempt so that a waiting request,
@@ -51,6 +51,8 @@ id), `priority` a positive weight, `max_kv_share` a fraction of the pool.
   `PRESENT_SHARE` of this key's), its chunks are paced as if each of them had a decode
   running, rather than taking the whole budget: a light user between two turns would
   otherwise find, on sending the next, a whole-budget step of the heavy user's to wait out.
+  The other way round, a lighter key's prompt is paced only for the decodes of keys with at
+  most twice its service per weight: a much heavier key's decodes wait on it.
   A lone key gets exactly the fcfs schedule.
 """
 
@@ -85,7 +87,7 @@ class SchedulingPolicy(Protocol):
 
     def held_back(self, request: Request) -> bool: ...
 
-    def prefill_pace(self, key: str, decoding_keys: set[str], num_decodes: int,
+    def prefill_pace(self, key: str, decodes: Mapping[str, int],
                      base: float) -> tuple[int, float] | None: ...
 
     def victim(self, running: Sequence[Request]) -> tuple[Request, str]: ...
@@ -117,9 +119,10 @@ class FcfsPolicy:
     def held_back(self, request: Request) -> bool:
         return False
 
-    def prefill_pace(self, key: str, decoding_keys: set[str], num_decodes: int,
+    def prefill_pace(self, key: str, decodes: Mapping[str, int],
                      base: float) -> tuple[int, float] | None:
         # While others decode they wait on the step: pace it. Alone: the whole budget.
+        num_decodes = sum(decodes.values())
         return (num_decodes, base) if num_decodes else None
 
     def victim(self, running: Sequence[Request]) -> tuple[Request, str]:
@@ -230,22 +233,28 @@ class FairPolicy:
     def held_back(self, request: Request) -> bool:
         return self._over_cap(request.fairness_key)
 
-    def prefill_pace(self, key: str, decoding_keys: set[str], num_decodes: int,
+    def prefill_pace(self, key: str, decodes: Mapping[str, int],
                      base: float) -> tuple[int, float] | None:
-        default = (num_decodes, base) if num_decodes else None
+        mine = self.normalized_service(key)
         # Only the most served key is a guest: light users' prompts among each other keep the
         # pacer's full allowance (a light prompt is short, and its user is waiting for it).
-        mine = self.normalized_service(key)
-        if not self.keys or mine < max(self.normalized_service(k) for k in self.keys):
-            return default
-        lighter = {k for k in self.keys if k != key and 2.0 * self.normalized_service(k) < mine}
-        if num_decodes:
-            if lighter & decoding_keys:
-                return num_decodes, 1.0 + (base - 1.0) * GUEST_SLOWDOWN_SHARE
-            return default
-        floor = PRESENT_SHARE * self.service(key)
-        present = [k for k in lighter if self.service(k) >= floor]
-        return (len(present), base) if present else None
+        if self.keys and mine >= max(self.normalized_service(k) for k in self.keys):
+            lighter = {k for k in self.keys
+                       if k != key and 2.0 * self.normalized_service(k) < mine}
+            num_decodes = sum(decodes.values())
+            if num_decodes:
+                if any(decodes.get(k) for k in lighter):
+                    return num_decodes, 1.0 + (base - 1.0) * GUEST_SLOWDOWN_SHARE
+                return num_decodes, base
+            floor = PRESENT_SHARE * self.service(key)
+            present = [k for k in lighter if self.service(k) >= floor]
+            return (len(present), base) if present else None
+        # A lighter key's prompt is paced for its peers' decodes only: the decodes of a key
+        # with over twice its service per weight wait on it, as that key's prompts are paced
+        # for theirs (otherwise a light user's next turn is cut into bites for the heavy
+        # user's sake, and waits several steps for its first word).
+        peers = sum(n for k, n in decodes.items() if self.normalized_service(k) <= 2.0 * mine)
+        return (peers, base) if peers else None
 
     def _over_cap(self, key: str) -> bool:
         state = self.keys.get(key)

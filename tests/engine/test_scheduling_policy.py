@@ -342,9 +342,18 @@ def test_fair_paces_a_heavier_keys_prompt_gently_while_a_lighter_key_decodes():
     add(sched, "light", 8, "light")
     add(sched, "heavy", 400, "heavy")
     policy.charge({sched.requests["heavy"]: 400, sched.requests["light"]: 8})
-    assert policy.prefill_pace("heavy", {"light"}, 3, 2.0) == (3, 1.25)
-    assert policy.prefill_pace("light", {"heavy"}, 3, 2.0) == (3, 2.0)  # its own prompt
-    assert policy.prefill_pace("heavy", {"heavy"}, 3, 2.0) == (3, 2.0)  # only itself decoding
+    assert policy.prefill_pace("heavy", {"light": 1, "heavy": 2}, 2.0) == (3, 1.25)
+    assert policy.prefill_pace("heavy", {"heavy": 3}, 2.0) == (3, 2.0)  # only itself decoding
+
+
+def test_fair_paces_a_lighter_keys_prompt_for_its_peers_decodes_only():
+    sched = make_scheduler("fair")
+    policy = sched.policy
+    for key, tokens in [("light", 8), ("peer", 12), ("heavy", 400)]:
+        add(sched, key, tokens, key)
+    policy.charge({sched.requests[k]: n for k, n in [("light", 8), ("peer", 12), ("heavy", 400)]})
+    assert policy.prefill_pace("light", {"peer": 2, "heavy": 3}, 2.0) == (2, 2.0)
+    assert policy.prefill_pace("light", {"heavy": 3}, 2.0) is None  # the heavy decodes wait
 
 
 def test_fair_paces_a_heavier_keys_prompt_while_a_lighter_key_is_between_turns():
@@ -354,20 +363,20 @@ def test_fair_paces_a_heavier_keys_prompt_while_a_lighter_key_is_between_turns()
     sched.policy.charge({sched.requests["heavy"]: 400, sched.requests["light"]: 8})
     sched.finish_requests(["light"], RequestStatus.FINISHED_STOPPED)  # reading the answer
     # Nothing decodes, yet the light key was just here: as if its one decode ran.
-    assert sched.policy.prefill_pace("heavy", set(), 0, 2.0) == (1, 2.0)
+    assert sched.policy.prefill_pace("heavy", {}, 2.0) == (1, 2.0)
 
 
 def test_a_lone_key_gets_the_whole_budget_when_nothing_decodes():
     sched = make_scheduler("fair")
     add(sched, "heavy", 400, "heavy")
     sched.policy.charge({sched.requests["heavy"]: 400})
-    assert sched.policy.prefill_pace("heavy", set(), 0, 2.0) is None
+    assert sched.policy.prefill_pace("heavy", {}, 2.0) is None
 
 
 def test_fcfs_paces_every_prompt_alike():
     sched = make_scheduler("fcfs")
-    assert sched.policy.prefill_pace("heavy", {"light"}, 3, 2.0) == (3, 2.0)
-    assert sched.policy.prefill_pace("heavy", set(), 0, 2.0) is None
+    assert sched.policy.prefill_pace("heavy", {"light": 3}, 2.0) == (3, 2.0)
+    assert sched.policy.prefill_pace("heavy", {}, 2.0) is None
 
 
 @pytest.mark.parametrize(("policy", "chunk"), [("fcfs", 40), ("fair", 10)])
