@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -34,25 +34,40 @@ class KVBlock:
 class BlockPool:
     """Owns every KV block.
 
-    A block with ref_count 0 sits in the free queue (an OrderedDict: O(1) removal from the
+    A block with ref_count 0 sits in a free queue (an OrderedDict: O(1) removal from the
     middle when a cached block is hit, O(1) pop of the least recently freed). Freed blocks
     keep their hash until they are handed out again, so a later request can reuse them.
+
+    Eviction is least recently freed first, never-used blocks before all. With
+    `evict_by_owner` (the fair scheduling policy's), a freed block is queued under the
+    fairness key that freed it, and after the never-used blocks comes the least recently
+    freed block of the key with the largest footprint in the pool (blocks held and free):
+    one user's stream of documents evicts its own stale documents before a colleague's
+    conversation, whose cached prefix saves a whole prefill of the next turn. With one key
+    the order is the same as without.
     """
 
-    def __init__(self, num_blocks: int, enable_caching: bool = True) -> None:
+    # The queue of the never-used blocks (and of every freed block, without evict_by_owner).
+    EMPTY = None
+
+    def __init__(self, num_blocks: int, enable_caching: bool = True,
+                 evict_by_owner: bool = False) -> None:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
+        self.evict_by_owner = evict_by_owner
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
-        self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self._free: dict[str | None, OrderedDict[int, None]] = {
+            self.EMPTY: OrderedDict((i, None) for i in range(num_blocks))}
+        self._queue_of: dict[int, str | None] = dict.fromkeys(range(num_blocks), self.EMPTY)
         self._cached: dict[bytes, KVBlock] = {}
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free)
+        return len(self._queue_of)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - len(self._queue_of)
 
     @property
     def num_cached_blocks(self) -> int:
@@ -64,13 +79,29 @@ class BlockPool:
     def lookup(self, block_hash: bytes) -> KVBlock | None:
         return self._cached.get(block_hash) if self.enable_caching else None
 
-    def allocate(self, count: int) -> list[KVBlock]:
-        """Take `count` blocks from the head of the free queue, evicting their cached content."""
-        if count > len(self._free):
-            raise RuntimeError(f"asked for {count} blocks, {len(self._free)} free")
+    def allocate(self, count: int, owner: str = "",
+                 held: Mapping[str, int] | None = None) -> list[KVBlock]:
+        """Take `count` free blocks in eviction order, evicting their cached content.
+
+        With evict_by_owner the blocks come from the key with the largest footprint: its
+        free blocks plus the blocks `held` says it holds, plus, for `owner` (the key this
+        allocation is for), those taken so far; on a tie the owner's own go first.
+        """
+        if count > len(self._queue_of):
+            raise RuntimeError(f"asked for {count} blocks, {len(self._queue_of)} free")
+        held = held or {}
         out = []
         for _ in range(count):
-            block_id, _ = self._free.popitem(last=False)
+            queue = self.EMPTY
+            if not self._free[self.EMPTY]:
+                def footprint(k: str) -> tuple[int, bool]:
+                    mine = k == owner
+                    return len(self._free[k]) + held.get(k, 0) + (len(out) if mine else 0), mine
+                queue = max((k for k in self._free if k is not self.EMPTY), key=footprint)
+            block_id, _ = self._free[queue].popitem(last=False)
+            del self._queue_of[block_id]
+            if not self._free[queue] and queue is not self.EMPTY:
+                del self._free[queue]
             block = self.blocks[block_id]
             self._evict(block)
             block.ref_count = 1
@@ -81,11 +112,12 @@ class BlockPool:
         """Take a reference on cached blocks hit by a new request."""
         for block in blocks:
             if block.ref_count == 0:
-                del self._free[block.block_id]
+                self._dequeue(block.block_id)
             block.ref_count += 1
 
-    def free(self, blocks: Sequence[KVBlock]) -> None:
-        """Drop a reference; blocks nobody holds go to the tail of the free queue.
+    def free(self, blocks: Sequence[KVBlock], owner: str = "") -> None:
+        """Drop a reference; blocks nobody holds go to the tail of a free queue (`owner`'s,
+        with evict_by_owner).
 
         Callers pass a request's blocks last-first, so its tail is evicted before its prefix.
         """
@@ -94,7 +126,15 @@ class BlockPool:
             if block.ref_count < 0:
                 raise RuntimeError(f"block {block.block_id} freed twice")
             if block.ref_count == 0:
-                self._free[block.block_id] = None
+                queue = owner if self.evict_by_owner else self.EMPTY
+                self._free.setdefault(queue, OrderedDict())[block.block_id] = None
+                self._queue_of[block.block_id] = queue
+
+    def _dequeue(self, block_id: int) -> None:
+        queue = self._queue_of.pop(block_id)
+        del self._free[queue][block_id]
+        if not self._free[queue] and queue is not self.EMPTY:
+            del self._free[queue]
 
     def cache_block(self, block: KVBlock, block_hash: bytes) -> None:
         """Register a full block's hash; the first block to hold some content stays the one hit."""
@@ -106,7 +146,7 @@ class BlockPool:
         self._cached[block_hash] = block
 
     def uncache(self, block: KVBlock) -> None:
-        """Forget a block's content (it stays where it is in the free queue)."""
+        """Forget a block's content (a free one stays where it is in the eviction order)."""
         self._evict(block)
 
     def _evict(self, block: KVBlock) -> None:

@@ -15,6 +15,7 @@ from engine.core.prefill_pacer import PrefillPacer
 from engine.core.request import EngineCoreRequest, Request, RequestStatus
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import EngineCoreOutput
+from engine.core.scheduling_policy import EVICTS_BY_OWNER
 from engine.distributed.multiproc_executor import MultiprocExecutor, WorkerDiedError
 from engine.distributed.parallel_state import ParallelState
 from engine.executor import Executor, UniprocExecutor
@@ -69,7 +70,8 @@ class EngineCore:
         self.backend, self.model = worker.backend, worker.model
         self.bytes_per_token = self.spec.kv_bytes_per_token(
             torch.finfo(self.dtype).bits // 8, config.tensor_parallel_size)
-        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
+                                 config.scheduling_policy in EVICTS_BY_OWNER)
         pacer = PrefillPacer(config.prefill_pacing) if config.prefill_pacing else None
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    self.max_model_len, pacer, config.scheduling_policy)

@@ -9,10 +9,12 @@ from engine.core.request import Request
 class KVCacheManager:
     """Allocates the slots a request needs, finds its cached prefix, frees its blocks."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 evict_by_owner: bool = False):
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.pool = BlockPool(num_blocks, enable_prefix_caching)
+        # Freed blocks are queued under their request's fairness key (BlockPool).
+        self.pool = BlockPool(num_blocks, enable_prefix_caching, evict_by_owner)
         self.req_blocks: dict[str, list[KVBlock]] = {}
         # How many of a request's leading blocks were already offered to the prefix cache:
         # each full block is registered once, not re-examined every step.
@@ -93,7 +95,7 @@ class KVCacheManager:
                 blocks.extend(computed)
                 request.block_ids.extend(b.block_id for b in computed)
             if needed > 0:
-                new = self.pool.allocate(needed)
+                new = self.pool.allocate(needed, request.fairness_key, self.blocks_by_key)
                 blocks.extend(new)
                 request.block_ids.extend(b.block_id for b in new)
             gained = len(computed) + max(needed, 0)
@@ -127,7 +129,7 @@ class KVCacheManager:
         """
         blocks = self.req_blocks.pop(request.request_id, [])
         self._num_registered.pop(request.request_id, None)
-        self.pool.free(list(reversed(blocks)))
+        self.pool.free(list(reversed(blocks)), owner=request.fairness_key)
         request.block_ids = []
         if blocks:
             key = request.fairness_key

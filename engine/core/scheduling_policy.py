@@ -66,6 +66,9 @@ from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.request import Request
 
 SCHEDULING_POLICIES = ("fcfs", "priority", "fair")
+# The policies under which the prefix cache evicts the blocks of the key with the most free
+# blocks first (engine/core/block_pool.py), not simply the least recently freed.
+EVICTS_BY_OWNER = frozenset({"fair"})
 # The share of the pacer's allowed slowdown a heavier key's prompt gets while a lighter key
 # decodes (fair): at the office profile's 2x, such a step costs at most 1.25 decode steps.
 GUEST_SLOWDOWN_SHARE = 0.25

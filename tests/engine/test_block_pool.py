@@ -114,3 +114,75 @@ def test_free_releases_the_tail_before_the_prefix():
     kv.free(a)
     # The last block of the request is evicted first, the shared prefix last.
     assert [b.block_id for b in kv.pool.allocate(3)] == list(reversed(ids))
+
+
+# -- eviction by owner (the fair policy's) ------------------------------------------------
+
+def _freed_by(pool: BlockPool, owner: str, count: int) -> list[int]:
+    blocks = pool.allocate(count)
+    pool.free(blocks, owner=owner)
+    return [b.block_id for b in blocks]
+
+
+def test_by_owner_the_key_with_the_most_free_blocks_is_evicted_first():
+    pool = BlockPool(6, evict_by_owner=True)
+    light = _freed_by(pool, "light", 2)  # freed first: plain LRU would evict these first
+    heavy = _freed_by(pool, "heavy", 4)
+    assert [b.block_id for b in pool.allocate(2)] == heavy[:2]
+    # Now both keys have two free blocks: on a tie the allocating key's own go first.
+    assert [b.block_id for b in pool.allocate(1, owner="heavy")] == heavy[2:3]
+    assert [b.block_id for b in pool.allocate(1, owner="light")] == light[:1]
+
+
+def test_by_owner_blocks_a_key_holds_count_toward_its_footprint():
+    pool = BlockPool(6, evict_by_owner=True)
+    light = _freed_by(pool, "light", 3)
+    heavy = _freed_by(pool, "heavy", 1)
+    pool.allocate(2)  # the never-used ones
+    # The heavy key holds 5 more blocks in running requests: its one free block goes first.
+    assert [b.block_id for b in pool.allocate(2, "light", {"heavy": 5})] == heavy + light[:1]
+
+
+def test_by_owner_never_used_blocks_go_before_any_freed_block():
+    pool = BlockPool(4, evict_by_owner=True)
+    freed = _freed_by(pool, "heavy", 2)
+    assert [b.block_id for b in pool.allocate(2)] == [2, 3]
+    assert [b.block_id for b in pool.allocate(2)] == freed
+
+
+def test_by_owner_a_lone_key_evicts_in_the_plain_order():
+    plain, owned = BlockPool(5), BlockPool(5, evict_by_owner=True)
+    order = []
+    for pool in (plain, owned):
+        first = pool.allocate(2)
+        second = pool.allocate(2)
+        pool.free(second, owner="alice")
+        pool.free(first, owner="alice")
+        order.append([b.block_id for b in pool.allocate(5)])
+    assert order[0] == order[1]
+
+
+def test_by_owner_a_hit_block_leaves_its_owners_queue():
+    pool = BlockPool(3, evict_by_owner=True)
+    (block,) = pool.allocate(1)
+    pool.cache_block(block, b"h")
+    pool.free([block], owner="alice")
+    pool.touch([block])
+    assert pool.num_free_blocks == 2 and block not in pool.allocate(2)
+
+
+def test_fair_eviction_keeps_a_light_users_prefix_while_a_heavy_user_churns():
+    kept = {}
+    for by_owner in (False, True):
+        kv = KVCacheManager(num_blocks=12, block_size=4, evict_by_owner=by_owner)
+        chat = Request("chat", list(range(16)), SamplingParams(max_tokens=4),
+                       fairness_key="light")
+        assert kv.allocate_slots(chat, 16)
+        kv.free(chat)  # the light user reads the answer; its 4 blocks stay cached
+        for i in range(3):  # the heavy user's documents, one after another
+            doc = Request(f"doc{i}", [1000 * (i + 1) + t for t in range(24)],
+                          SamplingParams(max_tokens=4), fairness_key="heavy")
+            assert kv.allocate_slots(doc, 24)
+            kv.free(doc)
+        kept[by_owner] = kv.get_computed_blocks(_req("next", list(range(20))))[1]
+    assert kept == {False: 0, True: 16}

@@ -46,3 +46,10 @@ def test_greedy_outputs_are_identical_under_fair_and_fcfs(smollm2_dir, chat_prom
     assert fcfs_preempted > 0 and fair_preempted > 0
     assert len(fair_tokens) == len(chat_prompt_ids)
     assert fair_tokens == fcfs_tokens
+
+
+def test_only_the_fair_engine_evicts_the_prefix_cache_by_owner(smollm2_dir):
+    evicts = {policy: make_llm(smollm2_dir, scheduling_policy=policy)
+              .llm_engine.engine_core.kv.pool.evict_by_owner
+              for policy in ("fcfs", "priority", "fair")}
+    assert evicts == {"fcfs": False, "priority": False, "fair": True}
