@@ -10,13 +10,19 @@ key, so the server sees separate users; a KV pool smaller than the heavy user's 
   heavy-alone-fcfs  the heavy user alone                                 fcfs
   heavy-alone-fair  the heavy user alone                                 fair
 
+In the mixed runs the heavy user joins the office `--heavy-start` seconds in (3 by default:
+the light users are chatting, as in an office that has been open a while). With 0 it
+floods at the same instant as their first questions, on a server that has seen nobody: its
+first document then gets a whole-budget step (it is alone), and their first words wait for
+that step to end.
+
 and checks the targets of issue 17: under fair the light users' TTFT p99 and ITL p99 are at
 most 1.5x light-alone's and at least 3x better than mixed-fcfs'; heavy-alone-fair keeps at
 least 80% of heavy-alone-fcfs's throughput. Writes benchmarks/results/noisy_neighbour.json
 (every run's bench document, the machine, the targets) and .png.
 
     .venv/bin/python benchmarks/noisy_neighbour.py [--threads 2] [--duration 30]
-        [--light-users 3] [--heavy-requests 4] [--heavy-doc-tokens 1000]
+        [--light-users 3] [--heavy-requests 4] [--heavy-doc-tokens 1000] [--heavy-start 3]
 """
 
 from __future__ import annotations
@@ -91,7 +97,8 @@ def run_one(args: argparse.Namespace, label: str, policy: str, light: bool, heav
                                 args.max_tokens, args.think_time,
                                 heavy_requests=args.heavy_requests if heavy else 0,
                                 heavy_doc_tokens=args.heavy_doc_tokens,
-                                heavy_max_tokens=args.heavy_max_tokens)
+                                heavy_max_tokens=args.heavy_max_tokens,
+                                heavy_start=args.heavy_start)
         target = Target(server.base_url, api_key=light_keys[0], max_context=args.max_model_len,
                         extra_body={"ignore_eos": True}, heavy_api_key=heavy_key,
                         light_api_keys=light_keys)
@@ -195,6 +202,9 @@ def main() -> None:
     p.add_argument("--heavy-requests", type=int, default=4, help="K parallel documents")
     p.add_argument("--heavy-doc-tokens", type=int, default=1000)
     p.add_argument("--heavy-max-tokens", type=int, default=16)
+    p.add_argument("--heavy-start", type=float, default=3.0,
+                   help="seconds before the heavy user joins the light users chatting (0: "
+                        "both start on a server that has seen nobody)")
     p.add_argument("--kv-tokens", type=int, default=3072,
                    help="the KV pool in tokens: below the heavy user's K documents, so the "
                         "flood alone fills it")

@@ -38,7 +38,8 @@ def build(result: BenchResult) -> dict[str, Any]:
                      "prefix_tokens": cfg.prefix_tokens if cfg.name == "shared-prefix" else None,
                      **({"heavy_requests": cfg.heavy_requests,
                          "heavy_doc_tokens": cfg.effective_heavy_doc_tokens(),
-                         "heavy_max_tokens": cfg.heavy_max_tokens}
+                         "heavy_max_tokens": cfg.heavy_max_tokens,
+                         "heavy_start_s": cfg.heavy_start}
                         if cfg.name == "noisy-neighbour" else {}),
                      "extra_body": result.target.extra_body},
         "server": {"base_url": result.target.base_url, "model": result.model,

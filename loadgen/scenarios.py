@@ -40,6 +40,9 @@ class ScenarioConfig:
     heavy_requests: int = 8
     heavy_doc_tokens: int = 4000
     heavy_max_tokens: int = 64
+    # noisy-neighbour: seconds into the run before the heavy user sends its first documents
+    # while light users are there (0: all start together, on a server that has seen nobody).
+    heavy_start: float = 0.0
 
     def __post_init__(self) -> None:
         if self.name not in SCENARIOS:
@@ -49,6 +52,8 @@ class ScenarioConfig:
                 raise ValueError("noisy-neighbour needs light users or heavy requests (or both)")
             if self.max_tokens < 1 or self.heavy_max_tokens < 1:
                 raise ValueError("max_tokens and heavy_max_tokens must be at least 1")
+            if self.heavy_start < 0:
+                raise ValueError("heavy_start must be at least 0 seconds")
         elif self.users < 1 or self.max_tokens < 1:
             raise ValueError("users and max_tokens must be at least 1")
 
@@ -189,6 +194,8 @@ async def heavy_slot(run: Run, slot: int) -> None:
     cfg = run.config
     rng = random.Random(f"{cfg.seed}-heavy-{slot}")
     turn = 0
+    if cfg.users:  # alone, there is no office to join
+        await run.budget.sleep(cfg.heavy_start)
     while not run.budget.exhausted():
         if cfg.users == 0 and not run.budget.take():
             return

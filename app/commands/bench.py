@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     nn.add_argument("--heavy-doc-tokens", type=int, default=4000,
                     help="each heavy request's document, in tokens")
     nn.add_argument("--heavy-max-tokens", type=int, default=64, help="its answers' cap")
+    nn.add_argument("--heavy-start", type=float, default=0.0,
+                    help="seconds into the run before the heavy user joins the light ones")
     nn.add_argument("--heavy-api-key", default=None,
                     help="the heavy user's key (default: --api-key)")
     p.add_argument("--max-context", type=int, default=None,
@@ -62,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
                             args.think_time, args.doc_tokens, args.prefix_tokens,
                             heavy_requests=args.heavy_requests,
                             heavy_doc_tokens=args.heavy_doc_tokens,
-                            heavy_max_tokens=args.heavy_max_tokens)
+                            heavy_max_tokens=args.heavy_max_tokens,
+                            heavy_start=args.heavy_start)
     result = asyncio.run(run_bench(target, config, args.requests, args.duration))
     doc = report.build(result)
     report.write(doc, args.out)

@@ -51,8 +51,8 @@ id), `priority` a positive weight, `max_kv_share` a fraction of the pool.
   `PRESENT_SHARE` of this key's), its chunks are paced as if each of them had a decode
   running, rather than taking the whole budget: a light user between two turns would
   otherwise find, on sending the next, a whole-budget step of the heavy user's to wait out.
-  The other way round, a lighter key's prompt is paced only for the decodes of keys with at
-  most twice its service per weight: a much heavier key's decodes wait on it.
+  The other way round, a lighter key's prompt is paced only for the decodes of keys within
+  their fair share of the pool: the decodes of a key over it wait on the step.
   A lone key gets exactly the fcfs schedule.
 """
 
@@ -252,12 +252,23 @@ class FairPolicy:
             floor = PRESENT_SHARE * self.service(key)
             present = [k for k in lighter if self.service(k) >= floor]
             return (len(present), base) if present else None
-        # A lighter key's prompt is paced for its peers' decodes only: the decodes of a key
-        # with over twice its service per weight wait on it, as that key's prompts are paced
-        # for theirs (otherwise a light user's next turn is cut into bites for the heavy
-        # user's sake, and waits several steps for its first word).
-        peers = sum(n for k, n in decodes.items() if self.normalized_service(k) <= 2.0 * mine)
-        return (peers, base) if peers else None
+        # A lighter key's prompt is paced only for the decodes of keys within their fair share
+        # of the pool: those of a key over it (a heavy user's documents) wait on the step, or a
+        # light user's next turn would be cut into bites for that key's sake and wait several
+        # steps for its first word. A newcomer's first document, holding nothing yet, is
+        # still paced for everyone decoding.
+        paced = sum(n for k, n in decodes.items() if k == key or not self._over_fair_share(k))
+        return (paced, base) if paced else None
+
+    def fair_share(self, key: str) -> float:
+        """The blocks `key` may hold by its weight, among the keys with requests (the whole
+        pool when none has any)."""
+        total = sum(s.weight for s in self.keys.values() if s.num_requests > 0)
+        pool = self.kv.pool.num_blocks
+        return pool * self.weight(key) / total if total else pool
+
+    def _over_fair_share(self, key: str) -> bool:
+        return self.kv.blocks_by_key.get(key, 0) > self.fair_share(key)
 
     def _over_cap(self, key: str) -> bool:
         state = self.keys.get(key)
@@ -296,12 +307,7 @@ class FairPolicy:
         # Only within fair shares of the pool (by weight, among keys with requests): a key
         # that would go over its own share waits, and only a key over its share gives up a
         # request. Without this, always-busy keys would take blocks from one another forever.
-        total = sum(s.weight for s in self.keys.values() if s.num_requests > 0)
-        pool = self.kv.pool.num_blocks
-
-        def share(k: str) -> float:
-            return pool * self.weight(k) / total if total else pool
-
+        share = self.fair_share
         if held.get(key, 0) + num_blocks > share(key):
             return None
         mine = (held.get(key, 0) + num_blocks) / self.weight(key)

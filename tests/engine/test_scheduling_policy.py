@@ -346,14 +346,24 @@ def test_fair_paces_a_heavier_keys_prompt_gently_while_a_lighter_key_decodes():
     assert policy.prefill_pace("heavy", {"heavy": 3}, 2.0) == (3, 2.0)  # only itself decoding
 
 
-def test_fair_paces_a_lighter_keys_prompt_for_its_peers_decodes_only():
-    sched = make_scheduler("fair")
+def test_fair_paces_a_lighter_keys_prompt_only_for_decodes_within_their_fair_share():
+    sched = make_scheduler("fair", num_blocks=64, budget=256)
+    add(sched, "light", 8, "light")
+    add(sched, "peer", 12, "peer")
+    add(sched, "heavy", 200, "heavy")  # 50 of 64 blocks: over its third of the pool
+    step(sched)
     policy = sched.policy
-    for key, tokens in [("light", 8), ("peer", 12), ("heavy", 400)]:
-        add(sched, key, tokens, key)
-    policy.charge({sched.requests[k]: n for k, n in [("light", 8), ("peer", 12), ("heavy", 400)]})
     assert policy.prefill_pace("light", {"peer": 2, "heavy": 3}, 2.0) == (2, 2.0)
     assert policy.prefill_pace("light", {"heavy": 3}, 2.0) is None  # the heavy decodes wait
+
+
+def test_fair_paces_a_newcomers_first_prompt_for_everyone_decoding():
+    sched = make_scheduler("fair", num_blocks=64, budget=256)
+    add(sched, "light", 8, "light")
+    add(sched, "peer", 12, "peer")
+    step(sched)
+    add(sched, "doc", 120, "new")  # holds nothing yet, has had no service
+    assert sched.policy.prefill_pace("new", {"light": 1, "peer": 1}, 2.0) == (2, 2.0)
 
 
 def test_fair_paces_a_heavier_keys_prompt_while_a_lighter_key_is_between_turns():

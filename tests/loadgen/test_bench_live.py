@@ -123,7 +123,8 @@ def test_noisy_neighbour_reports_light_latency_and_heavy_throughput(server: Serv
                                                                      tmp_path: Path) -> None:
     doc = bench(server, tmp_path, "--scenario", "noisy-neighbour", "--users", "2",
                 "--requests", "4", "--max-tokens", "8", "--heavy-requests", "2",
-                "--heavy-doc-tokens", "200", "--heavy-max-tokens", "8", "--ignore-eos")
+                "--heavy-doc-tokens", "200", "--heavy-max-tokens", "8", "--heavy-start", "0.3",
+                "--ignore-eos")
     check_consistent(doc)
     kinds = [r["kind"] for r in doc["requests"]]
     assert kinds.count("chat") == 4 and kinds.count("heavy") >= 2
@@ -136,3 +137,5 @@ def test_noisy_neighbour_reports_light_latency_and_heavy_throughput(server: Serv
     assert nn["heavy"]["throughput_tok_per_s"] == pytest.approx(
         sum(r["prompt_tokens"] + r["completion_tokens"] for r in heavy) / doc["summary"]["wall_s"])
     assert doc["settings"]["heavy_requests"] == 2
+    assert doc["settings"]["heavy_start_s"] == 0.3
+    assert min(r["start_s"] for r in heavy) >= 0.3  # it joined the light users, later
