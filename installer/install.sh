@@ -11,13 +11,16 @@
 #       launcher in ~/.local/bin (or DIR/bin), a desktop entry for the admin console and,
 #       with --systemd, a `systemd --user` unit that starts the server at login.
 #
-# Torch: without --cuda the CPU build is installed (torch==$OFFICELLM_TORCH_VERSION) and the
-# installer refuses to fall back to PyPI's multi-GB CUDA build; --cuda takes PyPI's default.
+# Torch: without --cuda the CPU build is installed (torch==$OFFICELLM_TORCH_VERSION), from
+# PyTorch's own CPU wheel index when it can be reached (a few seconds' check), else from pip's
+# configured indexes; the installer refuses to fall back to PyPI's multi-GB CUDA build.
+# --cuda takes PyPI's default.
 #
 # Environment: OFFICELLM_PYTHON (interpreter for the venv, default python3),
-# OFFICELLM_TORCH_VERSION (default 2.13.0), OFFICELLM_TORCH_INDEX (an extra index holding CPU
-# torch wheels, e.g. https://download.pytorch.org/whl/cpu), OFFICELLM_BIN_DIR, XDG_DATA_HOME,
-# XDG_CONFIG_HOME, HOME (where things go; see installer/paths.sh).
+# OFFICELLM_TORCH_VERSION (default 2.13.0), OFFICELLM_TORCH_INDEX (the extra index holding CPU
+# torch wheels; default https://download.pytorch.org/whl/cpu, empty for pip's own indexes
+# only), OFFICELLM_BIN_DIR, XDG_DATA_HOME, XDG_CONFIG_HOME, HOME (where things go; see
+# installer/paths.sh).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,6 +31,8 @@ REPO_ROOT="$(dirname "$HERE")"
 PYTHON="${OFFICELLM_PYTHON:-python3}"
 export PIP_PROGRESS_BAR=off   # progress bars only clutter logs (CI, tests)
 TORCH_VERSION="${OFFICELLM_TORCH_VERSION:-2.13.0}"
+# Unset: PyTorch's CPU index; set but empty: none (pip's configured indexes alone).
+TORCH_INDEX="${OFFICELLM_TORCH_INDEX-https://download.pytorch.org/whl/cpu}"
 # System libraries that PySide6's bundled Qt links against (readelf -d NEEDED on QtCore/Gui/
 # Widgets/DBus/OpenGL and the offscreen platform plugin; see docs/installer.md). The rest of
 # what they need comes in as these packages' dependencies. '|' separates alternatives: Debian 13
@@ -174,9 +179,29 @@ have_torch() { "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.ve
 # CPU torch, with a guard: on Linux a plain `pip install torch` from PyPI is the CUDA build
 # (several GB of nvidia-* wheels). We resolve first without downloading the wheel (pip reads
 # only its metadata) and stop if what pip would pick depends on nvidia-* packages.
+# Whether an index answers, within a few seconds: an unreachable one (a closed network, an
+# offline machine) must cost a quick failure, not pip's minutes of retries.
+index_reachable() {
+    "$VENV/bin/python" - "$1" <<'EOF'
+import sys
+import urllib.request
+
+try:
+    urllib.request.urlopen(sys.argv[1].rstrip("/") + "/torch/", timeout=5).close()
+except Exception:
+    sys.exit(1)
+EOF
+}
+
 install_cpu_torch() {
     local index_args=() report
-    [ -n "${OFFICELLM_TORCH_INDEX:-}" ] && index_args=(--extra-index-url "$OFFICELLM_TORCH_INDEX")
+    if [ -n "$TORCH_INDEX" ]; then
+        if index_reachable "$TORCH_INDEX"; then
+            index_args=(--extra-index-url "$TORCH_INDEX")
+        else
+            say "the CPU torch index $TORCH_INDEX cannot be reached: using pip's configured indexes"
+        fi
+    fi
     report="$(mktemp)"
     pip_in install --dry-run --no-deps --ignore-installed --report "$report" \
         "${index_args[@]}" "torch==$TORCH_VERSION"
@@ -192,7 +217,8 @@ EOF
     case "$verdict" in
         cpu\ *) say "installing torch ${verdict#cpu } (CPU build)" ;;
         *) die "pip would install a CUDA build of torch (${verdict#cuda }), several GB.
-  For the CPU build: OFFICELLM_TORCH_INDEX=https://download.pytorch.org/whl/cpu $0 ...
+  For the CPU build, make an index holding CPU wheels reachable (OFFICELLM_TORCH_INDEX, now
+  '${TORCH_INDEX}') or give pip a directory of wheels (PIP_FIND_LINKS).
   For a CUDA machine: add --cuda." ;;
     esac
     pip_in install "${index_args[@]}" "torch==$TORCH_VERSION"

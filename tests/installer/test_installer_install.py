@@ -166,19 +166,21 @@ def test_uninstall_keeps_data_until_purge(installed: Installed):
 @pytest.mark.skipif(platform.system() != "Linux" or platform.machine() != "x86_64",
                     reason="PyPI's default torch is a CUDA build only on Linux x86_64")
 def test_cpu_install_refuses_pypi_cuda_torch(sandbox_env: dict[str, str], tmp_path: Path):
-    # With no CPU wheel source (no pip config files, find-links an empty directory, no extra
-    # index), the only torch pip can find is PyPI's CUDA build: the installer must stop
-    # before downloading it. (An empty PIP_FIND_LINKS would fall back to the config's.)
+    # With no CPU wheel source (no pip config files, find-links an empty directory, the CPU
+    # index unreachable), the only torch pip can find is PyPI's CUDA build: the installer
+    # must say the index cannot be reached, go on at once, and stop before downloading that.
+    # (An empty PIP_FIND_LINKS would fall back to the config's; port 9 refuses at once.)
     nothing = tmp_path / "no-wheels"
     nothing.mkdir()
-    env = dict(sandbox_env, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS=str(nothing))
-    for var in ("PIP_EXTRA_INDEX_URL", "OFFICELLM_TORCH_INDEX"):
-        env.pop(var, None)
+    env = dict(sandbox_env, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS=str(nothing),
+               OFFICELLM_TORCH_INDEX="http://127.0.0.1:9/whl/cpu")
+    env.pop("PIP_EXTRA_INDEX_URL", None)
     prefix = tmp_path / "prefix"
     t0 = time.monotonic()
     result = run([str(INSTALLER / "install.sh"), "--prefix", str(prefix)], env, timeout=300,
                  cwd=tmp_path)
     assert result.returncode != 0
     assert "CUDA build of torch" in result.stderr, result.stderr
+    assert "http://127.0.0.1:9/whl/cpu cannot be reached" in result.stdout + result.stderr
     assert time.monotonic() - t0 < 120, "it should stop after resolving, not download torch"
     assert not list((prefix / "venv").glob("lib/python*/site-packages/torch")), "torch got installed"
