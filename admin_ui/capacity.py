@@ -28,6 +28,7 @@ class Plan:
 
     model: str = ""
     bytes_per_token: int | None = None
+    kv_cache_dtype: str = ""
     kv_cache_tokens: int | None = None
     kv_cache_bytes: int | None = None
     num_blocks: int | None = None
@@ -44,6 +45,7 @@ class Plan:
         return cls(
             model=str(d.get("model") or ""),
             bytes_per_token=_int(d, "bytes_per_token"), kv_cache_tokens=_int(d, "kv_cache_tokens"),
+            kv_cache_dtype=str(d.get("kv_cache_dtype") or ""),
             kv_cache_bytes=_int(d, "kv_cache_bytes"), num_blocks=_int(d, "num_blocks"),
             block_size=_int(d, "block_size"), max_model_len=_int(d, "max_model_len"),
             avg_thread_tokens=_int(d, "avg_thread_tokens"),

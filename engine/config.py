@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from engine.core.scheduling_policy import SCHEDULING_POLICIES
+from engine.kv_cache_dtype import check_kv_cache_dtype
 
 _UNITS = {
     "": 1, "b": 1,
@@ -48,6 +49,9 @@ class EngineConfig:
     model: str | None = None  # HF directory, .gguf file; None = the bundled SmolLM2 (serve's argument)
     device: str = knob("cpu", "cpu | cuda", str)
     dtype: str = knob("auto", "auto | float32 | bfloat16 | float16", str)
+    kv_cache_dtype: str = knob(
+        "auto", "auto | float32 | bfloat16 | float16: the KV cache's dtype (auto: the model's; "
+                "16 bits under a float32 model halves the bytes per token, on the CPU)", str)
     max_model_len: int | None = knob(None, "longest request (prompt plus output) in tokens; "
                                            "default: the model's, as far as the KV pool allows", int)
     block_size: int = knob(16, "tokens per KV block (a power of two)", int)
@@ -92,6 +96,7 @@ class EngineConfig:
             raise ValueError("max_model_len must be at least 2.")
         if self.prefill_pacing is not None and self.prefill_pacing <= 1:
             raise ValueError("prefill_pacing must be above 1 (a decode-only step is 1).")
+        check_kv_cache_dtype(self.kv_cache_dtype)
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}, "
                              f"not {self.scheduling_policy!r}.")

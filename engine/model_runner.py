@@ -55,7 +55,7 @@ class ModelRunner:
     """
 
     def __init__(self, model: Any, spec: ModelSpec, num_blocks: int, block_size: int,
-                 dtype: torch.dtype, device: torch.device, seed: int = 0,
+                 kv_dtype: torch.dtype, device: torch.device, seed: int = 0,
                  attention_backend: str | None = None) -> None:
         self.model = model
         self.spec = spec
@@ -65,8 +65,11 @@ class ModelRunner:
         # get zero weight, but 0 * NaN is NaN, so padding must never read a stale NaN.
         self.null_block = num_blocks
         shape = (num_blocks + 1, block_size, model.plan.num_kv_heads, spec.head_dim)
-        self.k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
-        self.v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
+        # kv_dtype: the compute dtype, or 16 bits under a float32 model (engine/kv_cache_dtype.py).
+        self.k_caches = [torch.zeros(shape, dtype=kv_dtype, device=device)
+                         for _ in range(spec.num_layers)]
+        self.v_caches = [torch.zeros(shape, dtype=kv_dtype, device=device)
+                         for _ in range(spec.num_layers)]
         self.attention: AttentionBackend = kernels_ops.attention_for(
             device, self.k_caches, self.v_caches, spec.head_dim ** -0.5, attention_backend)
         self.decode_graphs: DecodeGraphs | None = None  # once captured

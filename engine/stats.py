@@ -31,6 +31,7 @@ class EngineStats:
     block_size: int = 16
     kv_cache_tokens: int = 0
     bytes_per_token: int = 0
+    kv_cache_dtype: str = ""  # the KV cache's storage dtype, e.g. "float16"
     max_model_len: int = 0
     num_requests_finished_total: int = 0
     num_steps_total: int = 0

@@ -20,6 +20,7 @@ from engine.config import EngineConfig, format_gib
 from engine.cpu_features import cpu_features
 from engine.distributed.parallel_state import ParallelState
 from engine.dtype_choice import resolve_dtype
+from engine.kv_cache_dtype import resolve_kv_cache_dtype
 from engine.kv_plan import KVCacheTooSmallError, size_pool
 from engine.loading.model_loader import iter_safetensors, load_config_dict
 from engine.loading.model_spec import ModelSpec
@@ -84,6 +85,7 @@ class Worker:
         self.dtype = resolve_dtype(config.dtype, self.device, self.spec.torch_dtype,
                                    self.spec.hidden_size, self.spec.intermediate_size)
         self.backend = kernels_ops.backend_for(self.device, config.attention_backend)
+        self.kv_dtype = resolve_kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.backend)
         self.model = DecoderModel(self.spec, self.dtype,
                                   kernels_ops.ops_for(self.device, self.backend), parallel)
         self.model.to(self.device)
@@ -146,7 +148,7 @@ class Worker:
                     logger.info("Rank %d: available KV cache memory: %s", rank, format_gib(b))
                 logger.info("KV cache pool per rank: the minimum over %d ranks, %s", tp,
                             format_gib(min(budgets)))
-            nbytes = torch.finfo(self.dtype).bits // 8
+            nbytes = self.kv_dtype.itemsize
             try:
                 decision = size_pool(self.spec, min(budgets), nbytes, self.config.block_size,
                                      self.config.max_model_len, flag, tp)
@@ -162,7 +164,7 @@ class Worker:
         """Allocate this rank's KV pool and runner (and capture decode graphs on CUDA)."""
         cfg = self.config
         self.model.init_rotary(max_model_len + 1)
-        self.runner = ModelRunner(self.model, self.spec, num_blocks, cfg.block_size, self.dtype,
+        self.runner = ModelRunner(self.model, self.spec, num_blocks, cfg.block_size, self.kv_dtype,
                                   self.device, cfg.seed, self.backend)
         if self.graph_batch():
             self.runner.capture_decode_graphs(cfg.max_num_seqs, max_model_len)

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -69,8 +70,10 @@ inline void online_softmax_block(float* p, int64_t tokens, float& run_max, float
 
 // HEAD_DIM > 0 fixes the head size at compile time (fully unrolled, register-resident
 // rows); 0 reads it from head_dim.
-template <typename T, int64_t HEAD_DIM>
-void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int64_t* block_tables,
+// T is the query's (and output's) type, C the cache's: a float32 model may keep its KV cache
+// in 16 bits (--kv-cache-dtype), converted to float on load (F16C / a shift for bf16).
+template <typename T, typename C, int64_t HEAD_DIM>
+void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int64_t* block_tables,
                       const int64_t* seq_lens, T* out, int64_t num_seqs, int64_t num_q_heads,
                       int64_t num_kv_heads, int64_t head_dim, int64_t block_size,
                       int64_t table_width, float scale) {
@@ -99,8 +102,8 @@ void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int6
       for (int64_t blk = 0; blk < num_blocks; ++blk) {
         const int64_t block = block_tables[b * table_width + blk];
         const int64_t tokens = std::min(block_size, n - blk * block_size);
-        const T* k_base = k_cache + (block * block_size * num_kv_heads + h) * d;
-        const T* v_base = v_cache + (block * block_size * num_kv_heads + h) * d;
+        const C* k_base = k_cache + (block * block_size * num_kv_heads + h) * d;
+        const C* v_base = v_cache + (block * block_size * num_kv_heads + h) * d;
         // Scores of this block's keys for every query head of the group.
         for (int64_t t = 0; t < tokens; ++t) {
           load_row(k_base + t * token_stride, row.data(), d);
@@ -250,15 +253,19 @@ Bf16Kernel pick_bf16_kernel(int64_t head_dim, int64_t group) {
 
 }  // namespace
 
-// q [B, Hq, D]; caches [num_blocks, block_size, Hk, D] (q's dtype); block_tables [B, W] and
-// seq_lens [B] int64. Returns [B, Hq, D].
+// q [B, Hq, D]; caches [num_blocks, block_size, Hk, D] (q's dtype, or bf16/fp16 under a
+// float32 q); block_tables [B, W] and seq_lens [B] int64. Returns [B, Hq, D].
 torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                      torch::Tensor block_tables, torch::Tensor seq_lens,
                                      double scale) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4, "bad ranks");
   TORCH_CHECK(q.device().is_cpu(), "CPU tensors only");
-  TORCH_CHECK(k_cache.scalar_type() == q.scalar_type() && v_cache.scalar_type() == q.scalar_type(),
-              "q and the caches must share a dtype");
+  const auto cache_type = k_cache.scalar_type();
+  const bool half_cache = q.scalar_type() == at::kFloat &&
+                          (cache_type == at::kBFloat16 || cache_type == at::kHalf);
+  TORCH_CHECK(v_cache.scalar_type() == cache_type, "the K and V caches must share a dtype");
+  TORCH_CHECK(cache_type == q.scalar_type() || half_cache,
+              "q and the caches must share a dtype (or the caches be bf16/fp16 under a float32 q)");
   TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && seq_lens.scalar_type() == torch::kInt64,
               "block_tables and seq_lens must be int64");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
@@ -282,6 +289,31 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
     }
   }
 #endif
+  if (half_cache) {
+    auto run = [&](auto kernel, auto* cache_ptr_type) {
+      using C = std::remove_pointer_t<decltype(cache_ptr_type)>;
+      kernel(q.data_ptr<float>(), k_cache.data_ptr<C>(), v_cache.data_ptr<C>(),
+             block_tables.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(),
+             out.data_ptr<float>(), num_seqs, num_q_heads, num_kv_heads, head_dim, block_size,
+             block_tables.size(1), static_cast<float>(scale));
+    };
+    auto by_dim = [&](auto* cache_ptr_type) {
+      using C = std::remove_pointer_t<decltype(cache_ptr_type)>;
+      if (head_dim == 64) {
+        run(decode_attention<float, C, 64>, cache_ptr_type);
+      } else if (head_dim == 128) {
+        run(decode_attention<float, C, 128>, cache_ptr_type);
+      } else {
+        run(decode_attention<float, C, 0>, cache_ptr_type);
+      }
+    };
+    if (cache_type == at::kBFloat16) {
+      by_dim(static_cast<at::BFloat16*>(nullptr));
+    } else {
+      by_dim(static_cast<at::Half*>(nullptr));
+    }
+    return out;
+  }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode_attention", [&] {
     auto run = [&](auto kernel) {
       kernel(q.data_ptr<scalar_t>(), k_cache.data_ptr<scalar_t>(), v_cache.data_ptr<scalar_t>(),
@@ -290,11 +322,11 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
              block_tables.size(1), static_cast<float>(scale));
     };
     if (head_dim == 64) {
-      run(decode_attention<scalar_t, 64>);
+      run(decode_attention<scalar_t, scalar_t, 64>);
     } else if (head_dim == 128) {
-      run(decode_attention<scalar_t, 128>);
+      run(decode_attention<scalar_t, scalar_t, 128>);
     } else {
-      run(decode_attention<scalar_t, 0>);
+      run(decode_attention<scalar_t, scalar_t, 0>);
     }
   });
   return out;

@@ -57,7 +57,8 @@ def plan_texts(p: Plan) -> dict[str, str]:
         pool += f" ({'; '.join(details)})"
     return {
         "model": p.model or "—",
-        "bpt": "—" if p.bytes_per_token is None else f"{p.bytes_per_token:,} B/token",
+        "bpt": "—" if p.bytes_per_token is None else
+               f"{p.bytes_per_token:,} B/token" + (f" ({p.kv_cache_dtype})" if p.kv_cache_dtype else ""),
         "pool": pool,
         "mml": _tokens(p.max_model_len),
         "avg": _tokens(p.avg_thread_tokens) if p.avg_thread_tokens else "no threads yet today",

@@ -68,6 +68,7 @@ def get_plan(request: Request) -> Plan:
     return Plan(
         model=server.model_name,
         bytes_per_token=stats.bytes_per_token,
+        kv_cache_dtype=stats.kv_cache_dtype,
         kv_cache_tokens=pool_tokens,
         kv_cache_bytes=pool_tokens * stats.bytes_per_token,
         num_blocks=stats.num_blocks_total,

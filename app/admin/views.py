@@ -163,6 +163,8 @@ class Plan(BaseModel):
 
     model: str | None
     bytes_per_token: int
+    kv_cache_dtype: str = Field(description="The KV cache's storage dtype (--kv-cache-dtype "
+                                            "resolved), which bytes_per_token counts.")
     kv_cache_tokens: int
     kv_cache_bytes: int
     num_blocks: int

@@ -7,8 +7,6 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-import torch
-
 from engine.config import EngineConfig, format_gib
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.prefill_pacer import PrefillPacer
@@ -50,9 +48,10 @@ class EngineCore:
                    if config.tensor_parallel_size > 1 else None)
         try:
             worker = Worker(config, model_dir, workers.parallel if workers else ParallelState())
-            logger.info("Loaded %s (%s, %s) in %.1f s: %s of weights%s",
+            logger.info("Loaded %s (%s, %s, KV cache %s) in %.1f s: %s of weights%s",
                         model_display_name(model_dir), worker.spec.model_type,
-                        str(worker.dtype).removeprefix("torch."), worker.load_seconds,
+                        str(worker.dtype).removeprefix("torch."),
+                        str(worker.kv_dtype).removeprefix("torch."), worker.load_seconds,
                         format_gib(worker.weight_bytes),
                         f" on rank 0 of {config.tensor_parallel_size} (tensor parallel)"
                         if workers else "")
@@ -67,9 +66,10 @@ class EngineCore:
         self.executor: Executor = workers if workers is not None else UniprocExecutor(runner)
         self.runner = runner  # rank 0's: for introspection (tests, benchmarks), not for steps
         self.spec, self.dtype, self.device = worker.spec, worker.dtype, worker.device
+        self.kv_dtype = worker.kv_dtype
         self.backend, self.model = worker.backend, worker.model
         self.bytes_per_token = self.spec.kv_bytes_per_token(
-            torch.finfo(self.dtype).bits // 8, config.tensor_parallel_size)
+            self.kv_dtype.itemsize, config.tensor_parallel_size)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                  config.scheduling_policy in EVICTS_BY_OWNER)
         pacer = PrefillPacer(config.prefill_pacing) if config.prefill_pacing else None
@@ -153,6 +153,7 @@ class EngineCore:
             block_size=self.kv.block_size,
             kv_cache_tokens=pool.num_blocks * self.kv.block_size,
             bytes_per_token=self.bytes_per_token,
+            kv_cache_dtype=str(self.kv_dtype).removeprefix("torch."),
             max_model_len=self.max_model_len,
             num_requests_finished_total=sched.num_finished_total,
             num_steps_total=self.num_steps_total,

@@ -239,7 +239,7 @@ def test_6_capacity_tab_shows_the_servers_plan(qtbot, window, admin):
     window.tabs.setCurrentWidget(window.capacity)
     plan = admin.plan()  # threads were seen today (tests 1 to 5): every ratio is a number
     assert plan["avg_thread_tokens"] and plan["threads_at_max_len"]
-    expected = {"bpt": f"{plan['bytes_per_token']:,} B/token",
+    expected = {"bpt": f"{plan['bytes_per_token']:,} B/token ({plan['kv_cache_dtype']})",
                 "mml": f"{plan['max_model_len']:,} tokens",
                 "avg": f"{plan['avg_thread_tokens']:,} tokens",
                 "at_avg": f"{plan['threads_at_avg']:,.2f}x",

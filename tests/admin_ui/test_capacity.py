@@ -15,7 +15,8 @@ from admin_ui.capacity import Plan, what_if
 from admin_ui.session import AdminSession
 from admin_ui.tabs.capacity import NOT_CONNECTED, CapacityTab
 
-PLAN = {"model": "Qwen2.5-7B-Instruct", "bytes_per_token": 57344, "kv_cache_tokens": 197520,
+PLAN = {"model": "Qwen2.5-7B-Instruct", "bytes_per_token": 57344, "kv_cache_dtype": "bfloat16",
+        "kv_cache_tokens": 197520,
         "kv_cache_bytes": 197520 * 57344, "num_blocks": 12345, "block_size": 16,
         "max_model_len": 32768, "avg_thread_tokens": 4000, "threads_at_avg": 49.38,
         "threads_at_cap": 24.11, "threads_at_max_len": 6.03, "cap": 8192}
@@ -90,7 +91,7 @@ def test_tab_shows_the_servers_plan_when_shown(qtbot, plan_server):
     qtbot.waitUntil(lambda: tab.plan is not None, timeout=5000)
     v = {k: label.text() for k, label in tab.values.items()}
     assert v == {
-        "model": "Qwen2.5-7B-Instruct", "bpt": "57,344 B/token",
+        "model": "Qwen2.5-7B-Instruct", "bpt": "57,344 B/token (bfloat16)",
         "pool": "197,520 tokens (12,345 blocks of 16; 10.55 GiB)",
         "mml": "32,768 tokens", "avg": "4,000 tokens", "at_avg": "49.38x",
         "cap": "8,192 tokens", "at_cap": "24.11x", "at_mml": "6.03x",

@@ -134,6 +134,7 @@ def test_under_tensor_parallelism_the_pool_is_sized_by_the_smallest_rank(caplog)
     spec, _ = load_spec("SmolLM2-135M-Instruct")
     worker = object.__new__(Worker)  # the sizing alone: no model to load
     worker.config, worker.spec, worker.dtype = EngineConfig(), spec, torch.bfloat16
+    worker.kv_dtype = torch.bfloat16
     worker.parallel = TwoRanks(0, 2)
     worker.kv_budget = lambda: (2 * 1024**3, "--gpu-memory-utilization")
     with caplog.at_level(logging.INFO):

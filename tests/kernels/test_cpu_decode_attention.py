@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -34,6 +36,22 @@ def test_decode_matches_reference(kernel, dtype, hq, hk, head_dim):
     close(_run(kernel, p), reference_output(p), dtype)
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("hq,hk,head_dim", [(9, 3, 64), (8, 1, 128), (4, 2, 32)])
+def test_decode_of_a_float32_query_reads_a_16_bit_cache(kernel, cache_dtype, hq, hk, head_dim):
+    """--kv-cache-dtype under a float32 model: the kernel converts the stored keys and values
+    on load and computes in float32, so it equals the reference on the same rounded cache."""
+    p = make_problem([(n, 1) for n in DECODE_LENS], hq, hk, head_dim, torch.float32,
+                     torch.device("cpu"))
+    stored = dataclasses.replace(p, k_cache=p.k_cache.to(cache_dtype),
+                                 v_cache=p.v_cache.to(cache_dtype))
+    rounded = dataclasses.replace(p, k_cache=stored.k_cache.float(),
+                                  v_cache=stored.v_cache.float())
+    out = _run(kernel, stored)
+    assert out.dtype == torch.float32
+    close(out, reference_output(rounded), torch.float32)
+
+
 def test_decode_reads_only_its_blocks(kernel):
     """Blocks are shuffled and unused slots hold large values: any stray read shows."""
     p = make_problem([(70, 1), (9, 1)], 4, 2, 32, torch.float32, torch.device("cpu"),
@@ -52,6 +70,9 @@ def test_decode_with_huge_scores_stays_finite(kernel):
 
 def test_decode_rejects_mismatched_dtypes(kernel):
     p = make_problem([(5, 1)], 2, 2, 16, torch.float32, torch.device("cpu"))
-    with pytest.raises(RuntimeError, match="share a dtype"):
+    with pytest.raises(RuntimeError, match="share a dtype"):  # a 16-bit query, float32 cache
         kernel.paged_decode_attention(p.q.bfloat16(), p.k_cache, p.v_cache,
+                                      p.block_tables.long(), p.seq_lens.long(), p.scale)
+    with pytest.raises(RuntimeError, match="K and V caches must share"):
+        kernel.paged_decode_attention(p.q, p.k_cache.half(), p.v_cache.bfloat16(),
                                       p.block_tables.long(), p.seq_lens.long(), p.scale)

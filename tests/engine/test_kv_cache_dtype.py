@@ -1,0 +1,94 @@
+"""--kv-cache-dtype: a float32 engine may store its KV cache in 16 bits (half the bytes per
+token, twice the tokens in the same pool); what cannot be stored is refused at start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from engine import SamplingParams
+from engine.config import EngineConfig
+from engine.kv_cache_dtype import resolve_kv_cache_dtype
+from tests.engine.conftest import make_llm
+
+MAX_NEW = 24
+
+
+def _engine_core(model_dir, **kwargs):
+    return make_llm(model_dir, kv_cache_memory="64MiB", max_model_len=1024,
+                    **kwargs).llm_engine.engine_core
+
+
+@pytest.mark.parametrize("kv_dtype", ["float16", "bfloat16"])
+def test_a_16_bit_cache_halves_the_bytes_per_token_and_doubles_the_pool(smollm2_dir, kv_dtype):
+    full = _engine_core(smollm2_dir)
+    half = _engine_core(smollm2_dir, kv_cache_dtype=kv_dtype)
+    assert full.bytes_per_token == 46_080 and half.bytes_per_token == 23_040
+    assert half.kv.pool.num_blocks == 2 * full.kv.pool.num_blocks
+    assert half.runner.k_caches[0].dtype == getattr(torch, kv_dtype)
+    assert half.dtype == torch.float32  # the model still computes in float32
+    assert half.stats().kv_cache_dtype == kv_dtype and full.stats().kv_cache_dtype == "float32"
+
+
+@pytest.mark.parametrize("backend", ["cpu", "torch"])
+def test_greedy_output_over_a_16_bit_cache_follows_the_float32_one(smollm2_dir, chat_prompt_ids,
+                                                                   backend):
+    """Not equal token for token (16-bit keys move the logits by more than the near-tie
+    rule's 1e-4), but a cache read wrongly would derail every answer within a few tokens."""
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True)
+    outs = {}
+    for kv_dtype in ("auto", "float16"):
+        llm = make_llm(smollm2_dir, kv_cache_dtype=kv_dtype, attention_backend=backend)
+        outs[kv_dtype] = [o.outputs[0].token_ids for o in
+                          llm.generate(chat_prompt_ids, params)]
+    agreed = []
+    for ref, ours in zip(outs["auto"], outs["float16"], strict=True):
+        same = next((i for i, (a, b) in enumerate(zip(ref, ours)) if a != b), MAX_NEW)
+        agreed.append(same)
+    assert sum(agreed) / len(agreed) >= MAX_NEW / 2, agreed
+
+
+@pytest.mark.parametrize("name", ["fp8_e4m3", "fp8", "int8"])
+def test_a_quantized_kv_dtype_is_refused_with_the_supported_list(name):
+    with pytest.raises(ValueError, match="not supported by this build's kernels; use one of "
+                                         "auto, float32, bfloat16, float16"):
+        EngineConfig(kv_cache_dtype=name)
+
+
+def test_an_unknown_kv_dtype_is_refused():
+    with pytest.raises(ValueError, match="Unknown kv_cache_dtype 'float8'"):
+        EngineConfig(kv_cache_dtype="float8")
+
+
+def test_auto_stores_the_compute_dtype():
+    for compute in (torch.float32, torch.bfloat16, torch.float16):
+        assert resolve_kv_cache_dtype("auto", compute, "triton") == compute
+
+
+def test_a_16_bit_cache_is_read_under_a_float32_model_on_the_cpu_and_torch_backends():
+    for backend in ("cpu", "torch"):
+        assert resolve_kv_cache_dtype("fp16", torch.float32, backend) == torch.float16
+        assert resolve_kv_cache_dtype("bf16", torch.float32, backend) == torch.bfloat16
+
+
+@pytest.mark.parametrize(("requested", "compute", "backend"), [
+    ("float16", torch.float32, "triton"),   # the Triton kernels read the compute dtype only
+    ("float16", torch.bfloat16, "cpu"),     # a cache in another 16-bit type than the model's
+    ("float32", torch.bfloat16, "torch"),   # wider than the model
+])
+def test_a_cache_dtype_the_kernels_cannot_read_is_refused(requested, compute, backend):
+    with pytest.raises(ValueError, match="is not supported"):
+        resolve_kv_cache_dtype(requested, compute, backend)
+
+
+def test_serve_refuses_an_fp8_cache_at_start_with_the_supported_list(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--kv-cache-dtype", "fp8_e4m3",
+         "--db", str(tmp_path / "x.db")], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert ("kv_cache_dtype 'fp8_e4m3' is not supported by this build's kernels; use one of "
+            "auto, float32, bfloat16, float16.") in result.stderr
+    assert not (tmp_path / "x.db").exists()  # refused before anything was set up
