@@ -45,11 +45,16 @@ def resolve_dtype(requested: str, device: torch.device, config_dtype: str | None
     if device.type == "cuda":
         cfg = NAMES.get((config_dtype or "").lower(), torch.bfloat16)
         return cfg if cfg != torch.float32 else torch.bfloat16
-    if not cpu_features().has_bf16_compute:
+    features = cpu_features()
+    if not features.has_bf16_compute:
+        logger.info("dtype auto -> float32: this CPU (%s) has no bf16 matrix instructions "
+                    "(AVX512-BF16 or AMX), so bf16 would be emulated", features.describe())
         return torch.float32
     shape = (32, hidden_size, 2 * intermediate_size)
     fp32, bf16 = _time_linear(torch.float32, *shape), _time_linear(torch.bfloat16, *shape)
     choice = torch.bfloat16 if bf16 < 0.8 * fp32 else torch.float32
-    logger.info("dtype auto -> %s (bf16 matmul %.1fx the speed of fp32 on this CPU)",
-                str(choice).removeprefix("torch."), fp32 / max(bf16, 1e-9))
+    logger.info("dtype auto -> %s: this CPU (%s) has bf16 matrix instructions, and a "
+                "%dx%dx%d matmul measured here runs in bf16 at %.1fx the speed of fp32 "
+                "(bf16 is chosen from 1.25x)", str(choice).removeprefix("torch."),
+                features.describe(), *shape, fp32 / max(bf16, 1e-9))
     return choice

@@ -9,6 +9,7 @@ engine/cpu_features.py); the tests of the lower path force that level themselves
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -121,3 +122,11 @@ def test_under_onednns_own_avx2_cap_the_engine_loads_and_generates(smollm2_dir, 
     bf16 = report["bfloat16"]["tokens"]
     assert [len(t) for t in bf16] == [16, 16]
     assert [t[0] for t in bf16] == [t[0] for t in fp32]
+
+
+def test_auto_says_in_the_log_why_it_chose_float32(monkeypatch, caplog):
+    monkeypatch.setenv(OVERRIDE_ENV, "avx2")
+    with caplog.at_level(logging.INFO, logger="engine.dtype_choice"):
+        resolve_dtype("auto", CPU, None)
+    assert "dtype auto -> float32: this CPU (avx2 fma" in caplog.text
+    assert "has no bf16 matrix instructions" in caplog.text
