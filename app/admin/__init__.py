@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends
 
 from app.admin import activity, keys, live, policies, users
 from app.admin.access import require_admin
-from app.openai.responses import ERROR_RESPONSES
+from app.openai.answers import ERROR_RESPONSES
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)],
                    responses=ERROR_RESPONSES)

@@ -10,8 +10,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.openai.answers import ErrorDetail, ErrorResponse
 from app.openai.protocol import UNION_TAGS
-from app.openai.responses import ErrorDetail, ErrorResponse
 from app.openai.responses_protocol import UNION_TAGS as RESPONSES_UNION_TAGS
 from app.policy.types import Decision
 from engine.sampling_params import SamplingParamsError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from app.openai.responses import ChatTokenLogprob, CompletionLogprobs, TopLogprob
+from app.openai.answers import ChatTokenLogprob, CompletionLogprobs, TopLogprob
 from engine import Logprob
 
 

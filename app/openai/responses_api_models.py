@@ -1,7 +1,7 @@
 """What POST /v1/responses answers (pydantic): the response object, its output items and
 usage, and the events of its stream, in the shapes of OpenAI's Responses API (the `openai`
 package's types/responses are the reference). app/openai/routes/responses.py builds these;
-/openapi.json shows them. (app/openai/responses.py holds chat and completions' answers.)
+/openapi.json shows them. (app/openai/answers.py holds chat and completions' answers.)
 
 A response echoes the request's settings as OpenAI's does (instructions, tools, tool_choice,
 text, temperature, ...). `store` is always false and `previous_response_id` null: this server
@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from app.openai.responses import WireModel
+from app.openai.answers import WireModel
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]

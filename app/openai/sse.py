@@ -21,7 +21,7 @@ _SPLITLINES_SAFE = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028",
 
 
 def sse(payload: BaseModel, event: str | None = None) -> str:
-    """One SSE event carrying a chunk (app/openai/responses.py) as compact JSON. Nulls stay:
+    """One SSE event carrying a chunk (app/openai/answers.py) as compact JSON. Nulls stay:
     which fields a chunk leaves out is the model's (WireModel.omit_unset), not exclude_none.
     `event` names the event on an `event:` line first, as the Responses API's streams do."""
     head = f"event: {event}\n" if event is not None else ""

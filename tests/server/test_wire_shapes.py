@@ -1,6 +1,6 @@
 """The exact JSON keys (in order) and nulls of every answer shape, streamed or not: what
 OpenAI's clients parse, kept as it was when the answers became pydantic models
-(app/openai/responses.py). A key that appears, disappears or moves fails here."""
+(app/openai/answers.py). A key that appears, disappears or moves fails here."""
 
 from __future__ import annotations
 

@@ -10,12 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.admission.auth import Principal, get_caller, get_principal
-from app.openai.chat_formats import ChatPlan
-from app.openai.chat_output import ChatDeltaParts, ChatMessageParts
-from app.openai.errors import invalid_value
-from app.openai.logprobs import chat_logprobs
-from app.openai.protocol import ChatCompletionRequest
-from app.openai.responses import (
+from app.openai.answers import (
     ERROR_RESPONSES,
     AssistantMessage,
     ChatChoice,
@@ -31,6 +26,11 @@ from app.openai.responses import (
     Usage,
     sse_description,
 )
+from app.openai.chat_formats import ChatPlan
+from app.openai.chat_output import ChatDeltaParts, ChatMessageParts
+from app.openai.errors import invalid_value
+from app.openai.logprobs import chat_logprobs
+from app.openai.protocol import ChatCompletionRequest
 from app.openai.sse import DONE, SSEResponse, sse
 from app.serving.async_engine import EngineDeadError
 from app.serving.chat_pipeline import start_chat

@@ -9,10 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.admission.auth import Principal, get_caller, get_principal
-from app.openai.errors import invalid_value
-from app.openai.logprobs import completion_logprobs
-from app.openai.protocol import CompletionRequest
-from app.openai.responses import (
+from app.openai.answers import (
     ERROR_RESPONSES,
     Completion,
     CompletionChoice,
@@ -21,6 +18,9 @@ from app.openai.responses import (
     Usage,
     sse_description,
 )
+from app.openai.errors import invalid_value
+from app.openai.logprobs import completion_logprobs
+from app.openai.protocol import CompletionRequest
 from app.openai.sse import DONE, SSEResponse, sse
 from app.serving.async_engine import EngineDeadError
 from app.serving.generation import Choice, ClientGone, Generation, RequestFailed, compile_grammar

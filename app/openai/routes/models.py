@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from app.admission.auth import Principal, get_principal
-from app.openai.responses import ERROR_RESPONSES, ModelCard, ModelList
+from app.openai.answers import ERROR_RESPONSES, ModelCard, ModelList
 from app.serving.state import ServerState, admitted_server
 
 router = APIRouter(responses=ERROR_RESPONSES)

@@ -10,10 +10,10 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.admission.auth import Principal, get_caller, get_principal
+from app.openai.answers import ERROR_RESPONSES
 from app.openai.chat_formats import ChatPlan
 from app.openai.chat_output import ChatDeltaParts, ChatMessageParts
 from app.openai.errors import invalid_value
-from app.openai.responses import ERROR_RESPONSES
 from app.openai.responses_api_models import (
     FunctionToolChoiceEcho,
     FunctionToolEcho,

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from app.admission.auth import Principal, get_caller, get_principal
+from app.openai.answers import ERROR_RESPONSES, DetokenizeResponse, TokenizeResponse
 from app.openai.errors import APIError, invalid_value
 from app.openai.protocol import (
     DetokenizeRequest,
@@ -25,7 +26,6 @@ from app.openai.protocol import (
     TokenizeCompletionRequest,
     TokenizeRequest,
 )
-from app.openai.responses import ERROR_RESPONSES, DetokenizeResponse, TokenizeResponse
 from app.serving.prompt import PromptRenderer
 from app.serving.state import ServerState, admitted_server
 
