@@ -4,9 +4,11 @@ Starts `officellm serve` on the bundled SmolLM2 GGUF (OMP_NUM_THREADS=--threads)
 `llama-server` on the same file (-t/-tb --threads, --parallel = the most users, -c big enough
 for every slot), one at a time; waits for the machine to be idle before each run; runs the
 same seeded scenarios against each (ignore_eos, so both produce the same number of tokens);
-prints a table with ratios; writes benchmarks/results/cpu_compare.json and .png.
+prints a table with ratios; writes benchmarks/results/cpu_compare.json and .png, with the
+machine (CPU model, ISA flags, cores) and what officellm chose at start (its dtype and KV
+cache lines: `--dtype auto` says why). `office-1` is the desk case: one person alone.
 
-    .venv/bin/python benchmarks/compare_cpu.py [--threads 2] [--users 16 32] [--duration 60]
+    .venv/bin/python benchmarks/compare_cpu.py [--threads 2] [--users 1 16 32] [--duration 60]
         [--llama-server PATH]
 
 llama-server: --llama-server PATH; else the native build of benchmarks/build_llama_server.sh
@@ -31,12 +33,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.machine import cpu_description  # noqa: E402
 from loadgen import plot, report  # noqa: E402
 from loadgen.local_server import Server, free_port  # noqa: E402
 from loadgen.runner import Target, run_bench  # noqa: E402
 from loadgen.scenarios import ScenarioConfig  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
+# officellm's start-up lines kept with the numbers: the dtype chosen (and why), the KV cache's
+# dtype and size.
+STARTUP_MARKS = ("dtype auto ->", "Loaded ", "KV cache size:")
 
 
 def wait_idle(max_load: float, timeout: float) -> float:
@@ -98,12 +104,18 @@ def scenario_runs(args: argparse.Namespace) -> list[tuple[str, ScenarioConfig]]:
     return runs
 
 
-def run_all(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+def startup_lines(log: str) -> list[str]:
+    """The lines of officellm's log that say what it chose at start (STARTUP_MARKS)."""
+    return [line.strip() for line in log.splitlines() if any(m in line for m in STARTUP_MARKS)]
+
+
+def run_all(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], list[str]]:
     from engine.loading.model_loader import bundled_model_path
 
     gguf = Path(bundled_model_path())
     tmp = Path(tempfile.mkdtemp(prefix="cpu-compare-"))
     results: dict[str, dict[str, Any]] = {}
+    chosen: list[str] = []
     for server in make_servers(args, gguf, tmp):
         server.port = free_port()
         server.args[server.args.index("--port") + 1] = str(server.port)
@@ -115,6 +127,10 @@ def run_all(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             results[server.name] = {"error": str(exc)}
             server.stop()
             continue
+        if server.name == "officellm":
+            chosen = startup_lines(server.output())
+            for line in chosen:
+                print(f"  {line}", flush=True)
         try:
             results[server.name] = {}
             for label, config in scenario_runs(args):
@@ -128,7 +144,7 @@ def run_all(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
                 print(f"[{server.name}] {report.text_summary(doc)}", flush=True)
         finally:
             server.stop()
-    return results
+    return results, chosen
 
 
 def _get(doc: dict[str, Any], *path: str) -> float | None:
@@ -173,7 +189,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--scenarios", nargs="+", default=["office", "long-doc"],
                    choices=["office", "long-doc"])
-    p.add_argument("--users", type=int, nargs="+", default=[16, 32])
+    p.add_argument("--users", type=int, nargs="+", default=[1, 16, 32],
+                   help="office runs, one per count (1: the desk case)")
     p.add_argument("--long-doc-users", type=int, default=4)
     p.add_argument("--duration", type=float, default=60.0, help="seconds per scenario run")
     p.add_argument("--max-tokens", type=int, default=128)
@@ -190,10 +207,11 @@ def main() -> None:
     p.add_argument("--idle-timeout", type=float, default=120.0)
     p.add_argument("--out", type=Path, default=RESULTS / "cpu_compare.json")
     args = p.parse_args()
-    results = run_all(args)
+    results, chosen = run_all(args)
     print(table(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"settings": vars(args) | {"out": str(args.out)},
+                                    "machine": cpu_description(), "officellm_startup": chosen,
                                     "table": table(results), "results": results}, indent=1))
     docs = {f"{name} {label}": doc for name, res in results.items() if "error" not in res
             for label, doc in res.items()}

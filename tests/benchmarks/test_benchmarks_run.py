@@ -46,3 +46,7 @@ def test_compare_cpu_runs_officellm_alone(tmp_path: Path) -> None:
                 "--max-load", "100", "--idle-timeout", "0"], tmp_path / "cmp.json")
     requests = doc["results"]["officellm"]["office-1"]["summary"]["requests"]
     assert requests["completed"] > 0 and requests["errors"] == 0
+    assert doc["machine"]["model"] and doc["machine"]["cores"]
+    chosen = doc["officellm_startup"]  # what it chose at start, kept with the numbers
+    assert any("Loaded " in line and "KV cache" in line for line in chosen), chosen
+    assert any("KV cache size:" in line for line in chosen), chosen
