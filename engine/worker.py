@@ -54,6 +54,15 @@ def available_memory_bytes() -> int:
         return 4 * 1024**3
 
 
+def resident_memory_bytes() -> int | None:
+    """This process's resident set size now (Linux /proc/self/statm); None where unknown."""
+    try:
+        pages = int(open("/proc/self/statm").read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
 def rank_device(device: str, rank: int) -> torch.device:
     """Rank r uses GPU r; the CPU is shared."""
     dev = torch.device(device)

@@ -22,7 +22,7 @@ from engine.loading.model_spec import ModelSpec
 from engine.models.shard_plan import ShardPlan
 from engine.stats import EngineStats
 from engine.structured_output.bitmask import grammar_bitmask
-from engine.worker import Worker, check_devices
+from engine.worker import Worker, check_devices, resident_memory_bytes
 
 logger = logging.getLogger("engine")
 
@@ -57,6 +57,15 @@ class EngineCore:
                         if workers else "")
             num_blocks, self.max_model_len = worker.size_pool()
             runner = worker.init_cache(num_blocks, self.max_model_len)
+            rss = resident_memory_bytes()
+            if rss is not None:
+                # The pool is zero-filled, so resident from the start; what is left over the
+                # weights and the pool is the runtime (torch, tokenizer, loading's leftovers).
+                pool = sum(c.numel() * c.element_size()
+                           for c in (*runner.k_caches, *runner.v_caches))
+                logger.info("Resident memory after load: %s (this process: %s of weights, %s "
+                            "of KV pool)", format_gib(rss), format_gib(worker.weight_bytes),
+                            format_gib(pool))
         except BaseException:
             if workers is not None:
                 workers.close()

@@ -50,3 +50,4 @@ def test_compare_cpu_runs_officellm_alone(tmp_path: Path) -> None:
     chosen = doc["officellm_startup"]  # what it chose at start, kept with the numbers
     assert any("Loaded " in line and "KV cache" in line for line in chosen), chosen
     assert any("KV cache size:" in line for line in chosen), chosen
+    assert any("Resident memory after load:" in line for line in chosen), chosen

@@ -89,6 +89,18 @@ def test_startup_logs_the_pool_in_vllm_wording(smollm2_dir, caplog):
     assert f"Maximum concurrency for 1,024 tokens per request: {tokens / 1024:.2f}x" in text
 
 
+def test_startup_logs_the_resident_memory_at_rest(smollm2_dir, caplog):
+    with caplog.at_level(logging.INFO):
+        make_llm(smollm2_dir, kv_cache_memory="64MiB", max_model_len=1024)
+    line = next(r.getMessage() for r in caplog.records
+                if r.getMessage().startswith("Resident memory after load: "))
+    rss_gib = float(line.split(": ")[1].split(" GiB")[0])
+    # At least the float32 weights and the zero-filled pool. No upper bound here: this
+    # process also holds the other tests' engines; compare_cpu.py keeps a lone server's line.
+    assert rss_gib >= 0.5 + 0.06, line
+    assert "(this process: 0.50 GiB of weights, 0.06 GiB of KV pool)" in line
+
+
 def test_max_model_len_that_cannot_fit_is_refused_with_numbers(smollm2_dir):
     with pytest.raises(KVCacheTooSmallError) as exc:
         make_llm(smollm2_dir, kv_cache_memory="16MiB", max_model_len=8192)
