@@ -46,6 +46,4 @@ def resolve_kv_cache_dtype(requested: str, compute: torch.dtype, backend: str) -
             f"kv_cache_dtype {requested!r} with a {str(compute).removeprefix('torch.')} model "
             f"on the {backend} backend is not supported: a cache in another dtype than the "
             "model's is read only under a float32 model, by the cpu and torch backends.")
-    if dtype.itemsize > compute.itemsize:
-        raise ValueError("kv_cache_dtype may not be wider than the model's dtype.")
     return dtype

@@ -57,7 +57,7 @@ def available_memory_bytes() -> int:
 def resident_memory_bytes() -> int | None:
     """This process's resident set size now (Linux /proc/self/statm); None where unknown."""
     try:
-        pages = int(open("/proc/self/statm").read().split()[1])
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
     except (OSError, ValueError, IndexError):
         return None
     return pages * os.sysconf("SC_PAGE_SIZE")

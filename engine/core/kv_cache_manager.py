@@ -13,7 +13,8 @@ class KVCacheManager:
                  evict_by_owner: bool = False):
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        # Freed blocks are queued under their request's fairness key (BlockPool).
+        # With evict_by_owner, freed blocks are queued under their request's fairness key
+        # (BlockPool).
         self.pool = BlockPool(num_blocks, enable_prefix_caching, evict_by_owner)
         self.req_blocks: dict[str, list[KVBlock]] = {}
         # How many of a request's leading blocks were already offered to the prefix cache:

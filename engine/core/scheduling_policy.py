@@ -37,13 +37,12 @@ id), `priority` a positive weight, `max_kv_share` a fraction of the pool.
   running request, once preempted, is not taken again while another runs (so every request
   finishes). A key holding more than
   `max_kv_share` of the pool gets no new prompt chunks in a step where another key's prompt
-  work was scheduled (pacing: see below). A waiting request that does not fit, of a key that would stay within
+  work was scheduled. A waiting request that does not fit, of a key that would stay within
   its fair share of the pool (by weight, among the keys with requests), may preempt the
   newest running request of the key holding the most blocks per weight, if that key is over
   its own share and would still hold more per weight than the waiting key once admitted (so
   two keys never take blocks back and forth): a giant thread cannot keep everyone else
-  waiting for the cache. While
-  another key decodes that has had less than half this key's
+  waiting for the cache. While another key decodes that has had less than half this key's
   service per weight, the prompt chunks of the most served key may slow the step by a
   quarter of what the pacer allows (`GUEST_SLOWDOWN_SHARE`): the heavy user's documents are
   prefilled in smaller bites while a light user is reading the answer word by word. And while
@@ -66,8 +65,9 @@ from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.request import Request
 
 SCHEDULING_POLICIES = ("fcfs", "priority", "fair")
-# The policies under which the prefix cache evicts the blocks of the key with the most free
-# blocks first (engine/core/block_pool.py), not simply the least recently freed.
+# The policies under which the prefix cache evicts from the key with the largest footprint
+# (blocks held plus free) first (engine/core/block_pool.py), not simply the least recently
+# freed block.
 EVICTS_BY_OWNER = frozenset({"fair"})
 # The share of the pacer's allowed slowdown a heavier key's prompt gets while a lighter key
 # decodes (fair): at the office profile's 2x, such a step costs at most 1.25 decode steps.
