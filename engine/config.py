@@ -9,6 +9,7 @@ from typing import Any
 
 from engine.core.scheduling_policy import SCHEDULING_POLICIES
 from engine.kv_cache_dtype import check_kv_cache_dtype
+from engine.weight_quantization import check_quantization
 
 _UNITS = {
     "": 1, "b": 1,
@@ -52,6 +53,10 @@ class EngineConfig:
     kv_cache_dtype: str = knob(
         "auto", "auto | float32 | bfloat16 | float16: the KV cache's dtype (auto: the model's; "
                 "16 bits under a float32 model halves the bytes per token, on the CPU)", str)
+    quantization: str = knob(
+        "auto", "auto | gguf | int8 | int4 | none: matmul weights kept in 32-weight blocks "
+                "on the CPU (auto: a GGUF's own; int8/int4: a safetensors model's, quantized "
+                "at load; none: dequantized)", str, alias="-q")
     max_model_len: int | None = knob(None, "longest request (prompt plus output) in tokens; "
                                            "default: the model's, as far as the KV pool allows", int)
     block_size: int = knob(16, "tokens per KV block (a power of two)", int)
@@ -97,6 +102,7 @@ class EngineConfig:
         if self.prefill_pacing is not None and self.prefill_pacing <= 1:
             raise ValueError("prefill_pacing must be above 1 (a decode-only step is 1).")
         check_kv_cache_dtype(self.kv_cache_dtype)
+        check_quantization(self.quantization)
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}, "
                              f"not {self.scheduling_policy!r}.")

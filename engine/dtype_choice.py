@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from engine.cpu_features import cpu_features
+from kernels.cpu_features import cpu_features
 
 logger = logging.getLogger("engine.dtype_choice")
 

@@ -17,16 +17,25 @@ import torch
 
 from engine.attention import selection as kernels_ops
 from engine.config import EngineConfig, format_gib
-from engine.cpu_features import cpu_features
 from engine.distributed.parallel_state import ParallelState
 from engine.dtype_choice import resolve_dtype
 from engine.kv_cache_dtype import resolve_kv_cache_dtype
 from engine.kv_plan import KVCacheTooSmallError, size_pool
-from engine.loading.model_loader import iter_safetensors, load_config_dict
+from engine.loading.model_loader import gguf_source, iter_safetensors, load_config_dict
 from engine.loading.model_spec import ModelSpec
 from engine.model_runner import ModelRunner
 from engine.models import packed_linear
 from engine.models.decoder import DecoderModel
+from engine.models.quantized_linear import QuantizedWeight
+from engine.weight_quantization import (
+    BATCH_ROWS,
+    blocks_are_faster,
+    gguf_blocks,
+    quantize_at_load,
+    resolve_quantization,
+)
+from kernels import quant_reference
+from kernels.cpu_features import cpu_features
 
 logger = logging.getLogger("engine")
 
@@ -99,10 +108,13 @@ class Worker:
                                   kernels_ops.ops_for(self.device, self.backend), parallel)
         self.model.to(self.device)
         self.model.load_weights(iter_safetensors(model_dir))
-        self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        packs = (self.backend == "cpu" and self.dtype == torch.bfloat16
+                 and packed_linear.can_pack(self.device, self.dtype))
+        self.quantization = self._keep_quantized(model_dir, packs)
+        self.weight_bytes = self.model.weight_bytes()
         if self.backend == "cpu" and self.dtype == torch.bfloat16:
             features = cpu_features()
-            if packed_linear.can_pack(self.device, self.dtype, features):
+            if packs:
                 self.model.pack_linears()
             elif packed_linear.torch_can_pack():
                 logger.info("bf16 weights are not pre-packed for oneDNN: this CPU (%s) has "
@@ -110,6 +122,47 @@ class Worker:
                             features.describe())
         self.load_seconds = time.monotonic() - t0
         self.runner: ModelRunner | None = None
+
+    def _keep_quantized(self, model_dir: Path, packs: bool) -> str:
+        """Put the matmuls that `--quantization` keeps in blocks on them; returns the method.
+        `packs`: the dense weights would be packed for oneDNN (what auto measures against)."""
+        source = gguf_source(model_dir)
+        method = resolve_quantization(self.config.quantization, source, self.backend,
+                                      self.parallel.world_size)
+        if method == "none":
+            return method
+        spec = self.spec
+        if method == "gguf":
+            assert source is not None
+            blocks = gguf_blocks(source, spec.num_heads, spec.num_kv_heads)
+        else:
+            blocks = quantize_at_load(iter_safetensors(model_dir), method)
+        matmul = self.model.ops.quant_matmul
+        if self.config.quantization == "auto" and not self._blocks_win(blocks, matmul, packs):
+            return "none"
+        kept = self.model.keep_quantized(blocks, matmul)
+        logger.info("Weights kept quantized (%s): %d matmuls read 32-weight blocks (%s)",
+                    method, kept, ", ".join(sorted({quant_reference.NAMES[b.fmt]
+                                                    for b in blocks.values()})))
+        return method
+
+    def _blocks_win(self, blocks: dict, matmul, packs: bool) -> bool:
+        """auto's measurement: layer 0's gate/up matmul, dense (as it would run) vs blocks."""
+        names = [f"model.layers.0.mlp.{n}.weight" for n in ("gate_proj", "up_proj")]
+        if not all(n in blocks for n in names):
+            return True  # nothing to compare against: the file's own blocks
+        weight = self.model.layers[0].gate_up.weight
+        packed = packed_linear.pack(weight) if packs else None
+        faster, dense_ms, blocks_ms = blocks_are_faster(
+            lambda x: packed_linear.linear(x, weight, None, packed),
+            QuantizedWeight.fuse([blocks[n] for n in names], matmul), weight.shape[1],
+            self.dtype)
+        logger.info("quantization auto -> %s: a %dx%dx%d matmul measured here takes %.2f ms "
+                    "in the GGUF's blocks and %.2f ms dense (%s%s)",
+                    "gguf" if faster else "none", BATCH_ROWS, weight.shape[1], weight.shape[0],
+                    blocks_ms, dense_ms, str(self.dtype).removeprefix("torch."),
+                    ", packed for oneDNN" if packs else "")
+        return faster
 
     def kv_budget(self) -> tuple[int, str]:
         """Bytes this rank can give its KV pool, and the flag that sets it."""

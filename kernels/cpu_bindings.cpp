@@ -2,6 +2,7 @@
 
 #include <torch/extension.h>
 
+#include <string>
 #include <tuple>
 
 torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
@@ -13,6 +14,8 @@ std::tuple<torch::Tensor, torch::Tensor> fused_add_rms_norm(torch::Tensor x, tor
 std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Tensor k,
                                                       torch::Tensor cos, torch::Tensor sin);
 torch::Tensor silu_and_mul(torch::Tensor x);
+torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format);
+std::string quant_matmul_path();
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode_attention", &paged_decode_attention,
@@ -21,4 +24,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fused_add_rms_norm", &fused_add_rms_norm, "residual add, then RMSNorm");
   m.def("apply_rotary", &apply_rotary, "neox rotary embedding of q and k");
   m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up");
+  m.def("quant_matmul", &quant_matmul, "x W^T over GGUF Q8_0/Q4_0/Q4_1 weight blocks");
+  m.def("quant_matmul_path", &quant_matmul_path, "the instruction set quant_matmul was built for");
 }

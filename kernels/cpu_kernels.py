@@ -1,11 +1,16 @@
 """The CPU's C++ kernels, built on first use: paged decode attention
-(cpu_decode_attention.cpp) and the fused per-layer ops (cpu_fused_ops.cpp).
+(cpu_decode_attention.cpp), the fused per-layer ops (cpu_fused_ops.cpp) and the quantized
+matmul (cpu_quant_matmul.cpp).
 
-They are compiled once per machine (-O3 -march=native: the binary runs where it was built)
-into the user cache by kernels/extension_cache.py, which keys the build by everything it
-depends on and survives a build killed midway; later starts, of any install with the same
-key, load it in well under a second. Where no C++ compiler is installed, `load()` returns
-None, says why in one WARNING, and the engine keeps the torch reference path.
+The instruction set is chosen at run time, never by `-march=native`: `build_level()` reads
+this CPU's flags (kernels.cpu_features, so OFFICELLM_CPU_ISA=avx2 makes an AVX-512 machine
+run the AVX2 code) and names one of three builds, AVX-512 (with VNNI and BF16 where the CPU
+has them), AVX2 + FMA + F16C, or baseline x86-64. Each is compiled once into the user cache
+by kernels/extension_cache.py, which keys it by everything it depends on and survives a
+build killed midway; later starts, of any install with the same key, load it in well under a
+second. A cache copied to another CPU loads only the level that CPU can run. Where no C++
+compiler is installed, `load()` returns None, says why in one WARNING, and the engine keeps
+the torch reference path.
 """
 
 from __future__ import annotations
@@ -15,36 +20,71 @@ import os
 import shutil
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
+from kernels.cpu_features import CpuFeatures, cpu_features
 from kernels.extension_cache import ExtensionBuild
 
 logger = logging.getLogger("officellm.kernels")
 
 SOURCES = [Path(__file__).with_name(name) for name in
-           ("cpu_decode_attention.cpp", "cpu_fused_ops.cpp", "cpu_bindings.cpp")]
+           ("cpu_decode_attention.cpp", "cpu_fused_ops.cpp", "cpu_quant_matmul.cpp",
+            "cpu_bindings.cpp")]
 DISABLE_ENV = "OFFICELLM_NO_CPU_KERNELS"
 
 # -ffp-contract=off: a*b + c*d as torch computes it (no fused multiply-add), so the fused
 # ops round exactly where the references do.
-CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffast-math", "-ffp-contract=off"]
+CFLAGS = ("-O3", "-fopenmp", "-ffast-math", "-ffp-contract=off")
+_BASELINE = ("-march=x86-64-v2",)
+_AVX2 = (*_BASELINE, "-mavx2", "-mfma", "-mf16c")
+_AVX512 = (*_AVX2, "-mavx512f", "-mavx512cd", "-mavx512bw", "-mavx512dq", "-mavx512vl")
+
+
+@dataclass(frozen=True)
+class BuildLevel:
+    """One build of the kernels: its name and the instruction sets it may use."""
+
+    name: str
+    isa_flags: tuple[str, ...]
+
+
+def build_level(features: CpuFeatures | None = None) -> BuildLevel:
+    """The build this CPU runs (default: kernels.cpu_features.cpu_features(), after caps)."""
+    flags = (features or cpu_features()).flags
+    if _AVX512_NEEDS <= flags:
+        name, isa = "avx512", list(_AVX512)
+        if "avx512_vnni" in flags:
+            name, isa = name + "_vnni", [*isa, "-mavx512vnni"]
+        if "avx512_bf16" in flags:
+            name, isa = name + "_bf16", [*isa, "-mavx512bf16"]
+        return BuildLevel(name, tuple(isa))
+    if {"avx2", "fma", "f16c"} <= flags:
+        return BuildLevel("avx2", _AVX2)
+    return BuildLevel("x86-64", _BASELINE)
+
+
+_AVX512_NEEDS = frozenset({"avx2", "fma", "f16c", "avx512f", "avx512cd", "avx512bw",
+                           "avx512dq", "avx512vl"})
 
 _lock = threading.Lock()
-_state: dict[str, Any] = {}
+_modules: dict[BuildLevel, Any] = {}
 
 
-def load() -> Any | None:
-    """The compiled module, or None when it cannot be built."""
+def load(level: BuildLevel | None = None) -> Any | None:
+    """The compiled module for `level` (default: this CPU's), or None when it cannot be
+    built. Each level is built and loaded once per process."""
+    level = level or build_level()
     with _lock:
-        if "module" not in _state:
-            _state["module"] = _build()
-        return _state["module"]
+        if level not in _modules:
+            _modules[level] = _build(level)
+        return _modules[level]
 
 
-def _build() -> Any | None:
+def _build(level: BuildLevel) -> Any | None:
     if os.environ.get(DISABLE_ENV):
         logger.info("CPU kernels disabled by %s; using the torch path", DISABLE_ENV)
         return None
@@ -58,9 +98,10 @@ def _build() -> Any | None:
     bindir = os.path.dirname(sys.executable)
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-    logger.info("Loading the CPU kernels (built once per machine, ~1 min the first time)")
+    logger.info("Loading the CPU kernels for %s (built once per machine, ~1 min the first "
+                "time)", level.name)
     try:
-        return kernel_build(compiler).load()
+        return kernel_build(level, compiler).load()
     except Exception as exc:  # a broken toolchain must not stop the server
         logger.warning("Building the CPU kernels failed (%s: %s); the engine uses the slower "
                        "torch path", type(exc).__name__,
@@ -68,9 +109,10 @@ def _build() -> Any | None:
         return None
 
 
-def kernel_build(compiler: str = "c++") -> ExtensionBuild:
-    """The build of this package's kernels, in the user cache (OFFICELLM_CACHE_DIR overrides)."""
+def kernel_build(level: BuildLevel, compiler: str = "c++") -> ExtensionBuild:
+    """The build of this package's kernels at `level`, in the user cache
+    (OFFICELLM_CACHE_DIR overrides)."""
     root = Path(os.environ.get("OFFICELLM_CACHE_DIR") or platformdirs.user_cache_dir("officellm"))
     return ExtensionBuild(prefix="officellm_cpu_kernels", sources=tuple(SOURCES),
-                          cflags=tuple(CFLAGS), ldflags=("-fopenmp",),
+                          cflags=(*CFLAGS, *level.isa_flags), ldflags=("-fopenmp",),
                           cache_dir=root / "cpu_kernels", compiler=compiler)

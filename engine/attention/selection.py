@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import torch
 
 from engine.attention.backend import AttentionBackend
-from kernels import cpu_kernels, reference, triton_available
+from kernels import cpu_kernels, quant_reference, reference, triton_available
 
 BACKENDS = ("torch", "cpu", "triton")
 
@@ -40,7 +40,8 @@ def backend_for(device: torch.device, requested: str | None = None) -> str:
 
 
 def ops_for(device: torch.device, backend: str | None = None) -> SimpleNamespace:
-    """The norm/rotary/activation ops the model calls: Triton's or the references."""
+    """The norm/rotary/activation/quantized-matmul ops the model calls: Triton's, the C++
+    kernels or the references."""
     name = backend_for(device, backend)
     if name == "cpu":
         from kernels.cpu_ops import make_ops
@@ -55,6 +56,8 @@ def ops_for(device: torch.device, backend: str | None = None) -> SimpleNamespace
         fused_add_rms_norm=impl.fused_add_rms_norm,
         apply_rotary=impl.apply_rotary,
         silu_and_mul=impl.silu_and_mul,
+        # Weights in blocks run on the CPU only (engine/weight_quantization.py).
+        quant_matmul=None if name == "triton" else quant_reference.quant_matmul,
     )
 
 

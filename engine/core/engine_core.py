@@ -48,9 +48,11 @@ class EngineCore:
                    if config.tensor_parallel_size > 1 else None)
         try:
             worker = Worker(config, model_dir, workers.parallel if workers else ParallelState())
-            logger.info("Loaded %s (%s, %s, KV cache %s) in %.1f s: %s of weights%s",
-                        model_display_name(model_dir), worker.spec.model_type,
+            logger.info("Loaded %s (%s, %s, weights %s, KV cache %s) in %.1f s: %s of "
+                        "weights%s", model_display_name(model_dir), worker.spec.model_type,
                         str(worker.dtype).removeprefix("torch."),
+                        "dense" if worker.quantization == "none" else
+                        f"in blocks ({worker.quantization})",
                         str(worker.kv_dtype).removeprefix("torch."), worker.load_seconds,
                         format_gib(worker.weight_bytes),
                         f" on rank 0 of {config.tensor_parallel_size} (tensor parallel)"

@@ -139,6 +139,15 @@ def iter_safetensors(model_dir: Path):
                 yield name, f.get_tensor(name)
 
 
+def gguf_source(model_dir: Path) -> Path | None:
+    """The GGUF file a cached directory was converted from, if it was one and still exists."""
+    source = model_dir / "SOURCE"
+    if not source.is_file():
+        return None
+    path = Path(source.read_text().strip())
+    return path if path.is_file() else None
+
+
 def model_display_name(model_dir: Path) -> str:
     """A readable name: the directory's, or the GGUF file's stem for a converted GGUF."""
     source = model_dir / "SOURCE"

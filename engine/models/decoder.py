@@ -17,9 +17,11 @@ import torch
 from torch import nn
 
 from engine.distributed.parallel_state import ParallelState
+from engine.loading.gguf_tensors import QuantizedTensor
 from engine.loading.model_spec import ModelSpec
 from engine.models import packed_linear
 from engine.models.parallel_linear import ColumnParallelLinear, RowParallelLinear
+from engine.models.quantized_linear import QuantizedWeight, QuantMatmul
 from engine.models.rotary import RotaryTable
 from engine.models.shard_plan import ShardPlan
 from engine.models.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
@@ -73,6 +75,14 @@ class DecoderModel(nn.Module):
     def init_rotary(self, max_positions: int) -> None:
         self.rotary = RotaryTable(self.spec, max_positions, self.embed.weight.device)
 
+    def weight_bytes(self) -> int:
+        """Bytes of every weight this rank holds, dense or in blocks."""
+        dense = sum(p.numel() * p.element_size() for p in self.parameters())
+        modules = [self.embed, self.lm_head, *(m for layer in self.layers for m in (
+            layer.qkv, layer.o_proj, layer.gate_up, layer.down))]
+        shared = {id(m.quantized): m.quantized for m in modules if m.quantized is not None}
+        return dense + sum(q.nbytes for q in shared.values())
+
     def pack_linears(self) -> int:
         """Pre-pack every matmul weight for oneDNN (bf16 on the CPU; see packed_linear.py).
 
@@ -80,15 +90,51 @@ class DecoderModel(nn.Module):
         them any more); the embedding keeps its own for the lookup. Returns how many packed.
         """
         modules = [m for layer in self.layers for m in (layer.qkv, layer.o_proj, layer.gate_up,
-                                                        layer.down)]
+                                                        layer.down) if m.quantized is None]
         for module in modules:
             module.packed = packed_linear.pack(module.weight)
             module.weight.data = torch.empty(0, dtype=module.weight.dtype)
         head = self.lm_head
+        if head.quantized is not None:
+            return len(modules)
         head.packed = packed_linear.pack(head.tied.weight if head.tied is not None else head.weight)
         if head.weight is not None:
             head.weight.data = torch.empty(0, dtype=head.weight.dtype)
         return len(modules) + 1
+
+    def keep_quantized(self, tensors: dict[str, QuantizedTensor], matmul: QuantMatmul) -> int:
+        """Run the matmuls whose weights `tensors` hold (Hugging Face names) over their
+        blocks, and release those dense weights; one rank only. A fused weight is kept in
+        blocks only when all its parts are. Call after load_weights; returns how many
+        modules now read blocks."""
+        assert self.parallel.world_size == 1, "blocks are not split across ranks"
+        prefix = "model.layers"
+        kept = 0
+        for i, layer in enumerate(self.layers):
+            parts = {
+                layer.qkv: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                layer.o_proj: ("self_attn.o_proj",),
+                layer.gate_up: ("mlp.gate_proj", "mlp.up_proj"),
+                layer.down: ("mlp.down_proj",),
+            }
+            for module, names in parts.items():
+                found = [tensors.get(f"{prefix}.{i}.{n}.weight") for n in names]
+                if all(t is not None for t in found):
+                    module.quantized = QuantizedWeight.fuse(found, matmul)  # type: ignore[arg-type]
+                    module.weight.data = torch.empty(0, dtype=module.weight.dtype)
+                    kept += 1
+        table = tensors.get("model.embed_tokens.weight")
+        head = tensors.get("lm_head.weight") if self.lm_head.tied is None else table
+        if head is not None:
+            self.lm_head.quantized = QuantizedWeight.fuse([head], matmul)
+            if self.lm_head.weight is not None:
+                self.lm_head.weight.data = torch.empty(0, dtype=self.lm_head.weight.dtype)
+            kept += 1
+        if table is not None:
+            self.embed.quantized = QuantizedWeight.fuse([table], matmul)
+            self.embed.weight.data = torch.empty(0, dtype=self.embed.weight.dtype)
+            kept += 1
+        return kept
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Load Hugging Face-named tensors, fusing q/k/v and gate/up as they arrive; under

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine.cpu_features import CpuFeatures, cpu_features
+from kernels.cpu_features import CpuFeatures, cpu_features
 
 # The batch size oneDNN picks the packed layout for; any number of rows works with it.
 BATCH_HINT = 16
@@ -29,7 +29,7 @@ def can_pack(device: torch.device, dtype: torch.dtype,
              features: CpuFeatures | None = None) -> bool:
     """Whether packing applies: bf16 on a CPU that oneDNN can pack bf16 weights on (AVX-512
     BW/VL/DQ or AVX-NE-CONVERT; elsewhere it refuses), with a torch that has the packed
-    linear. `features`: the CPU's (default: engine.cpu_features.cpu_features())."""
+    linear. `features`: the CPU's (default: kernels.cpu_features.cpu_features())."""
     if device.type != "cpu" or dtype != torch.bfloat16 or not torch_can_pack():
         return False
     return (features or cpu_features()).can_pack_bf16

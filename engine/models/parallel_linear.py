@@ -14,6 +14,7 @@ from torch import nn
 
 from engine.distributed.parallel_state import ParallelState
 from engine.models import packed_linear
+from engine.models.quantized_linear import QuantizedWeight
 
 
 class ColumnParallelLinear(nn.Linear):
@@ -23,8 +24,12 @@ class ColumnParallelLinear(nn.Linear):
                  dtype: torch.dtype) -> None:
         super().__init__(in_features, out_features_local, bias=bias, dtype=dtype)
         self.packed: torch.Tensor | None = None  # oneDNN layout of weight (packed_linear.py)
+        self.quantized: QuantizedWeight | None = None  # the weight in blocks, when kept so
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.quantized is not None:
+            y = self.quantized(x)
+            return y + self.bias if self.bias is not None else y
         return packed_linear.linear(x, self.weight, self.bias, self.packed)
 
 
@@ -40,8 +45,14 @@ class RowParallelLinear(nn.Module):
         self.bias = (nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False)
                      if bias else None)
         self.packed: torch.Tensor | None = None  # oneDNN layout of weight (packed_linear.py)
+        # The weight in blocks, when kept so (one rank only: blocks run along the input
+        # features this layer would split).
+        self.quantized: QuantizedWeight | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.quantized is not None:
+            y = self.quantized(x)
+            return y + self.bias if self.bias is not None else y
         if self.parallel.world_size == 1:  # bit for bit the unsplit layer
             return packed_linear.linear(x, self.weight, self.bias, self.packed)
         y = self.parallel.all_reduce(packed_linear.linear(x, self.weight, None, self.packed))

@@ -15,6 +15,7 @@ from torch import nn
 
 from engine.distributed.parallel_state import ParallelState
 from engine.models import packed_linear
+from engine.models.quantized_linear import QuantizedWeight
 from engine.models.shard_plan import ShardPlan
 
 
@@ -28,8 +29,12 @@ class VocabParallelEmbedding(nn.Module):
         self.parallel = parallel
         self.weight = nn.Parameter(torch.empty(plan.vocab_shard, hidden_size, dtype=dtype),
                                    requires_grad=False)
+        # The table in blocks, when kept so (one rank only): a lookup dequantizes its rows.
+        self.quantized: QuantizedWeight | None = None
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.quantized is not None:
+            return self.quantized.rows(input_ids, self.weight.dtype)
         if self.parallel.world_size == 1:
             return F.embedding(input_ids, self.weight)
         start = self.plan.rank * self.plan.vocab_shard
@@ -54,8 +59,11 @@ class ParallelLMHead(nn.Module):
         # oneDNN layout of the weight (packed_linear.py); a tied head packs its own copy,
         # the embedding lookup keeps reading the plain one.
         self.packed: torch.Tensor | None = None
+        self.quantized: QuantizedWeight | None = None  # blocks (a tied head shares the table's)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor | None:
+        if self.quantized is not None:
+            return self.quantized(h)[..., : self.vocab_size].float()
         weight = self.tied.weight if self.tied is not None else self.weight
         logits = self.parallel.gather_to_first(packed_linear.linear(h, weight, None, self.packed))
         if logits is None:

@@ -46,8 +46,10 @@ def smollm2_refs(smollm2_hf, smollm2_dir, smollm2_tokenizer, chat_prompt_ids):
 
 
 def make_llm(model_dir: Path, **kwargs) -> LLM:
-    """An fp32 engine on the CPU with a modest KV pool unless a test says otherwise."""
+    """An fp32 engine on the CPU, weights dense (transformers' numbers), with a modest KV
+    pool unless a test says otherwise."""
     kwargs.setdefault("dtype", "float32")
+    kwargs.setdefault("quantization", "none")
     kwargs.setdefault("kv_cache_memory", "128MiB")
     return LLM(str(model_dir), **kwargs)
 

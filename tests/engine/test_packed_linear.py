@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from engine import SamplingParams
-from engine.cpu_features import OVERRIDE_ENV, cpu_features
 from engine.dtype_choice import resolve_dtype
 from engine.models import packed_linear
+from kernels.cpu_features import OVERRIDE_ENV, cpu_features
 from tests.engine.conftest import make_llm
 
 REPO = Path(__file__).resolve().parents[2]

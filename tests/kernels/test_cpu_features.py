@@ -1,4 +1,4 @@
-"""engine.cpu_features: the CPU's flags, lowered by OFFICELLM_CPU_ISA or oneDNN's own cap."""
+"""kernels.cpu_features: the CPU's flags, lowered by OFFICELLM_CPU_ISA or oneDNN's own cap."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from engine.cpu_features import cpu_features
+from kernels.cpu_features import cpu_features
 
 SAPPHIRE_RAPIDS = frozenset({"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512cd", "avx512bw",
                              "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16", "avx512_fp16",
@@ -78,7 +78,7 @@ def test_the_bf16_pack_answer_agrees_with_onednns_own(monkeypatch):
 
     if not hasattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported"):
         pytest.skip("this torch cannot say whether its oneDNN supports bf16")
-    probe = ("import json, torch; from engine.cpu_features import cpu_features; "
+    probe = ("import json, torch; from kernels.cpu_features import cpu_features; "
              "print(json.dumps([cpu_features().can_pack_bf16, "
              "torch.ops.mkldnn._is_mkldnn_bf16_supported()]))")
     repo = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_without_proc_cpuinfo_torchs_probe_answers(monkeypatch, tmp_path):
     """Not Linux: torch's capability probe (AVX512 / AVX2 / none); no bf16 compute claimed."""
     import torch
 
-    import engine.cpu_features as cf
+    import kernels.cpu_features as cf
 
     monkeypatch.setattr(cf, "CPUINFO", tmp_path / "no-cpuinfo")
     f = cpu_features({})
@@ -106,3 +106,9 @@ def test_without_proc_cpuinfo_torchs_probe_answers(monkeypatch, tmp_path):
     assert f.can_pack_bf16 == capability.startswith("AVX512")
     assert ("avx2" in f.flags) == capability.startswith(("AVX2", "AVX512"))
     assert not f.has_bf16_compute
+
+
+def test_a_level_below_avx2_takes_avx2_away_too():
+    """OFFICELLM_CPU_ISA=sse41 stands for a pre-AVX2 CPU (the kernels' portable build)."""
+    f = cpu_features({"OFFICELLM_CPU_ISA": "sse41"}, native=HASWELL)
+    assert not {"avx2", "fma", "f16c"} & f.flags

@@ -56,6 +56,11 @@ def _above_avx2(flag: str) -> bool:
     return flag.startswith(("avx512", "amx", "avx10", "avx_"))
 
 
+# What the levels below AVX2 take away as well (the C++ kernels' portable build).
+_AVX2_ERA = frozenset({"avx2", "fma", "f16c"})
+_BELOW_AVX2 = ("sse41", "avx")
+
+
 @dataclass(frozen=True)
 class CpuFeatures:
     """The CPU flags the engine may use (after any cap), and the decisions that read them."""
@@ -128,4 +133,6 @@ def cpu_features(environ: Mapping[str, str] | None = None,
             break  # oneDNN reads the first one set
     for _, allowed in caps:
         flags = frozenset(f for f in flags if not _above_avx2(f) or f in allowed)
+    if env.get(OVERRIDE_ENV, "").strip().lower() in _BELOW_AVX2:
+        flags = flags - _AVX2_ERA
     return CpuFeatures(flags, ", ".join(name for name, _ in caps) or None)

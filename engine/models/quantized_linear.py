@@ -1,0 +1,56 @@
+"""A linear layer's weight kept in 32-weight blocks (GGUF's Q8_0, Q4_0, Q4_1).
+
+The matmul itself is the kernel's (kernels/cpu_quant_matmul.cpp on the CPU backend, the
+torch reference kernels/quant_reference.py on the torch backend): float32 x in, float32 y
+out, so a bf16 model casts around it. A fused weight (q/k/v, gate/up) whose parts are stored
+in different types (a Q4_K_M file mixes them) runs one kernel call per run of rows of one
+type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine.loading.gguf_tensors import QuantizedTensor
+from kernels import quant_reference
+
+QuantMatmul = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+
+
+@dataclass
+class QuantizedWeight:
+    """y = x W^T over groups of output rows, each group in one block type."""
+
+    groups: list[QuantizedTensor]
+    matmul: QuantMatmul
+
+    @classmethod
+    def fuse(cls, parts: Sequence[QuantizedTensor], matmul: QuantMatmul) -> QuantizedWeight:
+        """The weight whose rows are `parts`' rows in order (neighbours of one type merged)."""
+        groups: list[QuantizedTensor] = []
+        for part in parts:
+            if groups and groups[-1].fmt == part.fmt:
+                last = groups.pop()
+                part = QuantizedTensor(part.fmt, torch.cat([last.data, part.data]),
+                                       part.in_features)
+            groups.append(part)
+        return cls(groups, matmul)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(g.data.numel() for g in self.groups)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float().contiguous()
+        outs = [self.matmul(x32, g.data, g.fmt) for g in self.groups]
+        y = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+        return y.to(x.dtype)
+
+    def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The dequantized rows `ids` (an embedding lookup); one group only."""
+        (group,) = self.groups
+        return quant_reference.dequantize(group.data[ids.reshape(-1)], group.fmt).to(
+            dtype).reshape(*ids.shape, -1)

@@ -1,0 +1,347 @@
+// y = x W^T with W kept in GGUF's 32-weight blocks (Q8_0, Q4_0, Q4_1), never dequantized.
+//
+// Why integer dot products: a decode step reads every weight once, so a 4.5-bit weight
+// reads 7x fewer bytes than float32, and at office batch sizes (16-32 rows) the step is also
+// compute-bound, where one AVX2 vpmaddubsw does 32 multiply-adds (an fp32 FMA: 8). The rows
+// of x are therefore quantized first, per 32-value block, to int8 with one float scale
+// (d = max|x| / 127, q = round(x / d)), as llama.cpp does; each (weight block, x block) pair
+// is then an exact integer dot times the two scales. Q4_1's offset term uses the block's
+// exact float sum of x. kernels/quant_reference.py is the same arithmetic in torch.
+//
+// Paths, chosen when the module is built (kernels/cpu_kernels.py builds one module per CPU
+// level and loads the one this CPU's flags, after OFFICELLM_CPU_ISA, allow): AVX-512 VNNI
+// (vpdpbusd), AVX2 (vpmaddubsw + vpmaddwd) and portable C++.
+
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define OFFICELLM_QMM_AVX2 1
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define OFFICELLM_QMM_VNNI 1
+#endif
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace {
+
+constexpr int64_t QK = 32;  // weights per block, every format here
+// d = max|x| * (1/127): a product, not a quotient, so -ffast-math cannot round it
+// differently from the torch reference.
+constexpr float INV127 = 1.f / 127.f;
+
+// GGUF's type ids (ggml_type) and block sizes in bytes.
+constexpr int64_t GGML_Q4_0 = 2;
+constexpr int64_t GGML_Q4_1 = 3;
+constexpr int64_t GGML_Q8_0 = 8;
+
+int64_t block_bytes(int64_t format) {
+  switch (format) {
+    case GGML_Q4_0: return 18;  // fp16 d, 16 bytes of nibbles
+    case GGML_Q4_1: return 20;  // fp16 d, fp16 m, 16 bytes of nibbles
+    case GGML_Q8_0: return 34;  // fp16 d, 32 int8
+    default: return 0;
+  }
+}
+
+float half_to_float(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+#if defined(OFFICELLM_QMM_AVX2)
+  return _cvtsh_ss(h);
+#else
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalize
+    exp = 113;
+    while (!(mant & 0x400)) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+
+// x quantized per block: int8 values, the block's scale, its exact float sum (Q4_1's offset).
+struct QuantizedRows {
+  torch::Tensor q;    // int8 [M, K]
+  torch::Tensor d;    // float [M, K / 32]
+  torch::Tensor sum;  // float [M, K / 32]
+};
+
+QuantizedRows quantize_rows(const torch::Tensor& x) {
+  const int64_t M = x.size(0), K = x.size(1), nb = K / QK;
+  QuantizedRows out{torch::empty({M, K}, x.options().dtype(torch::kInt8)),
+                    torch::empty({M, nb}, x.options()), torch::empty({M, nb}, x.options())};
+  const float* xp = x.data_ptr<float>();
+  int8_t* qp = out.q.data_ptr<int8_t>();
+  float* dp = out.d.data_ptr<float>();
+  float* sp = out.sum.data_ptr<float>();
+  at::parallel_for(0, M * nb, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* src = xp + i * QK;  // rows are contiguous: block i of the flat [M * nb]
+      float amax = 0.f, sum = 0.f;
+      for (int64_t j = 0; j < QK; ++j) {
+        amax = std::fmax(amax, std::fabs(src[j]));
+        sum += src[j];
+      }
+      const float d = amax * INV127;
+      const float id = d > 0.f ? 1.f / d : 0.f;
+      for (int64_t j = 0; j < QK; ++j) qp[i * QK + j] = static_cast<int8_t>(std::nearbyint(src[j] * id));
+      dp[i] = d;
+      sp[i] = sum;
+    }
+  });
+  return out;
+}
+
+// One weight block, decoded: 32 small integers, the scale and (Q4_1) the offset.
+struct WeightBlock {
+  float d;
+  float m;  // Q4_1 only: w = d * q + m
+};
+
+#if defined(OFFICELLM_QMM_AVX2)
+
+// The 32 weights of a block as bytes: unsigned nibbles for Q4_1, signed for Q8_0 and Q4_0.
+template <int64_t F>
+inline __m256i load_weights(const uint8_t* block, WeightBlock& wb) {
+  wb.d = half_to_float(block);
+  if constexpr (F == GGML_Q8_0) {
+    wb.m = 0.f;
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+  } else {
+    const uint8_t* qs = block + (F == GGML_Q4_1 ? 4 : 2);
+    wb.m = F == GGML_Q4_1 ? half_to_float(block + 2) : 0.f;
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_and_si128(packed, mask);                     // weights 0..15
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);  // weights 16..31
+    __m256i w = _mm256_set_m128i(hi, lo);
+    if constexpr (F == GGML_Q4_0) w = _mm256_sub_epi8(w, _mm256_set1_epi8(8));
+    return w;
+  }
+}
+
+// Eight int32 partial sums of u * s over 32 byte pairs (u unsigned, s signed).
+inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if defined(OFFICELLM_QMM_VNNI)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  // Pairs of products fit int16: |u| <= 128, |s| <= 127 (no saturation).
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+template <int64_t F>
+inline __m256i block_dot(__m256i w, __m256i xq) {
+  if constexpr (F == GGML_Q4_1) {
+    return dot_u8s8(w, xq);
+  } else {  // signed weights: |w| as the unsigned operand, w's sign moved onto x
+    return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
+  }
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// One NR x MR tile of y: NR weight rows against MR rows of x, every accumulator in a
+// register (the sizes are compile-time, so the loops unroll): each decoded weight block
+// serves MR x blocks and each x block NR weight rows.
+template <int64_t F, int NR, int MR>
+inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const float* dx,
+                 const float* sx, float* y, int64_t N, int64_t nb, int64_t n, int64_t m) {
+  constexpr int64_t BB = F == GGML_Q4_0 ? 18 : F == GGML_Q4_1 ? 20 : 34;
+  const int64_t K = nb * QK;
+  __m256 acc[NR][MR];
+  for (int i = 0; i < NR; ++i)
+    for (int r = 0; r < MR; ++r) acc[i][r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i xv[MR];
+    __m256 dxv[MR];
+    for (int r = 0; r < MR; ++r) {
+      xv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + (m + r) * K + b * QK));
+      dxv[r] = _mm256_broadcast_ss(dx + (m + r) * nb + b);
+    }
+    for (int i = 0; i < NR; ++i) {
+      WeightBlock wb;
+      const __m256i wv = load_weights<F>(w + (n + i) * row_bytes + b * BB, wb);
+      const __m256 dwv = _mm256_set1_ps(wb.d);
+      for (int r = 0; r < MR; ++r) {
+        const __m256 dot = _mm256_cvtepi32_ps(block_dot<F>(wv, xv[r]));
+        acc[i][r] = _mm256_fmadd_ps(_mm256_mul_ps(dot, dxv[r]), dwv, acc[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < NR; ++i)
+    for (int r = 0; r < MR; ++r) y[(m + r) * N + n + i] = hsum(acc[i][r]);
+  if constexpr (F == GGML_Q4_1) {
+    // The offsets' term, sum_b m_b * sum(x block b), in its own pass: inside the loop above
+    // its scalar sums took the registers the accumulators need.
+    for (int i = 0; i < NR; ++i) {
+      const uint8_t* row = w + (n + i) * row_bytes;
+      float mw[64];
+      for (int64_t b0 = 0; b0 < nb; b0 += 64) {
+        const int64_t len = std::min<int64_t>(64, nb - b0);
+        for (int64_t b = 0; b < len; ++b) mw[b] = half_to_float(row + (b0 + b) * BB + 2);
+        for (int r = 0; r < MR; ++r) {
+          const float* s = sx + (m + r) * nb + b0;
+          float off = 0.f;
+          for (int64_t b = 0; b < len; ++b) off += mw[b] * s[b];
+          y[(m + r) * N + n + i] += off;
+        }
+      }
+    }
+  }
+}
+
+// Tile sizes: AVX-512 has 32 vector registers (16 accumulators fit), AVX2 16 (8 fit).
+#if defined(OFFICELLM_QMM_VNNI)
+constexpr int TILE_N = 4;
+#else
+constexpr int TILE_N = 4;
+#endif
+constexpr int TILE_M = 4;
+
+template <int64_t F, int NR>
+inline void tile_rows(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const float* dx,
+                      const float* sx, float* y, int64_t M, int64_t N, int64_t nb, int64_t n) {
+  int64_t m = 0;
+  for (; m + TILE_M <= M; m += TILE_M) tile<F, NR, TILE_M>(w, row_bytes, qx, dx, sx, y, N, nb, n, m);
+  switch (M - m) {
+    case 3: tile<F, NR, 3>(w, row_bytes, qx, dx, sx, y, N, nb, n, m); break;
+    case 2: tile<F, NR, 2>(w, row_bytes, qx, dx, sx, y, N, nb, n, m); break;
+    case 1: tile<F, NR, 1>(w, row_bytes, qx, dx, sx, y, N, nb, n, m); break;
+    default: break;
+  }
+}
+
+// Rows [n0, n1) of y for all M rows of x.
+template <int64_t F>
+void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
+                 int64_t M, int64_t N, int64_t nb, int64_t n0, int64_t n1) {
+  const int8_t* qx = xq.q.data_ptr<int8_t>();
+  const float* dx = xq.d.data_ptr<float>();
+  const float* sx = xq.sum.data_ptr<float>();
+  int64_t n = n0;
+  // One x row (a lone user's decode) is bound by reading weights: more rows per tile.
+  if (M == 1)
+    for (; n + 2 * TILE_N <= n1; n += 2 * TILE_N)
+      tile<F, 2 * TILE_N, 1>(w, row_bytes, qx, dx, sx, y, N, nb, n, 0);
+  for (; n + TILE_N <= n1; n += TILE_N) tile_rows<F, TILE_N>(w, row_bytes, qx, dx, sx, y, M, N, nb, n);
+  for (; n < n1; ++n) tile_rows<F, 1>(w, row_bytes, qx, dx, sx, y, M, N, nb, n);
+}
+
+#else  // portable C++
+
+template <int64_t F>
+void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
+                 int64_t M, int64_t N, int64_t nb, int64_t n0, int64_t n1) {
+  constexpr int64_t BB = F == GGML_Q4_0 ? 18 : F == GGML_Q4_1 ? 20 : 34;
+  const int8_t* qx = xq.q.data_ptr<int8_t>();
+  const float* dx = xq.d.data_ptr<float>();
+  const float* sx = xq.sum.data_ptr<float>();
+  const int64_t K = nb * QK;
+  int8_t wq[QK];
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t m = 0; m < M; ++m) {
+      float acc = 0.f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* block = w + n * row_bytes + b * BB;
+        const float d = half_to_float(block);
+        float mw = 0.f;
+        if constexpr (F == GGML_Q8_0) {
+          std::memcpy(wq, block + 2, QK);
+        } else {
+          const uint8_t* qs = block + (F == GGML_Q4_1 ? 4 : 2);
+          if constexpr (F == GGML_Q4_1) mw = half_to_float(block + 2);
+          const int bias = F == GGML_Q4_0 ? 8 : 0;
+          for (int64_t j = 0; j < QK / 2; ++j) {
+            wq[j] = static_cast<int8_t>((qs[j] & 0x0f) - bias);
+            wq[j + QK / 2] = static_cast<int8_t>((qs[j] >> 4) - bias);
+          }
+        }
+        int32_t dot = 0;
+        const int8_t* xb = qx + m * K + b * QK;
+        for (int64_t j = 0; j < QK; ++j) dot += static_cast<int32_t>(wq[j]) * xb[j];
+        acc += static_cast<float>(dot) * (d * dx[m * nb + b]);
+        if constexpr (F == GGML_Q4_1) acc += mw * sx[m * nb + b];
+      }
+      y[m * N + n] = acc;
+    }
+  }
+}
+
+#endif
+
+template <int64_t F>
+void run(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y, int64_t M,
+         int64_t N, int64_t nb) {
+  // Tasks of whole 8-row groups, so every task but the last runs full tiles.
+  constexpr int64_t G = 8;
+  at::parallel_for(0, (N + G - 1) / G, 4, [&](int64_t begin, int64_t end) {
+    matmul_rows<F>(w, row_bytes, xq, y, M, N, nb, begin * G, std::min(N, end * G));
+  });
+}
+
+}  // namespace
+
+// x [M, K] float32 (contiguous rows); weight: uint8 [N, K / 32 * block bytes] of `format`
+// blocks (a GGUF tensor's rows). Returns float32 [M, N].
+torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "x must be float32 [M, K]");
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kUInt8 && weight.is_contiguous(),
+              "weight must be contiguous uint8 [N, row bytes]");
+  const int64_t bb = block_bytes(format);
+  TORCH_CHECK(bb > 0, "no kernel for GGUF type ", format);
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  TORCH_CHECK(K % QK == 0, "K must be a multiple of 32");
+  const int64_t nb = K / QK;
+  TORCH_CHECK(weight.size(1) == nb * bb, "weight rows hold ", weight.size(1), " bytes, expected ",
+              nb * bb);
+  torch::Tensor y = torch::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return y;
+  const QuantizedRows xq = quantize_rows(x.contiguous());
+  const uint8_t* w = weight.data_ptr<uint8_t>();
+  float* yp = y.data_ptr<float>();
+  switch (format) {
+    case GGML_Q4_0: run<GGML_Q4_0>(w, nb * bb, xq, yp, M, N, nb); break;
+    case GGML_Q4_1: run<GGML_Q4_1>(w, nb * bb, xq, yp, M, N, nb); break;
+    default: run<GGML_Q8_0>(w, nb * bb, xq, yp, M, N, nb); break;
+  }
+  return y;
+}
+
+// Which of the paths above this module was built with.
+std::string quant_matmul_path() {
+#if defined(OFFICELLM_QMM_VNNI)
+  return "avx512_vnni";
+#elif defined(OFFICELLM_QMM_AVX2)
+  return "avx2";
+#else
+  return "portable";
+#endif
+}
