@@ -6,7 +6,17 @@
 // of x are therefore quantized first, per 32-value block, to int8 with one float scale
 // (d = max|x| / 127, q = round(x / d)), as llama.cpp does; each (weight block, x block) pair
 // is then an exact integer dot times the two scales. Q4_1's offset term uses the block's
-// exact float sum of x. kernels/quant_reference.py is the same arithmetic in torch.
+// float sum of x.
+//
+// Every float operation happens in one fixed order, the same on every path, and
+// kernels/quant_reference.py performs the same operations in torch: the results are equal
+// bit for bit, so greedy output over blocks equals the reference's token for token. The
+// order: each block's dot is split into 8 lanes (lane l: weights 4l..4l+3, the layout of
+// vpdpbusd and of vpmaddubsw + vpmaddwd); lane l accumulates acc += dot_l * (d_w * d_x)
+// over the blocks, rounding after each product and sum (no fused multiply-add); y is the
+// lanes' tree sum ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)); Q4_1 then adds its offset term,
+// sum over blocks, in block order, of m * sum(x block), each block's sum taken in element
+// order. This file is compiled without -ffast-math's reassociation (the pragma below).
 //
 // Paths, chosen when the module is built (kernels/cpu_kernels.py builds one module per CPU
 // level and loads the one this CPU's flags, after OFFICELLM_CPU_ISA, allow): AVX-512 VNNI
@@ -15,6 +25,11 @@
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
+
+// The sums' order is the contract with the reference (above): no reassociation, no
+// reciprocal approximations, no contraction into fused multiply-adds, whatever flags the
+// other kernels are built with.
+#pragma GCC optimize("no-fast-math", "fp-contract=off")
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -33,8 +48,7 @@
 namespace {
 
 constexpr int64_t QK = 32;  // weights per block, every format here
-// d = max|x| * (1/127): a product, not a quotient, so -ffast-math cannot round it
-// differently from the torch reference.
+// d = max|x| * (1/127), as the reference computes it.
 constexpr float INV127 = 1.f / 127.f;
 
 // GGUF's type ids (ggml_type) and block sizes in bytes.
@@ -102,7 +116,7 @@ QuantizedRows quantize_rows(const torch::Tensor& x) {
       float amax = 0.f, sum = 0.f;
       for (int64_t j = 0; j < QK; ++j) {
         amax = std::fmax(amax, std::fabs(src[j]));
-        sum += src[j];
+        sum = sum + src[j];  // element order (the contract)
       }
       const float d = amax * INV127;
       const float id = d > 0.f ? 1.f / d : 0.f;
@@ -192,7 +206,7 @@ inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const fl
       const __m256 dwv = _mm256_set1_ps(wb.d);
       for (int r = 0; r < MR; ++r) {
         const __m256 dot = _mm256_cvtepi32_ps(block_dot<F>(wv, xv[r]));
-        acc[i][r] = _mm256_fmadd_ps(_mm256_mul_ps(dot, dxv[r]), dwv, acc[i][r]);
+        acc[i][r] = _mm256_add_ps(acc[i][r], _mm256_mul_ps(dot, _mm256_mul_ps(dwv, dxv[r])));
       }
     }
   }
@@ -201,6 +215,7 @@ inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const fl
   if constexpr (F == GGML_Q4_1) {
     // The offsets' term, sum_b m_b * sum(x block b), in its own pass: inside the loop above
     // its scalar sums took the registers the accumulators need.
+    float offsets[NR][MR] = {};
     for (int i = 0; i < NR; ++i) {
       const uint8_t* row = w + (n + i) * row_bytes;
       float mw[64];
@@ -209,12 +224,14 @@ inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const fl
         for (int64_t b = 0; b < len; ++b) mw[b] = half_to_float(row + (b0 + b) * BB + 2);
         for (int r = 0; r < MR; ++r) {
           const float* s = sx + (m + r) * nb + b0;
-          float off = 0.f;
-          for (int64_t b = 0; b < len; ++b) off += mw[b] * s[b];
-          y[(m + r) * N + n + i] += off;
+          float off = offsets[i][r];
+          for (int64_t b = 0; b < len; ++b) off = off + mw[b] * s[b];
+          offsets[i][r] = off;
         }
       }
     }
+    for (int i = 0; i < NR; ++i)
+      for (int r = 0; r < MR; ++r) y[(m + r) * N + n + i] += offsets[i][r];
   }
 }
 
@@ -255,7 +272,7 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
   for (; n < n1; ++n) tile_rows<F, 1>(w, row_bytes, qx, dx, sx, y, M, N, nb, n);
 }
 
-#else  // portable C++
+#else  // portable C++: the same lanes and order as the vector paths
 
 template <int64_t F>
 void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
@@ -268,7 +285,8 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
   int8_t wq[QK];
   for (int64_t n = n0; n < n1; ++n) {
     for (int64_t m = 0; m < M; ++m) {
-      float acc = 0.f;
+      float acc[8] = {};
+      float offset = 0.f;
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* block = w + n * row_bytes + b * BB;
         const float d = half_to_float(block);
@@ -284,13 +302,18 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
             wq[j + QK / 2] = static_cast<int8_t>((qs[j] >> 4) - bias);
           }
         }
-        int32_t dot = 0;
         const int8_t* xb = qx + m * K + b * QK;
-        for (int64_t j = 0; j < QK; ++j) dot += static_cast<int32_t>(wq[j]) * xb[j];
-        acc += static_cast<float>(dot) * (d * dx[m * nb + b]);
-        if constexpr (F == GGML_Q4_1) acc += mw * sx[m * nb + b];
+        const float scale = d * dx[m * nb + b];
+        for (int l = 0; l < 8; ++l) {
+          int32_t dot = 0;
+          for (int j = 4 * l; j < 4 * l + 4; ++j) dot += static_cast<int32_t>(wq[j]) * xb[j];
+          acc[l] = acc[l] + static_cast<float>(dot) * scale;
+        }
+        if constexpr (F == GGML_Q4_1) offset = offset + mw * sx[m * nb + b];
       }
-      y[m * N + n] = acc;
+      const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6],
+                  h3 = acc[3] + acc[7];
+      y[m * N + n] = ((h0 + h2) + (h1 + h3)) + offset;
     }
   }
 }

@@ -6,8 +6,8 @@ A weight stays in GGUF's 32-weight blocks: Q8_0 (fp16 scale d, 32 int8: w = d q)
 each nibble byte j the low half is weight j and the high half weight j + 16. The matmul
 quantizes each row of x per 32-value block to int8 (d = max|x| * (1/127), q = round(x / d)),
 so every (weight block, x block) pair is an exact integer dot times two scales, plus, for
-Q4_1, m times the x block's float sum. This module does the same arithmetic; the C++ kernel
-differs only in the order of its float sums.
+Q4_1, m times the x block's float sum. This module performs the kernel's float operations
+in the kernel's order (its header states it), so the two are equal bit for bit.
 """
 
 from __future__ import annotations
@@ -51,25 +51,40 @@ def dequantize(weight: torch.Tensor, fmt: int) -> torch.Tensor:
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x float32 [M, K] -> (int8 [M, nb, 32], scales [M, nb], float sums [M, nb])."""
+    """x float32 [M, K] -> (int8 [M, nb, 32], scales [M, nb], float sums [M, nb]); each
+    block's sum in element order."""
     blocks = x.float().reshape(x.shape[0], -1, QK)
     d = blocks.abs().amax(-1) * INV127
     inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
     q = torch.round(blocks * inv.unsqueeze(-1)).to(torch.int8)
-    return q, d, blocks.sum(-1)
+    total = torch.zeros_like(d)
+    for j in range(QK):
+        total = total + blocks[..., j]
+    return q, d, total
 
 
 def quant_matmul(x: torch.Tensor, weight: torch.Tensor, fmt: int) -> torch.Tensor:
     """y = x W^T float32 [M, N] for x [M, K] and `weight` uint8 [N, K / 32 * block bytes]."""
     qx, dx, sx = quantize_rows(x)
     qw, dw, mw = unpack(weight, fmt)
-    # Each block's dot is an integer below 2^24 (32 * 128 * 127): exact in float32 whatever
-    # the order of the sum, so a batched float matmul computes the same integers.
-    dots = torch.bmm(qx.float().transpose(0, 1), qw.float().permute(1, 2, 0))  # [nb, M, N]
-    scale = dx.t().unsqueeze(-1) * dw.t().unsqueeze(1)  # [nb, M, N]
-    y = (dots * scale).sum(0)
+    m, nb = dx.shape
+    n = qw.shape[0]
+    # Lane l of a block's dot covers its elements 4l..4l+3: [nb, 8, M, 4] @ [nb, 8, 4, N].
+    # Each lane's dot is an integer below 2^16, exact in float32.
+    lx = qx.float().reshape(m, nb, 8, 4).permute(1, 2, 0, 3)
+    lw = qw.float().reshape(n, nb, 8, 4).permute(1, 2, 3, 0)
+    acc = torch.zeros(8, m, n)
+    for b in range(nb):
+        dots = torch.matmul(lx[b], lw[b])  # [8, M, N]
+        scale = dw[:, b].unsqueeze(0) * dx[:, b].unsqueeze(1)  # [M, N]: d_w * d_x
+        acc = acc + dots * scale
+    h = acc[0:4] + acc[4:8]
+    y = (h[0] + h[2]) + (h[1] + h[3])
     if fmt == Q4_1:
-        y = y + sx @ mw.t()
+        offset = torch.zeros(m, n)
+        for b in range(nb):
+            offset = offset + mw[:, b].unsqueeze(0) * sx[:, b].unsqueeze(1)
+        y = y + offset
     return y
 
 

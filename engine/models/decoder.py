@@ -80,8 +80,10 @@ class DecoderModel(nn.Module):
         dense = sum(p.numel() * p.element_size() for p in self.parameters())
         modules = [self.embed, self.lm_head, *(m for layer in self.layers for m in (
             layer.qkv, layer.o_proj, layer.gate_up, layer.down))]
-        shared = {id(m.quantized): m.quantized for m in modules if m.quantized is not None}
-        return dense + sum(q.nbytes for q in shared.values())
+        # A tied head reads the embedding's blocks: count each tensor once.
+        blocks = {g.data.data_ptr(): g.data.numel() for m in modules if m.quantized is not None
+                  for g in m.quantized.groups}
+        return dense + sum(blocks.values())
 
     def pack_linears(self) -> int:
         """Pre-pack every matmul weight for oneDNN (bf16 on the CPU; see packed_linear.py).

@@ -39,10 +39,6 @@ class QuantizedWeight:
             groups.append(part)
         return cls(groups, matmul)
 
-    @property
-    def nbytes(self) -> int:
-        return sum(g.data.numel() for g in self.groups)
-
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float().contiguous()
         outs = [self.matmul(x32, g.data, g.fmt) for g in self.groups]

@@ -1,0 +1,155 @@
+"""Weights kept in 32-weight blocks (`--quantization`): the GGUF's own blocks, or a
+safetensors model's quantized at load, run by the C++ kernel; the greedy output equals the
+engine's torch reference of the same blocks token for token (and logprob for logprob)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from engine import SamplingParams
+from engine.loading.gguf_tensors import read_quantized
+from engine.loading.model_loader import bundled_model_path, iter_safetensors
+from engine.models.quantized_linear import QuantizedWeight
+from engine.weight_quantization import gguf_blocks, resolve_quantization
+from kernels import quant_reference
+from tests.engine.conftest import make_llm
+
+GREEDY = SamplingParams(temperature=0, max_tokens=24, logprobs=2)
+
+
+def _quantized_weights(llm) -> list[QuantizedWeight]:
+    model = llm.llm_engine.engine_core.model
+    modules = [model.embed, model.lm_head, *(m for layer in model.layers for m in (
+        layer.qkv, layer.o_proj, layer.gate_up, layer.down))]
+    return [m.quantized for m in modules if m.quantized is not None]
+
+
+def _greedy(llm, prompts) -> list[tuple[list[int], list[dict]]]:
+    out = llm.generate(prompts, GREEDY)
+    return [(o.outputs[0].token_ids,
+             [{t: lp.logprob for t, lp in step.items()} for step in o.outputs[0].logprobs])
+            for o in out]
+
+
+def _with_reference_matmul(llm):
+    """Swap the kernel for its torch reference in every blocked matmul (nothing else)."""
+    for weight in _quantized_weights(llm):
+        weight.matmul = quant_reference.quant_matmul
+
+
+@pytest.fixture(scope="module")
+def gguf_llm(smollm2_dir):
+    return make_llm(smollm2_dir, quantization="gguf")
+
+
+def test_the_gguf_blocks_dequantize_to_the_converted_checkpoint(smollm2_dir):
+    """Our reader (names, q/k row order, blocks) against transformers' dequantized copy."""
+    spec_heads = (9, 3)  # SmolLM2-135M: 9 query heads, 3 KV heads
+    blocks = read_quantized(bundled_model_path(), *spec_heads)
+    assert len(blocks.tensors) == 30 * 7 + 1 and not blocks.unsupported
+    dense = dict(iter_safetensors(smollm2_dir))
+    for name, q in blocks.tensors.items():
+        assert torch.equal(quant_reference.dequantize(q.data, q.fmt), dense[name]), name
+
+
+def test_every_matmul_of_the_bundled_model_reads_blocks(gguf_llm):
+    model = gguf_llm.llm_engine.engine_core.model
+    assert all(m.quantized is not None for layer in model.layers
+               for m in (layer.qkv, layer.o_proj, layer.gate_up, layer.down))
+    assert model.lm_head.quantized is not None and model.embed.quantized is not None
+    assert model.layers[0].qkv.weight.numel() == 0  # the dense copy is released
+
+
+def test_weights_in_blocks_take_about_the_file_size(gguf_llm):
+    engine = gguf_llm.llm_engine.engine_core
+    file_size = bundled_model_path().stat().st_size
+    assert engine.model.weight_bytes() <= 1.05 * file_size
+
+
+def test_greedy_over_blocks_equals_the_torch_reference_token_for_token(
+        smollm2_dir, chat_prompt_ids):
+    """The kernel and its reference perform the same float operations: the same tokens and
+    the same logprobs, four prompts batched under chunked prefill. (The same engine settings
+    on both sides: int8 rounding of the activations turns the last-bit differences that a
+    change of batch makes in the other kernels into visible ones, as in llama.cpp.)"""
+    settings = dict(quantization="gguf", max_num_batched_tokens=64)
+    ours = make_llm(smollm2_dir, **settings)
+    reference = make_llm(smollm2_dir, **settings)
+    _with_reference_matmul(reference)
+    prompts = chat_prompt_ids[:4]
+    assert _greedy(ours, prompts) == _greedy(reference, prompts)
+
+
+@pytest.mark.parametrize("method,fmt", [("int8", quant_reference.Q8_0),
+                                        ("int4", quant_reference.Q4_1)])
+def test_a_safetensors_model_is_quantized_at_load(tmp_path, smollm2_dir, method, fmt):
+    from tests.support.tiny_models import build_tiny_model
+
+    model_dir = build_tiny_model("llama", tmp_path / "tiny", smollm2_dir)
+    llm = make_llm(model_dir, quantization=method)
+    weights = _quantized_weights(llm)
+    # 3 layers x 4 matmuls, the untied head and the embedding table.
+    assert len(weights) == 3 * 4 + 2 and {g.fmt for w in weights for g in w.groups} == {fmt}
+    reference = make_llm(model_dir, quantization=method)
+    _with_reference_matmul(reference)
+    prompts = [[1, 400, 500, 600, 700], [1, 42, 43]]
+    assert _greedy(llm, prompts) == _greedy(reference, prompts)
+
+
+def test_none_keeps_every_weight_dense(smollm2_dir):
+    llm = make_llm(smollm2_dir, quantization="none")
+    assert _quantized_weights(llm) == []
+
+
+@pytest.mark.parametrize("requested,gguf,backend,world,reason", [
+    ("gguf", None, "cpu", 1, "applies to a .gguf model"),
+    ("int8", Path("m.gguf"), "cpu", 1, "already quantized"),
+    ("int4", None, "triton", 1, "runs on the CPU"),
+    ("gguf", Path("m.gguf"), "cpu", 2, "with one rank"),
+])
+def test_a_quantization_that_does_not_apply_is_refused_saying_why(requested, gguf, backend,
+                                                                  world, reason):
+    with pytest.raises(ValueError, match=reason):
+        resolve_quantization(requested, gguf, backend, world)
+
+
+@pytest.mark.parametrize("gguf,backend,world,expected", [
+    (Path("m.gguf"), "cpu", 1, "gguf"), (None, "cpu", 1, "none"),
+    (Path("m.gguf"), "triton", 1, "none"), (Path("m.gguf"), "cpu", 2, "none")])
+def test_auto_considers_blocks_only_for_a_gguf_on_one_cpu_rank(gguf, backend, world, expected):
+    assert resolve_quantization("auto", gguf, backend, world) == expected
+
+
+def test_an_unknown_quantization_is_refused_with_the_choices():
+    from engine.config import EngineConfig
+
+    with pytest.raises(ValueError, match="auto, gguf, int8, int4, none"):
+        EngineConfig(quantization="awq")
+
+
+def test_a_gguf_type_without_a_kernel_is_dequantized_with_one_warning(tmp_path, caplog):
+    import gguf
+    from gguf import GGMLQuantizationType as T
+
+    path = tmp_path / "mixed.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((4, 210), dtype=np.uint8),
+                      raw_dtype=T.Q6_K)
+    writer.add_tensor("blk.0.attn_v.weight", np.zeros((4, 210), dtype=np.uint8),
+                      raw_dtype=T.Q6_K)
+    writer.add_tensor("blk.0.attn_k.weight", np.zeros((4, 20), dtype=np.uint8),
+                      raw_dtype=T.Q4_1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with caplog.at_level(logging.WARNING, logger="engine.weight_quantization"):
+        blocks = gguf_blocks(path, 2, 2)
+    assert list(blocks) == ["model.layers.0.self_attn.k_proj.weight"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "Q6_K" in warnings[0] and "2 tensor(s)" in warnings[0]
