@@ -42,7 +42,8 @@ from loadgen.scenarios import ScenarioConfig  # noqa: E402
 RESULTS = REPO / "benchmarks" / "results"
 # officellm's start-up lines kept with the numbers: the dtype chosen (and why), the KV cache's
 # dtype and size, the resident memory at rest.
-STARTUP_MARKS = ("dtype auto ->", "Loaded ", "KV cache size:", "Resident memory after load")
+STARTUP_MARKS = ("dtype auto ->", "quantization auto ->", "Weights kept quantized", "Loaded ",
+                 "KV cache size:", "Resident memory after load")
 
 
 def wait_idle(max_load: float, timeout: float) -> float:

@@ -239,7 +239,7 @@ inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const fl
 #if defined(OFFICELLM_QMM_VNNI)
 constexpr int TILE_N = 4;
 #else
-constexpr int TILE_N = 4;
+constexpr int TILE_N = 2;
 #endif
 constexpr int TILE_M = 4;
 

@@ -35,7 +35,7 @@ def main(model_dir: str, prompts_json: str, max_tokens: int = 16) -> dict:
     report: dict = {"pack_error": pack_error(),
                     "can_pack": packed_linear.can_pack(torch.device("cpu"), torch.bfloat16)}
     for dtype in ("auto", "bfloat16"):
-        llm = LLM(model_dir, dtype=dtype, kv_cache_memory="64MiB")
+        llm = LLM(model_dir, dtype=dtype, quantization="none", kv_cache_memory="64MiB")
         engine = llm.llm_engine.engine_core
         report[dtype] = {
             "dtype": str(engine.dtype).removeprefix("torch."),
