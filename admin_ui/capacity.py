@@ -55,11 +55,12 @@ class Plan:
 
 
 def what_if(model: str, memory: str, dtype: str = "bf16", max_model_len: int | None = None,
-            avg_tokens: int = 4000):
+            avg_tokens: int = 4000, kv_cache_dtype: str = "auto"):
     """`officellm plan` for another model or memory size (engine.kv_plan; imported lazily
     because the engine package pulls in torch, which the console does not otherwise need)."""
     from engine.config import parse_memory
     from engine.kv_plan import load_spec, make_plan
 
     spec, name = load_spec(model)
-    return make_plan(spec, name, parse_memory(memory), dtype, max_model_len, avg_tokens)
+    return make_plan(spec, name, parse_memory(memory), dtype, max_model_len, avg_tokens,
+                     kv_cache_dtype=kv_cache_dtype)

@@ -51,8 +51,9 @@ class EngineConfig:
     device: str = knob("cpu", "cpu | cuda", str)
     dtype: str = knob("auto", "auto | float32 | bfloat16 | float16", str)
     kv_cache_dtype: str = knob(
-        "auto", "auto | float32 | bfloat16 | float16: the KV cache's dtype (auto: the model's; "
-                "16 bits under a float32 model halves the bytes per token, on the CPU)", str)
+        "auto", "auto | float32 | bfloat16 | float16 | fp8_e4m3 | fp8_e5m2: the KV cache's dtype "
+                "(auto: the model's; 16 bits under a float32 model halves the bytes per token "
+                "on the CPU; fp8 halves a 16-bit cache's, on every backend)", str)
     quantization: str = knob(
         "auto", "auto | gguf | int8 | int4 | none: matmul weights kept in 32-weight blocks "
                 "on the CPU (auto: a GGUF's own; int8/int4: a safetensors model's, quantized "

@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from engine.config import format_gib
+from engine.kv_cache_dtype import kv_dtype_bytes
 from engine.loading.model_spec import ModelSpec
 from engine.models.shard_plan import ShardPlan
 
@@ -62,7 +63,7 @@ class KVPlan:
     """The arithmetic of docs/design.md §4 for one model, dtype and memory budget."""
 
     model: str
-    dtype_bytes: int
+    dtype_bytes: int  # per weight
     bytes_per_token: int
     weight_bytes: int
     memory_bytes: int
@@ -75,6 +76,8 @@ class KVPlan:
     avg_tokens: int
     concurrency_at_avg: float
     tensor_parallel_size: int = 1
+    kv_cache_dtype: str = "auto"  # --kv-cache-dtype; auto: the weights' dtype
+    kv_dtype_bytes: int = 0  # per stored key or value element
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,13 +93,16 @@ def make_plan(
     block_size: int = 16,
     tensor_parallel_size: int = 1,
     overhead_bytes: int = 0,
+    kv_cache_dtype: str = "auto",
 ) -> KVPlan:
     """Size the KV pool that fits beside the weights in `memory_bytes` (per GPU under TP:
     the largest rank's share of the weights and of the KV heads; raises
-    TensorParallelSplitError for a split the engine cannot run)."""
+    TensorParallelSplitError for a split the engine cannot run). The KV cache is stored in
+    `kv_cache_dtype` (`--kv-cache-dtype`: auto is `dtype`; fp8 halves a 16-bit cache)."""
     nbytes = dtype_bytes(dtype)
+    kv_nbytes = kv_dtype_bytes(kv_cache_dtype, nbytes)
     tp = tensor_parallel_size
-    per_token = spec.kv_bytes_per_token(nbytes, tp)
+    per_token = spec.kv_bytes_per_token(kv_nbytes, tp)
     weights = nbytes * max(ShardPlan.for_rank(spec, r, tp).num_parameters(spec) for r in range(tp))
     pool = max(0, memory_bytes - weights - overhead_bytes)
     num_blocks = pool // (per_token * block_size)
@@ -108,6 +114,7 @@ def make_plan(
         num_blocks=num_blocks, pool_tokens=pool_tokens, max_model_len=mml,
         concurrency_at_max_len=pool_tokens / mml, avg_tokens=avg_tokens,
         concurrency_at_avg=pool_tokens / avg_tokens, tensor_parallel_size=tp,
+        kv_cache_dtype=kv_cache_dtype, kv_dtype_bytes=kv_nbytes,
     )
 
 
@@ -118,7 +125,8 @@ def format_plan(plan: KVPlan) -> str:
         f"Model: {plan.model}"
         + (f" (tensor parallel {plan.tensor_parallel_size})" if plan.tensor_parallel_size > 1 else ""),
         f"KV cache per token: {plan.bytes_per_token:,} bytes{per_gpu} "
-        f"(2 x layers x kv_heads x head_dim x {plan.dtype_bytes} B)",
+        f"(2 x layers x kv_heads x head_dim x {plan.kv_dtype_bytes or plan.dtype_bytes} B"
+        + (f", {plan.kv_cache_dtype}" if plan.kv_cache_dtype != "auto" else "") + ")",
         f"  a {plan.avg_tokens:,}-token chat: {plan.bytes_per_token * plan.avg_tokens / 1e6:,.0f} MB; "
         f"{plan.max_model_len:,} tokens: {plan.bytes_per_token * plan.max_model_len / 1e9:,.2f} GB",
         f"Weights: {format_gib(plan.weight_bytes)}{per_gpu}",

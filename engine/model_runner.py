@@ -148,7 +148,9 @@ class ModelRunner:
         tail would turn into NaN output)."""
         idx = torch.tensor(block_ids, dtype=torch.long, device=self.device)
         for cache in self.k_caches + self.v_caches:
-            cache.index_fill_(0, idx, 0)
+            # Through the bytes: torch has no fp8 index_fill_, and zero is all-zero bytes in
+            # every cache dtype.
+            cache.view(torch.uint8).index_fill_(0, idx, 0)
 
     def _pad_tables(self, tables: list[list[int]]) -> torch.Tensor:
         """[B, longest table] int64, padded with the null block."""

@@ -103,7 +103,9 @@ class Worker:
         self.dtype = resolve_dtype(config.dtype, self.device, self.spec.torch_dtype,
                                    self.spec.hidden_size, self.spec.intermediate_size)
         self.backend = kernels_ops.backend_for(self.device, config.attention_backend)
-        self.kv_dtype = resolve_kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.backend)
+        self.kv_dtype = resolve_kv_cache_dtype(
+            config.kv_cache_dtype, self.dtype, self.backend,
+            torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None)
         self.model = DecoderModel(self.spec, self.dtype,
                                   kernels_ops.ops_for(self.device, self.backend), parallel)
         self.model.to(self.device)

@@ -7,7 +7,8 @@
 // Here each (sequence, KV head) pair streams its blocks once, with an online softmax, and the
 // query heads of a GQA group share every key and value row they load.
 //
-// Built on first use by kernels/cpu_kernels.py (torch.utils.cpp_extension, -O3 -march=native).
+// Built on first use by kernels/cpu_kernels.py (torch.utils.cpp_extension, one build per ISA
+// level chosen at run time).
 
 #include <torch/extension.h>
 
@@ -43,6 +44,12 @@ inline float to_float(at::BFloat16 x) {
 
 inline float to_float(at::Half x) { return static_cast<float>(x); }
 
+// fp8 caches (--kv-cache-dtype fp8_e4m3 / fp8_e5m2): c10's exact scalar conversions; the
+// rows of a cache are converted 8 at a time below where F16C is available.
+inline float to_float(at::Float8_e4m3fn x) { return static_cast<float>(x); }
+
+inline float to_float(at::Float8_e5m2 x) { return static_cast<float>(x); }
+
 template <typename T>
 inline void load_row(const T* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
@@ -58,6 +65,38 @@ inline void load_row(const at::Half* src, float* dst, int64_t n) {
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+// e5m2 is the top byte of an IEEE half: shift each byte up 8 bits, then vcvtph2ps. Exact.
+template <>
+inline void load_row(const at::Float8_e5m2* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i h = _mm_slli_epi16(_mm_cvtepu8_epi16(bytes), 8);
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+// e4m3 (bias 7) laid into a half's fields (bias 15): sign to bit 15, exponent and mantissa
+// shifted up 7, which reads as the value times 2^-8 (subnormals included, as halves);
+// times 256 restores it exactly. Only the NaN pattern (never stored: writes saturate at
+// 448) would read as a number.
+template <>
+inline void load_row(const at::Float8_e4m3fn* src, float* dst, int64_t n) {
+  const __m128i sign_mask = _mm_set1_epi16(0x80);
+  const __m128i magnitude_mask = _mm_set1_epi16(0x7F);
+  const __m256 two_to_8 = _mm256_set1_ps(256.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i bytes = _mm_cvtepu8_epi16(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + i)));
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(bytes, sign_mask), 8),
+                                   _mm_slli_epi16(_mm_and_si128(bytes, magnitude_mask), 7));
+    _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtph_ps(h), two_to_8));
   }
   for (; i < n; ++i) dst[i] = to_float(src[i]);
 }
@@ -88,7 +127,8 @@ inline void online_softmax_block(float* p, int64_t tokens, float& run_max, float
 // HEAD_DIM > 0 fixes the head size at compile time (fully unrolled, register-resident
 // rows); 0 reads it from head_dim.
 // T is the query's (and output's) type, C the cache's: a float32 model may keep its KV cache
-// in 16 bits (--kv-cache-dtype), converted to float on load (F16C / a shift for bf16).
+// in 16 bits, any model in fp8 (--kv-cache-dtype), converted to float on load (F16C, a
+// shift for bf16, the byte laid into a half for fp8).
 template <typename T, typename C, int64_t HEAD_DIM>
 void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int64_t* block_tables,
                       const int64_t* seq_lens, T* out, int64_t num_seqs, int64_t num_q_heads,
@@ -268,21 +308,68 @@ Bf16Kernel pick_bf16_kernel(int64_t head_dim, int64_t group) {
 }
 #endif
 
+
+// The kernel for a query type T and a cache type C, by head size.
+template <typename T, typename C>
+void run_decode(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+                const torch::Tensor& block_tables, const torch::Tensor& seq_lens, torch::Tensor& out,
+                float scale) {
+  const int64_t num_seqs = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
+  auto run = [&](auto kernel) {
+    kernel(q.data_ptr<T>(), k_cache.data_ptr<C>(), v_cache.data_ptr<C>(),
+           block_tables.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(), out.data_ptr<T>(),
+           num_seqs, num_q_heads, k_cache.size(2), head_dim, k_cache.size(1),
+           block_tables.size(1), scale);
+  };
+  if (head_dim == 64) {
+    run(decode_attention<T, C, 64>);
+  } else if (head_dim == 128) {
+    run(decode_attention<T, C, 128>);
+  } else {
+    run(decode_attention<T, C, 0>);
+  }
+}
+
+// The cache types a query of type T may read: its own; bf16/fp16 under a float32 query
+// (--kv-cache-dtype float16 under a float32 model); fp8 (e4m3, e5m2) under any.
+template <typename T>
+void dispatch_cache(at::ScalarType cache_type, const torch::Tensor& q,
+                    const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+                    const torch::Tensor& block_tables, const torch::Tensor& seq_lens,
+                    torch::Tensor& out, float scale) {
+  if (cache_type == q.scalar_type()) {
+    run_decode<T, T>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+  } else if (cache_type == at::kFloat8_e4m3fn) {
+    run_decode<T, at::Float8_e4m3fn>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+  } else if (cache_type == at::kFloat8_e5m2) {
+    run_decode<T, at::Float8_e5m2>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+  } else if constexpr (std::is_same_v<T, float>) {
+    if (cache_type == at::kBFloat16) {
+      run_decode<float, at::BFloat16>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+    } else if (cache_type == at::kHalf) {
+      run_decode<float, at::Half>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+    } else {
+      TORCH_CHECK(false, "q and the caches must share a dtype (or the caches be bf16/fp16 under "
+                         "a float32 q, or fp8)");
+    }
+  } else {
+    TORCH_CHECK(false, "q and the caches must share a dtype (or the caches be bf16/fp16 under "
+                       "a float32 q, or fp8)");
+  }
+}
+
 }  // namespace
 
-// q [B, Hq, D]; caches [num_blocks, block_size, Hk, D] (q's dtype, or bf16/fp16 under a
-// float32 q); block_tables [B, W] and seq_lens [B] int64. Returns [B, Hq, D].
+// q [B, Hq, D]; caches [num_blocks, block_size, Hk, D] (q's dtype, bf16/fp16 under a float32
+// q, or fp8 e4m3/e5m2 under any); block_tables [B, W] and seq_lens [B] int64. Returns
+// [B, Hq, D].
 torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                      torch::Tensor block_tables, torch::Tensor seq_lens,
                                      double scale) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4, "bad ranks");
   TORCH_CHECK(q.device().is_cpu(), "CPU tensors only");
   const auto cache_type = k_cache.scalar_type();
-  const bool half_cache = q.scalar_type() == at::kFloat &&
-                          (cache_type == at::kBFloat16 || cache_type == at::kHalf);
   TORCH_CHECK(v_cache.scalar_type() == cache_type, "the K and V caches must share a dtype");
-  TORCH_CHECK(cache_type == q.scalar_type() || half_cache,
-              "q and the caches must share a dtype (or the caches be bf16/fp16 under a float32 q)");
   TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && seq_lens.scalar_type() == torch::kInt64,
               "block_tables and seq_lens must be int64");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
@@ -295,56 +382,20 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
   TORCH_CHECK(k_cache.size(3) == head_dim, "head_dim mismatch");
   TORCH_CHECK(block_tables.size(0) == num_seqs && seq_lens.size(0) == num_seqs, "batch mismatch");
   auto out = torch::empty_like(q);
+  const float fscale = static_cast<float>(scale);
 #ifdef OFFICELLM_AVX512_BF16
-  if (q.scalar_type() == at::kBFloat16) {
+  if (q.scalar_type() == at::kBFloat16 && cache_type == at::kBFloat16) {
     if (Bf16Kernel kernel = pick_bf16_kernel(head_dim, num_q_heads / num_kv_heads)) {
       kernel(q.data_ptr<at::BFloat16>(), k_cache.data_ptr<at::BFloat16>(),
              v_cache.data_ptr<at::BFloat16>(), block_tables.data_ptr<int64_t>(),
              seq_lens.data_ptr<int64_t>(), out.data_ptr<at::BFloat16>(), num_seqs, num_q_heads,
-             num_kv_heads, block_size, block_tables.size(1), static_cast<float>(scale));
+             num_kv_heads, block_size, block_tables.size(1), fscale);
       return out;
     }
   }
 #endif
-  if (half_cache) {
-    auto run = [&](auto kernel, auto* cache_ptr_type) {
-      using C = std::remove_pointer_t<decltype(cache_ptr_type)>;
-      kernel(q.data_ptr<float>(), k_cache.data_ptr<C>(), v_cache.data_ptr<C>(),
-             block_tables.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(),
-             out.data_ptr<float>(), num_seqs, num_q_heads, num_kv_heads, head_dim, block_size,
-             block_tables.size(1), static_cast<float>(scale));
-    };
-    auto by_dim = [&](auto* cache_ptr_type) {
-      using C = std::remove_pointer_t<decltype(cache_ptr_type)>;
-      if (head_dim == 64) {
-        run(decode_attention<float, C, 64>, cache_ptr_type);
-      } else if (head_dim == 128) {
-        run(decode_attention<float, C, 128>, cache_ptr_type);
-      } else {
-        run(decode_attention<float, C, 0>, cache_ptr_type);
-      }
-    };
-    if (cache_type == at::kBFloat16) {
-      by_dim(static_cast<at::BFloat16*>(nullptr));
-    } else {
-      by_dim(static_cast<at::Half*>(nullptr));
-    }
-    return out;
-  }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode_attention", [&] {
-    auto run = [&](auto kernel) {
-      kernel(q.data_ptr<scalar_t>(), k_cache.data_ptr<scalar_t>(), v_cache.data_ptr<scalar_t>(),
-             block_tables.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(),
-             out.data_ptr<scalar_t>(), num_seqs, num_q_heads, num_kv_heads, head_dim, block_size,
-             block_tables.size(1), static_cast<float>(scale));
-    };
-    if (head_dim == 64) {
-      run(decode_attention<scalar_t, scalar_t, 64>);
-    } else if (head_dim == 128) {
-      run(decode_attention<scalar_t, scalar_t, 128>);
-    } else {
-      run(decode_attention<scalar_t, scalar_t, 0>);
-    }
+    dispatch_cache<scalar_t>(cache_type, q, k_cache, v_cache, block_tables, seq_lens, out, fscale);
   });
   return out;
 }

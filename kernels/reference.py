@@ -62,8 +62,23 @@ def write_kv_cache(
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
     hk, d = k_cache.shape[-2:]
-    k_cache.view(-1, hk, d).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(-1, hk, d).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+    for x, cache in ((k, k_cache), (v, v_cache)):
+        stored = to_cache_dtype(x, cache.dtype)
+        if cache.dtype in FP8_DTYPES:  # torch's index_copy_ has no fp8 kernel: copy the bytes
+            cache, stored = cache.view(torch.uint8), stored.view(torch.uint8)
+        cache.view(-1, hk, d).index_copy_(0, slot_mapping, stored)
+
+
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def to_cache_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x cast to the cache's dtype; an fp8 cache saturates at its largest finite value (a
+    plain cast makes an out-of-range e4m3 value NaN, which would poison every later read)."""
+    if dtype in FP8_DTYPES:
+        limit = torch.finfo(dtype).max
+        return x.float().clamp(-limit, limit).to(dtype)
+    return x.to(dtype)
 
 
 def paged_attention(

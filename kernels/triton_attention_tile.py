@@ -41,7 +41,8 @@ def attend_kv_tiles(
         page = tl.load(bt_row_ptr + n // PAGE, mask=nmask, other=0).to(tl.int64)
         row = ((page * PAGE + n % PAGE) * kv_heads + kvh) * head_dim
         kv_mask = nmask[:, None] & dmask[None, :]
-        k = tl.load(kc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        # An fp8 cache (--kv-cache-dtype) is converted to the query's dtype on load.
+        k = tl.load(kc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0).to(q.dtype)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -55,7 +56,7 @@ def attend_kv_tiles(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(vc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(vc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0).to(q.dtype)
         if IEEE:
             pv = tl.dot(p, v, input_precision="ieee")
         else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
+    QComboBox,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -27,6 +28,9 @@ from admin_ui.workers import run_async
 # /admin/plan is asked for when the tab is shown, when the console switches server, and
 # every PLAN_REFRESH_MS while the tab is on screen (today's average thread moves slowly).
 PLAN_REFRESH_MS = 5000
+# The what-if's KV cache dtypes (a subset of the server's --kv-cache-dtype; written out here
+# because the engine's list imports torch, which the console loads only to plan).
+WHAT_IF_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8_e4m3")
 NOT_CONNECTED = "Not connected: start the local server or connect to one by URL."
 
 ROWS = [
@@ -96,10 +100,14 @@ class CapacityTab(QWidget):
         self.wi_model = QLineEdit()
         self.wi_model.setPlaceholderText("model dir, .gguf or shipped name, e.g. Qwen2.5-7B-Instruct")
         self.wi_memory = QLineEdit("80GiB")
+        # What the KV cache would be stored in (--kv-cache-dtype): fp8 fits twice the chats.
+        self.wi_kv_dtype = QComboBox()
+        self.wi_kv_dtype.addItems(WHAT_IF_KV_DTYPES)
         self.wi_button = QPushButton("Plan")
         self.wi_button.clicked.connect(self.run_what_if)
         row.addWidget(self.wi_model, stretch=3)
         row.addWidget(self.wi_memory, stretch=1)
+        row.addWidget(self.wi_kv_dtype)
         row.addWidget(self.wi_button)
         wl.addLayout(row)
         self.wi_output = QPlainTextEdit()
@@ -179,6 +187,7 @@ class CapacityTab(QWidget):
     # --- what if -----------------------------------------------------------------------------
     def run_what_if(self) -> None:
         model, memory = self.wi_model.text().strip(), self.wi_memory.text().strip()
+        kv_dtype = self.wi_kv_dtype.currentText()
         if not model:
             self.wi_output.setPlainText("Name a model first.")
             return
@@ -188,7 +197,7 @@ class CapacityTab(QWidget):
         def work() -> str:
             from engine.kv_plan import format_plan
 
-            return format_plan(what_if(model, memory, avg_tokens=avg))
+            return format_plan(what_if(model, memory, avg_tokens=avg, kv_cache_dtype=kv_dtype))
 
         run_async(work, self.wi_output.setPlainText,
                   lambda exc: self.wi_output.setPlainText(f"Cannot plan: {exc}"))

@@ -17,6 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory", default="80GiB", help="memory per GPU (default 80GiB)")
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp32 (default bf16)")
+    p.add_argument("--kv-cache-dtype", default="auto",
+                   help="auto (the --dtype) | float16 | bfloat16 | fp8_e4m3 | fp8_e5m2: what the "
+                        "KV cache is stored in (fp8 halves a 16-bit cache's bytes per token)")
     p.add_argument("--avg-tokens", type=int, default=4000, help="a typical chat's length")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--tensor-parallel-size", type=int, default=1)
@@ -27,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     spec, name = load_spec(args.model)
     plan = make_plan(spec, name, parse_memory(args.memory), args.dtype, args.max_model_len,
-                     args.avg_tokens, args.block_size, args.tensor_parallel_size)
+                     args.avg_tokens, args.block_size, args.tensor_parallel_size,
+                     kv_cache_dtype=args.kv_cache_dtype)
     print(json.dumps(plan.to_dict(), indent=2) if args.json else format_plan(plan))
     return 0

@@ -17,6 +17,7 @@ from engine.core.scheduling_policy import EVICTS_BY_OWNER
 from engine.distributed.multiproc_executor import MultiprocExecutor, WorkerDiedError
 from engine.distributed.parallel_state import ParallelState
 from engine.executor import Executor, UniprocExecutor
+from engine.kv_cache_dtype import kv_dtype_name
 from engine.loading.model_loader import load_config_dict, model_display_name
 from engine.loading.model_spec import ModelSpec
 from engine.models.shard_plan import ShardPlan
@@ -53,7 +54,7 @@ class EngineCore:
                         str(worker.dtype).removeprefix("torch."),
                         "dense" if worker.quantization == "none" else
                         f"in blocks ({worker.quantization})",
-                        str(worker.kv_dtype).removeprefix("torch."), worker.load_seconds,
+                        kv_dtype_name(worker.kv_dtype), worker.load_seconds,
                         format_gib(worker.weight_bytes),
                         f" on rank 0 of {config.tensor_parallel_size} (tensor parallel)"
                         if workers else "")
@@ -164,7 +165,7 @@ class EngineCore:
             block_size=self.kv.block_size,
             kv_cache_tokens=pool.num_blocks * self.kv.block_size,
             bytes_per_token=self.bytes_per_token,
-            kv_cache_dtype=str(self.kv_dtype).removeprefix("torch."),
+            kv_cache_dtype=kv_dtype_name(self.kv_dtype),
             max_model_len=self.max_model_len,
             num_requests_finished_total=sched.num_finished_total,
             num_steps_total=self.num_steps_total,

@@ -13,7 +13,7 @@ import pytest
 
 from admin_ui.capacity import Plan, what_if
 from admin_ui.session import AdminSession
-from admin_ui.tabs.capacity import NOT_CONNECTED, CapacityTab
+from admin_ui.tabs.capacity import NOT_CONNECTED, WHAT_IF_KV_DTYPES, CapacityTab
 
 PLAN = {"model": "Qwen2.5-7B-Instruct", "bytes_per_token": 57344, "kv_cache_dtype": "bfloat16",
         "kv_cache_tokens": 197520,
@@ -129,3 +129,24 @@ def test_tab_says_why_there_is_no_plan(qtbot, plan_server):
 def test_what_if_matches_officellm_plan():
     plan = what_if("Qwen2.5-7B-Instruct", "80GiB")
     assert plan.bytes_per_token == 2 * 28 * 4 * 128 * 2 == 57344  # docs/design.md §4
+
+
+def test_what_if_with_an_fp8_cache_halves_the_bytes_per_token():
+    plan = what_if("Qwen2.5-7B-Instruct", "80GiB", kv_cache_dtype="fp8_e4m3")
+    assert plan.bytes_per_token == 28_672
+
+
+def test_the_what_if_kv_dtypes_are_the_servers():
+    from engine.kv_cache_dtype import check_kv_cache_dtype
+
+    for name in WHAT_IF_KV_DTYPES:
+        check_kv_cache_dtype(name)  # raises for a name the server would refuse
+
+
+def test_the_what_if_plans_with_the_chosen_kv_dtype(qtbot):
+    tab = _tab(qtbot, AdminSession())
+    tab.wi_model.setText("Qwen2.5-7B-Instruct")
+    tab.wi_kv_dtype.setCurrentText("fp8_e4m3")
+    tab.run_what_if()
+    qtbot.waitUntil(lambda: "28,672" in tab.wi_output.toPlainText(), timeout=10000)
+

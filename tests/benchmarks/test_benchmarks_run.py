@@ -34,6 +34,13 @@ def test_offline_throughput_runs(tmp_path: Path) -> None:
     assert doc["results"]["engine"]["output_tok_per_s"] > 0
 
 
+def test_kv_cache_quality_runs(tmp_path: Path) -> None:
+    doc = _run(["benchmarks/kv_cache_quality.py", "--kv-dtypes", "float16", "fp8_e4m3",
+                "--max-tokens", "24", "--threads", "1"], tmp_path / "kvq.json")
+    fp8 = next(r for r in doc["runs"] if r["kv_cache_dtype"] == "fp8_e4m3")
+    assert fp8["bytes_per_token"] == 11_520 and 0 <= fp8["top1_agreement_vs_float16"] <= 1
+
+
 def test_step_overhead_runs(tmp_path: Path) -> None:
     doc = _run(["-m", "benchmarks.step_overhead", "--batches", "2", "--steps", "2"],
                tmp_path / "step.json")

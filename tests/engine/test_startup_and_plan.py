@@ -38,6 +38,22 @@ def test_plan_for_qwen25_7b_on_80gib():
     assert plan.concurrency_at_max_len == pytest.approx(plan.pool_tokens / 32768)
 
 
+def test_plan_with_an_fp8_kv_cache_fits_twice_the_chats_of_bf16():
+    spec, name = load_spec("Qwen2.5-7B-Instruct")
+    bf16 = make_plan(spec, name, 80 * 1024**3, "bf16", 32768)
+    fp8 = make_plan(spec, name, 80 * 1024**3, "bf16", 32768, kv_cache_dtype="fp8_e4m3")
+    assert fp8.bytes_per_token == 28_672 and fp8.weight_bytes == bf16.weight_bytes
+    assert fp8.pool_tokens == (80 * 1024**3 - fp8.weight_bytes) // (28_672 * 16) * 16
+    assert fp8.concurrency_at_avg == pytest.approx(2 * bf16.concurrency_at_avg, rel=1e-3)
+
+
+def test_plan_cli_takes_the_kv_cache_dtype():
+    out = subprocess.run(
+        [sys.executable, "-m", "app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
+         "--kv-cache-dtype", "fp8_e4m3"], capture_output=True, text=True, check=True).stdout
+    assert "KV cache per token: 28,672 bytes (2 x layers x kv_heads x head_dim x 1 B, fp8_e4m3)" in out
+
+
 def test_plan_with_tensor_parallelism_divides_weights_and_kv_per_gpu():
     spec, name = load_spec("Qwen2.5-7B-Instruct")
     one = make_plan(spec, name, 80 * 1024**3, "bf16", 32768)

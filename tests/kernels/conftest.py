@@ -37,6 +37,22 @@ TOLERANCE = {torch.float32: (2e-5, 2e-5), torch.float16: (2e-3, 2e-3),
              torch.bfloat16: (2e-2, 2e-2)}
 
 
+def cpu_build_levels() -> list[tuple[str, object]]:
+    """(test id, kernels.cpu_kernels.BuildLevel): this CPU's own build of the C++ kernels and
+    each lower one it can be forced to (OFFICELLM_CPU_ISA), so an AVX-512 machine also tests
+    the AVX2 and portable code; a level this CPU lacks is not listed."""
+    from kernels import cpu_kernels
+    from kernels.cpu_features import cpu_features
+
+    native = cpu_kernels.build_level()
+    levels: list[tuple[str, object]] = [("native", native)]
+    for env, name in (("avx2", "avx2"), ("sse41", "x86-64")):
+        level = cpu_kernels.build_level(cpu_features({"OFFICELLM_CPU_ISA": env}))
+        if level.name == name and level != native:
+            levels.append((name, level))
+    return levels
+
+
 def close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
     """Assert agreement within the dtype's tolerance (absolute and relative)."""
     atol, rtol = TOLERANCE[dtype]

@@ -3,6 +3,7 @@ reference, and ModelRunner builds that metadata as the backends expect."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,6 +14,7 @@ from engine.attention import selection as kernels_ops
 from engine.attention.backend import AttentionMetadata
 from engine.loading.model_spec import ModelSpec
 from engine.model_runner import ModelRunner, StepBatch
+from kernels.reference import to_cache_dtype
 from tests.kernels.conftest import DTYPES, close
 from tests.kernels.paged_inputs import PagedProblem, make_problem, reference_output
 
@@ -45,8 +47,9 @@ def run_backend(name: str, p: PagedProblem) -> torch.Tensor:
     cache, so writing them is a no-op and the reference sees the same cache."""
     md = metadata_for(p)
     hk, d = p.k_cache.shape[2:]
-    k = p.k_cache.view(-1, hk, d)[md.slot_mapping].clone()
-    v = p.v_cache.view(-1, hk, d)[md.slot_mapping].clone()
+    # In the query's dtype, as the model hands them over (an fp8 value round-trips exactly).
+    k = p.k_cache.view(-1, hk, d)[md.slot_mapping].to(p.q.dtype)
+    v = p.v_cache.view(-1, hk, d)[md.slot_mapping].to(p.q.dtype)
     backend = kernels_ops.attention_for(p.q.device, [p.k_cache], [p.v_cache], p.scale, name)
     backend.set_metadata(md)
     return backend.forward(0, p.q, k, v)
@@ -65,6 +68,22 @@ def _cases(name: str) -> list[torch.dtype]:
 def test_backend_matches_reference(name, dtype, seqs, hq, hk, head_dim):
     p = make_problem(seqs, hq, hk, head_dim, dtype, torch.device("cpu"), seed=11)
     close(run_backend(name, p), reference_output(p), dtype)
+
+
+@pytest.mark.parametrize("name,dtype", [(n, dt) for n in ("torch", "cpu", "triton")
+                                        for dt in _cases(n)])
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2],
+                         ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("seqs", [MIXED, DECODES], ids=["mixed", "decodes"])
+def test_backend_reads_an_fp8_cache(name, dtype, cache_dtype, seqs):
+    """--kv-cache-dtype fp8_*: every backend, decodes and prefills, equals the reference
+    over the same fp8-rounded cache."""
+    p = make_problem(seqs, 9, 3, 64, dtype, torch.device("cpu"), seed=11)
+    stored = dataclasses.replace(p, k_cache=to_cache_dtype(p.k_cache, cache_dtype),
+                                 v_cache=to_cache_dtype(p.v_cache, cache_dtype))
+    rounded = dataclasses.replace(p, k_cache=stored.k_cache.to(dtype),
+                                  v_cache=stored.v_cache.to(dtype))
+    close(run_backend(name, stored), reference_output(rounded), dtype)
 
 
 def _runner(block_size: int = 4, num_blocks: int = 10) -> ModelRunner:

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from kernels import cpu_kernels
-from tests.kernels.conftest import close
+from kernels.reference import to_cache_dtype
+from tests.kernels.conftest import close, cpu_build_levels
 from tests.kernels.paged_inputs import make_problem, reference_output
 
 # Odd lengths, exact block boundaries (16, 32), one token, one past a boundary, a long one.
@@ -18,6 +19,20 @@ DECODE_LENS = [17, 1, 32, 45, 300]
 @pytest.fixture(scope="module")
 def kernel():
     module = cpu_kernels.load()
+    if module is None:
+        pytest.fail("the CPU attention kernel did not build (is a C++ compiler installed?)")
+    return module
+
+
+LEVELS = cpu_build_levels()
+FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+@pytest.fixture(scope="module", params=LEVELS, ids=[lid for lid, _ in LEVELS])
+def kernel_at_level(request):
+    """The kernels built for each level this CPU runs: the fp8 rows are converted 8 at a
+    time with F16C on the AVX2 and AVX-512 builds, one by one on the portable one."""
+    module = cpu_kernels.load(request.param[1])
     if module is None:
         pytest.fail("the CPU attention kernel did not build (is a C++ compiler installed?)")
     return module
@@ -50,6 +65,47 @@ def test_decode_of_a_float32_query_reads_a_16_bit_cache(kernel, cache_dtype, hq,
     out = _run(kernel, stored)
     assert out.dtype == torch.float32
     close(out, reference_output(rounded), torch.float32)
+
+
+@pytest.mark.parametrize("cache_dtype", FP8, ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("q_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hq,hk,head_dim", [(9, 3, 64), (8, 1, 128), (4, 2, 36)])
+def test_decode_reads_an_fp8_cache_under_any_query_dtype(kernel_at_level, cache_dtype, q_dtype,
+                                                         hq, hk, head_dim):
+    """--kv-cache-dtype fp8_*: the kernel converts each stored byte on load, so it equals the
+    reference on the same fp8-rounded cache (36: rows that end in the one-by-one tail)."""
+    p = make_problem([(n, 1) for n in DECODE_LENS], hq, hk, head_dim, q_dtype,
+                     torch.device("cpu"))
+    stored = dataclasses.replace(p, k_cache=to_cache_dtype(p.k_cache, cache_dtype),
+                                 v_cache=to_cache_dtype(p.v_cache, cache_dtype))
+    rounded = dataclasses.replace(p, k_cache=stored.k_cache.to(q_dtype),
+                                  v_cache=stored.v_cache.to(q_dtype))
+    out = _run(kernel_at_level, stored)
+    assert out.dtype == q_dtype
+    close(out, reference_output(rounded), q_dtype)
+
+
+@pytest.mark.parametrize("cache_dtype", FP8, ids=["e4m3", "e5m2"])
+def test_every_fp8_code_is_read_exactly(kernel_at_level, cache_dtype):
+    """A one-token sequence's output is its value row: with the 256 byte codes as that row
+    (NaN and infinity, never written, left out), the kernel must return torch's conversion
+    of each."""
+    raw = torch.arange(256, dtype=torch.uint8)
+    raw[~raw.view(cache_dtype).float().isfinite()] = 0
+    codes = raw.view(cache_dtype)
+    v_cache = torch.zeros(2, 16, 1, 256, dtype=cache_dtype)
+    v_cache[0, 0, 0] = codes
+    k_cache = torch.zeros_like(v_cache)
+    q = torch.ones(1, 1, 256)
+    out = kernel_at_level.paged_decode_attention(q, k_cache, v_cache, torch.tensor([[0]]),
+                                                 torch.tensor([1]), 1.0)
+    assert torch.equal(out[0, 0], codes.float())
+
+
+def test_an_fp8_store_saturates_instead_of_making_nan():
+    x = torch.tensor([1e6, -1e6, 3.0])
+    assert to_cache_dtype(x, torch.float8_e4m3fn).float().tolist() == [448.0, -448.0, 3.0]
+    assert to_cache_dtype(x, torch.float8_e5m2).float().tolist() == [57344.0, -57344.0, 3.0]
 
 
 def test_decode_reads_only_its_blocks(kernel):

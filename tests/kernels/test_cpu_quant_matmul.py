@@ -11,7 +11,7 @@ import torch
 
 from kernels import cpu_kernels
 from kernels import quant_reference as qr
-from kernels.cpu_features import cpu_features
+from tests.kernels.conftest import cpu_build_levels
 
 FORMATS = [qr.Q8_0, qr.Q4_0, qr.Q4_1]
 # M (rows of x) 1, a partial tile, a full office batch, one past it; K a block, several.
@@ -22,13 +22,9 @@ LEVEL_PATHS = {"x86-64": "portable", "avx2": "avx2"}
 def _levels() -> list[tuple[str, cpu_kernels.BuildLevel, str]]:
     """(test id, level, the path it must run) for this CPU's own level and the lower ones."""
     native = cpu_kernels.build_level()
-    levels = [("native", native, "avx512_vnni" if "vnni" in native.name else
-               LEVEL_PATHS.get(native.name, "avx2"))]
-    for env, name in (("avx2", "avx2"), ("sse41", "x86-64")):
-        level = cpu_kernels.build_level(cpu_features({"OFFICELLM_CPU_ISA": env}))
-        if level.name == name and level != native:
-            levels.append((name, level, LEVEL_PATHS[name]))
-    return levels
+    native_path = "avx512_vnni" if "vnni" in native.name else LEVEL_PATHS.get(native.name, "avx2")
+    return [(lid, level, native_path if lid == "native" else LEVEL_PATHS[lid])
+            for lid, level in cpu_build_levels()]
 
 
 LEVELS = _levels()

@@ -78,3 +78,24 @@ def test_write_kv_cache_skips_padding_slots(device, dtype):
     tri.write_kv_cache(k, v, kc, vc, slots)
     reference.write_kv_cache(k, v, kc_ref, vc_ref, slots)
     assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2],
+                         ids=["e4m3", "e5m2"])
+def test_write_kv_cache_into_an_fp8_cache_stores_the_reference_bytes(device, cache_dtype):
+    """Rounded as torch rounds, saturated at the format's largest value (not NaN), padding
+    slots skipped."""
+    blocks, bs, hk, d = 5, 4, 2, 16
+    kc = torch.zeros(blocks, bs, hk, d, dtype=cache_dtype, device=device)
+    vc = torch.zeros_like(kc)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    k = torch.randn(6, hk, d, device=device) * 30
+    v = torch.randn(6, hk, d, device=device)
+    k[0, 0, :2] = torch.tensor([1e6, -1e6])
+    slots = torch.tensor([3, 4, -1, 19, 0, -1], device=device)
+    tri.write_kv_cache(k, v, kc, vc, slots)
+    reference.write_kv_cache(k, v, kc_ref, vc_ref, slots)
+    assert torch.equal(kc.view(torch.uint8), kc_ref.view(torch.uint8))
+    assert torch.equal(vc.view(torch.uint8), vc_ref.view(torch.uint8))
+    assert torch.isfinite(kc_ref.float()).all()
+

@@ -1,0 +1,131 @@
+"""What an fp8 (or 16-bit) KV cache costs in quality, on the bundled SmolLM2.
+
+A fixed English text (benchmarks/data/kv_quality_text.txt) is fed through the engine's own
+model and attention backend one token per step, as decodes, so every key and value the model
+reads comes back from the paged cache in the dtype under test (a prefill would attend to the
+fresh keys of its own chunk). For each `--kv-cache-dtype` it reports the text's perplexity
+and, against the 16-bit cache and the float32 one, how often the most likely next token is
+the same (top-1 agreement). A benchmark, not a test threshold: the numbers go to
+benchmarks/results/kv_cache_quality.json and a PNG, with the CPU they ran on.
+
+    .venv/bin/python benchmarks/kv_cache_quality.py [--kv-dtypes auto float16 fp8_e4m3 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine import cpu_description  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+TEXT = Path(__file__).parent / "data" / "kv_quality_text.txt"
+
+
+@torch.inference_mode()
+def teacher_forced_logprobs(llm, token_ids: list[int]) -> torch.Tensor:
+    """[len - 1, vocab] log-probabilities of each next token, the text fed as decodes."""
+    from engine.attention.backend import AttentionMetadata
+
+    core = llm.llm_engine.engine_core
+    runner, model = core.runner, core.model
+    bs = runner.block_size
+    blocks = torch.arange(-(-len(token_ids) // bs), dtype=torch.long).unsqueeze(0)
+    rows = torch.zeros(1, dtype=torch.long)
+    out = []
+    for t, tok in enumerate(token_ids[:-1]):
+        runner.attention.set_metadata(AttentionMetadata(
+            slot_mapping=torch.tensor([t]), block_tables=blocks,
+            seq_lens=torch.tensor([t + 1], dtype=torch.int32),
+            query_start_loc=torch.tensor([0, 1], dtype=torch.int32), num_decodes=1,
+            max_query_len=1, seq_lens_host=[t + 1], query_start_loc_host=[0, 1]))
+        logits = model(torch.tensor([tok]), torch.tensor([t]), runner.attention, rows)
+        out.append(torch.log_softmax(logits.float(), -1)[0])
+    return torch.stack(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kv-dtypes", nargs="+",
+                    default=["auto", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"])
+    ap.add_argument("--dtype", default="float32", help="the model's compute dtype")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--max-tokens", type=int, default=None, help="only the text's first N tokens")
+    ap.add_argument("--out", type=Path, default=RESULTS / "kv_cache_quality.json")
+    args = ap.parse_args()
+
+    from engine import LLM
+    from engine.kv_cache_dtype import kv_dtype_name
+    from engine.loading.model_loader import resolve_model_dir
+
+    model_dir = resolve_model_dir(None)
+    runs: dict[str, dict] = {}
+    logprobs: dict[str, torch.Tensor] = {}
+    ids: list[int] = []
+    for kv in args.kv_dtypes:
+        llm = LLM(str(model_dir), dtype=args.dtype, kv_cache_dtype=kv, quantization="none",
+                  kv_cache_memory="64MiB", max_model_len=1024, num_threads=args.threads)
+        core = llm.llm_engine.engine_core
+        ids = llm.get_tokenizer().encode(TEXT.read_text())[: args.max_tokens]
+        t0 = time.perf_counter()
+        lp = teacher_forced_logprobs(llm, ids)
+        target = torch.tensor(ids[1:])
+        nll = -lp.gather(1, target[:, None]).mean().item()
+        name = kv_dtype_name(core.kv_dtype)
+        logprobs[name] = lp
+        runs[name] = {"kv_cache_dtype": name, "bytes_per_token": core.bytes_per_token,
+                      "perplexity": math.exp(nll), "seconds": time.perf_counter() - t0,
+                      "backend": core.backend}
+        print(f"{name:>9}: {core.bytes_per_token:>6,} B/token  perplexity {math.exp(nll):.4f}",
+              flush=True)
+        del llm
+    top1 = {name: lp.argmax(-1) for name, lp in logprobs.items()}
+    for name, run in runs.items():
+        for ref in ("float32", "float16"):
+            if ref in top1 and ref != name:
+                run[f"top1_agreement_vs_{ref}"] = (top1[name] == top1[ref]).float().mean().item()
+        if "float16" in runs:
+            run["perplexity_change_vs_float16"] = run["perplexity"] / runs["float16"]["perplexity"] - 1
+    for run in runs.values():
+        extras = "  ".join(f"{k.removeprefix('top1_agreement_')} top-1 {v:.2%}"
+                           for k, v in run.items() if k.startswith("top1_agreement_"))
+        change = run.get("perplexity_change_vs_float16")
+        print(f"{run['kv_cache_dtype']:>9}: ppl {run['perplexity']:.4f}"
+              + (f" ({change:+.2%} vs float16)" if change is not None else "") + f"  {extras}")
+    result = {"benchmark": "kv_cache_quality", "model": model_dir.name, "dtype": args.dtype,
+              "text_tokens": len(ids), "cpu": cpu_description(), "runs": list(runs.values())}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    _plot(list(runs.values()), args.out.with_suffix(".png"))
+    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+def _plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["kv_cache_dtype"] for r in runs]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    a.bar(names, [r["perplexity"] for r in runs], color="tab:blue")
+    a.set_title("perplexity of the fixed text (lower is better)")
+    a.set_ylim(min(r["perplexity"] for r in runs) * 0.98, max(r["perplexity"] for r in runs) * 1.01)
+    b.bar(names, [r["bytes_per_token"] for r in runs], color="tab:green")
+    b.set_title("KV cache bytes per token")
+    for ax in (a, b):
+        ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    main()
