@@ -51,9 +51,10 @@ class EngineConfig:
     device: str = knob("cpu", "cpu | cuda", str)
     dtype: str = knob("auto", "auto | float32 | bfloat16 | float16", str)
     kv_cache_dtype: str = knob(
-        "auto", "auto | float32 | bfloat16 | float16 | fp8_e4m3 | fp8_e5m2: the KV cache's dtype "
-                "(auto: the model's; 16 bits under a float32 model halves the bytes per token "
-                "on the CPU; fp8 halves a 16-bit cache's, on every backend)", str)
+        "auto", "auto | float32 | bfloat16 | float16 | fp8_e4m3 | fp8_e5m2 | int8: the KV cache's "
+                "dtype (auto: the model's, but bfloat16 under a float32 model on the CPU: half "
+                "the bytes per token; fp8 and int8 (a scale per row) about halve a 16-bit "
+                "cache's, on every backend)", str)
     quantization: str = knob(
         "auto", "auto | gguf | int8 | int4 | none: matmul weights kept in 32-weight blocks "
                 "on the CPU (auto: a GGUF's own; int8/int4: a safetensors model's, quantized "

@@ -1,37 +1,52 @@
 """Which dtype the KV cache is stored in (`--kv-cache-dtype`, vLLM's flag and names).
 
-`auto` stores it in the compute dtype. A float32 engine may store it in 16 bits instead,
-halving the bytes per token (twice the tokens in the same pool): the CPU decode kernel
-converts on load (kernels/cpu_decode_attention.cpp) and the torch backend casts what it
-gathers. `fp8_e4m3` (vLLM's `fp8`) and `fp8_e5m2` store one byte per value under any
+`auto` stores it in the compute dtype, except that a float32 engine on the cpu or torch
+backend (the CPU's float32 fallback on CPUs without fast bf16) stores it in bfloat16: half
+the bytes per token, twice the tokens in the same pool, with no measurable quality cost
+(benchmarks/kv_cache_quality.py: the perplexity within 0.002% and the same top-1 token at
+every position of its text) and bf16's whole float32 range, so no key can overflow.
+`float32` keeps a float32 cache (the parity tests against transformers pin it). A float32
+engine may also ask for float16. The CPU decode kernel converts on load
+(kernels/cpu_decode_attention.cpp: a shift for bf16, F16C for float16) and the torch
+backend casts what it gathers. `fp8_e4m3` (vLLM's `fp8`) and `fp8_e5m2` store one byte per value under any
 compute dtype and on every backend (the C++ decode kernel, the Triton kernels and the torch
 reference all convert on load): half a 16-bit cache, so twice the chats fit. Like vLLM
 without calibrated scales, the values are stored unscaled (scale 1.0), saturating at the
-format's largest finite value (448 for e4m3) rather than turning into NaN. `int8` needs a
-scale per stored row, which the kernels do not read yet: it is recognised and refused with
-the supported list, not taken for a typo.
+format's largest finite value (448 for e4m3) rather than turning into NaN. `int8` (for GPUs
+without fp8 units, and the most precise one-byte choice) stores each token's head_dim
+values of one KV head as int8 with their own float32 scale (amax / 127) at the end of the row
+(kernels/reference.py: quantize_int8_rows), so 4 bytes per row more than fp8: Qwen2.5-7B
+29,568 B/token against fp8's 28,672.
 """
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from engine.dtype_choice import NAMES
+from engine.loading.model_spec import ModelSpec
+from kernels.reference import INT8_SCALE_BYTES
 
 FP8_NAMES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn,
              "fp8_e5m2": torch.float8_e5m2}
-KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2")
-UNSUPPORTED_KV_DTYPES = ("int8",)
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16", "fp8_e4m3", "fp8_e5m2", "int8")
+ONE_BYTE_NAMES = {**FP8_NAMES, "int8": torch.int8}
+# vLLM's other spellings of quantized caches that no kernel here reads.
+UNSUPPORTED_KV_DTYPES = ("fp8_inc", "fp8_ds_mla", "nvfp4")
+logger = logging.getLogger("engine.kv_cache_dtype")
+
 # Backends whose attention reads a 16-bit cache under a float32 model.
 _CONVERTING_BACKENDS = ("cpu", "torch")
 # The names the stats, /admin/plan and the console show: vLLM's, not torch's.
-_DISPLAY = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2"}
+_DISPLAY = {torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2", torch.int8: "int8"}
 
 
 def check_kv_cache_dtype(requested: str) -> None:
     """ValueError (naming the supported values) for a name this build cannot store."""
     name = requested.lower()
-    if name == "auto" or name in NAMES or name in FP8_NAMES:
+    if name == "auto" or name in NAMES or name in ONE_BYTE_NAMES:
         return
     supported = ", ".join(KV_CACHE_DTYPES)
     if name in UNSUPPORTED_KV_DTYPES:
@@ -48,16 +63,21 @@ def resolve_kv_cache_dtype(requested: str, compute: torch.dtype, backend: str,
     check_kv_cache_dtype(requested)
     name = requested.lower()
     if name == "auto":
+        if compute == torch.float32 and backend in _CONVERTING_BACKENDS:
+            logger.info("kv_cache_dtype auto -> bfloat16: a float32 model on the %s backend "
+                        "stores its KV cache in 16 bits (half the bytes per token; "
+                        "--kv-cache-dtype float32 keeps 32)", backend)
+            return torch.bfloat16
         return compute
-    if name in FP8_NAMES:
-        dtype = FP8_NAMES[name]
+    if name in ONE_BYTE_NAMES:
+        dtype = ONE_BYTE_NAMES[name]
         # Triton converts to and from e4m3 only on GPUs with fp8 units (Ada, Hopper: sm_89+).
         if (dtype == torch.float8_e4m3fn and backend == "triton" and cuda_capability
                 and cuda_capability < (8, 9)):
             raise ValueError(
                 f"kv_cache_dtype {requested!r} needs a GPU of compute capability 8.9 or newer "
-                f"(this one is {cuda_capability[0]}.{cuda_capability[1]}); use fp8_e5m2 or "
-                "auto.")
+                f"(this one is {cuda_capability[0]}.{cuda_capability[1]}); use int8, fp8_e5m2 "
+                "or auto.")
         return dtype
     dtype = NAMES[name]
     if dtype == compute:
@@ -67,7 +87,7 @@ def resolve_kv_cache_dtype(requested: str, compute: torch.dtype, backend: str,
             f"kv_cache_dtype {requested!r} with a {str(compute).removeprefix('torch.')} model "
             f"on the {backend} backend is not supported: a 16-bit cache in another dtype than "
             "the model's is read only under a float32 model, by the cpu and torch backends "
-            "(fp8_e4m3 and fp8_e5m2 are read everywhere).")
+            "(fp8_e4m3, fp8_e5m2 and int8 are read everywhere).")
     return dtype
 
 
@@ -76,10 +96,22 @@ def kv_dtype_name(dtype: torch.dtype) -> str:
     return _DISPLAY.get(dtype, str(dtype).removeprefix("torch."))
 
 
-def kv_dtype_bytes(name: str, compute_bytes: int) -> int:
-    """Bytes per stored value for a `--kv-cache-dtype` name (`auto`: the compute dtype's)."""
+def kv_dtype_bytes(name: str, compute_bytes: int) -> tuple[int, int]:
+    """(bytes per stored value, bytes of scale per stored row) for a `--kv-cache-dtype` name
+    (`auto`: the compute dtype's, as on a GPU, which is what `officellm plan` sizes)."""
     check_kv_cache_dtype(name)
     name = name.lower()
     if name == "auto":
-        return compute_bytes
-    return (FP8_NAMES.get(name) or NAMES[name]).itemsize
+        return compute_bytes, 0
+    dtype = ONE_BYTE_NAMES.get(name) or NAMES[name]
+    return dtype.itemsize, scale_bytes(dtype)
+
+
+def scale_bytes(dtype: torch.dtype) -> int:
+    """Bytes each stored row of head_dim values carries besides them: int8's float32 scale."""
+    return INT8_SCALE_BYTES if dtype == torch.int8 else 0
+
+
+def kv_bytes_per_token(spec: ModelSpec, dtype: torch.dtype, tensor_parallel_size: int = 1) -> int:
+    """The KV cache's bytes per token on one rank, for a cache stored in `dtype`."""
+    return spec.kv_bytes_per_token(dtype.itemsize, tensor_parallel_size, scale_bytes(dtype))

@@ -78,6 +78,7 @@ class KVPlan:
     tensor_parallel_size: int = 1
     kv_cache_dtype: str = "auto"  # --kv-cache-dtype; auto: the weights' dtype
     kv_dtype_bytes: int = 0  # per stored key or value element
+    kv_scale_bytes: int = 0  # per stored row of head_dim elements (int8's scale)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -100,9 +101,9 @@ def make_plan(
     TensorParallelSplitError for a split the engine cannot run). The KV cache is stored in
     `kv_cache_dtype` (`--kv-cache-dtype`: auto is `dtype`; fp8 halves a 16-bit cache)."""
     nbytes = dtype_bytes(dtype)
-    kv_nbytes = kv_dtype_bytes(kv_cache_dtype, nbytes)
+    kv_nbytes, scale_bytes = kv_dtype_bytes(kv_cache_dtype, nbytes)
     tp = tensor_parallel_size
-    per_token = spec.kv_bytes_per_token(kv_nbytes, tp)
+    per_token = spec.kv_bytes_per_token(kv_nbytes, tp, scale_bytes)
     weights = nbytes * max(ShardPlan.for_rank(spec, r, tp).num_parameters(spec) for r in range(tp))
     pool = max(0, memory_bytes - weights - overhead_bytes)
     num_blocks = pool // (per_token * block_size)
@@ -114,7 +115,7 @@ def make_plan(
         num_blocks=num_blocks, pool_tokens=pool_tokens, max_model_len=mml,
         concurrency_at_max_len=pool_tokens / mml, avg_tokens=avg_tokens,
         concurrency_at_avg=pool_tokens / avg_tokens, tensor_parallel_size=tp,
-        kv_cache_dtype=kv_cache_dtype, kv_dtype_bytes=kv_nbytes,
+        kv_cache_dtype=kv_cache_dtype, kv_dtype_bytes=kv_nbytes, kv_scale_bytes=scale_bytes,
     )
 
 
@@ -125,7 +126,9 @@ def format_plan(plan: KVPlan) -> str:
         f"Model: {plan.model}"
         + (f" (tensor parallel {plan.tensor_parallel_size})" if plan.tensor_parallel_size > 1 else ""),
         f"KV cache per token: {plan.bytes_per_token:,} bytes{per_gpu} "
-        f"(2 x layers x kv_heads x head_dim x {plan.kv_dtype_bytes or plan.dtype_bytes} B"
+        f"(2 x layers x kv_heads x "
+        + (f"(head_dim x {plan.kv_dtype_bytes} B + a {plan.kv_scale_bytes} B scale)"
+           if plan.kv_scale_bytes else f"head_dim x {plan.kv_dtype_bytes or plan.dtype_bytes} B")
         + (f", {plan.kv_cache_dtype}" if plan.kv_cache_dtype != "auto" else "") + ")",
         f"  a {plan.avg_tokens:,}-token chat: {plan.bytes_per_token * plan.avg_tokens / 1e6:,.0f} MB; "
         f"{plan.max_model_len:,} tokens: {plan.bytes_per_token * plan.max_model_len / 1e9:,.2f} GB",
@@ -152,18 +155,17 @@ class KVCacheTooSmallError(RuntimeError):
 def size_pool(
     spec: ModelSpec,
     available_bytes: int,
-    dtype_nbytes: int,
+    per_token: int,
     block_size: int,
     max_model_len: int | None,
     memory_flag: str,
-    tensor_parallel_size: int = 1,
 ) -> tuple[int, int]:
     """Blocks in the pool and the max_model_len served; log docs/design.md §3's lines.
 
     An explicit max_model_len that cannot hold one request is refused with the numbers;
     without one, the model's maximum is used if it fits, else the largest length that does.
+    per_token: the KV cache's bytes per token on one rank (engine.kv_cache_dtype).
     """
-    per_token = spec.kv_bytes_per_token(dtype_nbytes, tensor_parallel_size)
     num_blocks = max(0, available_bytes) // (per_token * block_size)
     pool_tokens = num_blocks * block_size
     if max_model_len is None:

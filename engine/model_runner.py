@@ -16,6 +16,7 @@ from engine.core.scheduler_output import SchedulerOutput
 from engine.loading.model_spec import ModelSpec
 from engine.sampler import Sampler, SamplerOutput
 from engine.structured_output.bitmask import GrammarBitmask
+from kernels.reference import cache_row_width
 
 if TYPE_CHECKING:
     from engine.cuda_graphs import DecodeGraphs
@@ -64,8 +65,10 @@ class ModelRunner:
         # One extra, never-allocated block stays zero: padded reads point at it. Masked keys
         # get zero weight, but 0 * NaN is NaN, so padding must never read a stale NaN.
         self.null_block = num_blocks
-        shape = (num_blocks + 1, block_size, model.plan.num_kv_heads, spec.head_dim)
-        # kv_dtype: the compute dtype, or 16 bits under a float32 model (engine/kv_cache_dtype.py).
+        shape = (num_blocks + 1, block_size, model.plan.num_kv_heads,
+                 cache_row_width(spec.head_dim, kv_dtype))
+        # kv_dtype: the compute dtype, 16 bits under a float32 model, or one byte (fp8; int8
+        # with each row's scale after its values): engine/kv_cache_dtype.py.
         self.k_caches = [torch.zeros(shape, dtype=kv_dtype, device=device)
                          for _ in range(spec.num_layers)]
         self.v_caches = [torch.zeros(shape, dtype=kv_dtype, device=device)

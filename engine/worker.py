@@ -19,7 +19,7 @@ from engine.attention import selection as kernels_ops
 from engine.config import EngineConfig, format_gib
 from engine.distributed.parallel_state import ParallelState
 from engine.dtype_choice import resolve_dtype
-from engine.kv_cache_dtype import resolve_kv_cache_dtype
+from engine.kv_cache_dtype import kv_bytes_per_token, resolve_kv_cache_dtype
 from engine.kv_plan import KVCacheTooSmallError, size_pool
 from engine.loading.model_loader import gguf_source, iter_safetensors, load_config_dict
 from engine.loading.model_spec import ModelSpec
@@ -212,10 +212,10 @@ class Worker:
                     logger.info("Rank %d: available KV cache memory: %s", rank, format_gib(b))
                 logger.info("KV cache pool per rank: the minimum over %d ranks, %s", tp,
                             format_gib(min(budgets)))
-            nbytes = self.kv_dtype.itemsize
+            per_token = kv_bytes_per_token(self.spec, self.kv_dtype, tp)
             try:
-                decision = size_pool(self.spec, min(budgets), nbytes, self.config.block_size,
-                                     self.config.max_model_len, flag, tp)
+                decision = size_pool(self.spec, min(budgets), per_token, self.config.block_size,
+                                     self.config.max_model_len, flag)
             except KVCacheTooSmallError as exc:
                 decision = exc
         decision = self.parallel.broadcast_object(decision)

@@ -15,3 +15,16 @@ def check_last_dim_contiguous(*tensors: torch.Tensor) -> None:
     for t in tensors:
         if t.shape[-1] > 1 and t.stride(-1) != 1:
             raise ValueError(f"last dimension must be contiguous, got strides {t.stride()}")
+
+
+def check_cache_rows(k_cache: torch.Tensor, v_cache: torch.Tensor, head_dim: int) -> bool:
+    """Check the KV caches' layout for queries of head_dim; True when they are int8 (rows of
+    head_dim values, then a float32 scale: kernels/reference.py)."""
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise ValueError("KV caches must be contiguous")
+    int8 = k_cache.dtype == torch.int8
+    width = head_dim + 4 if int8 else head_dim
+    if k_cache.shape[-1] != width or v_cache.shape[-1] != width or v_cache.dtype != k_cache.dtype:
+        raise ValueError(f"KV cache rows of {k_cache.shape[-1]} {k_cache.dtype} do not hold "
+                         f"head_dim {head_dim}")
+    return int8

@@ -55,6 +55,21 @@ inline void load_row(const T* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
 }
 
+// An int8 cache row (--kv-cache-dtype int8) is n values, then their float32 scale
+// (kernels/reference.py: quantize_int8_rows); the loop vectorizes on every level.
+template <>
+inline void load_row(const int8_t* src, float* dst, int64_t n) {
+  float scale;
+  std::memcpy(&scale, src + n, sizeof scale);
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
+}
+
+// Elements of one (token, KV head) row of a cache of type C: its values, plus int8's scale.
+template <typename C>
+constexpr int64_t row_extra() {
+  return std::is_same_v<C, int8_t> ? 4 : 0;
+}
+
 #if defined(__F16C__)
 // at::Half's scalar conversion does not vectorize: 8 at a time with F16C's vcvtph2ps (2.8x
 // faster for a float16 KV cache than the scalar loop, measured on SmolLM2's shapes: 16
@@ -136,8 +151,9 @@ void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int6
                       int64_t table_width, float scale) {
   const int64_t group = num_q_heads / num_kv_heads;
   const int64_t d = HEAD_DIM > 0 ? HEAD_DIM : head_dim;
+  const int64_t row_elems = d + row_extra<C>();
   // Stride between consecutive tokens of one KV head inside a block.
-  const int64_t token_stride = num_kv_heads * d;
+  const int64_t token_stride = num_kv_heads * row_elems;
   at::parallel_for(0, num_seqs * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> qf(group * d), acc(group * d), row(d), probs(group * block_size);
     std::vector<float> run_max(group), run_sum(group);
@@ -159,8 +175,8 @@ void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int6
       for (int64_t blk = 0; blk < num_blocks; ++blk) {
         const int64_t block = block_tables[b * table_width + blk];
         const int64_t tokens = std::min(block_size, n - blk * block_size);
-        const C* k_base = k_cache + (block * block_size * num_kv_heads + h) * d;
-        const C* v_base = v_cache + (block * block_size * num_kv_heads + h) * d;
+        const C* k_base = k_cache + (block * block_size * num_kv_heads + h) * row_elems;
+        const C* v_base = v_cache + (block * block_size * num_kv_heads + h) * row_elems;
         // Scores of this block's keys for every query head of the group.
         for (int64_t t = 0; t < tokens; ++t) {
           load_row(k_base + t * token_stride, row.data(), d);
@@ -331,7 +347,7 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k_cache, const torc
 }
 
 // The cache types a query of type T may read: its own; bf16/fp16 under a float32 query
-// (--kv-cache-dtype float16 under a float32 model); fp8 (e4m3, e5m2) under any.
+// (--kv-cache-dtype float16 under a float32 model); fp8 (e4m3, e5m2) and int8 under any.
 template <typename T>
 void dispatch_cache(at::ScalarType cache_type, const torch::Tensor& q,
                     const torch::Tensor& k_cache, const torch::Tensor& v_cache,
@@ -343,6 +359,8 @@ void dispatch_cache(at::ScalarType cache_type, const torch::Tensor& q,
     run_decode<T, at::Float8_e4m3fn>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
   } else if (cache_type == at::kFloat8_e5m2) {
     run_decode<T, at::Float8_e5m2>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+  } else if (cache_type == at::kChar) {
+    run_decode<T, int8_t>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
   } else if constexpr (std::is_same_v<T, float>) {
     if (cache_type == at::kBFloat16) {
       run_decode<float, at::BFloat16>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
@@ -350,18 +368,19 @@ void dispatch_cache(at::ScalarType cache_type, const torch::Tensor& q,
       run_decode<float, at::Half>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
     } else {
       TORCH_CHECK(false, "q and the caches must share a dtype (or the caches be bf16/fp16 under "
-                         "a float32 q, or fp8)");
+                         "a float32 q, or fp8/int8)");
     }
   } else {
     TORCH_CHECK(false, "q and the caches must share a dtype (or the caches be bf16/fp16 under "
-                       "a float32 q, or fp8)");
+                       "a float32 q, or fp8/int8)");
   }
 }
 
 }  // namespace
 
 // q [B, Hq, D]; caches [num_blocks, block_size, Hk, D] (q's dtype, bf16/fp16 under a float32
-// q, or fp8 e4m3/e5m2 under any); block_tables [B, W] and seq_lens [B] int64. Returns
+// q, or fp8 e4m3/e5m2 under any), or [num_blocks, block_size, Hk, D + 4] int8 (each row's
+// float32 scale after its values); block_tables [B, W] and seq_lens [B] int64. Returns
 // [B, Hq, D].
 torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                      torch::Tensor block_tables, torch::Tensor seq_lens,
@@ -379,7 +398,9 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
   const int64_t num_seqs = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
   const int64_t block_size = k_cache.size(1), num_kv_heads = k_cache.size(2);
   TORCH_CHECK(num_q_heads % num_kv_heads == 0, "query heads must be a multiple of KV heads");
-  TORCH_CHECK(k_cache.size(3) == head_dim, "head_dim mismatch");
+  TORCH_CHECK(k_cache.size(3) == head_dim + (cache_type == at::kChar ? 4 : 0) &&
+                  v_cache.size(3) == k_cache.size(3),
+              "head_dim mismatch (an int8 cache's rows are head_dim + 4 bytes)");
   TORCH_CHECK(block_tables.size(0) == num_seqs && seq_lens.size(0) == num_seqs, "batch mismatch");
   auto out = torch::empty_like(q);
   const float fscale = static_cast<float>(scale);

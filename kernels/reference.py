@@ -54,22 +54,51 @@ def write_kv_cache(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    """Store k/v [T, Hk, D] into caches [num_blocks, block_size, Hk, D] at flat slots.
+    """Store k/v [T, Hk, D] into caches [num_blocks, block_size, Hk, W] at flat slots (W is
+    cache_row_width(D, the cache's dtype)).
 
     A slot of -1 marks a token whose KV is not stored (padding) and is skipped.
     """
     keep = slot_mapping >= 0
     if not bool(keep.all()):
         k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
-    hk, d = k_cache.shape[-2:]
+    hk, width = k_cache.shape[-2:]
     for x, cache in ((k, k_cache), (v, v_cache)):
-        stored = to_cache_dtype(x, cache.dtype)
+        stored = (quantize_int8_rows(x) if cache.dtype == torch.int8
+                  else to_cache_dtype(x, cache.dtype))
         if cache.dtype in FP8_DTYPES:  # torch's index_copy_ has no fp8 kernel: copy the bytes
             cache, stored = cache.view(torch.uint8), stored.view(torch.uint8)
-        cache.view(-1, hk, d).index_copy_(0, slot_mapping, stored)
+        cache.view(-1, hk, width).index_copy_(0, slot_mapping, stored)
 
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+# An int8 cache row is head_dim int8 values, then their float32 scale as 4 bytes.
+INT8_SCALE_BYTES = 4
+
+
+def cache_row_width(head_dim: int, dtype: torch.dtype) -> int:
+    """Elements of one (token, KV head) row of a cache in `dtype`: head_dim, plus an int8
+    row's trailing scale."""
+    return head_dim + INT8_SCALE_BYTES if dtype == torch.int8 else head_dim
+
+
+def quantize_int8_rows(x: torch.Tensor) -> torch.Tensor:
+    """x [..., D] -> int8 rows [..., D + 4]: round(x * 127 / amax) (halves away from zero
+    as floor(. + 0.5) rounds them: one rule every kernel can follow), then amax / 127 as
+    float32 bytes. An all-zero row stores zeros and a zero scale."""
+    xf = x.float()
+    amax = xf.abs().amax(-1, keepdim=True)
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    q = torch.floor(xf * inv + 0.5).clamp(-127, 127).to(torch.int8)
+    return torch.cat([q, (amax / 127.0).view(torch.int8)], dim=-1)
+
+
+def read_cache_rows(rows: torch.Tensor, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """Cache rows [..., W] as values [..., head_dim] in `dtype` (an int8 row times its scale)."""
+    if rows.dtype == torch.int8:
+        scale = rows[..., head_dim:].contiguous().view(torch.float32)
+        return (rows[..., :head_dim].float() * scale).to(dtype)
+    return rows.to(dtype)
 
 
 def to_cache_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -110,8 +139,9 @@ def paged_attention(
         keys = k_cache[blocks].reshape(-1, hk, k_cache.shape[-1])[:n_ctx]
         vals = v_cache[blocks].reshape(-1, hk, v_cache.shape[-1])[:n_ctx]
         qb = q[qs:qe].float()
-        keys = keys.float().repeat_interleave(hq // hk, dim=1)
-        vals = vals.float().repeat_interleave(hq // hk, dim=1)
+        d = q.shape[-1]
+        keys = read_cache_rows(keys, d, torch.float32).repeat_interleave(hq // hk, dim=1)
+        vals = read_cache_rows(vals, d, torch.float32).repeat_interleave(hq // hk, dim=1)
         scores = torch.einsum("qhd,khd->hqk", qb, keys) * scale
         q_pos = torch.arange(n_ctx - (qe - qs), n_ctx).unsqueeze(1)
         k_pos = torch.arange(n_ctx).unsqueeze(0)

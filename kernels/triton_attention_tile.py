@@ -16,11 +16,22 @@ LOG2E = 1.4426950408889634  # scores are scaled by scale * LOG2E so the kernels 
 
 
 @triton.jit
+def _load_rows(cache_ptr, row, d, head_dim, nmask, kv_mask, INT8: tl.constexpr):
+    """The tile's cache rows starting at element offsets `row`: values, or int8 times scale."""
+    x = tl.load(cache_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    if INT8:
+        scale_ptr = (cache_ptr + row + head_dim).to(tl.pointer_type(tl.float32))
+        scale = tl.load(scale_ptr, mask=nmask, other=0.0)
+        return x.to(tl.float32) * scale[:, None]
+    return x
+
+
+@triton.jit
 def attend_kv_tiles(
     q, q_pos, row_ok, kc_ptr, vc_ptr, bt_row_ptr, kvh, kv_heads, head_dim, d, dmask,
     scale_log2, kv_start, kv_stop, kv_len,
     ROWS: tl.constexpr, BLOCK_D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, IEEE: tl.constexpr,
+    CAUSAL: tl.constexpr, IEEE: tl.constexpr, INT8: tl.constexpr,
 ):
     """Attend q [ROWS, BLOCK_D] (one KV head's query rows) to keys kv_start, kv_start +
     BLOCK_N, ... below kv_stop of one sequence, key n being real when n < kv_len.
@@ -29,6 +40,8 @@ def attend_kv_tiles(
     padding) see every real key, which keeps each row's running max finite from its first
     tile on (no -inf - -inf NaN); their output is discarded. Without CAUSAL every real key
     is visible (a decode's query is its sequence's last token) and q_pos / row_ok are not read.
+    With INT8 each cache row is head_dim int8 values and then their float32 scale
+    (kernels/reference.py: quantize_int8_rows); other caches are rows of head_dim values.
     Returns (acc [ROWS, BLOCK_D], m [ROWS], l [ROWS]) in float32, base-2 log domain: the
     output is acc / l.
     """
@@ -39,10 +52,10 @@ def attend_kv_tiles(
         n = start + tl.arange(0, BLOCK_N)
         nmask = n < kv_len
         page = tl.load(bt_row_ptr + n // PAGE, mask=nmask, other=0).to(tl.int64)
-        row = ((page * PAGE + n % PAGE) * kv_heads + kvh) * head_dim
+        row = ((page * PAGE + n % PAGE) * kv_heads + kvh) * (head_dim + 4 * INT8)
         kv_mask = nmask[:, None] & dmask[None, :]
-        # An fp8 cache (--kv-cache-dtype) is converted to the query's dtype on load.
-        k = tl.load(kc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0).to(q.dtype)
+        # A one-byte cache (--kv-cache-dtype) is converted to the query's dtype on load.
+        k = _load_rows(kc_ptr, row, d, head_dim, nmask, kv_mask, INT8).to(q.dtype)
         if IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
@@ -56,7 +69,7 @@ def attend_kv_tiles(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(vc_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0).to(q.dtype)
+        v = _load_rows(vc_ptr, row, d, head_dim, nmask, kv_mask, INT8).to(q.dtype)
         if IEEE:
             pv = tl.dot(p, v, input_precision="ieee")
         else:

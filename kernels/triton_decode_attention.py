@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_util import check_last_dim_contiguous, next_power_of_2
+from kernels._triton_util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
 from kernels.triton_attention_tile import LOG2E, attend_kv_tiles
 
 MAX_SPLITS = 16
@@ -28,7 +28,7 @@ def _decode_kernel(
     stride_qb, stride_qh, stride_bt, stride_ob, stride_oh,
     scale_log2, group, kv_heads, head_dim,
     PAGE: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_G: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, INT8: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -53,7 +53,8 @@ def _decode_kernel(
     acc, m_i, l_i = attend_kv_tiles(
         q, q_pos, gmask, kc_ptr, vc_ptr, bt_ptr + b * stride_bt, kvh, kv_heads, head_dim, d,
         dmask, scale_log2, tile_lo * BLOCK_N, tile_hi * BLOCK_N, seq_len,
-        ROWS=BLOCK_G, BLOCK_D=BLOCK_D, PAGE=PAGE, BLOCK_N=BLOCK_N, CAUSAL=False, IEEE=IEEE)
+        ROWS=BLOCK_G, BLOCK_D=BLOCK_D, PAGE=PAGE, BLOCK_N=BLOCK_N, CAUSAL=False, IEEE=IEEE,
+        INT8=INT8)
 
     omask = gmask[:, None] & dmask[None, :]
     if NUM_SPLITS == 1:
@@ -122,8 +123,6 @@ def paged_decode_attention(
     (its own included) through block_tables[b]. Same result as the reference with
     query_start_loc = arange(B+1). A sequence of length 0 yields zeros."""
     check_last_dim_contiguous(q)
-    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
-        raise ValueError("KV caches must be contiguous")
     bsz, hq, d = q.shape
     page, hk = k_cache.shape[1], k_cache.shape[2]
     if hq % hk:
@@ -148,7 +147,8 @@ def paged_decode_attention(
         q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
         scale * LOG2E, group, hk, d,
         PAGE=page, NUM_SPLITS=splits, BLOCK_G=max(16, next_power_of_2(group)),
-        BLOCK_D=block_d, BLOCK_N=block_n, IEEE=q.dtype == torch.float32, num_warps=4,
+        BLOCK_D=block_d, BLOCK_N=block_n, IEEE=q.dtype == torch.float32,
+        INT8=check_cache_rows(k_cache, v_cache, d), num_warps=4,
     )
     if splits > 1:
         _merge_kernel[(bsz, hq)](

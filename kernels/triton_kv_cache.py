@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_util import check_last_dim_contiguous, next_power_of_2
+from kernels._triton_util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
 from kernels.reference import FP8_DTYPES
 
 
@@ -15,7 +15,7 @@ def _write_kv_kernel(
     k_ptr, v_ptr, kc_ptr, vc_ptr, slot_ptr,
     stride_kt, stride_kh, stride_vt, stride_vh,
     n_heads, head_dim,
-    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, LIMIT: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, LIMIT: tl.constexpr, INT8: tl.constexpr,
 ):
     tok = tl.program_id(0)
     slot = tl.load(slot_ptr + tok).to(tl.int64)
@@ -23,15 +23,33 @@ def _write_kv_kernel(
     cols = tl.arange(0, BLOCK_D)[None, :]
     # Slot -1 marks padding (CUDA-graph filler rows): nothing is stored for it.
     mask = (heads < n_heads) & (cols < head_dim) & (slot >= 0)
-    k = tl.load(k_ptr + tok * stride_kt + heads * stride_kh + cols, mask=mask)
-    v = tl.load(v_ptr + tok * stride_vt + heads * stride_vh + cols, mask=mask)
+    k = tl.load(k_ptr + tok * stride_kt + heads * stride_kh + cols, mask=mask, other=0.0)
+    v = tl.load(v_ptr + tok * stride_vt + heads * stride_vh + cols, mask=mask, other=0.0)
     if LIMIT > 0:  # an fp8 cache saturates at its largest finite value instead of NaN
         k = tl.minimum(tl.maximum(k.to(tl.float32), -LIMIT), LIMIT)
         v = tl.minimum(tl.maximum(v.to(tl.float32), -LIMIT), LIMIT)
-    # The cache is contiguous [blocks, block_size, heads, dim]: a slot is a row of heads*dim.
-    dst = slot * (n_heads * head_dim) + heads * head_dim + cols
-    tl.store(kc_ptr + dst, k.to(kc_ptr.dtype.element_ty), mask=mask)
-    tl.store(vc_ptr + dst, v.to(vc_ptr.dtype.element_ty), mask=mask)
+    # The cache is contiguous [blocks, block_size, heads, width]: a slot is heads rows of
+    # width elements (head_dim, plus an int8 row's float32 scale).
+    width = head_dim + 4 * INT8
+    row = slot * (n_heads * width) + heads * width
+    if INT8:
+        _store_int8_rows(kc_ptr, row, cols, head_dim, k, mask, (heads < n_heads) & (slot >= 0))
+        _store_int8_rows(vc_ptr, row, cols, head_dim, v, mask, (heads < n_heads) & (slot >= 0))
+    else:
+        tl.store(kc_ptr + row + cols, k.to(kc_ptr.dtype.element_ty), mask=mask)
+        tl.store(vc_ptr + row + cols, v.to(vc_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _store_int8_rows(cache_ptr, row, cols, head_dim, x, mask, row_mask):
+    """x [H, D] as int8 rows with their scale, as kernels.reference.quantize_int8_rows."""
+    xf = x.to(tl.float32)
+    amax = tl.max(tl.abs(xf), axis=1)[:, None]
+    inv = tl.where(amax > 0, 127.0 / tl.where(amax > 0, amax, 1.0), 0.0)
+    q = tl.minimum(tl.maximum(tl.floor(xf * inv + 0.5), -127.0), 127.0)
+    tl.store(cache_ptr + row + cols, q.to(tl.int8), mask=mask)
+    scale_ptr = (cache_ptr + row + head_dim).to(tl.pointer_type(tl.float32))
+    tl.store(scale_ptr, amax / 127.0, mask=row_mask)
 
 
 def write_kv_cache(
@@ -42,16 +60,16 @@ def write_kv_cache(
     slot_mapping: torch.Tensor,
 ) -> None:
     """k/v [T, Hk, D] -> caches [num_blocks, block_size, Hk, D] at flat slots; -1 skipped.
-    The caches are in k's dtype, or fp8 (stored saturated, as kernels.reference does)."""
+    The caches are in k's dtype, fp8 (stored saturated) or int8 (rows with their scale), as
+    kernels.reference stores them."""
     check_last_dim_contiguous(k, v)
-    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
-        raise ValueError("KV caches must be contiguous")
     t, hk, d = k.shape
+    int8 = check_cache_rows(k_cache, v_cache, d)
     if t:
         _write_kv_kernel[(t,)](
             k, v, k_cache, v_cache, slot_mapping,
             k.stride(0), k.stride(1), v.stride(0), v.stride(1), hk, d,
             BLOCK_H=next_power_of_2(hk), BLOCK_D=next_power_of_2(d),
             LIMIT=torch.finfo(k_cache.dtype).max if k_cache.dtype in FP8_DTYPES else 0.0,
-            num_warps=4,
+            INT8=int8, num_warps=4,
         )

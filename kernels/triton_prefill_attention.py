@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_util import check_last_dim_contiguous, next_power_of_2
+from kernels._triton_util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
 from kernels.triton_attention_tile import LOG2E, attend_kv_tiles
 
 
@@ -23,7 +23,7 @@ def _prefill_kernel(
     stride_qt, stride_qh, stride_bt, stride_ot, stride_oh,
     scale_log2, group, kv_heads, head_dim, tiles_per_seq,
     PAGE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, INT8: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_Q * BLOCK_G
     b = tl.program_id(0) // tiles_per_seq
@@ -55,7 +55,8 @@ def _prefill_kernel(
     acc, m_i, l_i = attend_kv_tiles(
         q, q_pos, row_ok, kc_ptr, vc_ptr, bt_ptr + b * stride_bt, kvh, kv_heads, head_dim, d,
         dmask, scale_log2, 0, kv_end, kv_end,
-        ROWS=BLOCK_M, BLOCK_D=BLOCK_D, PAGE=PAGE, BLOCK_N=BLOCK_N, CAUSAL=True, IEEE=IEEE)
+        ROWS=BLOCK_M, BLOCK_D=BLOCK_D, PAGE=PAGE, BLOCK_N=BLOCK_N, CAUSAL=True, IEEE=IEEE,
+        INT8=INT8)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     o_off = (q_start + tok)[:, None] * stride_ot + heads[:, None] * stride_oh + d[None, :]
@@ -88,8 +89,6 @@ def paged_prefill_attention(
     sequence's query count) sizes the grid; it is read from query_start_loc if not given,
     which costs a device sync."""
     check_last_dim_contiguous(q)
-    if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
-        raise ValueError("KV caches must be contiguous")
     t, hq, d = q.shape
     page, hk = k_cache.shape[1], k_cache.shape[2]
     if hq % hk:
@@ -108,6 +107,7 @@ def paged_prefill_attention(
         q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
         scale * LOG2E, group, hk, d, tiles,
         PAGE=page, BLOCK_Q=block_q, BLOCK_G=block_g, BLOCK_D=max(16, next_power_of_2(d)),
-        BLOCK_N=block_n, IEEE=q.dtype == torch.float32, num_warps=4,
+        BLOCK_N=block_n, IEEE=q.dtype == torch.float32,
+        INT8=check_cache_rows(k_cache, v_cache, d), num_warps=4,
     )
     return out

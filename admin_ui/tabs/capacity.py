@@ -30,7 +30,7 @@ from admin_ui.workers import run_async
 PLAN_REFRESH_MS = 5000
 # The what-if's KV cache dtypes (a subset of the server's --kv-cache-dtype; written out here
 # because the engine's list imports torch, which the console loads only to plan).
-WHAT_IF_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8_e4m3")
+WHAT_IF_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8_e4m3", "int8")
 NOT_CONNECTED = "Not connected: start the local server or connect to one by URL."
 
 ROWS = [

@@ -18,8 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp32 (default bf16)")
     p.add_argument("--kv-cache-dtype", default="auto",
-                   help="auto (the --dtype) | float16 | bfloat16 | fp8_e4m3 | fp8_e5m2: what the "
-                        "KV cache is stored in (fp8 halves a 16-bit cache's bytes per token)")
+                   help="auto (the --dtype) | float16 | bfloat16 | fp8_e4m3 | fp8_e5m2 | int8: what "
+                        "the KV cache is stored in (fp8 halves a 16-bit cache's bytes per token; "
+                        "int8 adds a 4-byte scale per row)")
     p.add_argument("--avg-tokens", type=int, default=4000, help="a typical chat's length")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--tensor-parallel-size", type=int, default=1)

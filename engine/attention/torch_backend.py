@@ -90,14 +90,16 @@ class TorchAttention:
         out = torch.empty_like(q)
         if nd:
             out[:nd] = self._decode(layer, q[:nd])
-        hk, d = kc.shape[2], kc.shape[3]
+        hk, width, d = kc.shape[2], kc.shape[3], q.shape[2]
         for p in self.prefills:
             rows = slice(p.q_start, p.q_start + p.q_len)
             if p.blocks is None:
                 keys, vals = k[rows], v[rows]
             else:
-                keys = kc[p.blocks].view(-1, hk, d)[: p.seq_len]
-                vals = vc[p.blocks].view(-1, hk, d)[: p.seq_len]
+                keys = reference.read_cache_rows(
+                    kc[p.blocks].view(-1, hk, width)[: p.seq_len], d, q.dtype)
+                vals = reference.read_cache_rows(
+                    vc[p.blocks].view(-1, hk, width)[: p.seq_len], d, q.dtype)
             o = F.scaled_dot_product_attention(
                 q[rows].transpose(0, 1).unsqueeze(0),
                 keys.to(q.dtype).transpose(0, 1).unsqueeze(0),
@@ -114,10 +116,12 @@ class TorchAttention:
         """Attention of the step's decodes (q [Bd, Hq, D], one row per sequence)."""
         kc, vc = self.k_caches[layer], self.v_caches[layer]
         bd, hq, d = q.shape
-        hk, n = kc.shape[2], self._decode_len
-        # [Bd, blocks, block_size, Hk, D] -> [Bd, Hk, n, D]
-        keys = kc[self._decode_blocks].view(bd, -1, hk, d)[:, :n].to(q.dtype).permute(0, 2, 1, 3)
-        vals = vc[self._decode_blocks].view(bd, -1, hk, d)[:, :n].to(q.dtype).permute(0, 2, 1, 3)
+        hk, width, n = kc.shape[2], kc.shape[3], self._decode_len
+        # [Bd, blocks, block_size, Hk, W] -> [Bd, Hk, n, D]
+        keys = reference.read_cache_rows(kc[self._decode_blocks].view(bd, -1, hk, width)[:, :n],
+                                         d, q.dtype).permute(0, 2, 1, 3)
+        vals = reference.read_cache_rows(vc[self._decode_blocks].view(bd, -1, hk, width)[:, :n],
+                                         d, q.dtype).permute(0, 2, 1, 3)
         qg = q.view(bd, hk, hq // hk, d)  # the group's query heads act as a query length
         o = F.scaled_dot_product_attention(qg, keys, vals, attn_mask=self._decode_mask,
                                            scale=self.scale)

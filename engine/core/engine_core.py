@@ -17,7 +17,7 @@ from engine.core.scheduling_policy import EVICTS_BY_OWNER
 from engine.distributed.multiproc_executor import MultiprocExecutor, WorkerDiedError
 from engine.distributed.parallel_state import ParallelState
 from engine.executor import Executor, UniprocExecutor
-from engine.kv_cache_dtype import kv_dtype_name
+from engine.kv_cache_dtype import kv_bytes_per_token, kv_dtype_name
 from engine.loading.model_loader import load_config_dict, model_display_name
 from engine.loading.model_spec import ModelSpec
 from engine.models.shard_plan import ShardPlan
@@ -80,8 +80,8 @@ class EngineCore:
         self.spec, self.dtype, self.device = worker.spec, worker.dtype, worker.device
         self.kv_dtype = worker.kv_dtype
         self.backend, self.model = worker.backend, worker.model
-        self.bytes_per_token = self.spec.kv_bytes_per_token(
-            self.kv_dtype.itemsize, config.tensor_parallel_size)
+        self.bytes_per_token = kv_bytes_per_token(self.spec, self.kv_dtype,
+                                                  config.tensor_parallel_size)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                  config.scheduling_policy in EVICTS_BY_OWNER)
         pacer = PrefillPacer(config.prefill_pacing) if config.prefill_pacing else None

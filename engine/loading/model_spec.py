@@ -95,10 +95,13 @@ class ModelSpec:
     def from_json(cls, path: str | Path) -> ModelSpec:
         return cls.from_config_dict(json.loads(Path(path).read_text()))
 
-    def kv_bytes_per_token(self, dtype_bytes: int, tensor_parallel_size: int = 1) -> int:
-        """2 (K and V) x layers x kv_heads x head_dim x dtype bytes (per rank under TP)."""
+    def kv_bytes_per_token(self, dtype_bytes: int, tensor_parallel_size: int = 1,
+                           scale_bytes: int = 0) -> int:
+        """2 (K and V) x layers x kv_heads x (head_dim x dtype bytes + scale bytes) (per rank
+        under TP); scale_bytes: what each stored row of head_dim values carries besides them
+        (an int8 cache's float32 scale)."""
         kv_heads = max(1, -(-self.num_kv_heads // tensor_parallel_size))
-        return 2 * self.num_layers * kv_heads * self.head_dim * dtype_bytes
+        return 2 * self.num_layers * kv_heads * (self.head_dim * dtype_bytes + scale_bytes)
 
     def num_parameters(self) -> int:
         """Parameter count computed from the shapes (embeddings counted once when tied)."""

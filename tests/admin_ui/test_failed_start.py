@@ -17,7 +17,8 @@ from tests.support.server_process import REPO, free_port, port_answers
 
 START_TIMEOUT_MS = 180_000  # a fresh box dequantizes the GGUF and builds the kernels first
 # SmolLM2-135M in float32: 16 MiB holds 352 tokens, far from one 8,192-token request.
-FAILING_FLAGS = ["--dtype", "float32", "--kv-cache-memory", "16MiB", "--max-model-len", "8192",
+FAILING_FLAGS = ["--dtype", "float32", "--kv-cache-dtype", "float32", "--kv-cache-memory", "16MiB",
+                 "--max-model-len", "8192",
                  "--no-auth"]
 REFUSAL_END = "the largest max_model_len that fits is 352."
 

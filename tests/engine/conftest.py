@@ -46,10 +46,13 @@ def smollm2_refs(smollm2_hf, smollm2_dir, smollm2_tokenizer, chat_prompt_ids):
 
 
 def make_llm(model_dir: Path, **kwargs) -> LLM:
-    """An fp32 engine on the CPU, weights dense (transformers' numbers), with a modest KV
-    pool unless a test says otherwise."""
+    """An fp32 engine on the CPU, weights dense and KV cache float32 (transformers'
+    numbers), with a modest KV pool unless a test says otherwise (a test choosing another
+    dtype gets that dtype's cache)."""
     kwargs.setdefault("dtype", "float32")
     kwargs.setdefault("quantization", "none")
+    if kwargs["dtype"] == "float32":
+        kwargs.setdefault("kv_cache_dtype", "float32")
     kwargs.setdefault("kv_cache_memory", "128MiB")
     return LLM(str(model_dir), **kwargs)
 

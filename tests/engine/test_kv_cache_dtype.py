@@ -4,6 +4,7 @@ token, twice the tokens in the same pool), any engine in fp8 (a quarter of float
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -55,16 +56,18 @@ def test_greedy_output_over_a_16_bit_cache_follows_the_float32_one(smollm2_dir, 
     assert sum(agreed) / len(agreed) >= MAX_NEW / 2, agreed
 
 
-def test_int8_is_refused_with_the_supported_list():
+def test_a_quantized_kv_dtype_without_kernels_is_refused_with_the_supported_list():
     with pytest.raises(ValueError, match="not supported by this build's kernels; use one of "
-                                         "auto, float32, bfloat16, float16, fp8_e4m3, fp8_e5m2"):
-        EngineConfig(kv_cache_dtype="int8")
+                                         "auto, float32, bfloat16, float16, fp8_e4m3, fp8_e5m2, "
+                                         "int8"):
+        EngineConfig(kv_cache_dtype="fp8_inc")
 
 
 @pytest.mark.parametrize(("name", "stored"), [("fp8", torch.float8_e4m3fn),
                                               ("fp8_e4m3", torch.float8_e4m3fn),
-                                              ("fp8_e5m2", torch.float8_e5m2)])
-def test_fp8_is_stored_under_any_compute_dtype_on_every_backend(name, stored):
+                                              ("fp8_e5m2", torch.float8_e5m2),
+                                              ("int8", torch.int8)])
+def test_one_byte_caches_are_stored_under_any_compute_dtype_on_every_backend(name, stored):
     for compute in (torch.float32, torch.bfloat16, torch.float16):
         for backend in ("cpu", "torch", "triton"):
             assert resolve_kv_cache_dtype(name, compute, backend) == stored
@@ -72,7 +75,7 @@ def test_fp8_is_stored_under_any_compute_dtype_on_every_backend(name, stored):
 
 def test_e4m3_on_a_gpu_without_fp8_units_is_refused_with_the_alternative():
     with pytest.raises(ValueError, match="compute capability 8.9 or newer .this one is 8.0.; "
-                                         "use fp8_e5m2 or auto"):
+                                         "use int8, fp8_e5m2 or auto"):
         resolve_kv_cache_dtype("fp8_e4m3", torch.bfloat16, "triton", (8, 0))
     assert resolve_kv_cache_dtype("fp8_e4m3", torch.bfloat16, "triton", (9, 0)) == \
         torch.float8_e4m3fn
@@ -87,14 +90,24 @@ def test_an_fp8_cache_quarters_a_float32_cache_and_is_reported_by_vllms_name(smo
     assert fp8.stats().kv_cache_dtype == "fp8_e4m3"
 
 
+def test_an_int8_cache_counts_each_rows_scale(smollm2_dir):
+    int8 = _engine_core(smollm2_dir, kv_cache_dtype="int8")
+    assert int8.bytes_per_token == 2 * 30 * 3 * (64 + 4) == 12_240
+    assert int8.runner.k_caches[0].dtype == torch.int8
+    assert int8.runner.k_caches[0].shape[-1] == 68  # 64 values, then the float32 scale
+    assert int8.stats().kv_cache_dtype == "int8"
+
+
 @pytest.mark.parametrize("backend", ["cpu", "torch"])
-def test_greedy_output_over_an_fp8_cache_follows_the_float32_one(smollm2_dir, chat_prompt_ids,
-                                                                 backend):
-    """fp8 keeps 3 mantissa bits, so answers drift from the float32 cache's sooner than a
-    16-bit cache's do; a cache read or written wrongly (a bad conversion, a NaN, a lost
-    block) derails every answer at once. The quality cost is measured by
+@pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "int8"])
+def test_greedy_output_over_a_one_byte_cache_follows_the_float32_one(smollm2_dir,
+                                                                     chat_prompt_ids, backend,
+                                                                     kv_dtype):
+    """One byte per value moves the logits more than 16 bits do, so answers drift from the
+    float32 cache's sooner; a cache read or written wrongly (a bad conversion, a lost scale,
+    a NaN, a lost block) derails every answer at once. The quality cost is measured by
     benchmarks/kv_cache_quality.py, not asserted here."""
-    agreed = _tokens_agreeing(smollm2_dir, chat_prompt_ids, backend, "fp8_e4m3")
+    agreed = _tokens_agreeing(smollm2_dir, chat_prompt_ids, backend, kv_dtype)
     assert sum(agreed) / len(agreed) >= 4, agreed
 
 
@@ -103,9 +116,26 @@ def test_an_unknown_kv_dtype_is_refused():
         EngineConfig(kv_cache_dtype="float8")
 
 
-def test_auto_stores_the_compute_dtype():
-    for compute in (torch.float32, torch.bfloat16, torch.float16):
-        assert resolve_kv_cache_dtype("auto", compute, "triton") == compute
+def test_auto_stores_the_compute_dtype_where_it_is_16_bits_or_on_triton():
+    for compute in (torch.bfloat16, torch.float16):
+        for backend in ("cpu", "torch", "triton"):
+            assert resolve_kv_cache_dtype("auto", compute, backend) == compute
+    assert resolve_kv_cache_dtype("auto", torch.float32, "triton") == torch.float32
+
+
+def test_auto_stores_a_float32_models_cache_in_bfloat16_on_the_cpu_and_says_so(caplog):
+    with caplog.at_level(logging.INFO, logger="engine.kv_cache_dtype"):
+        for backend in ("cpu", "torch"):
+            assert resolve_kv_cache_dtype("auto", torch.float32, backend) == torch.bfloat16
+    assert "kv_cache_dtype auto -> bfloat16: a float32 model on the cpu backend" in caplog.text
+
+
+def test_a_default_float32_engine_has_a_bfloat16_cache_and_float32_keeps_32_bits(smollm2_dir):
+    auto = _engine_core(smollm2_dir, kv_cache_dtype="auto")
+    full = _engine_core(smollm2_dir, kv_cache_dtype="float32")
+    assert auto.dtype == torch.float32 and auto.runner.k_caches[0].dtype == torch.bfloat16
+    assert auto.bytes_per_token == 23_040 and full.bytes_per_token == 46_080
+    assert auto.stats().kv_cache_dtype == "bfloat16"
 
 
 def test_a_16_bit_cache_is_read_under_a_float32_model_on_the_cpu_and_torch_backends():
@@ -124,11 +154,11 @@ def test_a_cache_dtype_the_kernels_cannot_read_is_refused(requested, compute, ba
         resolve_kv_cache_dtype(requested, compute, backend)
 
 
-def test_serve_refuses_an_int8_cache_at_start_with_the_supported_list(tmp_path):
+def test_serve_refuses_an_unsupported_cache_at_start_with_the_supported_list(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "app.cli", "serve", "--kv-cache-dtype", "int8",
+        [sys.executable, "-m", "app.cli", "serve", "--kv-cache-dtype", "fp8_inc",
          "--db", str(tmp_path / "x.db")], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
-    assert ("kv_cache_dtype 'int8' is not supported by this build's kernels; use one of "
-            "auto, float32, bfloat16, float16, fp8_e4m3, fp8_e5m2.") in result.stderr
+    assert ("kv_cache_dtype 'fp8_inc' is not supported by this build's kernels; use one of "
+            "auto, float32, bfloat16, float16, fp8_e4m3, fp8_e5m2, int8.") in result.stderr
     assert not (tmp_path / "x.db").exists()  # refused before anything was set up

@@ -8,7 +8,13 @@ import sys
 
 import pytest
 
-from engine.kv_plan import KVCacheTooSmallError, load_spec, make_plan, shipped_configs
+from engine.kv_plan import (
+    KVCacheTooSmallError,
+    format_plan,
+    load_spec,
+    make_plan,
+    shipped_configs,
+)
 from tests.engine.conftest import make_llm
 
 
@@ -45,6 +51,13 @@ def test_plan_with_an_fp8_kv_cache_fits_twice_the_chats_of_bf16():
     assert fp8.bytes_per_token == 28_672 and fp8.weight_bytes == bf16.weight_bytes
     assert fp8.pool_tokens == (80 * 1024**3 - fp8.weight_bytes) // (28_672 * 16) * 16
     assert fp8.concurrency_at_avg == pytest.approx(2 * bf16.concurrency_at_avg, rel=1e-3)
+
+
+def test_plan_with_an_int8_kv_cache_counts_each_rows_scale():
+    spec, name = load_spec("Qwen2.5-7B-Instruct")
+    plan = make_plan(spec, name, 80 * 1024**3, "bf16", 32768, kv_cache_dtype="int8")
+    assert plan.bytes_per_token == 2 * 28 * 4 * (128 + 4) == 29_568
+    assert "(2 x layers x kv_heads x (head_dim x 1 B + a 4 B scale), int8)" in format_plan(plan)
 
 
 def test_plan_cli_takes_the_kv_cache_dtype():

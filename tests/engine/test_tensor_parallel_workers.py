@@ -74,7 +74,8 @@ ENGINE_SCRIPT = textwrap.dedent("""
     from engine import LLM
 
     if __name__ == "__main__":
-        llm = LLM(sys.argv[1], dtype="float32", kv_cache_memory="4MiB", tensor_parallel_size=2)
+        llm = LLM(sys.argv[1], dtype="float32", kv_cache_dtype="float32", kv_cache_memory="4MiB",
+                  tensor_parallel_size=2)
         print(*llm.llm_engine.engine_core.executor.worker_pids, flush=True)
         sys.stdin.read()
 """)

@@ -67,3 +67,24 @@ def reference_output(p: PagedProblem) -> torch.Tensor:
     return reference.paged_attention(p.q.cpu(), p.k_cache.cpu(), p.v_cache.cpu(),
                                      p.block_tables.cpu(), p.seq_lens.cpu(),
                                      p.query_start_loc.cpu(), p.scale)
+
+
+def stored_as(p: PagedProblem, cache_dtype: torch.dtype) -> tuple[PagedProblem, PagedProblem]:
+    """(the problem with its caches stored in a one-byte cache_dtype, as the engine stores
+    them: fp8 saturated, int8 rows with their scale; the same problem over the values that
+    storage reads back, in q's dtype, for the reference)."""
+    import dataclasses
+
+    from kernels import reference
+
+    def store(cache: torch.Tensor) -> torch.Tensor:
+        if cache_dtype == torch.int8:
+            return reference.quantize_int8_rows(cache)
+        return reference.to_cache_dtype(cache, cache_dtype)
+
+    stored = dataclasses.replace(p, k_cache=store(p.k_cache), v_cache=store(p.v_cache))
+    d = p.q.shape[-1]
+    rounded = dataclasses.replace(
+        p, k_cache=reference.read_cache_rows(stored.k_cache, d, p.q.dtype),
+        v_cache=reference.read_cache_rows(stored.v_cache, d, p.q.dtype))
+    return stored, rounded

@@ -3,7 +3,6 @@ reference, and ModelRunner builds that metadata as the backends expect."""
 
 from __future__ import annotations
 
-import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,9 +13,9 @@ from engine.attention import selection as kernels_ops
 from engine.attention.backend import AttentionMetadata
 from engine.loading.model_spec import ModelSpec
 from engine.model_runner import ModelRunner, StepBatch
-from kernels.reference import to_cache_dtype
+from kernels import reference
 from tests.kernels.conftest import DTYPES, close
-from tests.kernels.paged_inputs import PagedProblem, make_problem, reference_output
+from tests.kernels.paged_inputs import PagedProblem, make_problem, reference_output, stored_as
 
 # Decodes first (one past a block boundary, exact boundary, a first token), then a fresh
 # prefill, chunks after a cached prefix, and a one-token chunk that must run as a prefill.
@@ -46,10 +45,15 @@ def run_backend(name: str, p: PagedProblem) -> torch.Tensor:
     """One layer's forward through the named backend. The step's k/v are read back from the
     cache, so writing them is a no-op and the reference sees the same cache."""
     md = metadata_for(p)
-    hk, d = p.k_cache.shape[2:]
-    # In the query's dtype, as the model hands them over (an fp8 value round-trips exactly).
-    k = p.k_cache.view(-1, hk, d)[md.slot_mapping].to(p.q.dtype)
-    v = p.v_cache.view(-1, hk, d)[md.slot_mapping].to(p.q.dtype)
+    hk = p.k_cache.shape[2]
+    # In the query's dtype, as the model hands them over: what the cache holds, so storing
+    # them again changes nothing (an fp8 value round-trips exactly; an int8 row requantizes
+    # to the same integers and a scale within an ulp).
+    d = p.q.shape[-1]
+    k = reference.read_cache_rows(p.k_cache.view(-1, hk, p.k_cache.shape[-1])[md.slot_mapping],
+                                  d, p.q.dtype)
+    v = reference.read_cache_rows(p.v_cache.view(-1, hk, p.v_cache.shape[-1])[md.slot_mapping],
+                                  d, p.q.dtype)
     backend = kernels_ops.attention_for(p.q.device, [p.k_cache], [p.v_cache], p.scale, name)
     backend.set_metadata(md)
     return backend.forward(0, p.q, k, v)
@@ -72,17 +76,14 @@ def test_backend_matches_reference(name, dtype, seqs, hq, hk, head_dim):
 
 @pytest.mark.parametrize("name,dtype", [(n, dt) for n in ("torch", "cpu", "triton")
                                         for dt in _cases(n)])
-@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2],
-                         ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.int8],
+                         ids=["e4m3", "e5m2", "int8"])
 @pytest.mark.parametrize("seqs", [MIXED, DECODES], ids=["mixed", "decodes"])
-def test_backend_reads_an_fp8_cache(name, dtype, cache_dtype, seqs):
-    """--kv-cache-dtype fp8_*: every backend, decodes and prefills, equals the reference
-    over the same fp8-rounded cache."""
+def test_backend_reads_a_one_byte_cache(name, dtype, cache_dtype, seqs):
+    """--kv-cache-dtype fp8_*/int8: every backend, decodes and prefills, equals the
+    reference over the values the one-byte cache holds."""
     p = make_problem(seqs, 9, 3, 64, dtype, torch.device("cpu"), seed=11)
-    stored = dataclasses.replace(p, k_cache=to_cache_dtype(p.k_cache, cache_dtype),
-                                 v_cache=to_cache_dtype(p.v_cache, cache_dtype))
-    rounded = dataclasses.replace(p, k_cache=stored.k_cache.to(dtype),
-                                  v_cache=stored.v_cache.to(dtype))
+    stored, rounded = stored_as(p, cache_dtype)
     close(run_backend(name, stored), reference_output(rounded), dtype)
 
 

@@ -10,7 +10,7 @@ import torch
 from kernels import cpu_kernels
 from kernels.reference import to_cache_dtype
 from tests.kernels.conftest import close, cpu_build_levels
-from tests.kernels.paged_inputs import make_problem, reference_output
+from tests.kernels.paged_inputs import make_problem, reference_output, stored_as
 
 # Odd lengths, exact block boundaries (16, 32), one token, one past a boundary, a long one.
 DECODE_LENS = [17, 1, 32, 45, 300]
@@ -67,19 +67,17 @@ def test_decode_of_a_float32_query_reads_a_16_bit_cache(kernel, cache_dtype, hq,
     close(out, reference_output(rounded), torch.float32)
 
 
-@pytest.mark.parametrize("cache_dtype", FP8, ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("cache_dtype", [*FP8, torch.int8], ids=["e4m3", "e5m2", "int8"])
 @pytest.mark.parametrize("q_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("hq,hk,head_dim", [(9, 3, 64), (8, 1, 128), (4, 2, 36)])
-def test_decode_reads_an_fp8_cache_under_any_query_dtype(kernel_at_level, cache_dtype, q_dtype,
-                                                         hq, hk, head_dim):
-    """--kv-cache-dtype fp8_*: the kernel converts each stored byte on load, so it equals the
-    reference on the same fp8-rounded cache (36: rows that end in the one-by-one tail)."""
+def test_decode_reads_a_one_byte_cache_under_any_query_dtype(kernel_at_level, cache_dtype,
+                                                             q_dtype, hq, hk, head_dim):
+    """--kv-cache-dtype fp8_*/int8: the kernel converts each stored byte on load (int8: times
+    its row's scale), so it equals the reference on the values the cache holds (36: rows
+    that end in the one-by-one tail)."""
     p = make_problem([(n, 1) for n in DECODE_LENS], hq, hk, head_dim, q_dtype,
                      torch.device("cpu"))
-    stored = dataclasses.replace(p, k_cache=to_cache_dtype(p.k_cache, cache_dtype),
-                                 v_cache=to_cache_dtype(p.v_cache, cache_dtype))
-    rounded = dataclasses.replace(p, k_cache=stored.k_cache.to(q_dtype),
-                                  v_cache=stored.v_cache.to(q_dtype))
+    stored, rounded = stored_as(p, cache_dtype)
     out = _run(kernel_at_level, stored)
     assert out.dtype == q_dtype
     close(out, reference_output(rounded), q_dtype)
@@ -122,6 +120,13 @@ def test_decode_with_huge_scores_stays_finite(kernel):
     out = _run(kernel, p)
     assert torch.isfinite(out).all()
     close(out, reference_output(p), torch.float32)
+
+
+def test_decode_refuses_an_int8_cache_without_room_for_its_scales(kernel):
+    p = make_problem([(5, 1)], 2, 2, 16, torch.float32, torch.device("cpu"))
+    with pytest.raises(RuntimeError, match="int8 cache's rows are head_dim . 4 bytes"):
+        kernel.paged_decode_attention(p.q, p.k_cache.to(torch.int8), p.v_cache.to(torch.int8),
+                                      p.block_tables.long(), p.seq_lens.long(), p.scale)
 
 
 def test_decode_rejects_mismatched_dtypes(kernel):

@@ -99,3 +99,25 @@ def test_write_kv_cache_into_an_fp8_cache_stores_the_reference_bytes(device, cac
     assert torch.equal(vc.view(torch.uint8), vc_ref.view(torch.uint8))
     assert torch.isfinite(kc_ref.float()).all()
 
+
+
+def test_write_kv_cache_into_an_int8_cache_stores_the_reference_rows(device):
+    """Each (token, head) row: its values as int8 at 127 / amax, then amax / 127 as float32;
+    an all-zero row stores zeros; padding slots skipped."""
+    blocks, bs, hk, d = 5, 4, 2, 16
+    kc = torch.zeros(blocks, bs, hk, d + 4, dtype=torch.int8, device=device)
+    vc = torch.zeros_like(kc)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    k = torch.randn(6, hk, d, device=device) * 30
+    v = torch.randn(6, hk, d, device=device)
+    k[1, 0] = 0
+    slots = torch.tensor([3, 4, -1, 19, 0, -1], device=device)
+    tri.write_kv_cache(k, v, kc, vc, slots)
+    reference.write_kv_cache(k, v, kc_ref, vc_ref, slots)
+    for ours, ref in ((kc, kc_ref), (vc, vc_ref)):
+        # A GPU's division may round 127 / amax an ulp apart: at most one step off, rarely.
+        steps = (ours[..., :d].int() - ref[..., :d].int()).abs()
+        assert steps.max() <= 1 and (steps > 0).float().mean() < 0.01
+        torch.testing.assert_close(ours[..., d:].contiguous().view(torch.float32),
+                                   ref[..., d:].contiguous().view(torch.float32))
+    assert kc_ref.view(-1, hk, d + 4)[4, 0].eq(0).all()  # the zero row, scale included

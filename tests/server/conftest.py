@@ -43,5 +43,6 @@ def reference_llm():
     """The offline engine, same dtype and pool: greedy replies must match the server's."""
     from engine import LLM
 
-    return LLM(dtype="float32", quantization="none", kv_cache_memory="256MiB",
+    return LLM(dtype="float32", quantization="none", kv_cache_dtype="float32",
+               kv_cache_memory="256MiB",
                num_threads=int(TEST_THREADS))

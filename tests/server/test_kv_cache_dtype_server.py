@@ -1,16 +1,20 @@
-"""A server started with --kv-cache-dtype fp8_e4m3 answers chats over its one-byte cache,
-and its start-up lines and /admin/plan (the console's Capacity tab) count that cache's bytes."""
+"""A server started with a one-byte --kv-cache-dtype answers chats over that cache, and its
+start-up lines and /admin/plan (the console's Capacity tab) count that cache's bytes."""
 
 from __future__ import annotations
 
 import httpx
 import openai
+import pytest
 
 from tests.support.server_process import ServerProcess
 
 
-def test_an_fp8_server_chats_and_plans_with_one_byte_per_value():
-    with ServerProcess("--kv-cache-dtype", "fp8_e4m3") as srv:
+# SmolLM2: 2 x 30 layers x 3 KV heads x 64 values x 1 B (+ int8's 4-byte scale per row).
+@pytest.mark.parametrize(("kv_dtype", "bytes_per_token"), [("fp8_e4m3", 11_520),
+                                                           ("int8", 12_240)])
+def test_a_one_byte_cache_server_chats_and_plans_with_its_bytes(kv_dtype, bytes_per_token):
+    with ServerProcess("--kv-cache-dtype", kv_dtype) as srv:
         client = openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key=srv.api_key,
                                max_retries=0, timeout=120)
         model = client.models.list().data[0].id
@@ -20,6 +24,6 @@ def test_an_fp8_server_chats_and_plans_with_one_byte_per_value():
         assert reply.choices[0].message.content and reply.usage.completion_tokens > 0
         plan = httpx.get(f"{srv.base_url}/admin/plan",
                          headers={"Authorization": f"Bearer {srv.admin_token}"}).json()
-        assert plan["kv_cache_dtype"] == "fp8_e4m3"
-        assert plan["bytes_per_token"] == 11_520  # SmolLM2: 2 x 30 x 3 x 64 x 1 B
-        assert "KV cache fp8_e4m3" in srv.output()
+        assert plan["kv_cache_dtype"] == kv_dtype
+        assert plan["bytes_per_token"] == bytes_per_token
+        assert f"KV cache {kv_dtype}" in srv.output()

@@ -35,7 +35,11 @@ def main(model_dir: str, prompts_json: str, max_tokens: int = 16) -> dict:
     report: dict = {"pack_error": pack_error(),
                     "can_pack": packed_linear.can_pack(torch.device("cpu"), torch.bfloat16)}
     for dtype in ("auto", "bfloat16"):
-        llm = LLM(model_dir, dtype=dtype, quantization="none", kv_cache_memory="64MiB")
+        # auto is float32 under the AVX2 cap this runs with: its cache float32 too, so its
+        # tokens are the float32 engine's (transformers').
+        llm = LLM(model_dir, dtype=dtype, quantization="none",
+                  kv_cache_dtype="float32" if dtype == "auto" else "auto",
+                  kv_cache_memory="64MiB")
         engine = llm.llm_engine.engine_core
         report[dtype] = {
             "dtype": str(engine.dtype).removeprefix("torch."),

@@ -23,11 +23,13 @@ REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-officellm-test"
 # Small pool, float32 and dense weights, for exact parity with engine.LLM.
 TEST_THREADS = "1"
-BASE_FLAGS = ["--dtype", "float32", "--quantization", "none", "--kv-cache-memory", "256MiB"]
+BASE_FLAGS = ["--dtype", "float32", "--quantization", "none", "--kv-cache-dtype", "float32",
+              "--kv-cache-memory", "256MiB"]
 # The console's tests: SmolLM2-135M in float32 is 46,080 B/token, so 16 MiB is 22 blocks of 16
 # = 352 tokens; a few concurrent 250-token requests run out of blocks and the scheduler must
 # preempt.
-SMALL_POOL_FLAGS = ["--dtype", "float32", "--quantization", "none", "--kv-cache-memory", "16MiB", "--max-model-len", "256"]
+SMALL_POOL_FLAGS = ["--dtype", "float32", "--quantization", "none", "--kv-cache-dtype", "float32",
+                    "--kv-cache-memory", "16MiB", "--max-model-len", "256"]
 
 __all__ = ["API_KEY", "BASE_FLAGS", "REPO", "SMALL_POOL_FLAGS", "TEST_THREADS", "ServerProcess",
            "free_port", "port_answers"]
