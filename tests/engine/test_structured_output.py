@@ -108,13 +108,29 @@ def test_logprobs_of_a_constrained_request_are_the_raw_distributions(smollm2_llm
     assert constrained.logprobs[0][top_free] == free.logprobs[0][top_free]
 
 
+class BoundedPet(BaseModel):
+    """A schema whose every document has a bounded length (strings capped, whitespace capped
+    by the compiler), so a sample always ends: with Pet's free strings a temperature-1 sample
+    can run on inside a string past any max_tokens, and whether it does depends on the CPU's
+    float rounding."""
+
+    name: str = Field(max_length=12)
+    age: int = Field(ge=0, le=30)
+    kind: Literal["cat", "dog", "fish"]
+    tags: list[Literal["small", "calm", "loud", "old", "young"]] = Field(min_length=1,
+                                                                         max_length=3)
+
+
 def test_seeded_samples_under_a_grammar_are_valid_and_reproducible(smollm2_llm, prompts):
-    params = SamplingParams(n=3, temperature=1.0, seed=7, max_tokens=120, structured_outputs=PET)
-    first = [o.text for o in smollm2_llm.generate(prompts[0], params)[0].outputs]
-    again = [o.text for o in smollm2_llm.generate(prompts[0], params)[0].outputs]
-    assert first == again
-    for text in first:
-        Pet.model_validate_json(text)
+    spec = StructuredOutputsParams(json=BoundedPet.model_json_schema())
+    params = SamplingParams(n=3, temperature=1.0, seed=7, max_tokens=600,
+                            structured_outputs=spec)
+    first = smollm2_llm.generate(prompts[0], params)[0].outputs
+    again = smollm2_llm.generate(prompts[0], params)[0].outputs
+    assert [o.text for o in first] == [o.text for o in again]
+    for out in first:
+        assert out.finish_reason == "stop", out.text
+        BoundedPet.model_validate_json(out.text)
 
 
 def test_a_grammar_that_admits_no_token_ends_the_request_with_stop(smollm2_llm, prompts, caplog):
