@@ -1,15 +1,15 @@
 """Which dtype the KV cache is stored in (`--kv-cache-dtype`, vLLM's flag and names).
 
-`auto` stores it in the compute dtype, except that a float32 engine on the cpu or torch
-backend (the CPU's float32 fallback on CPUs without fast bf16) stores it in bfloat16: half
+`auto` stores it in the compute dtype, except that a float32 engine (`--dtype auto` on a CPU
+without fast bf16) on the cpu or torch backend stores it in bfloat16: half
 the bytes per token, twice the tokens in the same pool, with no measurable quality cost
 (benchmarks/kv_cache_quality.py: the perplexity within 0.002% and the same top-1 token at
 every position of its text) and bf16's whole float32 range, so no key can overflow.
 `float32` keeps a float32 cache (the parity tests against transformers pin it). A float32
 engine may also ask for float16. The CPU decode kernel converts on load
 (kernels/cpu_decode_attention.cpp: a shift for bf16, F16C for float16) and the torch
-backend casts what it gathers. `fp8_e4m3` (vLLM's `fp8`) and `fp8_e5m2` store one byte per value under any
-compute dtype and on every backend (the C++ decode kernel, the Triton kernels and the torch
+backend casts what it gathers. `fp8_e4m3` (vLLM's `fp8`) and `fp8_e5m2` store one byte per
+value under any compute dtype and on every backend (the C++ decode kernel, the Triton kernels and the torch
 reference all convert on load): half a 16-bit cache, so twice the chats fit. Like vLLM
 without calibrated scales, the values are stored unscaled (scale 1.0), saturating at the
 format's largest finite value (448 for e4m3) rather than turning into NaN. `int8` (for GPUs

@@ -59,7 +59,7 @@ def write_kv_cache(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
 ) -> None:
-    """k/v [T, Hk, D] -> caches [num_blocks, block_size, Hk, D] at flat slots; -1 skipped.
+    """k/v [T, Hk, D] -> caches [num_blocks, block_size, Hk, W] at flat slots; -1 skipped.
     The caches are in k's dtype, fp8 (stored saturated) or int8 (rows with their scale), as
     kernels.reference stores them."""
     check_last_dim_contiguous(k, v)
