@@ -56,9 +56,10 @@ class EngineConfig:
                 "the bytes per token; fp8 and int8 (a scale per row) about halve a 16-bit "
                 "cache's, on every backend)", str)
     quantization: str = knob(
-        "auto", "auto | gguf | int8 | int4 | none: matmul weights kept in 32-weight blocks "
-                "on the CPU (auto: a GGUF's own; int8/int4: a safetensors model's, quantized "
-                "at load; none: dequantized)", str, alias="-q")
+        "auto", "auto | gguf | int8 | int4 | none: matmul weights kept in low-bit blocks "
+                "on the CPU (gguf: a GGUF's own Q8_0/Q4_0/Q4_1/Q4_K/Q6_K; int8/int4: a "
+                "safetensors model's, quantized at load; none: dequantized; auto: gguf where "
+                "it measures faster than dense at load, else none)", str, alias="-q")
     max_model_len: int | None = knob(None, "longest request (prompt plus output) in tokens; "
                                            "default: the model's, as far as the KV pool allows", int)
     block_size: int = knob(16, "tokens per KV block (a power of two)", int)

@@ -1,6 +1,6 @@
 """Which matmul weights stay in low-bit blocks (`--quantization`, vLLM's flag name).
 
-- `gguf`: a GGUF's Q8_0, Q4_0 and Q4_1 tensors run in their blocks
+- `gguf`: a GGUF's Q8_0, Q4_0, Q4_1, Q4_K and Q6_K tensors run in their blocks
   (kernels/cpu_quant_matmul.cpp); a tensor of another type is dequantized, with one WARNING
   naming the type.
 - `int8` / `int4`: a safetensors model's matmul weights are quantized at load, per 32

@@ -143,7 +143,7 @@ class Worker:
         if self.config.quantization == "auto" and not self._blocks_win(blocks, matmul, packs):
             return "none"
         kept = self.model.keep_quantized(blocks, matmul)
-        logger.info("Weights kept quantized (%s): %d matmuls read 32-weight blocks (%s)",
+        logger.info("Weights kept quantized (%s): %d matmuls read GGUF blocks (%s)",
                     method, kept, ", ".join(sorted({quant_reference.NAMES[b.fmt]
                                                     for b in blocks.values()})))
         return method

@@ -24,6 +24,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fused_add_rms_norm", &fused_add_rms_norm, "residual add, then RMSNorm");
   m.def("apply_rotary", &apply_rotary, "neox rotary embedding of q and k");
   m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up");
-  m.def("quant_matmul", &quant_matmul, "x W^T over GGUF Q8_0/Q4_0/Q4_1 weight blocks");
+  m.def("quant_matmul", &quant_matmul, "x W^T over GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weight blocks");
   m.def("quant_matmul_path", &quant_matmul_path, "the instruction set quant_matmul was built for");
 }

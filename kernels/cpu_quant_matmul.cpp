@@ -1,20 +1,25 @@
-// y = x W^T with W kept in GGUF's 32-weight blocks (Q8_0, Q4_0, Q4_1), never dequantized.
+// y = x W^T with W kept in GGUF's blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K), never dequantized.
 //
 // Why integer dot products: a decode step reads every weight once, so a 4.5-bit weight
 // reads 7x fewer bytes than float32, and at office batch sizes (16-32 rows) the step is also
 // compute-bound, where one AVX2 vpmaddubsw does 32 multiply-adds (an fp32 FMA: 8). The rows
 // of x are therefore quantized first, per 32-value block, to int8 with one float scale
 // (d = max|x| / 127, q = round(x / d)), as llama.cpp does; each (weight block, x block) pair
-// is then an exact integer dot times the two scales. Q4_1's offset term uses the block's
-// float sum of x.
+// is then an exact integer dot times the two scales. The unsigned formats' offset term (Q4_1,
+// Q4_K) uses the block's float sum of x.
+//
+// Every format is read as 32-weight blocks (kernels/quant_reference.py's header has the
+// layouts): a K-quant's 256 weights are eight such blocks whose scales d * sc are exact in
+// float32, so its scale is one float per lane of four weights (Q6_K's 16-weight halves are
+// lanes 0-3 and 4-7) and no format needs a path of its own past the decoding.
 //
 // Every float operation happens in one fixed order, the same on every path, and
 // kernels/quant_reference.py performs the same operations in torch: the results are equal
 // bit for bit, so greedy output over blocks equals the reference's token for token. The
 // order: each block's dot is split into 8 lanes (lane l: weights 4l..4l+3, the layout of
-// vpdpbusd and of vpmaddubsw + vpmaddwd); lane l accumulates acc += dot_l * (d_w * d_x)
+// vpdpbusd and of vpmaddubsw + vpmaddwd); lane l accumulates acc += dot_l * (d_w,l * d_x)
 // over the blocks, rounding after each product and sum (no fused multiply-add); y is the
-// lanes' tree sum ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)); Q4_1 then adds its offset term,
+// lanes' tree sum ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)); Q4_1/Q4_K then add the offset term,
 // sum over blocks, in block order, of m * sum(x block), each block's sum taken in element
 // order. This file is compiled without -ffast-math's reassociation (the pragma below).
 //
@@ -47,22 +52,42 @@
 
 namespace {
 
-constexpr int64_t QK = 32;  // weights per block, every format here
+constexpr int64_t QK = 32;  // weights per block, the unit of every dot here
 // d = max|x| * (1/127), as the reference computes it.
 constexpr float INV127 = 1.f / 127.f;
 
-// GGUF's type ids (ggml_type) and block sizes in bytes.
+// GGUF's type ids (ggml_type).
 constexpr int64_t GGML_Q4_0 = 2;
 constexpr int64_t GGML_Q4_1 = 3;
 constexpr int64_t GGML_Q8_0 = 8;
+constexpr int64_t GGML_Q4_K = 12;
+constexpr int64_t GGML_Q6_K = 14;
 
-int64_t block_bytes(int64_t format) {
+// Weights per stored group: one block, or a K-quant's 256 (eight blocks).
+constexpr int64_t group_weights(int64_t format) {
+  return format == GGML_Q4_K || format == GGML_Q6_K ? 256
+         : format == GGML_Q4_0 || format == GGML_Q4_1 || format == GGML_Q8_0 ? 32 : 0;
+}
+
+constexpr int64_t group_bytes(int64_t format) {
   switch (format) {
-    case GGML_Q4_0: return 18;  // fp16 d, 16 bytes of nibbles
-    case GGML_Q4_1: return 20;  // fp16 d, fp16 m, 16 bytes of nibbles
-    case GGML_Q8_0: return 34;  // fp16 d, 32 int8
+    case GGML_Q4_0: return 18;   // fp16 d, 16 bytes of nibbles
+    case GGML_Q4_1: return 20;   // fp16 d, fp16 m, 16 bytes of nibbles
+    case GGML_Q8_0: return 34;   // fp16 d, 32 int8
+    case GGML_Q4_K: return 144;  // fp16 d, fp16 dmin, 12 bytes of 6-bit pairs, 128 of nibbles
+    case GGML_Q6_K: return 210;  // 128 bytes low nibbles, 64 high bit pairs, 16 int8, fp16 d
     default: return 0;
   }
+}
+
+// Unsigned integers with a per-block offset (w = d q + m); the others are signed.
+template <int64_t F>
+constexpr bool HAS_OFFSET = F == GGML_Q4_1 || F == GGML_Q4_K;
+
+// Where block b of a row starts its group.
+template <int64_t F>
+inline const uint8_t* group_of(const uint8_t* row, int64_t b) {
+  return row + b / (group_weights(F) / QK) * group_bytes(F);
 }
 
 float half_to_float(const uint8_t* p) {
@@ -128,24 +153,84 @@ QuantizedRows quantize_rows(const torch::Tensor& x) {
   return out;
 }
 
-// One weight block, decoded: 32 small integers, the scale and (Q4_1) the offset.
-struct WeightBlock {
-  float d;
-  float m;  // Q4_1 only: w = d * q + m
-};
+// Q4_K block j's 6-bit scale and min, packed in the group's 12 bytes `s`: bytes 0-3 and
+// 4-7 hold blocks 0-3's scales and mins in their low six bits; bytes 8-11 blocks 4-7's low
+// four bits (scale: low nibble, min: high nibble), their top two bits being those of bytes
+// 0-3 (scales) and 4-7 (mins).
+inline void k4_scale_min(const uint8_t* s, int64_t j, int& sc, int& mn) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// Block b's offset m (the unsigned formats): Q4_1's fp16, Q4_K's -dmin * min_j.
+template <int64_t F>
+inline float block_offset(const uint8_t* row, int64_t b) {
+  const uint8_t* g = group_of<F>(row, b);
+  if constexpr (F == GGML_Q4_1) {
+    return half_to_float(g + 2);
+  } else {
+    int sc, mn;
+    k4_scale_min(g + 4, b % 8, sc, mn);
+    return -(half_to_float(g + 2) * static_cast<float>(mn));
+  }
+}
+
+// Block b's scale for lanes 0-3 and 4-7 (equal but for Q6_K's two 16-weight halves).
+template <int64_t F>
+inline void block_scales(const uint8_t* row, int64_t b, float& d_lo, float& d_hi) {
+  const uint8_t* g = group_of<F>(row, b);
+  if constexpr (F == GGML_Q4_K) {
+    int sc, mn;
+    k4_scale_min(g + 4, b % 8, sc, mn);
+    d_lo = d_hi = half_to_float(g) * static_cast<float>(sc);
+  } else if constexpr (F == GGML_Q6_K) {
+    const int8_t* sc = reinterpret_cast<const int8_t*>(g + 192) + 2 * (b % 8);
+    const float d = half_to_float(g + 208);
+    d_lo = d * static_cast<float>(sc[0]);
+    d_hi = d * static_cast<float>(sc[1]);
+  } else {
+    d_lo = d_hi = half_to_float(g);
+  }
+}
 
 #if defined(OFFICELLM_QMM_AVX2)
 
-// The 32 weights of a block as bytes: unsigned nibbles for Q4_1, signed for Q8_0 and Q4_0.
+inline __m256i shift_right_16(__m256i v, int64_t count) {
+  return _mm256_srl_epi16(v, _mm_cvtsi32_si128(static_cast<int>(count)));
+}
+
+// Block b's 32 weights as bytes (unsigned for Q4_1 and Q4_K, signed for the others) and its
+// lane scales.
 template <int64_t F>
-inline __m256i load_weights(const uint8_t* block, WeightBlock& wb) {
-  wb.d = half_to_float(block);
+inline __m256i load_weights(const uint8_t* row, int64_t b, __m256& dw) {
+  float d_lo, d_hi;
+  block_scales<F>(row, b, d_lo, d_hi);
+  dw = F == GGML_Q6_K ? _mm256_set_m128(_mm_set1_ps(d_hi), _mm_set1_ps(d_lo))
+                      : _mm256_set1_ps(d_lo);
+  const uint8_t* g = group_of<F>(row, b);
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
   if constexpr (F == GGML_Q8_0) {
-    wb.m = 0.f;
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 2));
+  } else if constexpr (F == GGML_Q4_K) {
+    const int64_t j = b % 8;  // nibbles: low (j even) or high halves of 32 bytes
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 16 + j / 2 * 32));
+    return _mm256_and_si256(shift_right_16(raw, 4 * (j % 2)), nibble);
+  } else if constexpr (F == GGML_Q6_K) {
+    const int64_t j = b % 8, half = j / 4, k = j % 4;
+    const __m256i ql = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(g + half * 64 + (k % 2) * 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 128 + half * 32));
+    const __m256i lo = _mm256_and_si256(shift_right_16(ql, 4 * (k / 2)), nibble);
+    const __m256i hi = _mm256_and_si256(shift_right_16(qh, 2 * k), _mm256_set1_epi8(3));
+    const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));  // 0..63, no carry
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(32));
   } else {
-    const uint8_t* qs = block + (F == GGML_Q4_1 ? 4 : 2);
-    wb.m = F == GGML_Q4_1 ? half_to_float(block + 2) : 0.f;
+    const uint8_t* qs = g + (F == GGML_Q4_1 ? 4 : 2);
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
     const __m128i mask = _mm_set1_epi8(0x0f);
     const __m128i lo = _mm_and_si128(packed, mask);                     // weights 0..15
@@ -168,7 +253,7 @@ inline __m256i dot_u8s8(__m256i u, __m256i s) {
 
 template <int64_t F>
 inline __m256i block_dot(__m256i w, __m256i xq) {
-  if constexpr (F == GGML_Q4_1) {
+  if constexpr (HAS_OFFSET<F>) {
     return dot_u8s8(w, xq);
   } else {  // signed weights: |w| as the unsigned operand, w's sign moved onto x
     return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
@@ -188,7 +273,6 @@ inline float hsum(__m256 v) {
 template <int64_t F, int NR, int MR>
 inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const float* dx,
                  const float* sx, float* y, int64_t N, int64_t nb, int64_t n, int64_t m) {
-  constexpr int64_t BB = F == GGML_Q4_0 ? 18 : F == GGML_Q4_1 ? 20 : 34;
   const int64_t K = nb * QK;
   __m256 acc[NR][MR];
   for (int i = 0; i < NR; ++i)
@@ -201,9 +285,8 @@ inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const fl
       dxv[r] = _mm256_broadcast_ss(dx + (m + r) * nb + b);
     }
     for (int i = 0; i < NR; ++i) {
-      WeightBlock wb;
-      const __m256i wv = load_weights<F>(w + (n + i) * row_bytes + b * BB, wb);
-      const __m256 dwv = _mm256_set1_ps(wb.d);
+      __m256 dwv;
+      const __m256i wv = load_weights<F>(w + (n + i) * row_bytes, b, dwv);
       for (int r = 0; r < MR; ++r) {
         const __m256 dot = _mm256_cvtepi32_ps(block_dot<F>(wv, xv[r]));
         acc[i][r] = _mm256_add_ps(acc[i][r], _mm256_mul_ps(dot, _mm256_mul_ps(dwv, dxv[r])));
@@ -212,7 +295,7 @@ inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const fl
   }
   for (int i = 0; i < NR; ++i)
     for (int r = 0; r < MR; ++r) y[(m + r) * N + n + i] = hsum(acc[i][r]);
-  if constexpr (F == GGML_Q4_1) {
+  if constexpr (HAS_OFFSET<F>) {
     // The offsets' term, sum_b m_b * sum(x block b), in its own pass: inside the loop above
     // its scalar sums took the registers the accumulators need.
     float offsets[NR][MR] = {};
@@ -221,7 +304,7 @@ inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const fl
       float mw[64];
       for (int64_t b0 = 0; b0 < nb; b0 += 64) {
         const int64_t len = std::min<int64_t>(64, nb - b0);
-        for (int64_t b = 0; b < len; ++b) mw[b] = half_to_float(row + (b0 + b) * BB + 2);
+        for (int64_t b = 0; b < len; ++b) mw[b] = block_offset<F>(row, b0 + b);
         for (int r = 0; r < MR; ++r) {
           const float* s = sx + (m + r) * nb + b0;
           float off = offsets[i][r];
@@ -274,10 +357,37 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
 
 #else  // portable C++: the same lanes and order as the vector paths
 
+// Block b's 32 weights as small integers (the vector path's bytes).
+template <int64_t F>
+inline void decode_block(const uint8_t* row, int64_t b, int8_t* wq) {
+  const uint8_t* g = group_of<F>(row, b);
+  if constexpr (F == GGML_Q8_0) {
+    std::memcpy(wq, g + 2, QK);
+  } else if constexpr (F == GGML_Q4_K) {
+    const int64_t j = b % 8;
+    const uint8_t* qs = g + 16 + j / 2 * 32;
+    for (int64_t l = 0; l < QK; ++l) wq[l] = static_cast<int8_t>((qs[l] >> (4 * (j % 2))) & 0x0f);
+  } else if constexpr (F == GGML_Q6_K) {
+    const int64_t j = b % 8, half = j / 4, k = j % 4;
+    const uint8_t* ql = g + half * 64 + (k % 2) * 32;
+    const uint8_t* qh = g + 128 + half * 32;
+    for (int64_t l = 0; l < QK; ++l) {
+      const int q = ((ql[l] >> (4 * (k / 2))) & 0x0f) | (((qh[l] >> (2 * k)) & 3) << 4);
+      wq[l] = static_cast<int8_t>(q - 32);
+    }
+  } else {
+    const uint8_t* qs = g + (F == GGML_Q4_1 ? 4 : 2);
+    const int bias = F == GGML_Q4_0 ? 8 : 0;
+    for (int64_t j = 0; j < QK / 2; ++j) {
+      wq[j] = static_cast<int8_t>((qs[j] & 0x0f) - bias);
+      wq[j + QK / 2] = static_cast<int8_t>((qs[j] >> 4) - bias);
+    }
+  }
+}
+
 template <int64_t F>
 void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
                  int64_t M, int64_t N, int64_t nb, int64_t n0, int64_t n1) {
-  constexpr int64_t BB = F == GGML_Q4_0 ? 18 : F == GGML_Q4_1 ? 20 : 34;
   const int8_t* qx = xq.q.data_ptr<int8_t>();
   const float* dx = xq.d.data_ptr<float>();
   const float* sx = xq.sum.data_ptr<float>();
@@ -288,28 +398,18 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
       float acc[8] = {};
       float offset = 0.f;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* block = w + n * row_bytes + b * BB;
-        const float d = half_to_float(block);
-        float mw = 0.f;
-        if constexpr (F == GGML_Q8_0) {
-          std::memcpy(wq, block + 2, QK);
-        } else {
-          const uint8_t* qs = block + (F == GGML_Q4_1 ? 4 : 2);
-          if constexpr (F == GGML_Q4_1) mw = half_to_float(block + 2);
-          const int bias = F == GGML_Q4_0 ? 8 : 0;
-          for (int64_t j = 0; j < QK / 2; ++j) {
-            wq[j] = static_cast<int8_t>((qs[j] & 0x0f) - bias);
-            wq[j + QK / 2] = static_cast<int8_t>((qs[j] >> 4) - bias);
-          }
-        }
+        const uint8_t* row = w + n * row_bytes;
+        float d_lo, d_hi;
+        block_scales<F>(row, b, d_lo, d_hi);
+        decode_block<F>(row, b, wq);
         const int8_t* xb = qx + m * K + b * QK;
-        const float scale = d * dx[m * nb + b];
+        const float scale_lo = d_lo * dx[m * nb + b], scale_hi = d_hi * dx[m * nb + b];
         for (int l = 0; l < 8; ++l) {
           int32_t dot = 0;
           for (int j = 4 * l; j < 4 * l + 4; ++j) dot += static_cast<int32_t>(wq[j]) * xb[j];
-          acc[l] = acc[l] + static_cast<float>(dot) * scale;
+          acc[l] = acc[l] + static_cast<float>(dot) * (l < 4 ? scale_lo : scale_hi);
         }
-        if constexpr (F == GGML_Q4_1) offset = offset + mw * sx[m * nb + b];
+        if constexpr (HAS_OFFSET<F>) offset = offset + block_offset<F>(row, b) * sx[m * nb + b];
       }
       const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6],
                   h3 = acc[3] + acc[7];
@@ -332,28 +432,31 @@ void run(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
 
 }  // namespace
 
-// x [M, K] float32 (contiguous rows); weight: uint8 [N, K / 32 * block bytes] of `format`
-// blocks (a GGUF tensor's rows). Returns float32 [M, N].
+// x [M, K] float32 (contiguous rows); weight: uint8 [N, K / group weights * group bytes]
+// of `format` groups (a GGUF tensor's rows). Returns float32 [M, N].
 torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "x must be float32 [M, K]");
   TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kUInt8 && weight.is_contiguous(),
               "weight must be contiguous uint8 [N, row bytes]");
-  const int64_t bb = block_bytes(format);
-  TORCH_CHECK(bb > 0, "no kernel for GGUF type ", format);
+  const int64_t gw = group_weights(format);
+  TORCH_CHECK(gw > 0, "no kernel for GGUF type ", format);
   const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
-  TORCH_CHECK(K % QK == 0, "K must be a multiple of 32");
+  TORCH_CHECK(K % gw == 0, "K must be a multiple of ", gw, " for GGUF type ", format);
   const int64_t nb = K / QK;
-  TORCH_CHECK(weight.size(1) == nb * bb, "weight rows hold ", weight.size(1), " bytes, expected ",
-              nb * bb);
+  const int64_t row_bytes = K / gw * group_bytes(format);
+  TORCH_CHECK(weight.size(1) == row_bytes, "weight rows hold ", weight.size(1),
+              " bytes, expected ", row_bytes);
   torch::Tensor y = torch::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
   const QuantizedRows xq = quantize_rows(x.contiguous());
   const uint8_t* w = weight.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
   switch (format) {
-    case GGML_Q4_0: run<GGML_Q4_0>(w, nb * bb, xq, yp, M, N, nb); break;
-    case GGML_Q4_1: run<GGML_Q4_1>(w, nb * bb, xq, yp, M, N, nb); break;
-    default: run<GGML_Q8_0>(w, nb * bb, xq, yp, M, N, nb); break;
+    case GGML_Q4_0: run<GGML_Q4_0>(w, row_bytes, xq, yp, M, N, nb); break;
+    case GGML_Q4_1: run<GGML_Q4_1>(w, row_bytes, xq, yp, M, N, nb); break;
+    case GGML_Q4_K: run<GGML_Q4_K>(w, row_bytes, xq, yp, M, N, nb); break;
+    case GGML_Q6_K: run<GGML_Q6_K>(w, row_bytes, xq, yp, M, N, nb); break;
+    default: run<GGML_Q8_0>(w, row_bytes, xq, yp, M, N, nb); break;
   }
   return y;
 }

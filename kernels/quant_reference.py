@@ -1,25 +1,49 @@
 """Torch reference of the quantized matmul (kernels/cpu_quant_matmul.cpp), and the GGUF
 block formats it reads.
 
-A weight stays in GGUF's 32-weight blocks: Q8_0 (fp16 scale d, 32 int8: w = d q), Q4_0 (d,
-16 bytes of nibbles: w = d (q - 8)) and Q4_1 (d, fp16 offset m, nibbles: w = d q + m); in
-each nibble byte j the low half is weight j and the high half weight j + 16. The matmul
-quantizes each row of x per 32-value block to int8 (d = max|x| * (1/127), q = round(x / d)),
-so every (weight block, x block) pair is an exact integer dot times two scales, plus, for
-Q4_1, m times the x block's float sum. This module performs the kernel's float operations
-in the kernel's order (its header states it), so the two are equal bit for bit.
+Every format is read as 32-weight blocks of small integers with a float scale per group of
+four weights (a "lane") and, for the unsigned formats, a float offset per block:
+
+- Q8_0 (34 B per 32): fp16 d, 32 int8: w = d q.
+- Q4_0 (18 B per 32): d, 16 bytes of nibbles: w = d (q - 8).
+- Q4_1 (20 B per 32): d, fp16 offset m, nibbles: w = d q + m. In each nibble byte j of
+  these two the low half is weight j and the high half weight j + 16.
+- Q4_K (144 B per 256, llama.cpp's usual 4-bit): fp16 d and dmin, twelve bytes packing
+  eight 6-bit (scale, min) pairs, 128 bytes of nibbles; block j of the 256 is
+  w = (d sc_j) q - dmin mn_j, its nibbles the low (j even) or high (j odd) halves of bytes
+  32 (j // 2) .. 32 (j // 2) + 31.
+- Q6_K (210 B per 256): 128 bytes of low nibbles, 64 bytes of 2-bit high parts, sixteen
+  int8 scales (one per 16 weights), fp16 d: w = (d sc_s) (q - 32), q six bits.
+
+d sc is exact in float32 (an 11-bit by at most 8-bit product), so a K-quant block is a
+32-block with exact scales, and Q6_K's two 16-weight halves are lanes 0-3 and 4-7.
+
+The matmul quantizes each row of x per 32-value block to int8 (d = max|x| * (1/127),
+q = round(x / d)), so every (weight block, x block) pair is an exact integer dot per lane
+times two scales, plus, for the unsigned formats, m times the x block's float sum. This
+module performs the kernel's float operations in the kernel's order (its header states
+it), so the two are equal bit for bit.
 """
 
 from __future__ import annotations
 
 import torch
 
-QK = 32
-# GGUF's type ids (ggml_type) with a kernel, and their block sizes in bytes.
-Q4_0, Q4_1, Q8_0 = 2, 3, 8
-BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q8_0: 34}
-NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0"}
+QK = 32  # weights per block, the unit of the matmul
+LANES = 8  # four weights each: one int32 lane of vpdpbusd
+# GGUF's type ids (ggml_type) with a kernel; the weights one stored group holds and its bytes.
+Q4_0, Q4_1, Q8_0, Q4_K, Q6_K = 2, 3, 8, 12, 14
+GROUP_WEIGHTS = {Q4_0: 32, Q4_1: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256}
+GROUP_BYTES = {Q4_0: 18, Q4_1: 20, Q8_0: 34, Q4_K: 144, Q6_K: 210}
+NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
+# Formats whose integers are unsigned with a per-block offset m (the matmul's offset term).
+WITH_OFFSET = (Q4_1, Q4_K)
 INV127 = torch.tensor(1.0 / 127.0, dtype=torch.float32)
+
+
+def row_bytes(fmt: int, in_features: int) -> int:
+    """Bytes of one row of `in_features` weights in `fmt`."""
+    return in_features // GROUP_WEIGHTS[fmt] * GROUP_BYTES[fmt]
 
 
 def _halves(raw: torch.Tensor) -> torch.Tensor:
@@ -27,25 +51,70 @@ def _halves(raw: torch.Tensor) -> torch.Tensor:
     return raw.contiguous().view(torch.float16).squeeze(-1).float()
 
 
+def _k4_scales_mins(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q4_K's 12 bytes [..., 12] -> (scales, mins) int32 [..., 8]: bytes 0-3 hold scales 0-3
+    in their low six bits, 4-7 the mins 0-3; bytes 8-11 the low four bits of scales 4-7
+    (low nibble) and mins 4-7 (high nibble), whose top two bits are bytes 0-3's and 4-7's
+    top two bits."""
+    p = packed.to(torch.int32)
+    lo, mid, hi = p[..., 0:4], p[..., 4:8], p[..., 8:12]
+    scales = torch.cat([lo & 63, (hi & 15) | ((lo >> 6) << 4)], dim=-1)
+    mins = torch.cat([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], dim=-1)
+    return scales, mins
+
+
+def _unpack_q4_k(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    n, g = groups.shape[:2]
+    d, dmin = _halves(groups[..., 0:2]), _halves(groups[..., 2:4])
+    scales, mins = _k4_scales_mins(groups[..., 4:16])
+    qs = groups[..., 16:].reshape(n, g, 4, 1, 32)
+    q = torch.cat([qs & 0x0F, qs >> 4], dim=3).reshape(n, g * 8, QK).to(torch.int8)
+    dl = (d.unsqueeze(-1) * scales.float()).reshape(n, g * 8)
+    m = -(dmin.unsqueeze(-1) * mins.float()).reshape(n, g * 8)
+    return q, dl.unsqueeze(-1).expand(n, g * 8, LANES).contiguous(), m
+
+
+def _unpack_q6_k(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    n, g = groups.shape[:2]
+    ql = groups[..., 0:128].reshape(n, g, 2, 1, 64)
+    qh = groups[..., 128:192].reshape(n, g, 2, 1, 32)
+    scales = groups[..., 192:208].contiguous().view(torch.int8).float()  # [n, g, 16]
+    d = _halves(groups[..., 208:210])
+    # Half h of the 256 holds blocks 4h..4h+3: low nibbles of ql[64h : 64h+32], of
+    # ql[64h+32 : 64h+64], then their high nibbles; qh[32h + l]'s bit pairs 0-1, 2-3, 4-5,
+    # 6-7 are those four blocks' high parts.
+    low = torch.cat([ql & 0x0F, ql >> 4], dim=3).reshape(n, g, 2, 4, 32)
+    high = torch.cat([(qh >> s) & 3 for s in (0, 2, 4, 6)], dim=3)  # [n, g, 2, 4, 32]
+    q = ((low | (high << 4)).to(torch.int16) - 32).to(torch.int8).reshape(n, g * 8, QK)
+    dl = (d.unsqueeze(-1) * scales).reshape(n, g * 8, 2)  # a scale per 16 weights
+    return q, dl.repeat_interleave(LANES // 2, dim=-1), torch.zeros(n, g * 8)
+
+
 def unpack(weight: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(integers int8 [N, nb, 32], scales d float32 [N, nb], offsets m float32 [N, nb])."""
+    """(integers int8 [N, nb, 32], lane scales float32 [N, nb, 8], offsets float32 [N, nb])
+    of rows of `fmt` groups, nb = in_features / 32."""
     n = weight.shape[0]
-    blocks = weight.view(n, -1, BLOCK_BYTES[fmt])
-    d = _halves(blocks[..., 0:2])
+    groups = weight.view(n, -1, GROUP_BYTES[fmt])
+    if fmt == Q4_K:
+        return _unpack_q4_k(groups)
+    if fmt == Q6_K:
+        return _unpack_q6_k(groups)
+    d = _halves(groups[..., 0:2])
+    lanes = d.unsqueeze(-1).expand(*d.shape, LANES).contiguous()
     if fmt == Q8_0:
-        return blocks[..., 2:].contiguous().view(torch.int8), d, torch.zeros_like(d)
-    qs = blocks[..., 4:] if fmt == Q4_1 else blocks[..., 2:]
+        return groups[..., 2:].contiguous().view(torch.int8), lanes, torch.zeros_like(d)
+    qs = groups[..., 4:] if fmt == Q4_1 else groups[..., 2:]
     q = torch.cat([qs & 0x0F, qs >> 4], dim=-1).to(torch.int8)
     if fmt == Q4_0:
-        return q - 8, d, torch.zeros_like(d)
-    return q, d, _halves(blocks[..., 2:4])
+        return q - 8, lanes, torch.zeros_like(d)
+    return q, lanes, _halves(groups[..., 2:4])
 
 
 def dequantize(weight: torch.Tensor, fmt: int) -> torch.Tensor:
     """The float32 [N, K] weights the blocks stand for (what llama.cpp's dequantize gives)."""
-    q, d, m = unpack(weight, fmt)
-    w = d.unsqueeze(-1) * q.float()
-    if fmt == Q4_1:
+    q, dl, m = unpack(weight, fmt)
+    w = dl.repeat_interleave(QK // LANES, dim=-1) * q.float()
+    if fmt in WITH_OFFSET:
         w = w + m.unsqueeze(-1)
     return w.reshape(weight.shape[0], -1)
 
@@ -69,6 +138,7 @@ def quant_matmul(x: torch.Tensor, weight: torch.Tensor, fmt: int) -> torch.Tenso
     qw, dw, mw = unpack(weight, fmt)
     m, nb = dx.shape
     n = qw.shape[0]
+    lane_dw = dw.permute(1, 2, 0).unsqueeze(2)  # [nb, 8, 1, N]
     # Lane l of a block's dot covers its elements 4l..4l+3: [nb, 8, M, 4] @ [nb, 8, 4, N].
     # Each lane's dot is an integer below 2^16, exact in float32.
     lx = qx.float().reshape(m, nb, 8, 4).permute(1, 2, 0, 3)
@@ -76,11 +146,11 @@ def quant_matmul(x: torch.Tensor, weight: torch.Tensor, fmt: int) -> torch.Tenso
     acc = torch.zeros(8, m, n)
     for b in range(nb):
         dots = torch.matmul(lx[b], lw[b])  # [8, M, N]
-        scale = dw[:, b].unsqueeze(0) * dx[:, b].unsqueeze(1)  # [M, N]: d_w * d_x
+        scale = lane_dw[b] * dx[:, b].reshape(1, m, 1)  # [8, M, N]: d_w * d_x per lane
         acc = acc + dots * scale
     h = acc[0:4] + acc[4:8]
     y = (h[0] + h[2]) + (h[1] + h[3])
-    if fmt == Q4_1:
+    if fmt in WITH_OFFSET:
         offset = torch.zeros(m, n)
         for b in range(nb):
             offset = offset + mw[:, b].unsqueeze(0) * sx[:, b].unsqueeze(1)

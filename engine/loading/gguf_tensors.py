@@ -32,7 +32,7 @@ _TOP_NAMES = {"token_embd": "model.embed_tokens", "output": "lm_head"}
 class QuantizedTensor:
     """One weight in GGUF blocks: `data` uint8 [rows, bytes per row] of type `fmt`."""
 
-    fmt: int  # ggml_type id (kernels.quant_reference.Q8_0, Q4_0, Q4_1)
+    fmt: int  # ggml_type id (kernels.quant_reference.Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)
     data: torch.Tensor
     in_features: int
 
@@ -70,7 +70,7 @@ def read_quantized(path: Path, num_heads: int, num_kv_heads: int) -> GgufWeights
         if name is None:
             continue
         fmt = int(t.tensor_type)
-        if fmt not in quant_reference.BLOCK_BYTES:
+        if fmt not in quant_reference.GROUP_BYTES:
             if t.tensor_type.name not in ("F32", "F16", "BF16"):
                 unsupported.setdefault(t.tensor_type.name, []).append(name)
             continue

@@ -1,4 +1,4 @@
-"""A linear layer's weight kept in 32-weight blocks (GGUF's Q8_0, Q4_0, Q4_1).
+"""A linear layer's weight kept in GGUF's blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
 
 The matmul itself is the kernel's (kernels/cpu_quant_matmul.cpp on the CPU backend, the
 torch reference kernels/quant_reference.py on the torch backend): float32 x in, float32 y

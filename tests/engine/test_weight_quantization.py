@@ -1,6 +1,7 @@
-"""Weights kept in 32-weight blocks (`--quantization`): the GGUF's own blocks, or a
-safetensors model's quantized at load, run by the C++ kernel; the greedy output equals the
-engine's torch reference of the same blocks token for token (and logprob for logprob)."""
+"""Weights kept in blocks (`--quantization`): the GGUF's own blocks (Q8_0, Q4_0, Q4_1 and
+the K-quants Q4_K, Q6_K), or a safetensors model's quantized at load, run by the C++ kernel;
+the greedy output equals the engine's torch reference of the same blocks token for token
+(and logprob for logprob)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,15 @@ def gguf_llm(smollm2_dir):
     return make_llm(smollm2_dir, quantization="gguf")
 
 
+@pytest.fixture(scope="module")
+def k_quant_gguf(tmp_path_factory) -> Path:
+    """A 2-layer Llama in the usual download's mix of Q4_K and Q6_K (and one Q8_0)."""
+    from tests.support.k_quant_gguf import write_k_quant_gguf
+
+    return write_k_quant_gguf(tmp_path_factory.mktemp("kquant") / "kquant.gguf",
+                              bundled_model_path())
+
+
 def test_the_gguf_blocks_dequantize_to_the_converted_checkpoint(smollm2_dir):
     """Our reader (names, q/k row order, blocks) against transformers' dequantized copy."""
     spec_heads = (9, 3)  # SmolLM2-135M: 9 query heads, 3 KV heads
@@ -55,6 +65,37 @@ def test_the_gguf_blocks_dequantize_to_the_converted_checkpoint(smollm2_dir):
     dense = dict(iter_safetensors(smollm2_dir))
     for name, q in blocks.tensors.items():
         assert torch.equal(quant_reference.dequantize(q.data, q.fmt), dense[name]), name
+
+
+def test_k_quant_blocks_dequantize_as_transformers_converts_them(k_quant_gguf):
+    """Q4_K and Q6_K read by our reader and reference, against transformers' (gguf-py's)
+    dequantization of the same file."""
+    from engine.loading.model_loader import resolve_model_dir
+    from tests.support.k_quant_gguf import HEADS, KV_HEADS
+
+    blocks = read_quantized(k_quant_gguf, HEADS, KV_HEADS)
+    assert not blocks.unsupported
+    assert {q.fmt for q in blocks.tensors.values()} == {
+        quant_reference.Q4_K, quant_reference.Q6_K, quant_reference.Q8_0}
+    dense = dict(iter_safetensors(resolve_model_dir(k_quant_gguf)))
+    assert len(blocks.tensors) == 2 * 7 + 1
+    for name, q in blocks.tensors.items():
+        assert torch.equal(quant_reference.dequantize(q.data, q.fmt), dense[name]), name
+
+
+def test_greedy_over_k_quant_blocks_equals_the_torch_reference_token_for_token(k_quant_gguf):
+    """Every matmul of the K-quant file in its blocks (a fused q/k/v of three types), four
+    prompts batched under chunked prefill, the kernel against its reference."""
+    settings = dict(quantization="gguf", max_num_batched_tokens=64)
+    ours = make_llm(k_quant_gguf, **settings)
+    weights = _quantized_weights(ours)
+    assert len(weights) == 2 * 4 + 2  # the tied head reads the embedding's Q6_K blocks
+    assert {g.fmt for w in weights for g in w.groups} == {
+        quant_reference.Q4_K, quant_reference.Q6_K, quant_reference.Q8_0}
+    reference = make_llm(k_quant_gguf, **settings)
+    _with_reference_matmul(reference)
+    prompts = [[1, 400, 500, 600, 700] * 10, [1, 42, 43], [5, 6, 7, 8, 9, 10, 11] * 5, [100]]
+    assert _greedy(ours, prompts) == _greedy(reference, prompts)
 
 
 def test_every_matmul_of_the_bundled_model_reads_blocks(gguf_llm):
@@ -138,10 +179,10 @@ def test_a_gguf_type_without_a_kernel_is_dequantized_with_one_warning(tmp_path, 
 
     path = tmp_path / "mixed.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_tensor("blk.0.attn_q.weight", np.zeros((4, 210), dtype=np.uint8),
-                      raw_dtype=T.Q6_K)
-    writer.add_tensor("blk.0.attn_v.weight", np.zeros((4, 210), dtype=np.uint8),
-                      raw_dtype=T.Q6_K)
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((4, 176), dtype=np.uint8),
+                      raw_dtype=T.Q5_K)
+    writer.add_tensor("blk.0.attn_v.weight", np.zeros((4, 176), dtype=np.uint8),
+                      raw_dtype=T.Q5_K)
     writer.add_tensor("blk.0.attn_k.weight", np.zeros((4, 20), dtype=np.uint8),
                       raw_dtype=T.Q4_1)
     writer.write_header_to_file()
@@ -152,4 +193,4 @@ def test_a_gguf_type_without_a_kernel_is_dequantized_with_one_warning(tmp_path, 
         blocks = gguf_blocks(path, 2, 2)
     assert list(blocks) == ["model.layers.0.self_attn.k_proj.weight"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "Q6_K" in warnings[0] and "2 tensor(s)" in warnings[0]
+    assert len(warnings) == 1 and "Q5_K" in warnings[0] and "2 tensor(s)" in warnings[0]

@@ -13,9 +13,10 @@ from kernels import cpu_kernels
 from kernels import quant_reference as qr
 from tests.kernels.conftest import cpu_build_levels
 
-FORMATS = [qr.Q8_0, qr.Q4_0, qr.Q4_1]
-# M (rows of x) 1, a partial tile, a full office batch, one past it; K a block, several.
-SHAPES = [(1, 40, 32), (3, 17, 96), (16, 64, 576), (17, 33, 1536)]
+FORMATS = [qr.Q8_0, qr.Q4_0, qr.Q4_1, qr.Q4_K, qr.Q6_K]
+# M (rows of x) 1, a partial tile, a full office batch, one past it; K one group, several
+# (the 32-weight formats' K also a block, the K-quants' a 256-weight group).
+SHAPES = [(1, 40, 1), (3, 17, 3), (16, 64, 18), (17, 33, 6)]
 LEVEL_PATHS = {"x86-64": "portable", "avx2": "avx2"}
 
 
@@ -40,26 +41,38 @@ def module(request):
     return built
 
 
+# Where each format keeps its fp16 scales in a group: (first byte, how many).
+_FP16_AT = {qr.Q8_0: (0, 1), qr.Q4_0: (0, 1), qr.Q4_1: (0, 2), qr.Q4_K: (0, 2),
+            qr.Q6_K: (208, 1)}
+
+
 def random_blocks(n: int, k: int, fmt: int, gen: torch.Generator) -> torch.Tensor:
-    """Rows of `fmt` blocks with random integers and fp16 scales (and offsets)."""
-    nb = k // qr.QK
-    raw = torch.randint(0, 256, (n, nb, qr.BLOCK_BYTES[fmt]), dtype=torch.uint8, generator=gen)
-    scales = (torch.rand(n, nb, 2, generator=gen) * 0.02 + 0.001).to(torch.float16)
+    """Rows of `fmt` groups with random integers (and packed sub-scales) and small fp16
+    scales (and offsets)."""
+    groups = k // qr.GROUP_WEIGHTS[fmt]
+    raw = torch.randint(0, 256, (n, groups, qr.GROUP_BYTES[fmt]), dtype=torch.uint8,
+                        generator=gen)
+    first, count = _FP16_AT[fmt]
+    scales = (torch.rand(n, groups, count, generator=gen) * 0.02 + 0.001).to(torch.float16)
     if fmt == qr.Q4_1:
         scales[..., 1] = -scales[..., 1] * 8  # an offset near -8 d, as real blocks have
-    raw[..., :4 if fmt == qr.Q4_1 else 2] = scales.view(torch.uint8)[..., :4 if fmt == qr.Q4_1
-                                                                      else 2]
+    raw[..., first:first + 2 * count] = scales.view(torch.uint8)
     if fmt == qr.Q8_0:
         q = raw[..., 2:].view(torch.int8)
         q[q == -128] = -127  # what llama.cpp's quantizer writes
     return raw.reshape(n, -1).contiguous()
 
 
+def _in_features(fmt: int, groups: int) -> int:
+    return groups * qr.GROUP_WEIGHTS[fmt]
+
+
 @pytest.mark.parametrize("fmt", FORMATS, ids=[qr.NAMES[f] for f in FORMATS])
-@pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}x{k}" for m, n, k in SHAPES])
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{m}x{n}x{g}groups" for m, n, g in SHAPES])
 def test_quant_matmul_equals_the_reference_bit_for_bit(module, fmt, shape):
     """Same float operations in the same order (the kernel's header): equal, not close."""
-    m, n, k = shape
+    m, n, groups = shape
+    k = _in_features(fmt, groups)
     gen = torch.Generator().manual_seed(m * 1000 + n + fmt)
     weight = random_blocks(n, k, fmt, gen)
     x = torch.randn(m, k, generator=gen) * 3
@@ -68,15 +81,21 @@ def test_quant_matmul_equals_the_reference_bit_for_bit(module, fmt, shape):
     assert torch.equal(ours, ref)
 
 
-def test_an_exactly_representable_input_gives_the_dequantized_matmul(module):
+@pytest.mark.parametrize("fmt", FORMATS, ids=[qr.NAMES[f] for f in FORMATS])
+def test_an_exactly_representable_input_gives_the_dequantized_matmul(module, fmt):
     """x whose blocks quantize without loss (integers up to 127): the kernel is then the
-    plain matmul on the dequantized weights."""
+    plain matmul on the dequantized weights (which the gguf library checks below), so the
+    kernel reads each format's layout as llama.cpp writes it."""
     gen = torch.Generator().manual_seed(7)
-    weight = random_blocks(8, 64, qr.Q4_1, gen)
-    x = torch.randint(-127, 128, (4, 64), generator=gen).float()
+    k = _in_features(fmt, 2)
+    weight = random_blocks(8, k, fmt, gen)
+    x = torch.randint(-127, 128, (4, k), generator=gen).float()
     x[:, ::32] = 127  # every block's max is 127: scale 1, exact integers
-    dense = x @ qr.dequantize(weight, qr.Q4_1).t()
-    assert torch.allclose(module.quant_matmul(x, weight, qr.Q4_1), dense, rtol=1e-5, atol=1e-4)
+    w = qr.dequantize(weight, fmt)
+    dense = x @ w.t()
+    # float32 rounding of sums in another order: bounded by the sums of |products|.
+    bound = 1e-5 * (x.abs() @ w.abs().t()) + 1e-4
+    assert torch.all((module.quant_matmul(x, weight, fmt) - dense).abs() <= bound)
 
 
 def test_an_empty_batch_gives_an_empty_result(module):
@@ -85,15 +104,20 @@ def test_an_empty_batch_gives_an_empty_result(module):
 
 
 def test_a_type_without_a_kernel_is_refused(module):
-    with pytest.raises(RuntimeError, match="no kernel for GGUF type 14"):
-        module.quant_matmul(torch.randn(1, 256), torch.zeros(4, 210, dtype=torch.uint8), 14)
+    with pytest.raises(RuntimeError, match="no kernel for GGUF type 13"):  # Q5_K
+        module.quant_matmul(torch.randn(1, 256), torch.zeros(4, 176, dtype=torch.uint8), 13)
+
+
+def test_a_k_quant_needs_whole_256_weight_groups(module):
+    with pytest.raises(RuntimeError, match="multiple of 256"):
+        module.quant_matmul(torch.randn(1, 288), torch.zeros(4, 162, dtype=torch.uint8), qr.Q4_K)
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=[qr.NAMES[f] for f in FORMATS])
 def test_the_reference_dequantizes_as_the_gguf_library_does(fmt):
     from gguf import GGMLQuantizationType, quants
 
-    weight = random_blocks(6, 96, fmt, torch.Generator().manual_seed(fmt))
+    weight = random_blocks(6, _in_features(fmt, 3), fmt, torch.Generator().manual_seed(fmt))
     theirs = quants.dequantize(weight.numpy(), GGMLQuantizationType(fmt))
     assert np.array_equal(qr.dequantize(weight, fmt).numpy(), theirs.astype(np.float32))
 
