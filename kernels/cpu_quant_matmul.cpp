@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -153,48 +154,51 @@ QuantizedRows quantize_rows(const torch::Tensor& x) {
   return out;
 }
 
-// Q4_K block j's 6-bit scale and min, packed in the group's 12 bytes `s`: bytes 0-3 and
-// 4-7 hold blocks 0-3's scales and mins in their low six bits; bytes 8-11 blocks 4-7's low
-// four bits (scale: low nibble, min: high nibble), their top two bits being those of bytes
-// 0-3 (scales) and 4-7 (mins).
-inline void k4_scale_min(const uint8_t* s, int64_t j, int& sc, int& mn) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    mn = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
+// One block's float scales: lanes 0-3 and 4-7 (equal but for Q6_K's 16-weight halves) and
+// the offset m of the unsigned formats (0 for the others).
+struct BlockScales {
+  float lo, hi, m;
+};
 
-// Block b's offset m (the unsigned formats): Q4_1's fp16, Q4_K's -dmin * min_j.
+// Every block's scales of one weight row, decoded once per tile of rows and read by each x
+// row of it (a K-quant's 6-bit packing would otherwise be unpacked once per x tile).
 template <int64_t F>
-inline float block_offset(const uint8_t* row, int64_t b) {
-  const uint8_t* g = group_of<F>(row, b);
-  if constexpr (F == GGML_Q4_1) {
-    return half_to_float(g + 2);
-  } else {
-    int sc, mn;
-    k4_scale_min(g + 4, b % 8, sc, mn);
-    return -(half_to_float(g + 2) * static_cast<float>(mn));
-  }
-}
-
-// Block b's scale for lanes 0-3 and 4-7 (equal but for Q6_K's two 16-weight halves).
-template <int64_t F>
-inline void block_scales(const uint8_t* row, int64_t b, float& d_lo, float& d_hi) {
-  const uint8_t* g = group_of<F>(row, b);
+void decode_row_scales(const uint8_t* row, int64_t nb, BlockScales* out) {
   if constexpr (F == GGML_Q4_K) {
-    int sc, mn;
-    k4_scale_min(g + 4, b % 8, sc, mn);
-    d_lo = d_hi = half_to_float(g) * static_cast<float>(sc);
+    for (int64_t g = 0; g < nb / 8; ++g) {
+      const uint8_t* grp = row + g * group_bytes(F);
+      const float d = half_to_float(grp), dmin = half_to_float(grp + 2);
+      // Bytes 0-3 and 4-7 hold blocks 0-3's scales and mins in their low six bits; bytes
+      // 8-11 blocks 4-7's low four bits (scale: low nibble, min: high nibble), their top two
+      // bits being the top two of bytes 0-3 (scales) and 4-7 (mins).
+      const uint8_t* s = grp + 4;
+      for (int j = 0; j < 8; ++j) {
+        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        const int mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        BlockScales& o = out[g * 8 + j];
+        o.lo = o.hi = d * static_cast<float>(sc);
+        o.m = -(dmin * static_cast<float>(mn));
+      }
+    }
   } else if constexpr (F == GGML_Q6_K) {
-    const int8_t* sc = reinterpret_cast<const int8_t*>(g + 192) + 2 * (b % 8);
-    const float d = half_to_float(g + 208);
-    d_lo = d * static_cast<float>(sc[0]);
-    d_hi = d * static_cast<float>(sc[1]);
+    for (int64_t g = 0; g < nb / 8; ++g) {
+      const uint8_t* grp = row + g * group_bytes(F);
+      const float d = half_to_float(grp + 208);
+      const int8_t* sc = reinterpret_cast<const int8_t*>(grp + 192);
+      for (int j = 0; j < 8; ++j) {
+        BlockScales& o = out[g * 8 + j];
+        o.lo = d * static_cast<float>(sc[2 * j]);
+        o.hi = d * static_cast<float>(sc[2 * j + 1]);
+        o.m = 0.f;
+      }
+    }
   } else {
-    d_lo = d_hi = half_to_float(g);
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* g = row + b * group_bytes(F);
+      BlockScales& o = out[b];
+      o.lo = o.hi = half_to_float(g);
+      o.m = F == GGML_Q4_1 ? half_to_float(g + 2) : 0.f;
+    }
   }
 }
 
@@ -204,14 +208,9 @@ inline __m256i shift_right_16(__m256i v, int64_t count) {
   return _mm256_srl_epi16(v, _mm_cvtsi32_si128(static_cast<int>(count)));
 }
 
-// Block b's 32 weights as bytes (unsigned for Q4_1 and Q4_K, signed for the others) and its
-// lane scales.
+// Block b's 32 weights as bytes (unsigned for Q4_1 and Q4_K, signed for the others).
 template <int64_t F>
-inline __m256i load_weights(const uint8_t* row, int64_t b, __m256& dw) {
-  float d_lo, d_hi;
-  block_scales<F>(row, b, d_lo, d_hi);
-  dw = F == GGML_Q6_K ? _mm256_set_m128(_mm_set1_ps(d_hi), _mm_set1_ps(d_lo))
-                      : _mm256_set1_ps(d_lo);
+inline __m256i load_weights(const uint8_t* row, int64_t b) {
   const uint8_t* g = group_of<F>(row, b);
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   if constexpr (F == GGML_Q8_0) {
@@ -271,8 +270,9 @@ inline float hsum(__m256 v) {
 // register (the sizes are compile-time, so the loops unroll): each decoded weight block
 // serves MR x blocks and each x block NR weight rows.
 template <int64_t F, int NR, int MR>
-inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const float* dx,
-                 const float* sx, float* y, int64_t N, int64_t nb, int64_t n, int64_t m) {
+inline void tile(const uint8_t* w, int64_t row_bytes, const BlockScales* scales,
+                 const int8_t* qx, const float* dx, const float* sx, float* y, int64_t N,
+                 int64_t nb, int64_t n, int64_t m) {
   const int64_t K = nb * QK;
   __m256 acc[NR][MR];
   for (int i = 0; i < NR; ++i)
@@ -285,8 +285,10 @@ inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const fl
       dxv[r] = _mm256_broadcast_ss(dx + (m + r) * nb + b);
     }
     for (int i = 0; i < NR; ++i) {
-      __m256 dwv;
-      const __m256i wv = load_weights<F>(w + (n + i) * row_bytes, b, dwv);
+      const BlockScales& bs = scales[i * nb + b];
+      const __m256 dwv = F == GGML_Q6_K ? _mm256_set_m128(_mm_set1_ps(bs.hi), _mm_set1_ps(bs.lo))
+                                        : _mm256_set1_ps(bs.lo);
+      const __m256i wv = load_weights<F>(w + (n + i) * row_bytes, b);
       for (int r = 0; r < MR; ++r) {
         const __m256 dot = _mm256_cvtepi32_ps(block_dot<F>(wv, xv[r]));
         acc[i][r] = _mm256_add_ps(acc[i][r], _mm256_mul_ps(dot, _mm256_mul_ps(dwv, dxv[r])));
@@ -298,23 +300,14 @@ inline void tile(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const fl
   if constexpr (HAS_OFFSET<F>) {
     // The offsets' term, sum_b m_b * sum(x block b), in its own pass: inside the loop above
     // its scalar sums took the registers the accumulators need.
-    float offsets[NR][MR] = {};
-    for (int i = 0; i < NR; ++i) {
-      const uint8_t* row = w + (n + i) * row_bytes;
-      float mw[64];
-      for (int64_t b0 = 0; b0 < nb; b0 += 64) {
-        const int64_t len = std::min<int64_t>(64, nb - b0);
-        for (int64_t b = 0; b < len; ++b) mw[b] = block_offset<F>(row, b0 + b);
-        for (int r = 0; r < MR; ++r) {
-          const float* s = sx + (m + r) * nb + b0;
-          float off = offsets[i][r];
-          for (int64_t b = 0; b < len; ++b) off = off + mw[b] * s[b];
-          offsets[i][r] = off;
-        }
-      }
-    }
     for (int i = 0; i < NR; ++i)
-      for (int r = 0; r < MR; ++r) y[(m + r) * N + n + i] += offsets[i][r];
+      for (int r = 0; r < MR; ++r) {
+        const float* s = sx + (m + r) * nb;
+        const BlockScales* row = scales + i * nb;
+        float off = 0.f;
+        for (int64_t b = 0; b < nb; ++b) off = off + row[b].m * s[b];
+        y[(m + r) * N + n + i] += off;
+      }
   }
 }
 
@@ -326,15 +319,24 @@ constexpr int TILE_N = 2;
 #endif
 constexpr int TILE_M = 4;
 
+// Weight rows [n, n + NR) against every row of x: their scales decoded once, then tiles.
 template <int64_t F, int NR>
-inline void tile_rows(const uint8_t* w, int64_t row_bytes, const int8_t* qx, const float* dx,
-                      const float* sx, float* y, int64_t M, int64_t N, int64_t nb, int64_t n) {
+inline void tile_rows(const uint8_t* w, int64_t row_bytes, BlockScales* scales,
+                      const int8_t* qx, const float* dx, const float* sx, float* y, int64_t M,
+                      int64_t N, int64_t nb, int64_t n) {
+  for (int i = 0; i < NR; ++i) decode_row_scales<F>(w + (n + i) * row_bytes, nb, scales + i * nb);
+  // One x row (a lone user's decode) is bound by reading weights: all NR rows in one tile.
+  if (M == 1) {
+    tile<F, NR, 1>(w, row_bytes, scales, qx, dx, sx, y, N, nb, n, 0);
+    return;
+  }
   int64_t m = 0;
-  for (; m + TILE_M <= M; m += TILE_M) tile<F, NR, TILE_M>(w, row_bytes, qx, dx, sx, y, N, nb, n, m);
+  for (; m + TILE_M <= M; m += TILE_M)
+    tile<F, NR, TILE_M>(w, row_bytes, scales, qx, dx, sx, y, N, nb, n, m);
   switch (M - m) {
-    case 3: tile<F, NR, 3>(w, row_bytes, qx, dx, sx, y, N, nb, n, m); break;
-    case 2: tile<F, NR, 2>(w, row_bytes, qx, dx, sx, y, N, nb, n, m); break;
-    case 1: tile<F, NR, 1>(w, row_bytes, qx, dx, sx, y, N, nb, n, m); break;
+    case 3: tile<F, NR, 3>(w, row_bytes, scales, qx, dx, sx, y, N, nb, n, m); break;
+    case 2: tile<F, NR, 2>(w, row_bytes, scales, qx, dx, sx, y, N, nb, n, m); break;
+    case 1: tile<F, NR, 1>(w, row_bytes, scales, qx, dx, sx, y, N, nb, n, m); break;
     default: break;
   }
 }
@@ -346,13 +348,16 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
   const int8_t* qx = xq.q.data_ptr<int8_t>();
   const float* dx = xq.d.data_ptr<float>();
   const float* sx = xq.sum.data_ptr<float>();
+  std::vector<BlockScales> scales(2 * TILE_N * nb);
+  BlockScales* sp = scales.data();
   int64_t n = n0;
   // One x row (a lone user's decode) is bound by reading weights: more rows per tile.
   if (M == 1)
     for (; n + 2 * TILE_N <= n1; n += 2 * TILE_N)
-      tile<F, 2 * TILE_N, 1>(w, row_bytes, qx, dx, sx, y, N, nb, n, 0);
-  for (; n + TILE_N <= n1; n += TILE_N) tile_rows<F, TILE_N>(w, row_bytes, qx, dx, sx, y, M, N, nb, n);
-  for (; n < n1; ++n) tile_rows<F, 1>(w, row_bytes, qx, dx, sx, y, M, N, nb, n);
+      tile_rows<F, 2 * TILE_N>(w, row_bytes, sp, qx, dx, sx, y, M, N, nb, n);
+  for (; n + TILE_N <= n1; n += TILE_N)
+    tile_rows<F, TILE_N>(w, row_bytes, sp, qx, dx, sx, y, M, N, nb, n);
+  for (; n < n1; ++n) tile_rows<F, 1>(w, row_bytes, sp, qx, dx, sx, y, M, N, nb, n);
 }
 
 #else  // portable C++: the same lanes and order as the vector paths
@@ -393,23 +398,24 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
   const float* sx = xq.sum.data_ptr<float>();
   const int64_t K = nb * QK;
   int8_t wq[QK];
+  std::vector<BlockScales> scales(nb);
   for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    decode_row_scales<F>(row, nb, scales.data());
     for (int64_t m = 0; m < M; ++m) {
       float acc[8] = {};
       float offset = 0.f;
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* row = w + n * row_bytes;
-        float d_lo, d_hi;
-        block_scales<F>(row, b, d_lo, d_hi);
+        const BlockScales& bs = scales[b];
         decode_block<F>(row, b, wq);
         const int8_t* xb = qx + m * K + b * QK;
-        const float scale_lo = d_lo * dx[m * nb + b], scale_hi = d_hi * dx[m * nb + b];
+        const float scale_lo = bs.lo * dx[m * nb + b], scale_hi = bs.hi * dx[m * nb + b];
         for (int l = 0; l < 8; ++l) {
           int32_t dot = 0;
           for (int j = 4 * l; j < 4 * l + 4; ++j) dot += static_cast<int32_t>(wq[j]) * xb[j];
           acc[l] = acc[l] + static_cast<float>(dot) * (l < 4 ? scale_lo : scale_hi);
         }
-        if constexpr (HAS_OFFSET<F>) offset = offset + block_offset<F>(row, b) * sx[m * nb + b];
+        if constexpr (HAS_OFFSET<F>) offset = offset + bs.m * sx[m * nb + b];
       }
       const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6],
                   h3 = acc[3] + acc[7];

@@ -1,7 +1,8 @@
 """(a) Every Triton kernel against its torch reference on the device, bf16 included.
 
-Random inputs, odd lengths, block boundaries, GQA ratios 1/4/8, head dims 64/128. Each case
-records its largest absolute error against the tolerance of its dtype.
+Random inputs, odd lengths, block boundaries, GQA ratios 1/4/8, head dims 64/128, and the
+one-byte KV caches (fp8_e4m3, fp8_e5m2, int8). Each case records its largest absolute error
+against the tolerance of its dtype.
 """
 
 from __future__ import annotations
@@ -49,14 +50,20 @@ def _elementwise(tri: Any, dev: torch.device, dtype: torch.dtype, out: list, smo
     _case(out, "apply_rotary.k", dtype, got_k, want_k)
     g = torch.randn(t, 2 * (48 if smoke else 18944), dtype=dtype, device=dev) * 4
     _case(out, "silu_and_mul", dtype, tri.silu_and_mul(g), reference.silu_and_mul(g))
-    kc = torch.zeros(9, 16, hk, d, dtype=dtype, device=dev)
-    vc = torch.zeros_like(kc)
-    kc2, vc2 = kc.clone(), vc.clone()
-    slots = torch.randperm(9 * 16, device=dev)[:t]
+    ours, ref = _write_both(tri, k, k, torch.zeros(9, 16, hk, d, dtype=dtype, device=dev))
+    _case(out, "write_kv_cache", dtype, torch.cat(ours), torch.cat(ref))
+
+
+def _write_both(tri: Any, k: torch.Tensor, v: torch.Tensor,
+                empty: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """((k cache, v cache) written by the Triton kernel, the same by the reference), each
+    starting as `empty`, at random slots with every third one padding (-1)."""
+    kc, vc, kc2, vc2 = (empty.clone() for _ in range(4))
+    slots = torch.randperm(empty.shape[0] * empty.shape[1], device=empty.device)[:k.shape[0]]
     slots[::3] = -1
-    tri.write_kv_cache(k, k, kc, vc, slots)
-    reference.write_kv_cache(k, k, kc2, vc2, slots)
-    _case(out, "write_kv_cache", dtype, torch.cat([kc, vc]), torch.cat([kc2, vc2]))
+    tri.write_kv_cache(k, v, kc, vc, slots)
+    reference.write_kv_cache(k, v, kc2, vc2, slots)
+    return (kc, vc), (kc2, vc2)
 
 
 def _attention(tri: Any, dev: torch.device, dtype: torch.dtype, out: list, smoke: bool) -> None:
@@ -80,6 +87,61 @@ def _attention(tri: Any, dev: torch.device, dtype: torch.dtype, out: list, smoke
             _case(out, f"paged_prefill_attention ({tag})", dtype, got, reference_output(p))
 
 
+# --kv-cache-dtype fp8_e4m3 / fp8_e5m2 / int8: the caches one byte per value holds.
+ONE_BYTE_CACHES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
+
+
+def _written_alike(ours: torch.Tensor, ref: torch.Tensor, cache_dtype: torch.dtype,
+                   d: int) -> tuple[bool, float]:
+    """(agree?, how far): fp8 bytes equal; int8 integers at most one step apart in under 1%
+    of values (a GPU's 127 / amax may round an ulp apart) and scales close."""
+    if cache_dtype != torch.int8:
+        same = torch.equal(ours.view(torch.uint8).cpu(), ref.view(torch.uint8).cpu())
+        return same, 0.0 if same else 1.0
+    steps = (ours[..., :d].int() - ref[..., :d].int()).abs().cpu()
+    scales = [t[..., d:].contiguous().view(torch.float32).cpu() for t in (ours, ref)]
+    scale_ok = torch.allclose(scales[0], scales[1], rtol=1e-6, atol=0.0)
+    off = float((steps > 0).float().mean())
+    return bool(steps.max() <= 1 and off < 0.01 and scale_ok), off
+
+
+def _one_byte_caches(tri: Any, dev: torch.device, dtype: torch.dtype, out: list,
+                     smoke: bool) -> None:
+    """The write kernel's bytes, and decode/prefill attention over a one-byte cache against
+    the reference over the values that cache holds."""
+    from tests.kernels.paged_inputs import make_problem, reference_output, stored_as
+
+    hq, hk, d = (4, 2, 16) if smoke else (28, 4, 128)
+    t = 5 if smoke else 37
+    decode_lens = [1, 17, 45] if smoke else [1, 17, 255, 1000, 4097]
+    mixed = [(21, 21), (37, 11), (30, 1)] if smoke else [(300, 300), (517, 77), (4096, 16)]
+    for cache_dtype in ONE_BYTE_CACHES:
+        name = str(cache_dtype).removeprefix("torch.")
+        width = d + 4 if cache_dtype == torch.int8 else d
+        k = torch.randn(t, hk, d, dtype=dtype, device=dev) * 30
+        v = torch.randn(t, hk, d, dtype=dtype, device=dev)
+        (kc, vc), (kc2, vc2) = _write_both(
+            tri, k, v, torch.zeros(9, 16, hk, width, dtype=cache_dtype, device=dev))
+        ok_k, off_k = _written_alike(kc, kc2, cache_dtype, d)
+        ok_v, off_v = _written_alike(vc, vc2, cache_dtype, d)
+        out.append({"kernel": f"write_kv_cache ({name} cache)",
+                    "dtype": str(dtype).removeprefix("torch."), "max_err": max(off_k, off_v),
+                    "tol": 0.01 if cache_dtype == torch.int8 else 0.0, "ok": ok_k and ok_v})
+        for kind, seqs in (("decode", [(n, 1) for n in decode_lens]), ("prefill", mixed)):
+            p = make_problem(seqs, hq, hk, d, dtype, dev, seed=2)
+            stored, rounded = stored_as(p, cache_dtype)
+            if kind == "decode":
+                got = tri.paged_decode_attention(stored.q, stored.k_cache, stored.v_cache,
+                                                 stored.block_tables, stored.seq_lens,
+                                                 stored.scale)
+            else:
+                got = tri.paged_prefill_attention(stored.q, stored.k_cache, stored.v_cache,
+                                                  stored.block_tables, stored.seq_lens,
+                                                  stored.query_start_loc, stored.scale)
+            _case(out, f"paged_{kind}_attention ({name} cache, GQA {hq // hk}, D {d})", dtype,
+                  got, reference_output(rounded))
+
+
 def run(device: torch.device, smoke: bool) -> dict:
     """All kernel cases; on a CPU only under TRITON_INTERPRET=1, in fp32/fp16."""
     from kernels import triton_ops as tri
@@ -93,5 +155,6 @@ def run(device: torch.device, smoke: bool) -> dict:
     for dtype in dtypes:
         _elementwise(tri, device, dtype, cases, smoke)
         _attention(tri, device, dtype, cases, smoke)
+        _one_byte_caches(tri, device, dtype, cases, smoke)
     return {"cases": cases, "all_ok": all(c["ok"] for c in cases),
             "seconds": time.perf_counter() - t0}

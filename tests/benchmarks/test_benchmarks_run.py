@@ -41,6 +41,13 @@ def test_kv_cache_quality_runs(tmp_path: Path) -> None:
     assert fp8["bytes_per_token"] == 11_520 and 0 <= fp8["top1_agreement_vs_float16"] <= 1
 
 
+def test_quant_matmul_speed_runs(tmp_path: Path) -> None:
+    doc = _run(["benchmarks/quant_matmul_speed.py", "--isa", "native", "--shape", "64", "256",
+                "--rows", "1", "2", "--repeats", "1", "--threads", "1"], tmp_path / "qmm.json")
+    times = doc["paths"]["native"]["rows"]["2"]
+    assert {"dense float32", "dense bfloat16", "Q4_K", "Q6_K"} <= set(times)
+
+
 def test_step_overhead_runs(tmp_path: Path) -> None:
     doc = _run(["-m", "benchmarks.step_overhead", "--batches", "2", "--steps", "2"],
                tmp_path / "step.json")
