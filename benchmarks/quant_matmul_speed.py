@@ -5,9 +5,11 @@ One matmul of a 1B-class model (Llama-3.2-1B's fused gate/up: 16,384 x 2,048), a
 reads (kernels/cpu_quant_matmul.cpp: Q8_0, Q4_1, Q4_K, Q6_K) against torch's dense float32
 and bfloat16 (oneDNN, the weight packed as the engine packs it) on the same weights. Each
 instruction-set path runs in its own process (`--isa native avx2`: OFFICELLM_CPU_ISA caps
-both our kernels and oneDNN), so an AVX-512 machine also shows what an AVX2-only CPU gets.
-Prints each time and the ratio dense-best / blocks (above 1: blocks faster); writes
-benchmarks/results/quant_matmul_speed.json and a PNG, with the CPU it ran on.
+our kernels, ONEDNN_MAX_CPU_ISA and MKL_ENABLE_INSTRUCTIONS torch's), so an AVX-512 machine
+also shows what an AVX2-only CPU gets. Prints each time and the ratio dense / blocks (above
+1: blocks faster), dense being what `--dtype auto` would compute in there (bf16 only with
+bf16 matrix instructions); writes benchmarks/results/quant_matmul_speed.json and a PNG, with
+the CPU it ran on.
 
     .venv/bin/python benchmarks/quant_matmul_speed.py [--threads 2] [--isa native avx2]
 """
@@ -30,6 +32,10 @@ sys.path.insert(0, str(REPO))
 from benchmarks.machine import cpu_description  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
+# The flags under which `--dtype auto` may compute in bf16 (engine/dtype_choice.py measures).
+BF16_MATMUL = frozenset({"avx512_bf16", "amx_bf16"})
+# torch's own caps for each OFFICELLM_CPU_ISA value (MKL's sgemm dispatches by itself).
+MKL_LEVELS = {"avx2": "AVX2", "sse41": "SSE4_2"}
 
 
 def _best_ms(fn, x: torch.Tensor, repeats: int) -> float:
@@ -60,8 +66,11 @@ def measure(n: int, k: int, rows: list[int], repeats: int) -> dict:
     w16 = w.to(torch.bfloat16)
     packed = (packed_linear.pack(w16)
               if packed_linear.can_pack(torch.device("cpu"), torch.bfloat16) else None)
-    out: dict = {"path": module.quant_matmul_path(), "cpu_flags_seen": cpu_features().describe(),
-                 "bf16_packed": packed is not None, "rows": {}}
+    features = cpu_features()
+    out: dict = {"path": module.quant_matmul_path(), "cpu_flags_seen": features.describe(),
+                 "bf16_packed": packed is not None,
+                 "dense_dtype": "bfloat16" if features.flags & BF16_MATMUL else "float32",
+                 "rows": {}}
     for m in rows:
         x = torch.randn(m, k)
         ms = {"dense float32": _best_ms(lambda a: a @ w.t(), x, repeats),
@@ -94,19 +103,23 @@ def main() -> None:
     paths = {}
     for isa in args.isa:
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-        env.pop("OFFICELLM_CPU_ISA", None)
+        for cap in ("OFFICELLM_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
+            env.pop(cap, None)
         if isa != "native":
-            env["OFFICELLM_CPU_ISA"] = isa
+            env.update(OFFICELLM_CPU_ISA=isa, ONEDNN_MAX_CPU_ISA=isa.upper())
+            if isa in MKL_LEVELS:
+                env["MKL_ENABLE_INSTRUCTIONS"] = MKL_LEVELS[isa]
         cmd = [sys.executable, __file__, "--child", "--threads", str(args.threads),
                "--shape", str(n), str(k), "--repeats", str(args.repeats),
                "--rows", *map(str, args.rows)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         paths[isa] = json.loads(proc.stdout.strip().splitlines()[-1])
     for isa, run in paths.items():
-        print(f"\n{isa}: kernel path {run['path']}, bf16 packed: {run['bf16_packed']} "
-              f"({n}x{k}, {args.threads} threads; ms, ratio = best dense / blocks)")
+        print(f"\n{isa}: kernel path {run['path']}, dense in {run['dense_dtype']} "
+              f"(bf16 packed: {run['bf16_packed']}; {n}x{k}, {args.threads} threads; ms, "
+              f"ratio = dense / blocks)")
         for m, ms in run["rows"].items():
-            dense = min(ms["dense float32"], ms["dense bfloat16"])
+            dense = ms[f"dense {run['dense_dtype']}"]
             cells = [f"{name} {t:.3f}" + ("" if name.startswith("dense") else f" ({dense / t:.2f}x)")
                      for name, t in ms.items()]
             print(f"  {m:>2} rows: " + ", ".join(cells))
