@@ -41,11 +41,6 @@ WITH_OFFSET = (Q4_1, Q4_K)
 INV127 = torch.tensor(1.0 / 127.0, dtype=torch.float32)
 
 
-def row_bytes(fmt: int, in_features: int) -> int:
-    """Bytes of one row of `in_features` weights in `fmt`."""
-    return in_features // GROUP_WEIGHTS[fmt] * GROUP_BYTES[fmt]
-
-
 def _halves(raw: torch.Tensor) -> torch.Tensor:
     """[..., 2] uint8 (little-endian fp16) -> float32 [...]."""
     return raw.contiguous().view(torch.float16).squeeze(-1).float()
@@ -133,7 +128,8 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 def quant_matmul(x: torch.Tensor, weight: torch.Tensor, fmt: int) -> torch.Tensor:
-    """y = x W^T float32 [M, N] for x [M, K] and `weight` uint8 [N, K / 32 * block bytes]."""
+    """y = x W^T float32 [M, N] for x [M, K] and `weight` uint8 [N, K / GROUP_WEIGHTS * GROUP_BYTES]
+    (rows of `fmt` groups)."""
     qx, dx, sx = quantize_rows(x)
     qw, dw, mw = unpack(weight, fmt)
     m, nb = dx.shape
