@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -28,11 +29,13 @@ from engine.models import packed_linear
 from engine.models.decoder import DecoderModel
 from engine.models.quantized_linear import QuantizedWeight
 from engine.weight_quantization import (
-    BATCH_ROWS,
-    blocks_are_faster,
+    MatmulPair,
+    blocks_max_rows,
     gguf_blocks,
+    measured_pairs,
     quantize_at_load,
     resolve_quantization,
+    time_matmuls,
 )
 from kernels import quant_reference
 from kernels.cpu_features import cpu_features
@@ -112,7 +115,7 @@ class Worker:
         self.model.load_weights(iter_safetensors(model_dir))
         packs = (self.backend == "cpu" and self.dtype == torch.bfloat16
                  and packed_linear.can_pack(self.device, self.dtype))
-        self.quantization = self._keep_quantized(model_dir, packs)
+        self.weight_format = self._keep_quantized(model_dir, packs)
         self.weight_bytes = self.model.weight_bytes()
         if self.backend == "cpu" and self.dtype == torch.bfloat16:
             features = cpu_features()
@@ -126,13 +129,14 @@ class Worker:
         self.runner: ModelRunner | None = None
 
     def _keep_quantized(self, model_dir: Path, packs: bool) -> str:
-        """Put the matmuls that `--quantization` keeps in blocks on them; returns the method.
-        `packs`: the dense weights would be packed for oneDNN (what auto measures against)."""
+        """Put the matmuls that `--quantization` keeps in blocks on them; returns how the
+        weights are held, in words. `packs`: the dense weights would be packed for oneDNN
+        (what auto measures against)."""
         source = gguf_source(model_dir)
         method = resolve_quantization(self.config.quantization, source, self.backend,
                                       self.parallel.world_size)
         if method == "none":
-            return method
+            return "dense"
         spec = self.spec
         if method == "gguf":
             assert source is not None
@@ -140,31 +144,47 @@ class Worker:
         else:
             blocks = quantize_at_load(iter_safetensors(model_dir), method)
         matmul = self.model.ops.quant_matmul
-        if self.config.quantization == "auto" and not self._blocks_win(blocks, matmul, packs):
-            return "none"
-        kept = self.model.keep_quantized(blocks, matmul)
-        logger.info("Weights kept quantized (%s): %d matmuls read GGUF blocks (%s)",
-                    method, kept, ", ".join(sorted({quant_reference.NAMES[b.fmt]
-                                                    for b in blocks.values()})))
-        return method
+        max_rows = (self._blocks_reach(blocks, matmul, packs)
+                    if self.config.quantization == "auto" else None)
+        if max_rows == 0:
+            return "dense"
+        kept = self.model.keep_quantized(blocks, matmul, max_rows)
+        formats = ", ".join(sorted({quant_reference.NAMES[b.fmt] for b in blocks.values()}))
+        logger.info("Weights kept quantized (%s): %d matmuls read GGUF blocks (%s)%s",
+                    method, kept, formats, "" if max_rows is None else
+                    f" for batches of up to {max_rows} rows, their dense weights for larger")
+        return (f"in blocks ({method})" if max_rows is None else
+                f"dense, and in blocks ({method}) up to {max_rows} rows")
 
-    def _blocks_win(self, blocks: dict, matmul, packs: bool) -> bool:
-        """auto's measurement: layer 0's gate/up matmul, dense (as it would run) vs blocks."""
-        names = [f"model.layers.0.mlp.{n}.weight" for n in ("gate_proj", "up_proj")]
-        if not all(n in blocks for n in names):
-            return True  # nothing to compare against: the file's own blocks
-        weight = self.model.layers[0].gate_up.weight
-        packed = packed_linear.pack(weight) if packs else None
-        faster, dense_ms, blocks_ms = blocks_are_faster(
-            lambda x: packed_linear.linear(x, weight, None, packed),
-            QuantizedWeight.fuse([blocks[n] for n in names], matmul), weight.shape[1],
-            self.dtype)
-        logger.info("quantization auto -> %s: a %dx%dx%d matmul measured here takes %.2f ms "
-                    "in the GGUF's blocks and %.2f ms dense (%s%s)",
-                    "gguf" if faster else "none", BATCH_ROWS, weight.shape[1], weight.shape[0],
-                    blocks_ms, dense_ms, str(self.dtype).removeprefix("torch."),
-                    ", packed for oneDNN" if packs else "")
-        return faster
+    def _blocks_reach(self, blocks: dict, matmul, packs: bool) -> int | None:
+        """auto's measurement (engine/weight_quantization.py): the layers' matmuls, dense
+        (as they would run) vs blocks; the largest batch to run over blocks."""
+        timings = time_matmuls(measured_pairs(self._matmul_pairs(blocks, matmul, packs)),
+                               self.dtype)
+        if not timings:
+            return None  # nothing to compare against: the file's own blocks
+        max_rows = blocks_max_rows(timings)
+        choice = ("gguf" if max_rows is None else "none" if max_rows == 0
+                  else f"gguf up to {max_rows} rows, none above")
+        logger.info("quantization auto -> %s: the layers' matmuls measured here from memory, "
+                    "GGUF blocks vs dense (%s%s): %s", choice,
+                    str(self.dtype).removeprefix("torch."),
+                    ", packed for oneDNN" if packs else "",
+                    "; ".join(f"{t.rows} rows {t.blocks_ms:.2f} vs {t.dense_ms:.2f} ms"
+                              for t in timings))
+        return max_rows
+
+    def _matmul_pairs(self, blocks: dict, matmul, packs: bool) -> Iterator[MatmulPair]:
+        """Each layer's matmuls whose weights are all in `blocks`, in layer order."""
+        for module, names in self.model.layer_matmuls():
+            found = [blocks.get(n) for n in names]
+            if all(t is not None for t in found):
+                weight = module.weight
+                packed = packed_linear.pack(weight) if packs else None
+                yield MatmulPair(
+                    weight.shape[1],
+                    lambda x, w=weight, p=packed: packed_linear.linear(x, w, None, p),
+                    QuantizedWeight.fuse(found, matmul), weight.numel() * weight.element_size())
 
     def kv_budget(self) -> tuple[int, str]:
         """Bytes this rank can give its KV pool, and the flag that sets it."""

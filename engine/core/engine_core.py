@@ -52,8 +52,7 @@ class EngineCore:
             logger.info("Loaded %s (%s, %s, weights %s, KV cache %s) in %.1f s: %s of "
                         "weights%s", model_display_name(model_dir), worker.spec.model_type,
                         str(worker.dtype).removeprefix("torch."),
-                        "dense" if worker.quantization == "none" else
-                        f"in blocks ({worker.quantization})",
+                        worker.weight_format,
                         kv_dtype_name(worker.kv_dtype), worker.load_seconds,
                         format_gib(worker.weight_bytes),
                         f" on rank 0 of {config.tensor_parallel_size} (tensor parallel)"

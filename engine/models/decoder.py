@@ -10,7 +10,7 @@ its intermediate range, its vocabulary rows, and loads only those slices.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -49,6 +49,11 @@ class DecoderLayer(nn.Module):
             self.k_norm = nn.Parameter(torch.ones(d, **e), requires_grad=False)
         else:
             self.q_norm = self.k_norm = None
+
+
+def runs_dense(module: ColumnParallelLinear | RowParallelLinear | ParallelLMHead) -> bool:
+    """Whether some batch runs a layer over its dense weight (so it is worth packing)."""
+    return module.quantized is None or module.quantized.max_rows is not None
 
 
 class DecoderModel(nn.Module):
@@ -92,26 +97,22 @@ class DecoderModel(nn.Module):
         them any more); the embedding keeps its own for the lookup. Returns how many packed.
         """
         modules = [m for layer in self.layers for m in (layer.qkv, layer.o_proj, layer.gate_up,
-                                                        layer.down) if m.quantized is None]
+                                                        layer.down) if runs_dense(m)]
         for module in modules:
             module.packed = packed_linear.pack(module.weight)
             module.weight.data = torch.empty(0, dtype=module.weight.dtype)
         head = self.lm_head
-        if head.quantized is not None:
+        if not runs_dense(head):
             return len(modules)
         head.packed = packed_linear.pack(head.tied.weight if head.tied is not None else head.weight)
         if head.weight is not None:
             head.weight.data = torch.empty(0, dtype=head.weight.dtype)
         return len(modules) + 1
 
-    def keep_quantized(self, tensors: dict[str, QuantizedTensor], matmul: QuantMatmul) -> int:
-        """Run the matmuls whose weights `tensors` hold (Hugging Face names) over their
-        blocks, and release those dense weights; one rank only. A fused weight is kept in
-        blocks only when all its parts are. Call after load_weights; returns how many
-        modules now read blocks."""
-        assert self.parallel.world_size == 1, "blocks are not split across ranks"
-        prefix = "model.layers"
-        kept = 0
+    def layer_matmuls(self) -> Iterator[tuple[ColumnParallelLinear | RowParallelLinear,
+                                               tuple[str, ...]]]:
+        """Each layer's matmuls in order, with the Hugging Face names of the weights fused
+        into each."""
         for i, layer in enumerate(self.layers):
             parts = {
                 layer.qkv: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -120,19 +121,34 @@ class DecoderModel(nn.Module):
                 layer.down: ("mlp.down_proj",),
             }
             for module, names in parts.items():
-                found = [tensors.get(f"{prefix}.{i}.{n}.weight") for n in names]
-                if all(t is not None for t in found):
-                    module.quantized = QuantizedWeight.fuse(found, matmul)  # type: ignore[arg-type]
+                yield module, tuple(f"model.layers.{i}.{n}.weight" for n in names)
+
+    def keep_quantized(self, tensors: dict[str, QuantizedTensor], matmul: QuantMatmul,
+                       max_rows: int | None = None) -> int:
+        """Run the matmuls whose weights `tensors` hold (Hugging Face names) over their
+        blocks, and release those dense weights; one rank only. A fused weight is kept in
+        blocks only when all its parts are. `max_rows`: blocks only for batches of up to
+        that many rows, the dense weights kept for larger ones (the embedding lookup then
+        reads the dense table). Call after load_weights; returns how many modules now read
+        blocks."""
+        assert self.parallel.world_size == 1, "blocks are not split across ranks"
+        kept = 0
+        for module, names in self.layer_matmuls():
+            found = [tensors.get(n) for n in names]
+            if all(t is not None for t in found):
+                module.quantized = QuantizedWeight.fuse(
+                    found, matmul, max_rows)  # type: ignore[arg-type]
+                if max_rows is None:
                     module.weight.data = torch.empty(0, dtype=module.weight.dtype)
-                    kept += 1
+                kept += 1
         table = tensors.get("model.embed_tokens.weight")
         head = tensors.get("lm_head.weight") if self.lm_head.tied is None else table
         if head is not None:
-            self.lm_head.quantized = QuantizedWeight.fuse([head], matmul)
-            if self.lm_head.weight is not None:
+            self.lm_head.quantized = QuantizedWeight.fuse([head], matmul, max_rows)
+            if self.lm_head.weight is not None and max_rows is None:
                 self.lm_head.weight.data = torch.empty(0, dtype=self.lm_head.weight.dtype)
             kept += 1
-        if table is not None:
+        if table is not None and max_rows is None:
             self.embed.quantized = QuantizedWeight.fuse([table], matmul)
             self.embed.weight.data = torch.empty(0, dtype=self.embed.weight.dtype)
             kept += 1

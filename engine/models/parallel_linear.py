@@ -27,7 +27,7 @@ class ColumnParallelLinear(nn.Linear):
         self.quantized: QuantizedWeight | None = None  # the weight in blocks, when kept so
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.quantized is not None:
+        if self.quantized is not None and self.quantized.runs(x):
             y = self.quantized(x)
             return y + self.bias if self.bias is not None else y
         return packed_linear.linear(x, self.weight, self.bias, self.packed)
@@ -50,7 +50,7 @@ class RowParallelLinear(nn.Module):
         self.quantized: QuantizedWeight | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.quantized is not None:
+        if self.quantized is not None and self.quantized.runs(x):
             y = self.quantized(x)
             return y + self.bias if self.bias is not None else y
         if self.parallel.world_size == 1:  # bit for bit the unsplit layer

@@ -5,6 +5,11 @@ torch reference kernels/quant_reference.py on the torch backend): float32 x in, 
 out, so a bf16 model casts around it. A fused weight (q/k/v, gate/up) whose parts are stored
 in different types (a Q4_K_M file mixes them) runs one kernel call per run of rows of one
 type.
+
+A weight can also be kept both ways (`max_rows`): blocks for batches of up to that many rows
+of x, where reading fewer bytes wins, and the layer's dense weight for larger ones, where
+arithmetic decides and a float matmul can be the faster (engine/weight_quantization.py
+measures where).
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ class QuantizedWeight:
 
     groups: list[QuantizedTensor]
     matmul: QuantMatmul
+    max_rows: int | None = None  # larger batches run the dense weight; None: every batch
 
     @classmethod
-    def fuse(cls, parts: Sequence[QuantizedTensor], matmul: QuantMatmul) -> QuantizedWeight:
+    def fuse(cls, parts: Sequence[QuantizedTensor], matmul: QuantMatmul,
+             max_rows: int | None = None) -> QuantizedWeight:
         """The weight whose rows are `parts`' rows in order (neighbours of one type merged)."""
         groups: list[QuantizedTensor] = []
         for part in parts:
@@ -37,7 +44,11 @@ class QuantizedWeight:
                 part = QuantizedTensor(part.fmt, torch.cat([last.data, part.data]),
                                        part.in_features)
             groups.append(part)
-        return cls(groups, matmul)
+        return cls(groups, matmul, max_rows)
+
+    def runs(self, x: torch.Tensor) -> bool:
+        """Whether x's batch runs over the blocks (else over the dense weight)."""
+        return self.max_rows is None or x.numel() <= self.max_rows * x.shape[-1]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float().contiguous()

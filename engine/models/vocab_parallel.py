@@ -62,7 +62,7 @@ class ParallelLMHead(nn.Module):
         self.quantized: QuantizedWeight | None = None  # blocks (a tied head shares the table's)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor | None:
-        if self.quantized is not None:
+        if self.quantized is not None and self.quantized.runs(h):
             return self.quantized(h)[..., : self.vocab_size].float()
         weight = self.tied.weight if self.tied is not None else self.weight
         logits = self.parallel.gather_to_first(packed_linear.linear(h, weight, None, self.packed))

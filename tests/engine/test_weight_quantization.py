@@ -13,10 +13,16 @@ import pytest
 import torch
 
 from engine import SamplingParams
-from engine.loading.gguf_tensors import read_quantized
+from engine.loading.gguf_tensors import QuantizedTensor, read_quantized
 from engine.loading.model_loader import bundled_model_path, iter_safetensors
+from engine.models.parallel_linear import ColumnParallelLinear
 from engine.models.quantized_linear import QuantizedWeight
-from engine.weight_quantization import gguf_blocks, resolve_quantization
+from engine.weight_quantization import (
+    MatmulTiming,
+    blocks_max_rows,
+    gguf_blocks,
+    resolve_quantization,
+)
 from kernels import quant_reference
 from tests.engine.conftest import make_llm
 
@@ -164,6 +170,36 @@ def test_a_quantization_that_does_not_apply_is_refused_saying_why(requested, ggu
     (Path("m.gguf"), "triton", 1, "none"), (Path("m.gguf"), "cpu", 2, "none")])
 def test_auto_considers_blocks_only_for_a_gguf_on_one_cpu_rank(gguf, backend, world, expected):
     assert resolve_quantization("auto", gguf, backend, world) == expected
+
+
+# (rows, dense ms, blocks ms) as auto measures them, fewest rows first.
+@pytest.mark.parametrize("timings,expected", [
+    # Blocks win small batches and tie the rest: blocks for every batch, dense released.
+    (((1, 3.1, 1.2), (16, 11.0, 11.0), (64, 40.0, 41.0)), None),
+    # AVX2 float32 on a small model: blocks win up to 8 rows, dense wins from 16.
+    (((1, 3.1, 1.2), (4, 3.5, 1.9), (8, 4.0, 3.0), (16, 0.39, 0.58)), 8),
+    # A loss in the middle ends the reach there, whatever larger sizes show.
+    (((1, 3.0, 1.0), (4, 3.0, 4.0), (16, 10.0, 5.0)), 1),
+    # AVX-512 BF16: tied at one row, packed bf16 8x faster at 16.
+    (((1, 1.28, 1.27), (16, 1.35, 11.1)), 0),
+    # Within 10% everywhere: the exact dense path stays.
+    (((1, 1.0, 0.95), (16, 10.0, 9.5)), 0),
+])
+def test_auto_runs_blocks_up_to_the_largest_batch_where_they_clearly_win(timings, expected):
+    assert blocks_max_rows(MatmulTiming(*t) for t in timings) == expected
+
+
+def test_a_weight_kept_both_ways_runs_blocks_up_to_its_batch_size_and_dense_above():
+    torch.manual_seed(0)
+    layer = ColumnParallelLinear(64, 8, bias=False, dtype=torch.float32)
+    layer.weight.data = torch.randn(8, 64)
+    other = torch.randn(8, 64)  # the blocks hold another matrix, to tell the two apart
+    blocks = QuantizedTensor(quant_reference.Q8_0, quant_reference.quantize_q8_0(other), 64)
+    layer.quantized = QuantizedWeight.fuse([blocks], quant_reference.quant_matmul, max_rows=2)
+    x = torch.randn(3, 64)
+    torch.testing.assert_close(layer(x[:2]), quant_reference.quant_matmul(
+        x[:2], blocks.data, blocks.fmt), rtol=0, atol=0)
+    torch.testing.assert_close(layer(x), x @ layer.weight.T, rtol=0, atol=0)
 
 
 def test_an_unknown_quantization_is_refused_with_the_choices():
