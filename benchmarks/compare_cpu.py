@@ -33,7 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.machine import cpu_description  # noqa: E402
+from benchmarks.machine import cpu_description, isa_caps  # noqa: E402
 from loadgen import plot, report  # noqa: E402
 from loadgen.local_server import Server, free_port  # noqa: E402
 from loadgen.runner import Target, run_bench  # noqa: E402
@@ -212,7 +212,8 @@ def main() -> None:
     print(table(results))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"settings": vars(args) | {"out": str(args.out)},
-                                    "machine": cpu_description(), "officellm_startup": chosen,
+                                    "machine": cpu_description() | {"isa_caps": isa_caps()},
+                                    "officellm_startup": chosen,
                                     "table": table(results), "results": results}, indent=1))
     docs = {f"{name} {label}": doc for name, res in results.items() if "error" not in res
             for label, doc in res.items()}

@@ -11,6 +11,14 @@ from pathlib import Path
 ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
              "avx512_vnni", "avx512_bf16", "avx_vnni", "avx_ne_convert", "amx_bf16",
              "amx_int8", "amx_tile")
+# The variables that make this machine run as a lesser CPU (ours, oneDNN's, MKL's): a run
+# under any of them is the forced-AVX2 stand-in, not this CPU at its best.
+ISA_CAPS = ("OFFICELLM_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def isa_caps() -> dict[str, str]:
+    """The ISA_CAPS set in this process's environment."""
+    return {k: os.environ[k] for k in ISA_CAPS if k in os.environ}
 
 
 def cpu_description() -> dict:

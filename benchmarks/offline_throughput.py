@@ -16,14 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).parent / "results"
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.machine import cpu_description, isa_caps  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results"
 
 TOPICS = ["the water cycle", "office coffee etiquette", "how a KV cache works", "spreadsheets",
           "the history of the printing press", "time management", "a haiku about Mondays",
@@ -56,7 +61,9 @@ def run_engine(model_dir: Path, dtype: str, prompts, lengths, threads: int) -> d
     dt = time.perf_counter() - t0
     produced = sum(len(o.outputs[0].token_ids) for o in outs)
     assert produced == sum(lengths), (produced, sum(lengths))
-    return {"seconds": dt, "output_tokens": produced, "dtype": str(llm.llm_engine.engine_core.dtype)}
+    core = llm.llm_engine.engine_core
+    return {"seconds": dt, "output_tokens": produced, "dtype": str(core.dtype),
+            "weights": core.weight_format}
 
 
 def _hf_model(model_dir: Path, dtype: torch.dtype):
@@ -138,9 +145,10 @@ def main() -> None:
     for name, r in results.items():
         print(f"{name:<20}{r['output_tok_per_s']:>14.1f}{eng / r['output_tok_per_s']:>11.2f}x")
     report = {
-        "benchmark": "offline_throughput", "model": "SmolLM2-135M-Instruct (bundled GGUF, dequantized)",
+        "benchmark": "offline_throughput", "model": "SmolLM2-135M-Instruct (bundled GGUF; transformers runs it dequantized)",
         "requests": args.requests, "output_tokens": sum(lengths), "threads": threads,
-        "dtype": str(dtype), "cpu": platform.processor() or platform.machine(),
+        "dtype": str(dtype), "cpu": cpu_description(),
+        "cpu_isa_caps": isa_caps(),
         "torch": torch.__version__, "results": results,
         "ratios": {f"engine_vs_{k}": eng / v["output_tok_per_s"] for k, v in results.items() if k != "engine"},
     }

@@ -29,7 +29,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.machine import cpu_description  # noqa: E402
+from benchmarks.machine import ISA_CAPS, cpu_description  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 # The flags under which `--dtype auto` may compute in bf16 (engine/dtype_choice.py measures).
@@ -103,7 +103,7 @@ def main() -> None:
     paths = {}
     for isa in args.isa:
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-        for cap in ("OFFICELLM_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"):
+        for cap in ISA_CAPS:
             env.pop(cap, None)
         if isa != "native":
             env.update(OFFICELLM_CPU_ISA=isa, ONEDNN_MAX_CPU_ISA=isa.upper())

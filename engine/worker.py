@@ -150,11 +150,12 @@ class Worker:
             return "dense"
         kept = self.model.keep_quantized(blocks, matmul, max_rows)
         formats = ", ".join(sorted({quant_reference.NAMES[b.fmt] for b in blocks.values()}))
+        reach = f"{max_rows} row{'s' if max_rows != 1 else ''}"
         logger.info("Weights kept quantized (%s): %d matmuls read GGUF blocks (%s)%s",
                     method, kept, formats, "" if max_rows is None else
-                    f" for batches of up to {max_rows} rows, their dense weights for larger")
+                    f" for batches of up to {reach}, their dense weights for larger")
         return (f"in blocks ({method})" if max_rows is None else
-                f"dense, and in blocks ({method}) up to {max_rows} rows")
+                f"dense, and in blocks ({method}) up to {reach}")
 
     def _blocks_reach(self, blocks: dict, matmul, packs: bool) -> int | None:
         """auto's measurement (engine/weight_quantization.py): the layers' matmuls, dense
@@ -165,7 +166,7 @@ class Worker:
             return None  # nothing to compare against: the file's own blocks
         max_rows = blocks_max_rows(timings)
         choice = ("gguf" if max_rows is None else "none" if max_rows == 0
-                  else f"gguf up to {max_rows} rows, none above")
+                  else f"gguf up to {max_rows} row{'s' if max_rows != 1 else ''}, none above")
         logger.info("quantization auto -> %s: the layers' matmuls measured here from memory, "
                     "GGUF blocks vs dense (%s%s): %s", choice,
                     str(self.dtype).removeprefix("torch."),

@@ -78,6 +78,7 @@ class EngineCore:
         self.runner = runner  # rank 0's: for introspection (tests, benchmarks), not for steps
         self.spec, self.dtype, self.device = worker.spec, worker.dtype, worker.device
         self.kv_dtype = worker.kv_dtype
+        self.weight_format = worker.weight_format  # dense, in blocks, or both (in words)
         self.backend, self.model = worker.backend, worker.model
         self.bytes_per_token = kv_bytes_per_token(self.spec, self.kv_dtype,
                                                   config.tensor_parallel_size)
