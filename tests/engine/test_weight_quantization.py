@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from engine import SamplingParams
+from engine import SamplingParams, weight_quantization
 from engine.loading.gguf_tensors import QuantizedTensor, read_quantized
 from engine.loading.model_loader import bundled_model_path, iter_safetensors
 from engine.models.parallel_linear import ColumnParallelLinear
 from engine.models.quantized_linear import QuantizedWeight
 from engine.weight_quantization import (
+    MatmulPair,
     MatmulTiming,
     blocks_max_rows,
     gguf_blocks,
@@ -172,6 +173,9 @@ def test_auto_considers_blocks_only_for_a_gguf_on_one_cpu_rank(gguf, backend, wo
     assert resolve_quantization("auto", gguf, backend, world) == expected
 
 
+MIB = 1024**2
+
+
 # (rows, dense ms, blocks ms) as auto measures them, fewest rows first.
 @pytest.mark.parametrize("timings,expected", [
     # Blocks win small batches and tie the rest: blocks for every batch, dense released.
@@ -187,6 +191,14 @@ def test_auto_considers_blocks_only_for_a_gguf_on_one_cpu_rank(gguf, backend, wo
 ])
 def test_auto_runs_blocks_up_to_the_largest_batch_where_they_clearly_win(timings, expected):
     assert blocks_max_rows(MatmulTiming(*t) for t in timings) == expected
+
+
+def test_auto_measures_as_many_layers_as_outgrow_twice_the_last_level_cache(monkeypatch):
+    monkeypatch.setattr(weight_quantization, "last_level_cache_bytes", lambda: 16 * MIB)
+    pairs = [MatmulPair(32, torch.nn.Identity(), torch.nn.Identity(), 10 * MIB)
+             for _ in range(10)]
+    assert len(weight_quantization.measured_pairs(iter(pairs))) == 4  # 40 MiB > 2 x 16
+    assert len(weight_quantization.measured_pairs(iter(pairs[:2]))) == 2  # all there are
 
 
 def test_a_weight_kept_both_ways_runs_blocks_up_to_its_batch_size_and_dense_above():
