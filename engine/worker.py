@@ -90,6 +90,11 @@ def check_devices(device: str, world_size: int) -> None:
                          f"machine has {torch.cuda.device_count()}.")
 
 
+def _rows(n: int) -> str:
+    """'1 row', '16 rows': batch sizes in the start-up log."""
+    return f"{n} row{'s' if n != 1 else ''}"
+
+
 class Worker:
     """Builds this rank's model shard and, once the pool is sized, its ModelRunner."""
 
@@ -150,7 +155,7 @@ class Worker:
             return "dense"
         kept = self.model.keep_quantized(blocks, matmul, max_rows)
         formats = ", ".join(sorted({quant_reference.NAMES[b.fmt] for b in blocks.values()}))
-        reach = f"{max_rows} row{'s' if max_rows != 1 else ''}"
+        reach = _rows(max_rows) if max_rows is not None else ""
         logger.info("Weights kept quantized (%s): %d matmuls read GGUF blocks (%s)%s",
                     method, kept, formats, "" if max_rows is None else
                     f" for batches of up to {reach}, their dense weights for larger")
@@ -160,18 +165,18 @@ class Worker:
     def _blocks_reach(self, blocks: dict, matmul, packs: bool) -> int | None:
         """auto's measurement (engine/weight_quantization.py): the layers' matmuls, dense
         (as they would run) vs blocks; the largest batch to run over blocks."""
-        timings = time_matmuls(measured_pairs(self._matmul_pairs(blocks, matmul, packs)),
-                               self.dtype)
-        if not timings:
-            return None  # nothing to compare against: the file's own blocks
+        pairs = measured_pairs(self._matmul_pairs(blocks, matmul, packs))
+        if not pairs:
+            return None  # no layer's matmul to compare: the file's own blocks (head, table)
+        timings = time_matmuls(pairs, self.dtype)
         max_rows = blocks_max_rows(timings)
         choice = ("gguf" if max_rows is None else "none" if max_rows == 0
-                  else f"gguf up to {max_rows} row{'s' if max_rows != 1 else ''}, none above")
+                  else f"gguf up to {_rows(max_rows)}, none above")
         logger.info("quantization auto -> %s: the layers' matmuls measured here from memory, "
                     "GGUF blocks vs dense (%s%s): %s", choice,
                     str(self.dtype).removeprefix("torch."),
                     ", packed for oneDNN" if packs else "",
-                    "; ".join(f"{t.rows} rows {t.blocks_ms:.2f} vs {t.dense_ms:.2f} ms"
+                    "; ".join(f"{_rows(t.rows)} {t.blocks_ms:.2f} vs {t.dense_ms:.2f} ms"
                               for t in timings))
         return max_rows
 
