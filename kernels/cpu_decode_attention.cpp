@@ -117,7 +117,36 @@ inline void load_row(const at::Float8_e4m3fn* src, float* dst, int64_t n) {
 }
 #endif
 
-// One block of the online softmax, shared by both kernels: turns the block's scores p[0,
+// Calls body(k rows, v rows, tokens) for each block of one sequence's KV head h, in order.
+// Blocks lie anywhere in the pool, so the hardware's stride prefetch stops at each block's
+// end: the next block's rows are fetched while the body computes this one (measured on
+// SmolLM2's shape, 16 sequences of 1,400 tokens: 1.22 -> 1.06 ms a layer).
+template <typename C, typename Body>
+inline void walk_blocks(const C* k_cache, const C* v_cache, const int64_t* table, int64_t n,
+                        int64_t block_size, int64_t num_kv_heads, int64_t h, int64_t row_elems,
+                        Body&& body) {
+  const int64_t num_blocks = (n + block_size - 1) / block_size;
+  const int64_t token_stride = num_kv_heads * row_elems;
+  const int64_t row_bytes = row_elems * static_cast<int64_t>(sizeof(C));
+  auto first = [&](int64_t blk) { return (table[blk] * block_size * num_kv_heads + h) * row_elems; };
+  auto tokens = [&](int64_t blk) { return std::min(block_size, n - blk * block_size); };
+  for (int64_t blk = 0; blk < num_blocks; ++blk) {
+    if (blk + 1 < num_blocks) {
+      const int64_t next = first(blk + 1);
+      for (int64_t t = 0; t < tokens(blk + 1); ++t) {
+        const auto* k = reinterpret_cast<const char*>(k_cache + next + t * token_stride);
+        const auto* v = reinterpret_cast<const char*>(v_cache + next + t * token_stride);
+        for (int64_t byte = 0; byte < row_bytes; byte += 64) {
+          __builtin_prefetch(k + byte);
+          __builtin_prefetch(v + byte);
+        }
+      }
+    }
+    body(k_cache + first(blk), v_cache + first(blk), tokens(blk));
+  }
+}
+
+// One block of the online softmax, shared by every kernel: turns the block's scores p[0,
 // tokens) into exp(score - new running max) in place, folds their sum into run_sum, and calls
 // rescale(correction) so the caller can shrink what it accumulated under the old max (the
 // accumulators live in a float array in one kernel, in vector registers in the other).
@@ -170,13 +199,9 @@ void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int6
       // assumes no infinities; exp(-1e30 - max) is still exactly 0.
       std::fill(run_max.begin(), run_max.end(), -1e30f);
       std::fill(run_sum.begin(), run_sum.end(), 0.0f);
-      const int64_t n = seq_lens[b];
-      const int64_t num_blocks = (n + block_size - 1) / block_size;
-      for (int64_t blk = 0; blk < num_blocks; ++blk) {
-        const int64_t block = block_tables[b * table_width + blk];
-        const int64_t tokens = std::min(block_size, n - blk * block_size);
-        const C* k_base = k_cache + (block * block_size * num_kv_heads + h) * row_elems;
-        const C* v_base = v_cache + (block * block_size * num_kv_heads + h) * row_elems;
+      walk_blocks(k_cache, v_cache, block_tables + b * table_width, seq_lens[b], block_size,
+                  num_kv_heads, h, row_elems,
+                  [&](const C* k_base, const C* v_base, int64_t tokens) {
         // Scores of this block's keys for every query head of the group.
         for (int64_t t = 0; t < tokens; ++t) {
           load_row(k_base + t * token_stride, row.data(), d);
@@ -203,7 +228,7 @@ void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int6
             for (int64_t i = 0; i < d; ++i) a[i] += p * row[i];
           }
         }
-      }
+      });
       for (int64_t g = 0; g < group; ++g) {
         T* dst = out + (b * num_q_heads + first_q_head + g) * d;
         const float inv = run_sum[g] > 0.0f ? 1.0f / run_sum[g] : 0.0f;
@@ -245,13 +270,9 @@ void decode_attention_avx512_bf16(const at::BFloat16* q, const at::BFloat16* k_c
         run_max[g] = -1e30f;
         run_sum[g] = 0.0f;
       }
-      const int64_t n = seq_lens[b];
-      const int64_t num_blocks = (n + block_size - 1) / block_size;
-      for (int64_t blk = 0; blk < num_blocks; ++blk) {
-        const int64_t block = block_tables[b * table_width + blk];
-        const int64_t tokens = std::min(block_size, n - blk * block_size);
-        const at::BFloat16* k_base = k_cache + (block * block_size * num_kv_heads + h) * D;
-        const at::BFloat16* v_base = v_cache + (block * block_size * num_kv_heads + h) * D;
+      walk_blocks(k_cache, v_cache, block_tables + b * table_width, seq_lens[b], block_size,
+                  num_kv_heads, h, D,
+                  [&](const at::BFloat16* k_base, const at::BFloat16* v_base, int64_t tokens) {
         for (int64_t t = 0; t < tokens; ++t) {
           const at::BFloat16* kr = k_base + t * token_stride;
           __m512bh kv[kPairs];
@@ -283,7 +304,7 @@ void decode_attention_avx512_bf16(const at::BFloat16* q, const at::BFloat16* k_c
             for (int64_t v = 0; v < kVecs; ++v) acc[g][v] = _mm512_fmadd_ps(p, vf[v], acc[g][v]);
           }
         }
-      }
+      });
       for (int64_t g = 0; g < G; ++g) {
         at::BFloat16* dst = out + (b * num_q_heads + h * G + g) * D;
         const __m512 inv = _mm512_set1_ps(run_sum[g] > 0.0f ? 1.0f / run_sum[g] : 0.0f);
@@ -324,6 +345,152 @@ Bf16Kernel pick_bf16_kernel(int64_t head_dim, int64_t group) {
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define OFFICELLM_AVX2_F32Q 1
+// A float32 model's decode over its 16-bit cache (the CPU's `--kv-cache-dtype auto` on every
+// CPU without bf16 instructions): the generic kernel above goes through a float row and
+// accumulators in memory, ~120 cycles per (token, KV head) at SmolLM2's shape, and at office
+// context lengths this is half of a decode step. Here each stored row is converted straight
+// into registers and fed to FMAs against the group's query heads (G x D/8 FMAs a row for q.k,
+// as many for p.v), the group's scores reduced with horizontal adds four heads at a time.
+inline __m256 load8(const at::BFloat16* p) {
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+
+inline __m256 load8(const at::Half* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The sums of 4 vectors' lanes, one float each.
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+  return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
+// The most vectors of a row (a divisor of the row's kVecs) whose G x chunk accumulators fit
+// in 12 of AVX2's 16 registers, leaving room for the row's vectors and a probability.
+constexpr int64_t chunk_vectors(int64_t vecs, int64_t group) {
+  int64_t chunk = 1;
+  for (int64_t c = 1; c <= vecs; ++c) {
+    if (vecs % c == 0 && c * group <= 12) chunk = c;
+  }
+  return chunk;
+}
+
+template <typename C, int64_t D, int64_t G>
+void decode_attention_avx2(const float* q, const C* k_cache, const C* v_cache,
+                           const int64_t* block_tables, const int64_t* seq_lens, float* out,
+                           int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_heads,
+                           int64_t block_size, int64_t table_width, float scale) {
+  constexpr int64_t kVecs = D / 8;
+  // p.v in chunks of kChunk vectors, G x kChunk accumulators held in registers (16 on AVX2).
+  constexpr int64_t kChunk = chunk_vectors(kVecs, G);
+  constexpr int64_t kGroups4 = (G + 3) / 4;
+  const int64_t token_stride = num_kv_heads * D;
+  at::parallel_for(0, num_seqs * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+    alignas(32) float qf[G][D];
+    alignas(32) float acc[G][D];
+    std::vector<float> probs(G * block_size);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / num_kv_heads;
+      const int64_t h = item % num_kv_heads;
+      for (int64_t g = 0; g < G; ++g) {
+        const float* src = q + (b * num_q_heads + h * G + g) * D;
+        for (int64_t i = 0; i < D; ++i) qf[g][i] = src[i] * scale;
+      }
+      std::memset(acc, 0, sizeof acc);
+      float run_max[G], run_sum[G];
+      for (int64_t g = 0; g < G; ++g) {
+        run_max[g] = -1e30f;
+        run_sum[g] = 0.0f;
+      }
+      walk_blocks(k_cache, v_cache, block_tables + b * table_width, seq_lens[b], block_size,
+                  num_kv_heads, h, D,
+                  [&](const C* k_base, const C* v_base, int64_t tokens) {
+        for (int64_t t = 0; t < tokens; ++t) {
+          const C* kr = k_base + t * token_stride;
+          __m256 s[kGroups4 * 4];
+          for (int64_t g = 0; g < kGroups4 * 4; ++g) s[g] = _mm256_setzero_ps();
+          for (int64_t v = 0; v < kVecs; ++v) {
+            const __m256 kv = load8(kr + v * 8);
+            for (int64_t g = 0; g < G; ++g) {
+              s[g] = _mm256_fmadd_ps(_mm256_load_ps(qf[g] + v * 8), kv, s[g]);
+            }
+          }
+          for (int64_t g4 = 0; g4 < kGroups4; ++g4) {
+            alignas(16) float four[4];
+            _mm_store_ps(four, hsum4(s[4 * g4], s[4 * g4 + 1], s[4 * g4 + 2], s[4 * g4 + 3]));
+            for (int64_t j = 0; j < 4 && 4 * g4 + j < G; ++j) {
+              probs[(4 * g4 + j) * block_size + t] = four[j];
+            }
+          }
+        }
+        for (int64_t g = 0; g < G; ++g) {
+          online_softmax_block(probs.data() + g * block_size, tokens, run_max[g], run_sum[g],
+                               [&](float correction) {
+                                 const __m256 c = _mm256_set1_ps(correction);
+                                 for (int64_t v = 0; v < kVecs; ++v) {
+                                   _mm256_store_ps(acc[g] + v * 8,
+                                                   _mm256_mul_ps(_mm256_load_ps(acc[g] + v * 8), c));
+                                 }
+                               });
+        }
+        for (int64_t c0 = 0; c0 < kVecs; c0 += kChunk) {
+          __m256 a[G][kChunk];
+          for (int64_t g = 0; g < G; ++g)
+            for (int64_t j = 0; j < kChunk; ++j) a[g][j] = _mm256_load_ps(acc[g] + (c0 + j) * 8);
+          for (int64_t t = 0; t < tokens; ++t) {
+            const C* vr = v_base + t * token_stride + c0 * 8;
+            __m256 vv[kChunk];
+            for (int64_t j = 0; j < kChunk; ++j) vv[j] = load8(vr + j * 8);
+            for (int64_t g = 0; g < G; ++g) {
+              const __m256 p = _mm256_broadcast_ss(&probs[g * block_size + t]);
+              for (int64_t j = 0; j < kChunk; ++j) a[g][j] = _mm256_fmadd_ps(p, vv[j], a[g][j]);
+            }
+          }
+          for (int64_t g = 0; g < G; ++g)
+            for (int64_t j = 0; j < kChunk; ++j) _mm256_store_ps(acc[g] + (c0 + j) * 8, a[g][j]);
+        }
+      });
+      for (int64_t g = 0; g < G; ++g) {
+        float* dst = out + (b * num_q_heads + h * G + g) * D;
+        const __m256 inv = _mm256_set1_ps(run_sum[g] > 0.0f ? 1.0f / run_sum[g] : 0.0f);
+        for (int64_t v = 0; v < kVecs; ++v) {
+          _mm256_storeu_ps(dst + v * 8, _mm256_mul_ps(_mm256_load_ps(acc[g] + v * 8), inv));
+        }
+      }
+    }
+  });
+}
+
+template <typename C>
+using Avx2Kernel = void (*)(const float*, const C*, const C*, const int64_t*, const int64_t*,
+                            float*, int64_t, int64_t, int64_t, int64_t, int64_t, float);
+
+template <typename C, int64_t D>
+Avx2Kernel<C> pick_avx2_for_group(int64_t group) {
+  switch (group) {
+    case 1: return decode_attention_avx2<C, D, 1>;
+    case 2: return decode_attention_avx2<C, D, 2>;
+    case 3: return decode_attention_avx2<C, D, 3>;
+    case 4: return decode_attention_avx2<C, D, 4>;
+    case 5: return decode_attention_avx2<C, D, 5>;
+    case 6: return decode_attention_avx2<C, D, 6>;
+    case 7: return decode_attention_avx2<C, D, 7>;
+    case 8: return decode_attention_avx2<C, D, 8>;
+    default: return nullptr;
+  }
+}
+
+// The AVX2 kernel for a float32 query over a 16-bit cache of this shape, or nullptr.
+template <typename C>
+Avx2Kernel<C> pick_avx2_kernel(int64_t head_dim, int64_t group) {
+  if (head_dim == 64) return pick_avx2_for_group<C, 64>(group);
+  if (head_dim == 128) return pick_avx2_for_group<C, 128>(group);
+  return nullptr;
+}
+#endif
 
 // The kernel for a query type T and a cache type C, by head size.
 template <typename T, typename C>
@@ -346,6 +513,24 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k_cache, const torc
   }
 }
 
+// A float32 query over a 16-bit cache C: the AVX2 kernel where the build has it and the
+// shape is one of its own, else the generic one.
+template <typename C>
+void run_decode_f32_query(const torch::Tensor& q, const torch::Tensor& k_cache,
+                          const torch::Tensor& v_cache, const torch::Tensor& block_tables,
+                          const torch::Tensor& seq_lens, torch::Tensor& out, float scale) {
+#ifdef OFFICELLM_AVX2_F32Q
+  const int64_t num_q_heads = q.size(1), num_kv_heads = k_cache.size(2);
+  if (Avx2Kernel<C> kernel = pick_avx2_kernel<C>(q.size(2), num_q_heads / num_kv_heads)) {
+    kernel(q.data_ptr<float>(), k_cache.data_ptr<C>(), v_cache.data_ptr<C>(),
+           block_tables.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(), out.data_ptr<float>(),
+           q.size(0), num_q_heads, num_kv_heads, k_cache.size(1), block_tables.size(1), scale);
+    return;
+  }
+#endif
+  run_decode<float, C>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+}
+
 // The cache types a query of type T may read: its own; bf16/fp16 under a float32 query
 // (--kv-cache-dtype float16 under a float32 model); fp8 (e4m3, e5m2) and int8 under any.
 template <typename T>
@@ -363,9 +548,9 @@ void dispatch_cache(at::ScalarType cache_type, const torch::Tensor& q,
     run_decode<T, int8_t>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
   } else if constexpr (std::is_same_v<T, float>) {
     if (cache_type == at::kBFloat16) {
-      run_decode<float, at::BFloat16>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+      run_decode_f32_query<at::BFloat16>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
     } else if (cache_type == at::kHalf) {
-      run_decode<float, at::Half>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+      run_decode_f32_query<at::Half>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
     } else {
       TORCH_CHECK(false, "q and the caches must share a dtype (or the caches be bf16/fp16 under "
                          "a float32 q, or fp8/int8)");

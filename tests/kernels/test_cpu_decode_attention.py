@@ -52,17 +52,23 @@ def test_decode_matches_reference(kernel, dtype, hq, hk, head_dim):
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("hq,hk,head_dim", [(9, 3, 64), (8, 1, 128), (4, 2, 32)])
-def test_decode_of_a_float32_query_reads_a_16_bit_cache(kernel, cache_dtype, hq, hk, head_dim):
-    """--kv-cache-dtype under a float32 model: the kernel converts the stored keys and values
-    on load and computes in float32, so it equals the reference on the same rounded cache."""
+@pytest.mark.parametrize("hq,hk,head_dim", [(9, 3, 64), (8, 1, 128), (5, 5, 128), (10, 2, 64),
+                                            (4, 2, 32)])
+def test_decode_of_a_float32_query_reads_a_16_bit_cache(kernel_at_level, cache_dtype, hq, hk,
+                                                        head_dim):
+    """--kv-cache-dtype auto under a float32 model on the CPU: the kernel converts the stored
+    keys and values on load and computes in float32, so it equals the reference on the same
+    rounded cache. On the AVX2 and AVX-512 builds head sizes 64 and 128 with 1 to 8 query
+    heads per KV head take the register-resident AVX2 kernel (groups of 3, 8, 1 and 5 heads:
+    p.v in chunks of 4, 1, 8 and 2 vectors); size 32 and the portable build take the generic
+    kernel. Lengths past a block also run the next block's prefetch."""
     p = make_problem([(n, 1) for n in DECODE_LENS], hq, hk, head_dim, torch.float32,
                      torch.device("cpu"))
     stored = dataclasses.replace(p, k_cache=p.k_cache.to(cache_dtype),
                                  v_cache=p.v_cache.to(cache_dtype))
     rounded = dataclasses.replace(p, k_cache=stored.k_cache.float(),
                                   v_cache=stored.v_cache.float())
-    out = _run(kernel, stored)
+    out = _run(kernel_at_level, stored)
     assert out.dtype == torch.float32
     close(out, reference_output(rounded), torch.float32)
 
