@@ -122,16 +122,19 @@ float half_to_float(const uint8_t* p) {
 }
 
 // x quantized per block: int8 values, the block's scale, its exact float sum (Q4_1's offset).
+// Scales and sums are block-major ([nb, M], eight floats of padding) so a tile reads its x
+// rows' values of one block as one vector.
 struct QuantizedRows {
   torch::Tensor q;    // int8 [M, K]
-  torch::Tensor d;    // float [M, K / 32]
-  torch::Tensor sum;  // float [M, K / 32]
+  torch::Tensor d;    // float [nb * M + 8]: block b's scale of row m at b * M + m
+  torch::Tensor sum;  // float [nb * M + 8], as d
 };
 
 QuantizedRows quantize_rows(const torch::Tensor& x) {
   const int64_t M = x.size(0), K = x.size(1), nb = K / QK;
   QuantizedRows out{torch::empty({M, K}, x.options().dtype(torch::kInt8)),
-                    torch::empty({M, nb}, x.options()), torch::empty({M, nb}, x.options())};
+                    torch::zeros({nb * M + 8}, x.options()),
+                    torch::zeros({nb * M + 8}, x.options())};
   const float* xp = x.data_ptr<float>();
   int8_t* qp = out.q.data_ptr<int8_t>();
   float* dp = out.d.data_ptr<float>();
@@ -147,8 +150,9 @@ QuantizedRows quantize_rows(const torch::Tensor& x) {
       const float d = amax * INV127;
       const float id = d > 0.f ? 1.f / d : 0.f;
       for (int64_t j = 0; j < QK; ++j) qp[i * QK + j] = static_cast<int8_t>(std::nearbyint(src[j] * id));
-      dp[i] = d;
-      sp[i] = sum;
+      const int64_t at = i % nb * M + i / nb;
+      dp[at] = d;
+      sp[at] = sum;
     }
   });
   return out;
@@ -268,46 +272,58 @@ inline float hsum(__m256 v) {
 
 // One NR x MR tile of y: NR weight rows against MR rows of x, every accumulator in a
 // register (the sizes are compile-time, so the loops unroll): each decoded weight block
-// serves MR x blocks and each x block NR weight rows.
+// serves MR x blocks and each x block NR weight rows. A pair's scale d_w * d_x is made for all
+// the tile's x rows at once (one vector product per weight row) and read back as a broadcast load,
+// which takes a load port instead of the multiply ports the dots keep busy.
 template <int64_t F, int NR, int MR>
 inline void tile(const uint8_t* w, int64_t row_bytes, const BlockScales* scales,
-                 const int8_t* qx, const float* dx, const float* sx, float* y, int64_t N,
-                 int64_t nb, int64_t n, int64_t m) {
+                 const int8_t* qx, const float* dx, const float* sx, float* y, int64_t M,
+                 int64_t N, int64_t nb, int64_t n, int64_t m) {
+  static_assert(MR <= 8, "a tile's x rows share one vector of scales");
+  constexpr bool SPLIT = F == GGML_Q6_K;  // lanes 0-3 and 4-7 scaled apart
   const int64_t K = nb * QK;
   __m256 acc[NR][MR];
   for (int i = 0; i < NR; ++i)
     for (int r = 0; r < MR; ++r) acc[i][r] = _mm256_setzero_ps();
+  alignas(32) float lo[NR][8], hi[SPLIT ? NR : 1][8];
   for (int64_t b = 0; b < nb; ++b) {
     __m256i xv[MR];
-    __m256 dxv[MR];
-    for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < MR; ++r)
       xv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + (m + r) * K + b * QK));
-      dxv[r] = _mm256_broadcast_ss(dx + (m + r) * nb + b);
+    const __m256 dx8 = _mm256_loadu_ps(dx + b * M + m);  // past MR: padding or the next block
+    for (int i = 0; i < NR && (MR > 1 || SPLIT); ++i) {
+      const BlockScales& bs = scales[i * nb + b];
+      _mm256_store_ps(lo[i], _mm256_mul_ps(_mm256_set1_ps(bs.lo), dx8));
+      if constexpr (SPLIT) _mm256_store_ps(hi[i], _mm256_mul_ps(_mm256_set1_ps(bs.hi), dx8));
     }
     for (int i = 0; i < NR; ++i) {
-      const BlockScales& bs = scales[i * nb + b];
-      const __m256 dwv = F == GGML_Q6_K ? _mm256_set_m128(_mm_set1_ps(bs.hi), _mm_set1_ps(bs.lo))
-                                        : _mm256_set1_ps(bs.lo);
       const __m256i wv = load_weights<F>(w + (n + i) * row_bytes, b);
       for (int r = 0; r < MR; ++r) {
+        const __m256 scale = SPLIT ? _mm256_set_m128(_mm_broadcast_ss(&hi[SPLIT ? i : 0][r]),
+                                                     _mm_broadcast_ss(&lo[i][r]))
+                             : MR == 1 ? _mm256_mul_ps(_mm256_set1_ps(scales[i * nb + b].lo),
+                                                       _mm256_set1_ps(dx[b * M + m]))
+                                       : _mm256_broadcast_ss(&lo[i][r]);
         const __m256 dot = _mm256_cvtepi32_ps(block_dot<F>(wv, xv[r]));
-        acc[i][r] = _mm256_add_ps(acc[i][r], _mm256_mul_ps(dot, _mm256_mul_ps(dwv, dxv[r])));
+        acc[i][r] = _mm256_add_ps(acc[i][r], _mm256_mul_ps(dot, scale));
       }
     }
   }
   for (int i = 0; i < NR; ++i)
     for (int r = 0; r < MR; ++r) y[(m + r) * N + n + i] = hsum(acc[i][r]);
   if constexpr (HAS_OFFSET<F>) {
-    // The offsets' term, sum_b m_b * sum(x block b), in its own pass: inside the loop above
-    // its scalar sums took the registers the accumulators need.
-    for (int i = 0; i < NR; ++i)
-      for (int r = 0; r < MR; ++r) {
-        const float* s = sx + (m + r) * nb;
-        const BlockScales* row = scales + i * nb;
-        float off = 0.f;
-        for (int64_t b = 0; b < nb; ++b) off = off + row[b].m * s[b];
-        y[(m + r) * N + n + i] += off;
-      }
+    // The offsets' term, sum_b m_b * sum(x block b), in its own pass (inside the loop above
+    // it took the registers the accumulators need): each lane one x row, in block order.
+    for (int i = 0; i < NR; ++i) {
+      const BlockScales* row = scales + i * nb;
+      __m256 off = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b)
+        off = _mm256_add_ps(off, _mm256_mul_ps(_mm256_set1_ps(row[b].m),
+                                               _mm256_loadu_ps(sx + b * M + m)));
+      alignas(32) float o[8];
+      _mm256_store_ps(o, off);
+      for (int r = 0; r < MR; ++r) y[(m + r) * N + n + i] += o[r];
+    }
   }
 }
 
@@ -327,16 +343,16 @@ inline void tile_rows(const uint8_t* w, int64_t row_bytes, BlockScales* scales,
   for (int i = 0; i < NR; ++i) decode_row_scales<F>(w + (n + i) * row_bytes, nb, scales + i * nb);
   // One x row (a lone user's decode) is bound by reading weights: all NR rows in one tile.
   if (M == 1) {
-    tile<F, NR, 1>(w, row_bytes, scales, qx, dx, sx, y, N, nb, n, 0);
+    tile<F, NR, 1>(w, row_bytes, scales, qx, dx, sx, y, M, N, nb, n, 0);
     return;
   }
   int64_t m = 0;
   for (; m + TILE_M <= M; m += TILE_M)
-    tile<F, NR, TILE_M>(w, row_bytes, scales, qx, dx, sx, y, N, nb, n, m);
+    tile<F, NR, TILE_M>(w, row_bytes, scales, qx, dx, sx, y, M, N, nb, n, m);
   switch (M - m) {
-    case 3: tile<F, NR, 3>(w, row_bytes, scales, qx, dx, sx, y, N, nb, n, m); break;
-    case 2: tile<F, NR, 2>(w, row_bytes, scales, qx, dx, sx, y, N, nb, n, m); break;
-    case 1: tile<F, NR, 1>(w, row_bytes, scales, qx, dx, sx, y, N, nb, n, m); break;
+    case 3: tile<F, NR, 3>(w, row_bytes, scales, qx, dx, sx, y, M, N, nb, n, m); break;
+    case 2: tile<F, NR, 2>(w, row_bytes, scales, qx, dx, sx, y, M, N, nb, n, m); break;
+    case 1: tile<F, NR, 1>(w, row_bytes, scales, qx, dx, sx, y, M, N, nb, n, m); break;
     default: break;
   }
 }
@@ -409,13 +425,13 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
         const BlockScales& bs = scales[b];
         decode_block<F>(row, b, wq);
         const int8_t* xb = qx + m * K + b * QK;
-        const float scale_lo = bs.lo * dx[m * nb + b], scale_hi = bs.hi * dx[m * nb + b];
+        const float scale_lo = bs.lo * dx[b * M + m], scale_hi = bs.hi * dx[b * M + m];
         for (int l = 0; l < 8; ++l) {
           int32_t dot = 0;
           for (int j = 4 * l; j < 4 * l + 4; ++j) dot += static_cast<int32_t>(wq[j]) * xb[j];
           acc[l] = acc[l] + static_cast<float>(dot) * (l < 4 ? scale_lo : scale_hi);
         }
-        if constexpr (HAS_OFFSET<F>) offset = offset + bs.m * sx[m * nb + b];
+        if constexpr (HAS_OFFSET<F>) offset = offset + bs.m * sx[b * M + m];
       }
       const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6],
                   h3 = acc[3] + acc[7];
