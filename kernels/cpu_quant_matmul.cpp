@@ -10,18 +10,24 @@
 //
 // Every format is read as 32-weight blocks (kernels/quant_reference.py's header has the
 // layouts): a K-quant's 256 weights are eight such blocks whose scales d * sc are exact in
-// float32, so its scale is one float per lane of four weights (Q6_K's 16-weight halves are
-// lanes 0-3 and 4-7) and no format needs a path of its own past the decoding.
+// float32, Q6_K's two 16-weight halves each with its own scale (two "segments" of a block;
+// the other formats have one), so no format needs a path of its own past the decoding.
+//
+// Eight weight rows are one vector's eight lanes: the rows' blocks are transposed in
+// registers so that a step's vector holds, in lane l, row l's four weights 4s..4s+3, and one
+// x dword broadcast against it advances eight rows' dots at once; a block's whole dot then
+// sums in integers (exact) before one conversion, one scale product and one add per eight
+// rows. An unsigned-stored signed format (Q4_0's q - 8, Q6_K's q - 32) sums q and subtracts
+// the offset times the x half's integer sum: the same exact integer.
 //
 // Every float operation happens in one fixed order, the same on every path, and
 // kernels/quant_reference.py performs the same operations in torch: the results are equal
 // bit for bit, so greedy output over blocks equals the reference's token for token. The
-// order: each block's dot is split into 8 lanes (lane l: weights 4l..4l+3, the layout of
-// vpdpbusd and of vpmaddubsw + vpmaddwd); lane l accumulates acc += dot_l * (d_w,l * d_x)
-// over the blocks, rounding after each product and sum (no fused multiply-add); y is the
-// lanes' tree sum ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)); Q4_1/Q4_K then add the offset term,
-// sum over blocks, in block order, of m * sum(x block), each block's sum taken in element
-// order. This file is compiled without -ffast-math's reassociation (the pragma below).
+// order: for each block in turn, and each of its segments, acc = acc + dot * (d_w * d_x),
+// dot the segment's exact integer dot converted to float, rounding after each product and
+// sum (no fused multiply-add); Q4_1/Q4_K then add the offset term, summed over blocks in
+// block order, of m * sum(x block), each block's sum taken in element order. This file is
+// compiled without -ffast-math's reassociation (the pragma below).
 //
 // Paths, chosen when the module is built (kernels/cpu_kernels.py builds one module per CPU
 // level and loads the one this CPU's flags, after OFFICELLM_CPU_ISA, allow): AVX-512 VNNI
@@ -121,24 +127,26 @@ float half_to_float(const uint8_t* p) {
 #endif
 }
 
-// x quantized per block: int8 values, the block's scale, its exact float sum (Q4_1's offset).
-// Scales and sums are block-major ([nb, M], eight floats of padding) so a tile reads its x
-// rows' values of one block as one vector.
+// x quantized per block: int8 values, the block's scale, its exact float sum (Q4_1's offset)
+// and the integer sums of its two halves (Q4_0's and Q6_K's unsigned storage). Scales and
+// sums are block-major so a tile's x rows are neighbours.
 struct QuantizedRows {
-  torch::Tensor q;    // int8 [M, K]
-  torch::Tensor d;    // float [nb * M + 8]: block b's scale of row m at b * M + m
-  torch::Tensor sum;  // float [nb * M + 8], as d
+  torch::Tensor q;     // int8 [M, K]
+  torch::Tensor d;     // float [nb * M]: block b's scale of row m at b * M + m
+  torch::Tensor sum;   // float [nb * M], as d
+  torch::Tensor isum;  // int32 [2 * nb * M]: half h of block b of row m at (2b + h) * M + m
 };
 
 QuantizedRows quantize_rows(const torch::Tensor& x) {
   const int64_t M = x.size(0), K = x.size(1), nb = K / QK;
   QuantizedRows out{torch::empty({M, K}, x.options().dtype(torch::kInt8)),
-                    torch::zeros({nb * M + 8}, x.options()),
-                    torch::zeros({nb * M + 8}, x.options())};
+                    torch::empty({nb * M}, x.options()), torch::empty({nb * M}, x.options()),
+                    torch::empty({2 * nb * M}, x.options().dtype(torch::kInt32))};
   const float* xp = x.data_ptr<float>();
   int8_t* qp = out.q.data_ptr<int8_t>();
   float* dp = out.d.data_ptr<float>();
   float* sp = out.sum.data_ptr<float>();
+  int32_t* ip = out.isum.data_ptr<int32_t>();
   at::parallel_for(0, M * nb, 64, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float* src = xp + i * QK;  // rows are contiguous: block i of the flat [M * nb]
@@ -149,10 +157,17 @@ QuantizedRows quantize_rows(const torch::Tensor& x) {
       }
       const float d = amax * INV127;
       const float id = d > 0.f ? 1.f / d : 0.f;
-      for (int64_t j = 0; j < QK; ++j) qp[i * QK + j] = static_cast<int8_t>(std::nearbyint(src[j] * id));
-      const int64_t at = i % nb * M + i / nb;
-      dp[at] = d;
-      sp[at] = sum;
+      int32_t halves[2] = {0, 0};
+      for (int64_t j = 0; j < QK; ++j) {
+        const int8_t q = static_cast<int8_t>(std::nearbyint(src[j] * id));
+        qp[i * QK + j] = q;
+        halves[j / (QK / 2)] += q;
+      }
+      const int64_t b = i % nb, m = i / nb;
+      dp[b * M + m] = d;
+      sp[b * M + m] = sum;
+      ip[2 * b * M + m] = halves[0];
+      ip[(2 * b + 1) * M + m] = halves[1];
     }
   });
   return out;
@@ -206,179 +221,264 @@ void decode_row_scales(const uint8_t* row, int64_t nb, BlockScales* out) {
   }
 }
 
+// Scales of one group of eight weight rows, block-major: block b's eight rows at b * 8, in
+// the lane order of the vectors below (lane l: row l of the group).
+struct GroupScales {
+  std::vector<float> lo, hi, m;  // hi: Q6_K's second 16 weights; m: Q4_1/Q4_K's offsets
+
+  explicit GroupScales(int64_t nb) : lo(nb * 8), hi(nb * 8), m(nb * 8) {}
+
+  template <int64_t F>
+  void decode(const uint8_t* const* rows, int64_t nb, std::vector<BlockScales>& row_scales) {
+    for (int l = 0; l < 8; ++l) {
+      decode_row_scales<F>(rows[l], nb, row_scales.data());
+      for (int64_t b = 0; b < nb; ++b) {
+        lo[b * 8 + l] = row_scales[b].lo;
+        hi[b * 8 + l] = row_scales[b].hi;
+        m[b * 8 + l] = row_scales[b].m;
+      }
+    }
+  }
+};
+
+// Integer sums of x's quantized halves the signed formats stored as unsigned need: Q4_0's
+// q - 8 is summed as q, less 8 times the block's sum of x; Q6_K's q - 32 likewise per half.
+template <int64_t F>
+inline int32_t unsigned_correction(const int32_t* isum, int64_t b, int64_t M, int64_t m,
+                                   int half) {
+  if constexpr (F == GGML_Q4_0) {
+    return 8 * (isum[2 * b * M + m] + isum[(2 * b + 1) * M + m]);
+  } else if constexpr (F == GGML_Q6_K) {
+    return 32 * isum[(2 * b + half) * M + m];
+  } else {
+    return 0;
+  }
+}
+
 #if defined(OFFICELLM_QMM_AVX2)
 
 inline __m256i shift_right_16(__m256i v, int64_t count) {
   return _mm256_srl_epi16(v, _mm_cvtsi32_si128(static_cast<int>(count)));
 }
 
-// Block b's 32 weights as bytes (unsigned for Q4_1 and Q4_K, signed for the others).
+// out[t], lane l: dword t of the 16 bytes at rows[l] + at (a 4 x 4 transpose per 128 bits).
+inline void transpose_8x4(const uint8_t* const* rows, int64_t at, __m256i* out) {
+  __m256i r[4];
+  for (int l = 0; l < 4; ++l)
+    r[l] = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[l] + at))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[l + 4] + at)), 1);
+  const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+  out[0] = _mm256_unpacklo_epi64(t0, t2);
+  out[1] = _mm256_unpackhi_epi64(t0, t2);
+  out[2] = _mm256_unpacklo_epi64(t1, t3);
+  out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+// Block b of the eight rows as eight steps: w[s], lane l, holds row l's weights 4s..4s+3 as
+// bytes (signed for Q8_0, unsigned for the others).
 template <int64_t F>
-inline __m256i load_weights(const uint8_t* row, int64_t b) {
-  const uint8_t* g = group_of<F>(row, b);
+inline void load_steps(const uint8_t* const* rows, int64_t b, __m256i* w) {
   const __m256i nibble = _mm256_set1_epi8(0x0f);
+  const int64_t at = b / (group_weights(F) / QK) * group_bytes(F);
   if constexpr (F == GGML_Q8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 2));
+    transpose_8x4(rows, at + 2, w);
+    transpose_8x4(rows, at + 18, w + 4);
+  } else if constexpr (F == GGML_Q4_0 || F == GGML_Q4_1) {
+    // Byte j's low nibble is weight j, its high nibble weight j + 16: dword t gives steps t
+    // and t + 4.
+    __m256i v[4];
+    transpose_8x4(rows, at + (F == GGML_Q4_1 ? 4 : 2), v);
+    for (int t = 0; t < 4; ++t) {
+      w[t] = _mm256_and_si256(v[t], nibble);
+      w[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v[t], 4), nibble);
+    }
   } else if constexpr (F == GGML_Q4_K) {
     const int64_t j = b % 8;  // nibbles: low (j even) or high halves of 32 bytes
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 16 + j / 2 * 32));
-    return _mm256_and_si256(shift_right_16(raw, 4 * (j % 2)), nibble);
-  } else if constexpr (F == GGML_Q6_K) {
+    const int64_t q = at + 16 + j / 2 * 32;
+    transpose_8x4(rows, q, w);
+    transpose_8x4(rows, q + 16, w + 4);
+    for (int s = 0; s < 8; ++s) w[s] = _mm256_and_si256(shift_right_16(w[s], 4 * (j % 2)), nibble);
+  } else {  // Q6_K: q (0..63) from a nibble and a bit pair; its -32 is the correction's
     const int64_t j = b % 8, half = j / 4, k = j % 4;
-    const __m256i ql = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(g + half * 64 + (k % 2) * 32));
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 128 + half * 32));
-    const __m256i lo = _mm256_and_si256(shift_right_16(ql, 4 * (k / 2)), nibble);
-    const __m256i hi = _mm256_and_si256(shift_right_16(qh, 2 * k), _mm256_set1_epi8(3));
-    const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));  // 0..63, no carry
-    return _mm256_sub_epi8(q, _mm256_set1_epi8(32));
-  } else {
-    const uint8_t* qs = g + (F == GGML_Q4_1 ? 4 : 2);
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    const __m128i mask = _mm_set1_epi8(0x0f);
-    const __m128i lo = _mm_and_si128(packed, mask);                     // weights 0..15
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(packed, 4), mask);  // weights 16..31
-    __m256i w = _mm256_set_m128i(hi, lo);
-    if constexpr (F == GGML_Q4_0) w = _mm256_sub_epi8(w, _mm256_set1_epi8(8));
-    return w;
-  }
-}
-
-// Eight int32 partial sums of u * s over 32 byte pairs (u unsigned, s signed).
-inline __m256i dot_u8s8(__m256i u, __m256i s) {
-#if defined(OFFICELLM_QMM_VNNI)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#else
-  // Pairs of products fit int16: |u| <= 128, |s| <= 127 (no saturation).
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
-
-template <int64_t F>
-inline __m256i block_dot(__m256i w, __m256i xq) {
-  if constexpr (HAS_OFFSET<F>) {
-    return dot_u8s8(w, xq);
-  } else {  // signed weights: |w| as the unsigned operand, w's sign moved onto x
-    return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
-  }
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-// One NR x MR tile of y: NR weight rows against MR rows of x, every accumulator in a
-// register (the sizes are compile-time, so the loops unroll): each decoded weight block
-// serves MR x blocks and each x block NR weight rows. A pair's scale d_w * d_x is made for all
-// the tile's x rows at once (one vector product per weight row) and read back as a broadcast load,
-// which takes a load port instead of the multiply ports the dots keep busy.
-template <int64_t F, int NR, int MR>
-inline void tile(const uint8_t* w, int64_t row_bytes, const BlockScales* scales,
-                 const int8_t* qx, const float* dx, const float* sx, float* y, int64_t M,
-                 int64_t N, int64_t nb, int64_t n, int64_t m) {
-  static_assert(MR <= 8, "a tile's x rows share one vector of scales");
-  constexpr bool SPLIT = F == GGML_Q6_K;  // lanes 0-3 and 4-7 scaled apart
-  const int64_t K = nb * QK;
-  __m256 acc[NR][MR];
-  for (int i = 0; i < NR; ++i)
-    for (int r = 0; r < MR; ++r) acc[i][r] = _mm256_setzero_ps();
-  alignas(32) float lo[NR][8], hi[SPLIT ? NR : 1][8];
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i xv[MR];
-    for (int r = 0; r < MR; ++r)
-      xv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + (m + r) * K + b * QK));
-    const __m256 dx8 = _mm256_loadu_ps(dx + b * M + m);  // past MR: padding or the next block
-    for (int i = 0; i < NR && (MR > 1 || SPLIT); ++i) {
-      const BlockScales& bs = scales[i * nb + b];
-      _mm256_store_ps(lo[i], _mm256_mul_ps(_mm256_set1_ps(bs.lo), dx8));
-      if constexpr (SPLIT) _mm256_store_ps(hi[i], _mm256_mul_ps(_mm256_set1_ps(bs.hi), dx8));
+    const int64_t l_at = at + half * 64 + (k % 2) * 32, h_at = at + 128 + half * 32;
+    __m256i ql[8], qh[8];
+    transpose_8x4(rows, l_at, ql);
+    transpose_8x4(rows, l_at + 16, ql + 4);
+    transpose_8x4(rows, h_at, qh);
+    transpose_8x4(rows, h_at + 16, qh + 4);
+    for (int s = 0; s < 8; ++s) {
+      const __m256i lo = _mm256_and_si256(shift_right_16(ql[s], 4 * (k / 2)), nibble);
+      const __m256i hi = _mm256_and_si256(shift_right_16(qh[s], 2 * k), _mm256_set1_epi8(3));
+      w[s] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));  // no carry across bytes
     }
-    for (int i = 0; i < NR; ++i) {
-      const __m256i wv = load_weights<F>(w + (n + i) * row_bytes, b);
-      for (int r = 0; r < MR; ++r) {
-        const __m256 scale = SPLIT ? _mm256_set_m128(_mm_broadcast_ss(&hi[SPLIT ? i : 0][r]),
-                                                     _mm_broadcast_ss(&lo[i][r]))
-                             : MR == 1 ? _mm256_mul_ps(_mm256_set1_ps(scales[i * nb + b].lo),
-                                                       _mm256_set1_ps(dx[b * M + m]))
-                                       : _mm256_broadcast_ss(&lo[i][r]);
-        const __m256 dot = _mm256_cvtepi32_ps(block_dot<F>(wv, xv[r]));
-        acc[i][r] = _mm256_add_ps(acc[i][r], _mm256_mul_ps(dot, scale));
+  }
+}
+
+// Step s of an x block (its weights 4s..4s+3) in every lane.
+inline __m256i x_step(const int8_t* xb, int s) {
+  int32_t v;
+  std::memcpy(&v, xb + 4 * s, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Lane l of lo[r] (and of hi[r], Q6_K's second half): the exact integer dot of weight row
+// l's block with x row r's, the unsigned formats' q taken as stored.
+template <int64_t F, int MR>
+inline void block_dots(const __m256i* w, const int8_t* const* xb, __m256i* lo, __m256i* hi) {
+  for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm256_setzero_si256();
+#if defined(OFFICELLM_QMM_VNNI)
+  // vpdpbusd accumulates in place (5 cycles each): few x rows need parallel chains.
+  constexpr int CHAINS = MR >= 4 ? 1 : MR >= 2 ? 2 : 4;
+  constexpr int SEGMENT_STEPS = F == GGML_Q6_K ? 4 : 8;
+  for (int s0 = 0; s0 < 8; s0 += SEGMENT_STEPS) {
+    __m256i a[CHAINS][MR];
+    for (int c = 0; c < CHAINS; ++c)
+      for (int r = 0; r < MR; ++r) a[c][r] = _mm256_setzero_si256();
+    for (int s = s0; s < s0 + SEGMENT_STEPS; ++s) {
+      if constexpr (F == GGML_Q8_0) {  // |w| as the unsigned operand, w's sign moved onto x
+        const __m256i u = _mm256_abs_epi8(w[s]);
+        for (int r = 0; r < MR; ++r)
+          a[s % CHAINS][r] = _mm256_dpbusd_epi32(a[s % CHAINS][r], u,
+                                                 _mm256_sign_epi8(x_step(xb[r], s), w[s]));
+      } else {
+        for (int r = 0; r < MR; ++r)
+          a[s % CHAINS][r] = _mm256_dpbusd_epi32(a[s % CHAINS][r], w[s], x_step(xb[r], s));
       }
     }
+    for (int r = 0; r < MR; ++r) {
+      __m256i sum = a[0][r];
+      for (int c = 1; c < CHAINS; ++c) sum = _mm256_add_epi32(sum, a[c][r]);
+      (s0 == 0 ? lo : hi)[r] = sum;
+    }
   }
-  for (int i = 0; i < NR; ++i)
-    for (int r = 0; r < MR; ++r) y[(m + r) * N + n + i] = hsum(acc[i][r]);
+#else
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (F == GGML_Q8_0) {
+    // A pair of products reaches 2 * 128 * 127: widened to int32 every step.
+    for (int s = 0; s < 8; ++s) {
+      const __m256i a = _mm256_abs_epi8(w[s]);
+      for (int r = 0; r < MR; ++r) {
+        const __m256i p = _mm256_maddubs_epi16(a, _mm256_sign_epi8(x_step(xb[r], s), w[s]));
+        lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(p, ones));
+      }
+    }
+  } else if constexpr (F == GGML_Q6_K) {
+    // 6-bit q: two steps' pairs (2 * 2 * 63 * 127) fit int16, then widened.
+    for (int s = 0; s < 8; s += 2) {
+      for (int r = 0; r < MR; ++r) {
+        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w[s], x_step(xb[r], s)),
+                                           _mm256_maddubs_epi16(w[s + 1], x_step(xb[r], s + 1)));
+        __m256i& acc = s >= 4 ? hi[r] : lo[r];
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+      }
+    }
+  } else {
+    // 4-bit q: all eight steps' pairs (8 * 2 * 15 * 127) fit int16, widened once.
+    __m256i a[MR];
+    for (int r = 0; r < MR; ++r) a[r] = _mm256_maddubs_epi16(w[0], x_step(xb[r], 0));
+    for (int s = 1; s < 8; ++s)
+      for (int r = 0; r < MR; ++r)
+        a[r] = _mm256_add_epi16(a[r], _mm256_maddubs_epi16(w[s], x_step(xb[r], s)));
+    for (int r = 0; r < MR; ++r) lo[r] = _mm256_madd_epi16(a[r], ones);
+  }
+#endif
+}
+
+// acc += float(dot - correction) * (d_w * d_x): one segment's term for eight weight rows.
+inline __m256 add_term(__m256 acc, __m256i dot, int32_t correction, const float* dw, float dx) {
+  const __m256i exact = _mm256_sub_epi32(dot, _mm256_set1_epi32(correction));
+  const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_set1_ps(dx));
+  return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(exact), scale));
+}
+
+// Eight weight rows (one group, lanes) against x rows [m, m + MR): y's MR x 8 results.
+template <int64_t F, int MR>
+inline void tile(const uint8_t* const* rows, const GroupScales& gs, const QuantizedRows& xq,
+                 float* y, int64_t M, int64_t N, int64_t nb, int64_t n, int64_t valid,
+                 int64_t m) {
+  const int64_t K = nb * QK;
+  const int8_t* qx = xq.q.data_ptr<int8_t>();
+  const float* dx = xq.d.data_ptr<float>();
+  const int32_t* isum = xq.isum.data_ptr<int32_t>();
+  __m256 acc[MR];
+  for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i w[8], lo[MR], hi[MR];
+    load_steps<F>(rows, b, w);
+    const int8_t* xb[MR];
+    for (int r = 0; r < MR; ++r) xb[r] = qx + (m + r) * K + b * QK;
+    block_dots<F, MR>(w, xb, lo, hi);
+    for (int r = 0; r < MR; ++r) {
+      const float d = dx[b * M + m + r];
+      acc[r] = add_term(acc[r], lo[r], unsigned_correction<F>(isum, b, M, m + r, 0),
+                        gs.lo.data() + b * 8, d);
+      if constexpr (F == GGML_Q6_K)
+        acc[r] = add_term(acc[r], hi[r], unsigned_correction<F>(isum, b, M, m + r, 1),
+                          gs.hi.data() + b * 8, d);
+    }
+  }
   if constexpr (HAS_OFFSET<F>) {
-    // The offsets' term, sum_b m_b * sum(x block b), in its own pass (inside the loop above
-    // it took the registers the accumulators need): each lane one x row, in block order.
-    for (int i = 0; i < NR; ++i) {
-      const BlockScales* row = scales + i * nb;
+    // The offsets' term, sum over blocks of m * sum(x block), in block order.
+    const float* sx = xq.sum.data_ptr<float>();
+    for (int r = 0; r < MR; ++r) {
       __m256 off = _mm256_setzero_ps();
       for (int64_t b = 0; b < nb; ++b)
-        off = _mm256_add_ps(off, _mm256_mul_ps(_mm256_set1_ps(row[b].m),
-                                               _mm256_loadu_ps(sx + b * M + m)));
-      alignas(32) float o[8];
-      _mm256_store_ps(o, off);
-      for (int r = 0; r < MR; ++r) y[(m + r) * N + n + i] += o[r];
+        off = _mm256_add_ps(off, _mm256_mul_ps(_mm256_loadu_ps(gs.m.data() + b * 8),
+                                               _mm256_set1_ps(sx[b * M + m + r])));
+      acc[r] = _mm256_add_ps(acc[r], off);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    float* out = y + (m + r) * N + n;
+    if (valid == 8) {
+      _mm256_storeu_ps(out, acc[r]);
+    } else {
+      alignas(32) float v[8];
+      _mm256_store_ps(v, acc[r]);
+      std::memcpy(out, v, valid * sizeof(float));
     }
   }
 }
 
-// Tile sizes: AVX-512 has 32 vector registers (16 accumulators fit), AVX2 16 (8 fit).
 #if defined(OFFICELLM_QMM_VNNI)
-constexpr int TILE_N = 4;
+constexpr int TILE_M = 8;  // 32 vector registers
 #else
-constexpr int TILE_N = 2;
-#endif
 constexpr int TILE_M = 4;
+#endif
 
-// Weight rows [n, n + NR) against every row of x: their scales decoded once, then tiles.
-template <int64_t F, int NR>
-inline void tile_rows(const uint8_t* w, int64_t row_bytes, BlockScales* scales,
-                      const int8_t* qx, const float* dx, const float* sx, float* y, int64_t M,
-                      int64_t N, int64_t nb, int64_t n) {
-  for (int i = 0; i < NR; ++i) decode_row_scales<F>(w + (n + i) * row_bytes, nb, scales + i * nb);
-  // One x row (a lone user's decode) is bound by reading weights: all NR rows in one tile.
-  if (M == 1) {
-    tile<F, NR, 1>(w, row_bytes, scales, qx, dx, sx, y, M, N, nb, n, 0);
-    return;
-  }
-  int64_t m = 0;
-  for (; m + TILE_M <= M; m += TILE_M)
-    tile<F, NR, TILE_M>(w, row_bytes, scales, qx, dx, sx, y, M, N, nb, n, m);
-  switch (M - m) {
-    case 3: tile<F, NR, 3>(w, row_bytes, scales, qx, dx, sx, y, M, N, nb, n, m); break;
-    case 2: tile<F, NR, 2>(w, row_bytes, scales, qx, dx, sx, y, M, N, nb, n, m); break;
-    case 1: tile<F, NR, 1>(w, row_bytes, scales, qx, dx, sx, y, M, N, nb, n, m); break;
-    default: break;
-  }
-}
-
-// Rows [n0, n1) of y for all M rows of x.
+// Rows [n0, n1) of y for all M rows of x, eight weight rows at a time.
 template <int64_t F>
 void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
                  int64_t M, int64_t N, int64_t nb, int64_t n0, int64_t n1) {
-  const int8_t* qx = xq.q.data_ptr<int8_t>();
-  const float* dx = xq.d.data_ptr<float>();
-  const float* sx = xq.sum.data_ptr<float>();
-  std::vector<BlockScales> scales(2 * TILE_N * nb);
-  BlockScales* sp = scales.data();
-  int64_t n = n0;
-  // One x row (a lone user's decode) is bound by reading weights: more rows per tile.
-  if (M == 1)
-    for (; n + 2 * TILE_N <= n1; n += 2 * TILE_N)
-      tile_rows<F, 2 * TILE_N>(w, row_bytes, sp, qx, dx, sx, y, M, N, nb, n);
-  for (; n + TILE_N <= n1; n += TILE_N)
-    tile_rows<F, TILE_N>(w, row_bytes, sp, qx, dx, sx, y, M, N, nb, n);
-  for (; n < n1; ++n) tile_rows<F, 1>(w, row_bytes, sp, qx, dx, sx, y, M, N, nb, n);
+  GroupScales gs(nb);
+  std::vector<BlockScales> row_scales(nb);
+  for (int64_t n = n0; n < n1; n += 8) {
+    const int64_t valid = std::min<int64_t>(8, n1 - n);
+    const uint8_t* rows[8];  // a short last group repeats its last row (results dropped)
+    for (int l = 0; l < 8; ++l) rows[l] = w + (n + std::min<int64_t>(l, valid - 1)) * row_bytes;
+    gs.decode<F>(rows, nb, row_scales);
+    int64_t m = 0;
+    for (; m + TILE_M <= M; m += TILE_M) tile<F, TILE_M>(rows, gs, xq, y, M, N, nb, n, valid, m);
+    switch (M - m) {
+#if defined(OFFICELLM_QMM_VNNI)
+      case 7: tile<F, 7>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
+      case 6: tile<F, 6>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
+      case 5: tile<F, 5>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
+      case 4: tile<F, 4>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
+#endif
+      case 3: tile<F, 3>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
+      case 2: tile<F, 2>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
+      case 1: tile<F, 1>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
+      default: break;
+    }
+  }
 }
 
-#else  // portable C++: the same lanes and order as the vector paths
+#else  // portable C++: the same integers and float operations, one weight row at a time
 
-// Block b's 32 weights as small integers (the vector path's bytes).
+// Block b's 32 weights as the integers they stand for (Q4_0's q - 8, Q6_K's q - 32).
 template <int64_t F>
 inline void decode_block(const uint8_t* row, int64_t b, int8_t* wq) {
   const uint8_t* g = group_of<F>(row, b);
@@ -413,29 +513,28 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
   const float* dx = xq.d.data_ptr<float>();
   const float* sx = xq.sum.data_ptr<float>();
   const int64_t K = nb * QK;
+  constexpr int SEGMENTS = F == GGML_Q6_K ? 2 : 1;  // Q6_K: a scale per 16 weights
+  constexpr int64_t WIDTH = QK / SEGMENTS;
   int8_t wq[QK];
   std::vector<BlockScales> scales(nb);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = w + n * row_bytes;
     decode_row_scales<F>(row, nb, scales.data());
     for (int64_t m = 0; m < M; ++m) {
-      float acc[8] = {};
-      float offset = 0.f;
+      float acc = 0.f, offset = 0.f;
       for (int64_t b = 0; b < nb; ++b) {
-        const BlockScales& bs = scales[b];
         decode_block<F>(row, b, wq);
         const int8_t* xb = qx + m * K + b * QK;
-        const float scale_lo = bs.lo * dx[b * M + m], scale_hi = bs.hi * dx[b * M + m];
-        for (int l = 0; l < 8; ++l) {
+        for (int h = 0; h < SEGMENTS; ++h) {
           int32_t dot = 0;
-          for (int j = 4 * l; j < 4 * l + 4; ++j) dot += static_cast<int32_t>(wq[j]) * xb[j];
-          acc[l] = acc[l] + static_cast<float>(dot) * (l < 4 ? scale_lo : scale_hi);
+          for (int64_t j = h * WIDTH; j < (h + 1) * WIDTH; ++j)
+            dot += static_cast<int32_t>(wq[j]) * xb[j];
+          const float scale = (h == 0 ? scales[b].lo : scales[b].hi) * dx[b * M + m];
+          acc = acc + static_cast<float>(dot) * scale;
         }
-        if constexpr (HAS_OFFSET<F>) offset = offset + bs.m * sx[b * M + m];
+        if constexpr (HAS_OFFSET<F>) offset = offset + scales[b].m * sx[b * M + m];
       }
-      const float h0 = acc[0] + acc[4], h1 = acc[1] + acc[5], h2 = acc[2] + acc[6],
-                  h3 = acc[3] + acc[7];
-      y[m * N + n] = ((h0 + h2) + (h1 + h3)) + offset;
+      y[m * N + n] = HAS_OFFSET<F> ? acc + offset : acc;
     }
   }
 }

@@ -1,8 +1,9 @@
 """Torch reference of the quantized matmul (kernels/cpu_quant_matmul.cpp), and the GGUF
 block formats it reads.
 
-Every format is read as 32-weight blocks of small integers with a float scale per group of
-four weights (a "lane") and, for the unsigned formats, a float offset per block:
+Every format is read as 32-weight blocks of small integers with a float scale per segment
+(the whole block, or each 16-weight half for Q6_K) and, for the unsigned formats, a float
+offset per block:
 
 - Q8_0 (34 B per 32): fp16 d, 32 int8: w = d q.
 - Q4_0 (18 B per 32): d, 16 bytes of nibbles: w = d (q - 8).
@@ -16,13 +17,13 @@ four weights (a "lane") and, for the unsigned formats, a float offset per block:
   int8 scales (one per 16 weights), fp16 d: w = (d sc_s) (q - 32), q six bits.
 
 d sc is exact in float32 (an 11-bit by at most 8-bit product), so a K-quant block is a
-32-block with exact scales, and Q6_K's two 16-weight halves are lanes 0-3 and 4-7.
+32-block with exact scales, and Q6_K's two 16-weight halves are its two segments.
 
 The matmul quantizes each row of x per 32-value block to int8 (d = max|x| * (1/127),
-q = round(x / d)), so every (weight block, x block) pair is an exact integer dot per lane
-times two scales, plus, for the unsigned formats, m times the x block's float sum. This
-module performs the kernel's float operations in the kernel's order (its header states
-it), so the two are equal bit for bit.
+q = round(x / d)), so every (weight segment, x segment) pair is an exact integer dot times
+two scales, plus, for the unsigned formats, m times the x block's float sum. This module
+performs the kernel's float operations in the kernel's order (its header states it), so the
+two are equal bit for bit.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from __future__ import annotations
 import torch
 
 QK = 32  # weights per block, the unit of the matmul
-LANES = 8  # four weights each: one int32 lane of vpdpbusd
 # GGUF's type ids (ggml_type) with a kernel; the weights one stored group holds and its bytes.
 Q4_0, Q4_1, Q8_0, Q4_K, Q6_K = 2, 3, 8, 12, 14
 GROUP_WEIGHTS = {Q4_0: 32, Q4_1: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256}
@@ -66,7 +66,7 @@ def _unpack_q4_k(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torc
     q = torch.cat([qs & 0x0F, qs >> 4], dim=3).reshape(n, g * 8, QK).to(torch.int8)
     dl = (d.unsqueeze(-1) * scales.float()).reshape(n, g * 8)
     m = -(dmin.unsqueeze(-1) * mins.float()).reshape(n, g * 8)
-    return q, dl.unsqueeze(-1).expand(n, g * 8, LANES).contiguous(), m
+    return q, dl.unsqueeze(-1), m
 
 
 def _unpack_q6_k(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -82,12 +82,12 @@ def _unpack_q6_k(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torc
     high = torch.cat([(qh >> s) & 3 for s in (0, 2, 4, 6)], dim=3)  # [n, g, 2, 4, 32]
     q = ((low | (high << 4)).to(torch.int16) - 32).to(torch.int8).reshape(n, g * 8, QK)
     dl = (d.unsqueeze(-1) * scales).reshape(n, g * 8, 2)  # a scale per 16 weights
-    return q, dl.repeat_interleave(LANES // 2, dim=-1), torch.zeros(n, g * 8)
+    return q, dl, torch.zeros(n, g * 8)
 
 
 def unpack(weight: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(integers int8 [N, nb, 32], lane scales float32 [N, nb, 8], offsets float32 [N, nb])
-    of rows of `fmt` groups, nb = in_features / 32."""
+    """(integers int8 [N, nb, 32], segment scales float32 [N, nb, 1 or 2 (Q6_K)], offsets
+    float32 [N, nb]) of rows of `fmt` groups, nb = in_features / 32."""
     n = weight.shape[0]
     groups = weight.view(n, -1, GROUP_BYTES[fmt])
     if fmt == Q4_K:
@@ -95,20 +95,20 @@ def unpack(weight: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor, 
     if fmt == Q6_K:
         return _unpack_q6_k(groups)
     d = _halves(groups[..., 0:2])
-    lanes = d.unsqueeze(-1).expand(*d.shape, LANES).contiguous()
+    scale = d.unsqueeze(-1)
     if fmt == Q8_0:
-        return groups[..., 2:].contiguous().view(torch.int8), lanes, torch.zeros_like(d)
+        return groups[..., 2:].contiguous().view(torch.int8), scale, torch.zeros_like(d)
     qs = groups[..., 4:] if fmt == Q4_1 else groups[..., 2:]
     q = torch.cat([qs & 0x0F, qs >> 4], dim=-1).to(torch.int8)
     if fmt == Q4_0:
-        return q - 8, lanes, torch.zeros_like(d)
-    return q, lanes, _halves(groups[..., 2:4])
+        return q - 8, scale, torch.zeros_like(d)
+    return q, scale, _halves(groups[..., 2:4])
 
 
 def dequantize(weight: torch.Tensor, fmt: int) -> torch.Tensor:
     """The float32 [N, K] weights the blocks stand for (what llama.cpp's dequantize gives)."""
-    q, dl, m = unpack(weight, fmt)
-    w = dl.repeat_interleave(QK // LANES, dim=-1) * q.float()
+    q, ds, m = unpack(weight, fmt)
+    w = ds.repeat_interleave(QK // ds.shape[-1], dim=-1) * q.float()
     if fmt in WITH_OFFSET:
         w = w + m.unsqueeze(-1)
     return w.reshape(weight.shape[0], -1)
@@ -133,19 +133,17 @@ def quant_matmul(x: torch.Tensor, weight: torch.Tensor, fmt: int) -> torch.Tenso
     qx, dx, sx = quantize_rows(x)
     qw, dw, mw = unpack(weight, fmt)
     m, nb = dx.shape
-    n = qw.shape[0]
-    lane_dw = dw.permute(1, 2, 0).unsqueeze(2)  # [nb, 8, 1, N]
-    # Lane l of a block's dot covers its elements 4l..4l+3: [nb, 8, M, 4] @ [nb, 8, 4, N].
-    # Each lane's dot is an integer below 2^16, exact in float32.
-    lx = qx.float().reshape(m, nb, 8, 4).permute(1, 2, 0, 3)
-    lw = qw.float().reshape(n, nb, 8, 4).permute(1, 2, 3, 0)
-    acc = torch.zeros(8, m, n)
+    n, segments = qw.shape[0], dw.shape[-1]
+    width = QK // segments
+    # Each segment's dot is an integer below 2^20 (its partial sums too): exact in float32.
+    lx = qx.float().reshape(m, nb, segments, width)
+    lw = qw.float().reshape(n, nb, segments, width)
+    y = torch.zeros(m, n)
     for b in range(nb):
-        dots = torch.matmul(lx[b], lw[b])  # [8, M, N]
-        scale = lane_dw[b] * dx[:, b].reshape(1, m, 1)  # [8, M, N]: d_w * d_x per lane
-        acc = acc + dots * scale
-    h = acc[0:4] + acc[4:8]
-    y = (h[0] + h[2]) + (h[1] + h[3])
+        for s in range(segments):
+            dots = lx[:, b, s] @ lw[:, b, s].t()  # [M, N]
+            scale = dw[:, b, s].unsqueeze(0) * dx[:, b].unsqueeze(1)  # d_w * d_x
+            y = y + dots * scale
     if fmt in WITH_OFFSET:
         offset = torch.zeros(m, n)
         for b in range(nb):
