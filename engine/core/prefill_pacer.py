@@ -17,6 +17,7 @@ running then; a stale small-batch figure starved prompts at 32 users (6 s to fir
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -40,19 +41,32 @@ class PrefillPacer:
         self.steps = deque(self.steps, maxlen=self.window)
 
     def prefill_cap(self, num_decodes: int, context: int = 0,
-                    slowdown: float | None = None) -> int:
+                    slowdown: float | None = None, spent: float = 0.0) -> int:
         """The most prefill tokens for a step that also carries `num_decodes` decodes, for a
         prompt whose chunk starts `context` tokens in; `slowdown` overrides max_slowdown
-        (the scheduling policy's, for one key's prompt)."""
+        (the scheduling policy's, for one key's prompt); `spent` is what the step's earlier
+        chunks cost already (their `chunk_cost`s): the room is time, and a token deep in a
+        long paste takes more of it than one of a short prompt."""
         costs = self.costs()
         slowdown = self.max_slowdown if slowdown is None else slowdown
+        if costs is None:  # until measured, the room is first_chunk tokens of any context
+            room, token_cost = self.first_chunk * (slowdown - 1) / (self.max_slowdown - 1), 1.0
+        else:
+            fixed, per_decode, per_token, per_token_context = costs
+            room = (slowdown - 1.0) * (fixed + per_decode * num_decodes)
+            token_cost = per_token + per_token_context * context
+        if not spent:
+            return max(self.min_chunk, round(room / token_cost))
+        return max(0, math.floor((room - spent) / token_cost))
+
+    def chunk_cost(self, tokens: int, context: int = 0) -> float:
+        """What a chunk of `tokens` starting `context` tokens in adds to a step, in the units
+        prefill_cap's `spent` takes (seconds once measured, tokens before)."""
+        costs = self.costs()
         if costs is None:
-            return max(self.min_chunk,
-                       round(self.first_chunk * (slowdown - 1) / (self.max_slowdown - 1)))
-        fixed, per_decode, per_token, per_token_context = costs
-        decode_step = fixed + per_decode * num_decodes
-        token_cost = per_token + per_token_context * context
-        return max(self.min_chunk, round((slowdown - 1.0) * decode_step / token_cost))
+            return float(tokens)
+        _, _, per_token, per_token_context = costs
+        return tokens * (per_token + per_token_context * context)
 
     def observe(self, num_decodes: int, num_prefill_tokens: int, seconds: float,
                 prefill_context: int = 0) -> None:

@@ -103,7 +103,7 @@ class Scheduler:
         # While others decode, the pacer bounds this step's prompt tokens (their next word
         # waits for the whole step); alone, a prompt gets the whole budget.
         pacer = self.pacer
-        prefill_used = 0
+        prefill_spent = 0.0  # the pacer's estimate of this step's prompt chunks so far
         policy = self.policy
         decodes_by_key = Counter(r.fairness_key for r in decodes)
 
@@ -114,7 +114,7 @@ class Scheduler:
             if pace is None:  # nobody waits on this step: the whole budget
                 return budget
             num_decodes, slowdown = pace
-            return pacer.prefill_cap(num_decodes, context, slowdown) - prefill_used
+            return pacer.prefill_cap(num_decodes, context, slowdown, prefill_spent)
 
         allocate = self.kv.allocate_slots
 
@@ -179,7 +179,8 @@ class Scheduler:
             if num_new:
                 chosen[req] = num_new
                 budget -= num_new
-                prefill_used += num_new
+                if pacer is not None:
+                    prefill_spent += pacer.chunk_cost(num_new, req.num_computed_tokens)
                 prompt_keys.add(req.fairness_key)
 
         policy.charge(chosen)

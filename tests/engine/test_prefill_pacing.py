@@ -65,6 +65,35 @@ def test_pacer_gives_a_long_context_smaller_chunks():
     assert pacer.prefill_cap(8, 5000) < pacer.prefill_cap(8, 0) / 1.5
 
 
+def _long_paste_pacer() -> PrefillPacer:
+    pacer = PrefillPacer(2.0)
+    steps = [(8, 0, 0), (8, 64, 64 * 500), (8, 32, 32 * 3000), (6, 0, 0), (8, 64, 64 * 100),
+             (7, 48, 48 * 5000)]
+    for decodes, tokens, context in steps:
+        pacer.observe(decodes, tokens, 0.020 + 0.002 * decodes + 0.0005 * tokens + 1e-7 * context,
+                      context)
+    return pacer
+
+
+def test_a_step_full_of_a_long_pastes_chunk_leaves_no_room_for_a_short_prompt():
+    """The room is time: a short prompt's cheap tokens do not ride on top of a paste chunk
+    that took it all (counting tokens let the step cost two slowdowns' worth)."""
+    pacer = _long_paste_pacer()
+    paste = pacer.prefill_cap(8, 5000)
+    assert pacer.prefill_cap(8, 0) >= 2 * paste  # alone, the short prompt gets twice as many
+    assert pacer.prefill_cap(8, 0, spent=pacer.chunk_cost(paste, 5000)) == 0
+
+
+def test_a_short_prompt_gets_the_time_a_smaller_paste_chunk_left():
+    pacer = _long_paste_pacer()
+    full = pacer.prefill_cap(8, 0)
+    paste = pacer.prefill_cap(8, 5000) // 2  # the paste's last few tokens
+    rest = pacer.prefill_cap(8, 0, spent=pacer.chunk_cost(paste, 5000))
+    assert 0 < rest < full
+    room = pacer.chunk_cost(full, 0)
+    assert pacer.chunk_cost(paste, 5000) + pacer.chunk_cost(rest, 0) <= room * (1 + 1e-9)
+
+
 def test_pacer_rejects_a_slowdown_of_one_or_less():
     with pytest.raises(ValueError, match="above 1"):
         PrefillPacer(1.0)
