@@ -162,14 +162,15 @@ ROWS = [("output tok/s", ("summary", "output_tok_per_s"), 1.0),
         ("ITL p99 ms", ("summary", "itl_s", "p99"), 1000.0),
         ("TTFT p50 ms", ("summary", "ttft_s", "p50"), 1000.0),
         ("e2e p99 ms", ("summary", "e2e_s", "p99"), 1000.0),
-        ("paste ITL p99/p50", ("long_doc", "p99_during_over_p50_without"), 1.0)]
+        ("paste ITL p99/p50", ("long_doc", "p99_during_over_p50_without"), 1.0),
+        ("paste chat TTFT p99 ms", ("long_doc", "chat_ttft_during_paste_s", "p99"), 1000.0)]
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
     """One line per scenario and number: officellm, llama-server, their ratio."""
     o, ll = results.get("officellm", {}), results.get("llama-server", {})
     labels = [k for k in o if k != "error"] or [k for k in ll if k != "error"]
-    lines = [f"{'scenario':<14}{'number':<20}{'officellm':>11}{'llama-server':>14}{'ratio':>8}"]
+    lines = [f"{'scenario':<14}{'number':<24}{'officellm':>11}{'llama-server':>14}{'ratio':>8}"]
     for label in labels:
         for name, path, scale in ROWS:
             a, b = _get(o.get(label, {}), *path), _get(ll.get(label, {}), *path)
@@ -178,7 +179,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             fa = "-" if a is None else f"{a * scale:.1f}"
             fb = "-" if b is None else f"{b * scale:.1f}"
             ratio = "-" if a is None or not b else f"{a / b:.2f}"
-            lines.append(f"{label:<14}{name:<20}{fa:>11}{fb:>14}{ratio:>8}")
+            lines.append(f"{label:<14}{name:<24}{fa:>11}{fb:>14}{ratio:>8}")
     for name, res in results.items():
         if "error" in res:
             lines.append(f"{name}: did not run: {res['error'].splitlines()[0]}")

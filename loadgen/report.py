@@ -84,7 +84,8 @@ def text_summary(doc: dict[str, Any]) -> str:
     if "long_doc" in doc:
         ld = doc["long_doc"]
         lines.append(f"  long-doc: chat ITL p99 during paste {_ms(ld['itl_during_paste_s']['p99'])}"
-                     f" ms vs p50 without {_ms(ld['itl_without_paste_s']['p50'])} ms")
+                     f" ms vs p50 without {_ms(ld['itl_without_paste_s']['p50'])} ms; chat TTFT"
+                     f" p99 during paste {_ms(ld['chat_ttft_during_paste_s']['p99'])} ms")
     if "noisy_neighbour" in doc:
         nn = doc["noisy_neighbour"]
         light, heavy = nn["light"], nn["heavy"]

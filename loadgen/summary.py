@@ -65,16 +65,23 @@ def paste_windows(records: list[RequestRecord]) -> list[tuple[float, float]]:
 
 
 def itl_around_pastes(records: list[RequestRecord]) -> dict[str, Any]:
-    """The chatting users' ITL during a paste's prefill vs the rest of the time.
+    """The chatting users' ITL during a paste's prefill vs the rest of the time, and the
+    time to first token of the chats that waited while a paste was prefilled.
 
     A gap counts as "during" when it overlaps a prefill window: that is the stall a user sees.
+    The TTFT is the stall ITL cannot see: a chat held back until the paste is done streams
+    no gaps during it at all.
     """
     windows = paste_windows(records)
     during: list[float] = []
     without: list[float] = []
+    ttft_during: list[float] = []
     for r in records:
         if r.kind != "chat" or not r.ok:
             continue
+        if r.first_token is not None and any(r.start < w1 and r.first_token > w0
+                                             for w0, w1 in windows):
+            ttft_during.append(r.first_token - r.start)
         t = r.chunk_times
         for a, b in zip(t, t[1:]):
             hit = any(a < w1 and b > w0 for w0, w1 in windows)
@@ -82,7 +89,8 @@ def itl_around_pastes(records: list[RequestRecord]) -> dict[str, Any]:
     d, w = describe(during), describe(without)
     ratio = d["p99"] / w["p50"] if d["p99"] is not None and w["p50"] else None
     return {"paste_windows_s": [w1 - w0 for w0, w1 in windows], "itl_during_paste_s": d,
-            "itl_without_paste_s": w, "p99_during_over_p50_without": ratio}
+            "itl_without_paste_s": w, "p99_during_over_p50_without": ratio,
+            "chat_ttft_during_paste_s": describe(ttft_during)}
 
 
 def timeline(records: list[RequestRecord], t0: float, wall: float,

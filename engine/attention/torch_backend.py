@@ -90,27 +90,33 @@ class TorchAttention:
         out = torch.empty_like(q)
         if nd:
             out[:nd] = self._decode(layer, q[:nd])
-        hk, width, d = kc.shape[2], kc.shape[3], q.shape[2]
         for p in self.prefills:
             rows = slice(p.q_start, p.q_start + p.q_len)
-            if p.blocks is None:
-                keys, vals = k[rows], v[rows]
-            else:
-                keys = reference.read_cache_rows(
-                    kc[p.blocks].view(-1, hk, width)[: p.seq_len], d, q.dtype)
-                vals = reference.read_cache_rows(
-                    vc[p.blocks].view(-1, hk, width)[: p.seq_len], d, q.dtype)
-            o = F.scaled_dot_product_attention(
-                q[rows].transpose(0, 1).unsqueeze(0),
-                keys.to(q.dtype).transpose(0, 1).unsqueeze(0),
-                vals.to(q.dtype).transpose(0, 1).unsqueeze(0),
-                attn_mask=p.mask,
-                is_causal=p.mask is None,
-                scale=self.scale,
-                enable_gqa=q.shape[1] > hk,
-            )
-            out[rows] = o.squeeze(0).transpose(0, 1)
+            out[rows] = self._prefill(layer, p, q[rows], k[rows], v[rows])
         return out
+
+    def _prefill(self, layer: int, p: PrefillPlan, q: torch.Tensor, k: torch.Tensor,
+                 v: torch.Tensor) -> torch.Tensor:
+        """Attention of one prefill chunk (its q, k, v rows) over its cached keys and its own."""
+        kc, vc = self.k_caches[layer], self.v_caches[layer]
+        hk, width, d = kc.shape[2], kc.shape[3], q.shape[2]
+        if p.blocks is None:
+            keys, vals = k, v
+        else:
+            keys = reference.read_cache_rows(kc[p.blocks].view(-1, hk, width)[: p.seq_len], d,
+                                             q.dtype)
+            vals = reference.read_cache_rows(vc[p.blocks].view(-1, hk, width)[: p.seq_len], d,
+                                             q.dtype)
+        o = F.scaled_dot_product_attention(
+            q.transpose(0, 1).unsqueeze(0),
+            keys.to(q.dtype).transpose(0, 1).unsqueeze(0),
+            vals.to(q.dtype).transpose(0, 1).unsqueeze(0),
+            attn_mask=p.mask,
+            is_causal=p.mask is None,
+            scale=self.scale,
+            enable_gqa=q.shape[1] > hk,
+        )
+        return o.squeeze(0).transpose(0, 1)
 
     def _decode(self, layer: int, q: torch.Tensor) -> torch.Tensor:
         """Attention of the step's decodes (q [Bd, Hq, D], one row per sequence)."""

@@ -106,15 +106,29 @@ class Scheduler:
         prefill_spent = 0.0  # the pacer's estimate of this step's prompt chunks so far
         policy = self.policy
         decodes_by_key = Counter(r.fairness_key for r in decodes)
+        decode_context = (sum(r.num_computed_tokens for r in decodes) / len(decodes)
+                          if decodes else 0.0)
+        # A long prompt goes after the others: it is chunked over many steps whatever comes
+        # first, so a short prompt ahead of it costs it a few tokens; behind it, the short
+        # prompt's user would wait for the whole paste (docs/design.md §9). And its chunk is
+        # paced for the prompts the step finishes too: their users wait for their first word.
+        order = policy.prefill_order(prefills, self.waiting)
+        long_prompts = self._long_prompts(order)
+        if long_prompts:
+            order = [r for r in order if r not in long_prompts] + [
+                r for r in order if r in long_prompts]
+        first_words: Counter[str] = Counter()  # keys of the prompts this step finishes
 
         def prefill_room(req: Request, context: int) -> int:
             if pacer is None:
                 return budget
-            pace = policy.prefill_pace(req.fairness_key, decodes_by_key, pacer.max_slowdown)
+            waiters = decodes_by_key + first_words if req in long_prompts else decodes_by_key
+            pace = policy.prefill_pace(req.fairness_key, waiters, pacer.max_slowdown)
             if pace is None:  # nobody waits on this step: the whole budget
                 return budget
             num_decodes, slowdown = pace
-            return pacer.prefill_cap(num_decodes, context, slowdown, prefill_spent)
+            return pacer.prefill_cap(num_decodes, context, slowdown, prefill_spent,
+                                     decode_context)
 
         allocate = self.kv.allocate_slots
 
@@ -151,11 +165,11 @@ class Scheduler:
                 chosen[req] = 1
                 budget -= 1
 
-        # Prompt work in the policy's order. A key over its share cap gets a chunk only if no
+        # Prompt work in that order. A key over its share cap gets a chunk only if no
         # other key's prompt work was scheduled in this step, so the cap never idles the step.
         prompt_keys: set[str] = set()
         admitting = True
-        for req in policy.prefill_order(prefills, self.waiting):
+        for req in order:
             if budget == 0:
                 break
             if prompt_keys and policy.held_back(req) and prompt_keys != {req.fairness_key}:
@@ -181,6 +195,8 @@ class Scheduler:
                 budget -= num_new
                 if pacer is not None:
                     prefill_spent += pacer.chunk_cost(num_new, req.num_computed_tokens)
+                if req.num_computed_tokens + num_new == len(req.all_token_ids):
+                    first_words[req.fairness_key] += 1
                 prompt_keys.add(req.fairness_key)
 
         policy.charge(chosen)
@@ -190,6 +206,23 @@ class Scheduler:
             for req, n in chosen.items())
         finished, self._finished_ids = frozenset(self._finished_ids), set()
         return SchedulerOutput(chunks, finished, num_preempted)
+
+    def _long_prompts(self, order: list[Request]) -> set[Request]:
+        """The prompts in `order` with more tokens left to compute than a step's budget
+        (a prefix cache hit is not work left). A preempted request is never one: its user is
+        mid-answer, and it resumes in its place."""
+        limit = self.max_num_batched_tokens
+        found: set[Request] = set()
+        for req in order:
+            if req.status is RequestStatus.RUNNING:
+                left = len(req.all_token_ids) - req.num_computed_tokens
+            elif req.status is RequestStatus.WAITING and req.num_tokens > limit:
+                left = req.num_tokens - self.kv.get_computed_blocks(req)[1]
+            else:
+                continue
+            if left > limit:
+                found.add(req)
+        return found
 
     def _admit(self, req: Request, budget: int,
                prefill_room: Callable[[Request, int], int],
@@ -252,7 +285,7 @@ class Scheduler:
         output per request that sampled."""
         if self.pacer is not None:
             self.pacer.observe(so.num_decodes, so.num_prefill_tokens, step_seconds,
-                               so.prefill_context)
+                               so.prefill_context, so.decode_context, so.chunk_context)
         outputs: list[EngineCoreOutput] = []
         tokens, logprobs, invalid = sampled.token_ids, sampled.logprobs, sampled.invalid
         row = 0

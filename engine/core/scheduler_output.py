@@ -60,6 +60,16 @@ class SchedulerOutput:
                    for c in self.chunks if not c.is_decode)
 
     @property
+    def chunk_context(self) -> int:
+        """Sum over this step's prompt chunks of the cached tokens each reads first."""
+        return sum(c.start for c in self.chunks if not c.is_decode)
+
+    @property
+    def decode_context(self) -> int:
+        """Sum over this step's decodes of the context each attends to."""
+        return sum(c.start for c in self.chunks if c.is_decode)
+
+    @property
     def sampling_requests(self) -> list[Request]:
         """The requests that sample this step, in batch (and so logits-row) order."""
         return [c.request for c in self.chunks if c.samples]

@@ -9,10 +9,11 @@ interface below, so schedule() has no branch per policy:
                                     share what the step's budget has left after the decodes
   held_back(request)                its key is over its KV share cap: it gets a prefill
                                     chunk only if no other key got one in this step
-  prefill_pace(key, decodes, base)  how the pacer sizes a prompt chunk of `key` in a step
-                                    that decodes `decodes[k]` requests of each key k: (the
-                                    decodes to size it for, the slowdown allowed), or None
-                                    for the whole budget
+  prefill_pace(key, waiters, base)  how the pacer sizes a prompt chunk of `key` in a step
+                                    on which `waiters[k]` requests of each key k wait for
+                                    their next token (its decodes, and the prompts it
+                                    finishes): (the waiters to size it for, the slowdown
+                                    allowed), or None for the whole budget
   victim(running)                   the running request to preempt when blocks run out, and
                                     why (the WARNING says it)
   admission_victim(request, blocks, the running request to preempt so that a waiting request,
@@ -90,7 +91,7 @@ class SchedulingPolicy(Protocol):
 
     def held_back(self, request: Request) -> bool: ...
 
-    def prefill_pace(self, key: str, decodes: Mapping[str, int],
+    def prefill_pace(self, key: str, waiters: Mapping[str, int],
                      base: float) -> tuple[int, float] | None: ...
 
     def victim(self, running: Sequence[Request]) -> tuple[Request, str]: ...
@@ -122,11 +123,11 @@ class FcfsPolicy:
     def held_back(self, request: Request) -> bool:
         return False
 
-    def prefill_pace(self, key: str, decodes: Mapping[str, int],
+    def prefill_pace(self, key: str, waiters: Mapping[str, int],
                      base: float) -> tuple[int, float] | None:
-        # While others decode they wait on the step: pace it. Alone: the whole budget.
-        num_decodes = sum(decodes.values())
-        return (num_decodes, base) if num_decodes else None
+        # While others wait on the step, pace it. Alone: the whole budget.
+        num_waiters = sum(waiters.values())
+        return (num_waiters, base) if num_waiters else None
 
     def victim(self, running: Sequence[Request]) -> tuple[Request, str]:
         return running[-1], "it is the most recently admitted request"
@@ -236,7 +237,7 @@ class FairPolicy:
     def held_back(self, request: Request) -> bool:
         return self._over_cap(request.fairness_key)
 
-    def prefill_pace(self, key: str, decodes: Mapping[str, int],
+    def prefill_pace(self, key: str, waiters: Mapping[str, int],
                      base: float) -> tuple[int, float] | None:
         mine = self.normalized_service(key)
         # Only the most served key is a guest: light users' prompts among each other keep the
@@ -244,11 +245,11 @@ class FairPolicy:
         if self.keys and mine >= max(self.normalized_service(k) for k in self.keys):
             lighter = {k for k in self.keys
                        if k != key and 2.0 * self.normalized_service(k) < mine}
-            num_decodes = sum(decodes.values())
-            if num_decodes:
-                if any(decodes.get(k) for k in lighter):
-                    return num_decodes, 1.0 + (base - 1.0) * GUEST_SLOWDOWN_SHARE
-                return num_decodes, base
+            num_waiters = sum(waiters.values())
+            if num_waiters:
+                if any(waiters.get(k) for k in lighter):
+                    return num_waiters, 1.0 + (base - 1.0) * GUEST_SLOWDOWN_SHARE
+                return num_waiters, base
             floor = PRESENT_SHARE * self.service(key)
             present = [k for k in lighter if self.service(k) >= floor]
             return (len(present), base) if present else None
@@ -257,7 +258,7 @@ class FairPolicy:
         # light user's next turn would be cut into bites for that key's sake and wait several
         # steps for its first word. A newcomer's first document, holding nothing yet, is
         # still paced for everyone decoding.
-        paced = sum(n for k, n in decodes.items() if k == key or not self._over_fair_share(k))
+        paced = sum(n for k, n in waiters.items() if k == key or not self._over_fair_share(k))
         return (paced, base) if paced else None
 
     def fair_share(self, key: str) -> float:

@@ -16,62 +16,101 @@ def test_pacer_starts_with_its_first_chunk():
     assert PrefillPacer(2.0, first_chunk=64).prefill_cap(8) == 64
 
 
-def _feed(pacer: PrefillPacer, fixed: float, per_decode: float, per_token: float,
+def _feed(pacer: PrefillPacer, fixed: float, per_row: float,
           steps: list[tuple[int, int]]) -> None:
+    """Steps of (decodes, prompt tokens) at `fixed` seconds + `per_row` a decode or token."""
     for decodes, tokens in steps:
-        pacer.observe(decodes, tokens, fixed + per_decode * decodes + per_token * tokens)
+        pacer.observe(decodes, tokens, fixed + per_row * (decodes + tokens))
 
 
 def test_pacer_sizes_chunk_to_the_allowed_slowdown():
     pacer = PrefillPacer(2.0)
-    # 20 ms a step + 2 ms a decode + 1 ms a prompt token, over varied steps.
-    _feed(pacer, 0.020, 0.002, 0.001, [(8, 0), (8, 100), (4, 50), (12, 0), (10, 30), (6, 200)])
-    # A step of 10 decodes costs 40 ms: it may carry 40 ms of prompt, 40 tokens.
-    assert pacer.prefill_cap(10) == 40
-    assert pacer.prefill_cap(30) == 80  # more people typing: a dearer step, a larger chunk
+    # 20 ms a step + 1 ms a row (a decode or a prompt token), over varied steps.
+    _feed(pacer, 0.020, 0.001, [(8, 0), (8, 100), (4, 50), (12, 0), (10, 30), (6, 200)])
+    # A step of 10 decodes costs 30 ms: it may carry 30 ms of prompt, 30 tokens.
+    assert pacer.prefill_cap(10) == 30
+    assert pacer.prefill_cap(30) == 50  # more people typing: a dearer step, a larger chunk
 
 
 def test_pacer_uses_the_current_batch_not_a_stale_decode_only_step():
     """Under load nearly every step carries a prompt: the only decode-only steps are from
     when few people were typing, yet the cap must follow today's batch."""
     pacer = PrefillPacer(2.0)
-    _feed(pacer, 0.020, 0.002, 0.001, [(2, 0), (3, 0)] + [(n, 40 + n) for n in range(20, 33)])
-    assert pacer.prefill_cap(32) == 84  # (20 + 64) ms of decodes
+    _feed(pacer, 0.020, 0.001, [(2, 0), (3, 0)] + [(n, 40 + n) for n in range(20, 33)])
+    assert pacer.prefill_cap(32) == 52  # (20 + 32) ms of decodes
 
 
 def test_pacer_never_goes_below_its_minimum_chunk():
     pacer = PrefillPacer(1.5, min_chunk=16)
-    _feed(pacer, 0.010, 0.0, 0.1, [(4, 0), (4, 10), (2, 5), (4, 0)])  # 100 ms a prompt token
+    _feed(pacer, 0.010, 0.1, [(4, 0), (4, 10), (2, 5), (4, 0)])  # 100 ms a row
     assert pacer.prefill_cap(4) == 16
 
 
 def test_pacer_follows_a_slowing_machine():
     pacer = PrefillPacer(3.0, window=8)
-    _feed(pacer, 0.020, 0.002, 0.001, [(4, 0), (4, 100), (6, 50), (5, 0)])
+    _feed(pacer, 0.020, 0.001, [(4, 0), (4, 100), (6, 50), (5, 0)])
     fast = pacer.prefill_cap(4)
-    # Later chunks attend over a longer prompt: dearer per token; old steps leave the window.
-    _feed(pacer, 0.020, 0.002, 0.004, [(4, 100), (5, 0), (6, 50), (4, 80)] * 2)
+    # The machine slows to a quarter (thermal throttling, a neighbour's job): every row
+    # costs more, the fixed cost does not; old steps leave the window.
+    _feed(pacer, 0.020, 0.004, [(4, 100), (5, 0), (6, 50), (4, 80)] * 2)
     assert pacer.prefill_cap(4) < fast / 2
+
+
+def _paste_seconds(decodes: int, tokens: int, context: int, decode_context: int = 0) -> float:
+    """A CPU-like step: 20 ms + 1 ms a row + 0.2 us an attention pair + 2 us a cached token
+    the prompt chunk (starting `context` tokens in) reads."""
+    pairs = tokens * context + decodes * decode_context
+    return 0.020 + 0.001 * (decodes + tokens) + 2e-7 * pairs + 2e-6 * (context if tokens else 0)
+
+
+def _observe(pacer: PrefillPacer, decodes: int, tokens: int, context: int,
+             decode_context: int = 0) -> None:
+    pacer.observe(decodes, tokens, _paste_seconds(decodes, tokens, context, decode_context),
+                  tokens * context, decodes * decode_context, context if tokens else 0)
+
+
+PASTE_STEPS = [(8, 0, 0), (8, 64, 500), (8, 32, 3000), (6, 0, 0), (8, 64, 100), (7, 48, 5000),
+               (0, 512, 1000)]
 
 
 def test_pacer_gives_a_long_context_smaller_chunks():
     """Attention makes a chunk deep into a long paste dearer per token than an early one."""
     pacer = PrefillPacer(2.0)
-    steps = [(8, 0, 0), (8, 64, 64 * 500), (8, 32, 32 * 3000), (6, 0, 0), (8, 64, 64 * 100),
-             (7, 48, 48 * 5000)]
-    for decodes, tokens, context in steps:
-        seconds = 0.020 + 0.002 * decodes + 0.0005 * tokens + 1e-7 * context
-        pacer.observe(decodes, tokens, seconds, context)
+    for step in PASTE_STEPS:
+        _observe(pacer, *step)
     assert pacer.prefill_cap(8, 5000) < pacer.prefill_cap(8, 0) / 1.5
+
+
+def test_the_fit_recovers_every_cost_from_a_batch_that_never_changes():
+    """Three people typing and a paste's few-token chunks in nearly every step (the long-doc
+    case): a free fit put 0.8 s on the step and -0.26 s on each decode there. The costs come
+    back exactly, and so does the chunk the true costs allow."""
+    pacer = PrefillPacer(2.0, window=128)
+    steps = [(3, 0, 0)] * 4 + [(3, 16 + i % 4, 2000 + 40 * i) for i in range(50)] + \
+        [(0, 1024, 1000 * k) for k in range(1, 5)]
+    for decodes, tokens, context in steps:
+        _observe(pacer, decodes, tokens, context, decode_context=400)
+    assert pacer.costs() == pytest.approx((0.020, 0.001, 2e-7, 2e-6), rel=1e-6)
+    room = 0.020 + 3 * (0.001 + 2e-7 * 400)  # a decode-only step of these three: 2x allowed
+    expected = round((room - 2e-6 * 3000) / (0.001 + 2e-7 * 3000))
+    assert pacer.prefill_cap(3, 3000, decode_context=400) == expected
+
+
+def test_a_chunk_pays_once_for_reading_its_cached_history():
+    pacer = PrefillPacer(2.0, min_chunk=4)
+    for step in PASTE_STEPS:
+        _observe(pacer, *step)
+    assert pacer.chunk_cost(0, 5000) == pytest.approx(2e-6 * 5000, rel=1e-6)
+    # Where reading the history alone fills the room, the step's first chunk is min_chunk
+    # and a later one gets nothing.
+    assert pacer.prefill_cap(1, 20_000) == 4
+    assert pacer.prefill_cap(1, 20_000, spent=pacer.chunk_cost(4, 0)) == 0
 
 
 def _long_paste_pacer() -> PrefillPacer:
     pacer = PrefillPacer(2.0)
-    steps = [(8, 0, 0), (8, 64, 64 * 500), (8, 32, 32 * 3000), (6, 0, 0), (8, 64, 64 * 100),
-             (7, 48, 48 * 5000)]
-    for decodes, tokens, context in steps:
-        pacer.observe(decodes, tokens, 0.020 + 0.002 * decodes + 0.0005 * tokens + 1e-7 * context,
-                      context)
+    for step in PASTE_STEPS:
+        _observe(pacer, *step)
     return pacer
 
 

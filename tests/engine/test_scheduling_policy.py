@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -39,11 +40,14 @@ def add(sched: Scheduler, rid: str, prompt_len: int, key: str, **kw) -> Request:
     return req
 
 
-def step(sched: Scheduler) -> SchedulerOutput:
-    """One step: schedule, and every sampling request samples token 7."""
+def step(sched: Scheduler, seconds: Callable[[SchedulerOutput], float] | None = None
+         ) -> SchedulerOutput:
+    """One step: schedule, and every sampling request samples token 7; the step took
+    `seconds(its batch)` (10 ms if not given)."""
     so = sched.schedule()
     n = len(so.sampling_requests)
-    sched.update_from_output(so, SamplerOutput([7] * n, [None] * n, [False] * n), 0.01)
+    sched.update_from_output(so, SamplerOutput([7] * n, [None] * n, [False] * n),
+                             0.01 if seconds is None else seconds(so))
     return so
 
 
@@ -205,12 +209,12 @@ def test_share_cap_yields_the_step_when_nothing_else_has_prompt_work():
 
 def test_fcfs_ignores_the_share_cap():
     sched = make_scheduler("fcfs", num_blocks=64, budget=48)
-    capped = add(sched, "capped", 200, "capped", cap=0.1)
-    step(sched)
+    capped = add(sched, "capped", 80, "capped", cap=0.1)
+    step(sched)  # 48 tokens: 12 blocks, over its cap of 6.4
     add(sched, "chat", 8, "light")
-    so = step(sched)  # capped's running prompt first, and it takes the whole budget
-    assert [c.request.request_id for c in so.chunks] == ["capped"]
-    assert capped.num_computed_tokens == 96
+    so = step(sched)  # capped's running prompt first, though another key's prompt runs too
+    assert [c.request.request_id for c in so.chunks] == ["capped", "chat"]
+    assert capped.num_computed_tokens == 80
     run_to_end(sched)
 
 
@@ -389,19 +393,23 @@ def test_fcfs_paces_every_prompt_alike():
     assert sched.policy.prefill_pace("heavy", {}, 2.0) is None
 
 
-@pytest.mark.parametrize(("policy", "chunk"), [("fcfs", 40), ("fair", 10)])
+@pytest.mark.parametrize(("policy", "chunk"), [("fcfs", 20), ("fair", 5)])
 def test_a_heavy_keys_chunk_beside_a_light_keys_decode_is_sized_by_the_policy(policy, chunk):
     from engine.core.prefill_pacer import PrefillPacer
 
     pacer = PrefillPacer(2.0, min_chunk=4)
-    # 20 ms a step + 2 ms a decode + 1 ms a prompt token: a 10-decode step costs 40 ms.
+    # 20 ms a step + 2 ms a row (a decode or a prompt token): a 10-decode step costs 40 ms,
+    # room for 20 prompt tokens at 2x (fcfs) and for a quarter of that as a guest (fair).
+    def seconds(so: SchedulerOutput) -> float:
+        return 0.020 + 0.002 * so.num_tokens
+
     for decodes, tokens in [(8, 0), (8, 100), (4, 50), (12, 0), (10, 30), (6, 200)]:
-        pacer.observe(decodes, tokens, 0.020 + 0.002 * decodes + 0.001 * tokens)
+        pacer.observe(decodes, tokens, 0.020 + 0.002 * (decodes + tokens))
     kv = KVCacheManager(512, BLOCK, enable_prefix_caching=False)
     sched = Scheduler(kv, 16, 256, max_model_len=100_000, pacer=pacer, policy=policy)
     for i in range(10):
         add(sched, f"light{i}", 4, "light", max_tokens=50)
-    step(sched)  # the light key's prompts: from now on it decodes
+    step(sched, seconds)  # the light key's prompts: from now on it decodes
     add(sched, "doc", 2000, "heavy")
     sched.policy.charge({sched.requests["doc"]: 4000})  # the heavy key's earlier documents
     so = step(sched)

@@ -70,6 +70,20 @@ def test_itl_during_paste_is_the_gap_that_spans_the_prefill() -> None:
     assert out["p99_during_over_p50_without"] == pytest.approx(20.0)
 
 
+def test_a_chat_held_back_during_a_paste_counts_as_its_ttft() -> None:
+    """Streaming nothing during the paste, it has no gaps there: its wait is its TTFT."""
+    held = _chat([3.3, 3.4])
+    held.start = 1.5
+    before = _chat([1.0, 1.1])
+    paste = RequestRecord(user=1, turn=0, kind="paste", start=1.25, max_tokens=4,
+                          first_token=3.1, end=3.5, chunk_times=[3.1], prompt_tokens=900,
+                          completion_tokens=1)
+    out = summary.itl_around_pastes([held, before, paste])
+    assert out["itl_during_paste_s"]["count"] == 0
+    assert out["chat_ttft_during_paste_s"]["count"] == 1
+    assert out["chat_ttft_during_paste_s"]["max"] == pytest.approx(1.8)
+
+
 def test_tpot_uses_usage_tokens_not_chunks() -> None:
     rec = _chat([1.0, 2.0])
     rec.completion_tokens = 5  # two chunks carried five tokens
