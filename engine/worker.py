@@ -148,12 +148,12 @@ class Worker:
             blocks = gguf_blocks(source, spec.num_heads, spec.num_kv_heads)
         else:
             blocks = quantize_at_load(iter_safetensors(model_dir), method)
-        matmul = self.model.ops.quant_matmul
-        max_rows = (self._blocks_reach(blocks, matmul, packs)
+        matmul, pack = self.model.ops.quant_matmul, self.model.ops.quant_pack
+        max_rows = (self._blocks_reach(blocks, matmul, pack, packs)
                     if self.config.quantization == "auto" else None)
         if max_rows == 0:
             return "dense"
-        kept = self.model.keep_quantized(blocks, matmul, max_rows)
+        kept = self.model.keep_quantized(blocks, matmul, max_rows, pack)
         formats = ", ".join(sorted({quant_reference.NAMES[b.fmt] for b in blocks.values()}))
         reach = _rows(max_rows) if max_rows is not None else ""
         logger.info("Weights kept quantized (%s): %d matmuls read GGUF blocks (%s)%s",
@@ -162,10 +162,11 @@ class Worker:
         return (f"in blocks ({method})" if max_rows is None else
                 f"dense, and in blocks ({method}) up to {reach}")
 
-    def _blocks_reach(self, blocks: dict, matmul, packs: bool) -> int | None:
+    def _blocks_reach(self, blocks: dict, matmul, pack, packs: bool) -> int | None:
         """auto's measurement (engine/weight_quantization.py): the layers' matmuls, dense
-        (as they would run) vs blocks; the largest batch to run over blocks."""
-        pairs = measured_pairs(self._matmul_pairs(blocks, matmul, packs))
+        (as they would run) vs blocks (in the kernel's layout); the largest batch to run over
+        blocks."""
+        pairs = measured_pairs(self._matmul_pairs(blocks, matmul, pack, packs))
         if not pairs:
             return None  # no layer's matmul to compare: the file's own blocks (head, table)
         timings = time_matmuls(pairs, self.dtype)
@@ -180,7 +181,7 @@ class Worker:
                               for t in timings))
         return max_rows
 
-    def _matmul_pairs(self, blocks: dict, matmul, packs: bool) -> Iterator[MatmulPair]:
+    def _matmul_pairs(self, blocks: dict, matmul, pack, packs: bool) -> Iterator[MatmulPair]:
         """Each layer's matmuls whose weights are all in `blocks`, in layer order."""
         for module, names in self.model.layer_matmuls():
             found = [blocks.get(n) for n in names]
@@ -190,7 +191,8 @@ class Worker:
                 yield MatmulPair(
                     weight.shape[1],
                     lambda x, w=weight, p=packed: packed_linear.linear(x, w, None, p),
-                    QuantizedWeight.fuse(found, matmul), weight.numel() * weight.element_size())
+                    QuantizedWeight.fuse(found, matmul, pack=pack),
+                    weight.numel() * weight.element_size())
 
     def kv_budget(self) -> tuple[int, str]:
         """Bytes this rank can give its KV pool, and the flag that sets it."""

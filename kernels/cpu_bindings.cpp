@@ -15,6 +15,7 @@ std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Te
                                                       torch::Tensor cos, torch::Tensor sin);
 torch::Tensor silu_and_mul(torch::Tensor x);
 torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format);
+torch::Tensor quant_pack(torch::Tensor weight, int64_t format);
 std::string quant_matmul_path();
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -25,5 +26,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("apply_rotary", &apply_rotary, "neox rotary embedding of q and k");
   m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up");
   m.def("quant_matmul", &quant_matmul, "x W^T over GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weight blocks");
+  m.def("quant_pack", &quant_pack, "GGUF Q8_0/Q4_0/Q4_1 rows in the layout quant_matmul reads fastest");
   m.def("quant_matmul_path", &quant_matmul_path, "the instruction set quant_matmul was built for");
 }

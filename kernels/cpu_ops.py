@@ -12,8 +12,8 @@ from kernels import reference
 
 
 def make_ops(module: Any) -> SimpleNamespace:
-    """rms_norm / fused_add_rms_norm / apply_rotary / silu_and_mul / quant_matmul over the
-    compiled `module`."""
+    """rms_norm / fused_add_rms_norm / apply_rotary / silu_and_mul / quant_matmul (and
+    quant_pack, its weights' layout) over the compiled `module`."""
 
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         # Per-head q/k norms (Qwen3) see [T, H, D] views with uneven strides: the reference.
@@ -40,7 +40,7 @@ def make_ops(module: Any) -> SimpleNamespace:
 
     return SimpleNamespace(rms_norm=rms_norm, fused_add_rms_norm=fused_add_rms_norm,
                            apply_rotary=apply_rotary, silu_and_mul=silu_and_mul,
-                           quant_matmul=module.quant_matmul)
+                           quant_matmul=module.quant_matmul, quant_pack=module.quant_pack)
 
 
 def _heads_contiguous(t: torch.Tensor) -> bool:

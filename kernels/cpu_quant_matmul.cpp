@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -387,10 +388,14 @@ inline void block_dots(const __m256i* w, const int8_t* const* xb, __m256i* lo, _
 }
 
 // acc += float(dot - correction) * (d_w * d_x): one segment's term for eight weight rows.
-inline __m256 add_term(__m256 acc, __m256i dot, int32_t correction, const float* dw, float dx) {
+inline __m256 add_term(__m256 acc, __m256i dot, int32_t correction, __m256 dw, float dx) {
   const __m256i exact = _mm256_sub_epi32(dot, _mm256_set1_epi32(correction));
-  const __m256 scale = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_set1_ps(dx));
+  const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(dx));
   return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(exact), scale));
+}
+
+inline __m256 add_term(__m256 acc, __m256i dot, int32_t correction, const float* dw, float dx) {
+  return add_term(acc, dot, correction, _mm256_loadu_ps(dw), dx);
 }
 
 // Eight weight rows (one group, lanes) against x rows [m, m + MR): y's MR x 8 results.
@@ -448,6 +453,26 @@ constexpr int TILE_M = 8;  // 32 vector registers
 constexpr int TILE_M = 4;
 #endif
 
+// Calls tile(MR, m) for x rows [m, m + MR) covering [0, M): full tiles, then one short one
+// (MR a compile-time constant, so each tile's accumulators stay in registers).
+template <typename Tile>
+inline void over_tiles(int64_t M, Tile&& tile) {
+  int64_t m = 0;
+  for (; m + TILE_M <= M; m += TILE_M) tile(std::integral_constant<int, TILE_M>{}, m);
+  switch (M - m) {
+#if defined(OFFICELLM_QMM_VNNI)
+    case 7: tile(std::integral_constant<int, 7>{}, m); break;
+    case 6: tile(std::integral_constant<int, 6>{}, m); break;
+    case 5: tile(std::integral_constant<int, 5>{}, m); break;
+    case 4: tile(std::integral_constant<int, 4>{}, m); break;
+#endif
+    case 3: tile(std::integral_constant<int, 3>{}, m); break;
+    case 2: tile(std::integral_constant<int, 2>{}, m); break;
+    case 1: tile(std::integral_constant<int, 1>{}, m); break;
+    default: break;
+  }
+}
+
 // Rows [n0, n1) of y for all M rows of x, eight weight rows at a time.
 template <int64_t F>
 void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
@@ -459,21 +484,140 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
     const uint8_t* rows[8];  // a short last group repeats its last row (results dropped)
     for (int l = 0; l < 8; ++l) rows[l] = w + (n + std::min<int64_t>(l, valid - 1)) * row_bytes;
     gs.decode<F>(rows, nb, row_scales);
-    int64_t m = 0;
-    for (; m + TILE_M <= M; m += TILE_M) tile<F, TILE_M>(rows, gs, xq, y, M, N, nb, n, valid, m);
-    switch (M - m) {
-#if defined(OFFICELLM_QMM_VNNI)
-      case 7: tile<F, 7>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
-      case 6: tile<F, 6>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
-      case 5: tile<F, 5>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
-      case 4: tile<F, 4>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
-#endif
-      case 3: tile<F, 3>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
-      case 2: tile<F, 2>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
-      case 1: tile<F, 1>(rows, gs, xq, y, M, N, nb, n, valid, m); break;
-      default: break;
+    over_tiles(M, [&](auto mr, int64_t m) {
+      tile<F, decltype(mr)::value>(rows, gs, xq, y, M, N, nb, n, valid, m);
+    });
+  }
+}
+
+// The packed layout (quant_pack) of the 32-weight formats: a group of eight weight rows
+// stored block by block, each block as its eight fp16 scales (then Q4_1's eight offsets) and
+// its quants already in the lanes load_steps builds with transposes: Q8_0's eight step
+// vectors, Q4_0's and Q4_1's four vectors of nibble pairs (t and t + 4). The same bytes as
+// the GGUF rows, in the order the vectors read them, so a block costs a few loads instead of
+// four 8 x 4 transposes and 16 scalar scale conversions: at one row of x (a user typing),
+// where the kernel had been bound by that work rather than by the bytes read, and at a few
+// rows, where it decided whether blocks beat the dense weight at all.
+template <int64_t F>
+constexpr bool PACKABLE = F == GGML_Q4_0 || F == GGML_Q4_1 || F == GGML_Q8_0;
+
+template <int64_t F>
+constexpr int64_t packed_scale_bytes() {
+  return F == GGML_Q4_1 ? 32 : 16;
+}
+
+template <int64_t F>
+constexpr int64_t packed_block_bytes() {
+  return packed_scale_bytes<F>() + (F == GGML_Q8_0 ? 256 : 128);
+}
+
+constexpr int64_t packed_block_bytes(int64_t format) {
+  switch (format) {
+    case GGML_Q4_0: return packed_block_bytes<GGML_Q4_0>();
+    case GGML_Q4_1: return packed_block_bytes<GGML_Q4_1>();
+    case GGML_Q8_0: return packed_block_bytes<GGML_Q8_0>();
+    default: return 0;
+  }
+}
+
+template <int64_t F>
+void pack_groups(const uint8_t* w, int64_t row_bytes, int64_t nb, uint8_t* out, int64_t groups) {
+  constexpr int64_t PB = packed_block_bytes<F>();
+  at::parallel_for(0, groups, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const uint8_t* rows[8];
+      for (int l = 0; l < 8; ++l) rows[l] = w + (8 * g + l) * row_bytes;
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* blk = out + (g * nb + b) * PB;
+        const int64_t at = b * group_bytes(F);
+        for (int l = 0; l < 8; ++l) {
+          std::memcpy(blk + 2 * l, rows[l] + at, 2);                      // d
+          if constexpr (F == GGML_Q4_1) std::memcpy(blk + 16 + 2 * l, rows[l] + at + 2, 2);  // m
+        }
+        __m256i v[8];
+        constexpr int VECTORS = F == GGML_Q8_0 ? 8 : 4;
+        if constexpr (F == GGML_Q8_0) {
+          transpose_8x4(rows, at + 2, v);
+          transpose_8x4(rows, at + 18, v + 4);
+        } else {
+          transpose_8x4(rows, at + (F == GGML_Q4_1 ? 4 : 2), v);
+        }
+        for (int t = 0; t < VECTORS; ++t)
+          _mm256_storeu_si256(
+              reinterpret_cast<__m256i*>(blk + packed_scale_bytes<F>() + 32 * t), v[t]);
+      }
+    }
+  });
+}
+
+// A packed block's eight steps, as load_steps gives them from the rows.
+template <int64_t F>
+inline void load_packed_steps(const uint8_t* blk, __m256i* w) {
+  const uint8_t* q = blk + packed_scale_bytes<F>();
+  if constexpr (F == GGML_Q8_0) {
+    for (int s = 0; s < 8; ++s) w[s] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
+  } else {
+    const __m256i nibble = _mm256_set1_epi8(0x0f);
+    for (int t = 0; t < 4; ++t) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * t));
+      w[t] = _mm256_and_si256(v, nibble);
+      w[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
     }
   }
+}
+
+inline __m256 load_halves(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// tile() over one packed group: the same operations in the same order.
+template <int64_t F, int MR>
+inline void packed_tile(const uint8_t* grp, const QuantizedRows& xq, float* y, int64_t M,
+                        int64_t N, int64_t nb, int64_t n, int64_t m) {
+  constexpr int64_t PB = packed_block_bytes<F>();
+  const int64_t K = nb * QK;
+  const int8_t* qx = xq.q.data_ptr<int8_t>();
+  const float* dx = xq.d.data_ptr<float>();
+  const int32_t* isum = xq.isum.data_ptr<int32_t>();
+  __m256 acc[MR];
+  for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = grp + b * PB;
+    __m256i w[8], lo[MR], hi[MR];
+    load_packed_steps<F>(blk, w);
+    const int8_t* xb[MR];
+    for (int r = 0; r < MR; ++r) xb[r] = qx + (m + r) * K + b * QK;
+    block_dots<F, MR>(w, xb, lo, hi);
+    const __m256 dw = load_halves(blk);
+    for (int r = 0; r < MR; ++r)
+      acc[r] = add_term(acc[r], lo[r], unsigned_correction<F>(isum, b, M, m + r, 0), dw,
+                        dx[b * M + m + r]);
+  }
+  if constexpr (HAS_OFFSET<F>) {
+    const float* sx = xq.sum.data_ptr<float>();
+    for (int r = 0; r < MR; ++r) {
+      __m256 off = _mm256_setzero_ps();
+      for (int64_t b = 0; b < nb; ++b)
+        off = _mm256_add_ps(off, _mm256_mul_ps(load_halves(grp + b * PB + 16),
+                                               _mm256_set1_ps(sx[b * M + m + r])));
+      acc[r] = _mm256_add_ps(acc[r], off);
+    }
+  }
+  for (int r = 0; r < MR; ++r) _mm256_storeu_ps(y + (m + r) * N + n, acc[r]);
+}
+
+template <int64_t F>
+void run_packed(const uint8_t* packed, const QuantizedRows& xq, float* y, int64_t M, int64_t N,
+                int64_t nb) {
+  constexpr int64_t PB = packed_block_bytes<F>();
+  at::parallel_for(0, N / 8, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const uint8_t* grp = packed + g * nb * PB;
+      over_tiles(M, [&](auto mr, int64_t m) {
+        packed_tile<F, decltype(mr)::value>(grp, xq, y, M, N, nb, 8 * g, m);
+      });
+    }
+  });
 }
 
 #else  // portable C++: the same integers and float operations, one weight row at a time
@@ -553,10 +697,83 @@ void run(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
 
 }  // namespace
 
+static torch::Tensor float_matmul(const torch::Tensor& x, const torch::Tensor& weight,
+                                  int64_t format);
+
+namespace {
+
+// quant_matmul over quant_pack's layout.
+torch::Tensor packed_matmul(const torch::Tensor& x, const torch::Tensor& packed, int64_t format) {
+#if defined(OFFICELLM_QMM_AVX2)
+  const int64_t pb = packed_block_bytes(format);
+  TORCH_CHECK(pb > 0 && packed.scalar_type() == torch::kUInt8 && packed.is_contiguous() &&
+                  packed.size(2) == pb,
+              "not a packed weight of GGUF type ", format);
+  const int64_t M = x.size(0), K = x.size(1), N = packed.size(0) * 8, nb = packed.size(1);
+  TORCH_CHECK(K == nb * QK, "x has ", K, " features, the packed weight ", nb * QK);
+  torch::Tensor y = torch::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return y;
+  const QuantizedRows xq = quantize_rows(x.contiguous());
+  const uint8_t* w = packed.data_ptr<uint8_t>();
+  float* yp = y.data_ptr<float>();
+  switch (format) {
+    case GGML_Q4_0: run_packed<GGML_Q4_0>(w, xq, yp, M, N, nb); break;
+    case GGML_Q4_1: run_packed<GGML_Q4_1>(w, xq, yp, M, N, nb); break;
+    default: run_packed<GGML_Q8_0>(w, xq, yp, M, N, nb); break;
+  }
+  return y;
+#else
+  (void)x, (void)format;
+  TORCH_CHECK(false, "this build reads no packed weights (quant_pack returned the rows)");
+  return packed;
+#endif
+}
+
+}  // namespace
+
+// weight: uint8 [N, row bytes] of `format` groups (a GGUF tensor's rows). Returns the packed
+// layout above, uint8 [N / 8, K / 32, packed block bytes], where this build has one for the
+// format and N is a multiple of 8; else `weight` itself (quant_matmul reads both).
+torch::Tensor quant_pack(torch::Tensor weight, int64_t format) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kUInt8 && weight.is_contiguous(),
+              "weight must be contiguous uint8 [N, row bytes]");
+#if defined(OFFICELLM_QMM_AVX2)
+  const int64_t pb = packed_block_bytes(format), N = weight.size(0);
+  if (pb == 0 || N % 8 != 0 || N == 0) return weight;
+  TORCH_CHECK(weight.size(1) % group_bytes(format) == 0, "weight rows are not whole blocks");
+  const int64_t nb = weight.size(1) / group_bytes(format);
+  torch::Tensor out = torch::empty({N / 8, nb, pb}, weight.options());
+  const uint8_t* w = weight.data_ptr<uint8_t>();
+  uint8_t* o = out.data_ptr<uint8_t>();
+  switch (format) {
+    case GGML_Q4_0: pack_groups<GGML_Q4_0>(w, weight.size(1), nb, o, N / 8); break;
+    case GGML_Q4_1: pack_groups<GGML_Q4_1>(w, weight.size(1), nb, o, N / 8); break;
+    default: pack_groups<GGML_Q8_0>(w, weight.size(1), nb, o, N / 8); break;
+  }
+  return out;
+#else
+  (void)format;
+  return weight;  // the portable path reads the rows one at a time: nothing to gain
+#endif
+}
+
 // x [M, K] float32 (contiguous rows); weight: uint8 [N, K / group weights * group bytes]
-// of `format` groups (a GGUF tensor's rows). Returns float32 [M, N].
+// of `format` groups (a GGUF tensor's rows), or quant_pack's layout of them. Returns
+// float32 [M, N].
 torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "x must be float32 [M, K]");
+  TORCH_CHECK(x.dim() == 2 && at::isFloatingType(x.scalar_type()), "x must be float [M, K]");
+  // A bf16 model's rows: converted here rather than by two more ops in Python per matmul
+  // (a one-row decode step makes 121 of these calls on SmolLM2); float32 inside either way.
+  if (x.scalar_type() != torch::kFloat32) {
+    return float_matmul(x.to(torch::kFloat32), weight, format).to(x.scalar_type());
+  }
+  return float_matmul(x, weight, format);
+}
+
+// quant_matmul of a float32 x.
+static torch::Tensor float_matmul(const torch::Tensor& x, const torch::Tensor& weight,
+                                  int64_t format) {
+  if (weight.dim() == 3) return packed_matmul(x, weight, format);
   TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kUInt8 && weight.is_contiguous(),
               "weight must be contiguous uint8 [N, row bytes]");
   const int64_t gw = group_weights(format);

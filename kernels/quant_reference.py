@@ -114,6 +114,27 @@ def dequantize(weight: torch.Tensor, fmt: int) -> torch.Tensor:
     return w.reshape(weight.shape[0], -1)
 
 
+def gguf_rows(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None = None) -> torch.Tensor:
+    """GGUF's rows (all, or `ids`) of a weight held as rows or in the C++ kernel's packed
+    layout (kernels/cpu_quant_matmul.cpp: quant_pack): uint8 [N / 8, blocks, bytes], each
+    block its eight rows' fp16 scales d (Q4_1: then their offsets m), then its quants as
+    vectors whose 32-bit lane l holds row l's next four quant bytes."""
+    if weight.dim() == 2:
+        return weight if ids is None else weight[ids]
+    if ids is None:
+        ids = torch.arange(weight.shape[0] * 8)
+    scale_bytes = 32 if fmt == Q4_1 else 16
+    blocks = weight[ids // 8]  # [n, nb, packed block bytes]
+    n, nb, _ = blocks.shape
+    lane = ids % 8
+    rows = torch.arange(n)
+    halves = blocks[:, :, :scale_bytes].reshape(n, nb, scale_bytes // 16, 8, 2)
+    scales = halves.permute(0, 3, 1, 2, 4)[rows, lane].reshape(n, nb, -1)
+    quants = blocks[:, :, scale_bytes:].reshape(n, nb, -1, 8, 4)
+    quants = quants.permute(0, 3, 1, 2, 4)[rows, lane].reshape(n, nb, -1)
+    return torch.cat([scales, quants], dim=-1).reshape(n, nb * GROUP_BYTES[fmt])
+
+
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x float32 [M, K] -> (int8 [M, nb, 32], scales [M, nb], float sums [M, nb]); each
     block's sum in element order."""
@@ -128,8 +149,10 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 
 def quant_matmul(x: torch.Tensor, weight: torch.Tensor, fmt: int) -> torch.Tensor:
-    """y = x W^T float32 [M, N] for x [M, K] and `weight` uint8 [N, K / GROUP_WEIGHTS * GROUP_BYTES]
-    (rows of `fmt` groups)."""
+    """y = x W^T [M, N] for x [M, K] and `weight` uint8 [N, K / GROUP_WEIGHTS * GROUP_BYTES]
+    (rows of `fmt` groups, or their packed layout): computed in float32, returned in x's
+    dtype."""
+    dtype, x, weight = x.dtype, x.float(), gguf_rows(weight, fmt)
     qx, dx, sx = quantize_rows(x)
     qw, dw, mw = unpack(weight, fmt)
     m, nb = dx.shape
@@ -149,7 +172,7 @@ def quant_matmul(x: torch.Tensor, weight: torch.Tensor, fmt: int) -> torch.Tenso
         for b in range(nb):
             offset = offset + mw[:, b].unsqueeze(0) * sx[:, b].unsqueeze(1)
         y = y + offset
-    return y
+    return y.to(dtype)
 
 
 def quantize_q8_0(w: torch.Tensor) -> torch.Tensor:

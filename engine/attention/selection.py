@@ -58,6 +58,7 @@ def ops_for(device: torch.device, backend: str | None = None) -> SimpleNamespace
         silu_and_mul=impl.silu_and_mul,
         # Weights in blocks run on the CPU only (engine/weight_quantization.py).
         quant_matmul=None if name == "triton" else quant_reference.quant_matmul,
+        quant_pack=None,  # the reference reads GGUF's rows as they are
     )
 
 

@@ -21,7 +21,7 @@ from engine.loading.gguf_tensors import QuantizedTensor
 from engine.loading.model_spec import ModelSpec
 from engine.models import packed_linear
 from engine.models.parallel_linear import ColumnParallelLinear, RowParallelLinear
-from engine.models.quantized_linear import QuantizedWeight, QuantMatmul
+from engine.models.quantized_linear import QuantizedWeight, QuantMatmul, QuantPack
 from engine.models.rotary import RotaryTable
 from engine.models.shard_plan import ShardPlan
 from engine.models.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
@@ -124,27 +124,31 @@ class DecoderModel(nn.Module):
                 yield module, tuple(f"model.layers.{i}.{n}.weight" for n in names)
 
     def keep_quantized(self, tensors: dict[str, QuantizedTensor], matmul: QuantMatmul,
-                       max_rows: int | None = None) -> int:
+                       max_rows: int | None = None, pack: QuantPack | None = None) -> int:
         """Run the matmuls whose weights `tensors` hold (Hugging Face names) over their
         blocks, and release those dense weights; one rank only. A fused weight is kept in
         blocks only when all its parts are. `max_rows`: blocks only for batches of up to
         that many rows, the dense weights kept for larger ones (the embedding lookup then
-        reads the dense table). Call after load_weights; returns how many modules now read
-        blocks."""
+        reads the dense table). `pack`: the matmuls' layout (the lookup keeps GGUF's). Call
+        after load_weights; returns how many modules now read blocks."""
         assert self.parallel.world_size == 1, "blocks are not split across ranks"
         kept = 0
         for module, names in self.layer_matmuls():
             found = [tensors.get(n) for n in names]
             if all(t is not None for t in found):
                 module.quantized = QuantizedWeight.fuse(
-                    found, matmul, max_rows)  # type: ignore[arg-type]
+                    found, matmul, max_rows, pack)  # type: ignore[arg-type]
                 if max_rows is None:
                     module.weight.data = torch.empty(0, dtype=module.weight.dtype)
                 kept += 1
         table = tensors.get("model.embed_tokens.weight")
+        if table is not None and pack is not None and self.lm_head.tied is not None:
+            # The tied head and the lookup share one copy, in the matmul's layout.
+            table = QuantizedTensor(table.fmt, pack(table.data, table.fmt), table.in_features)
+            pack = None
         head = tensors.get("lm_head.weight") if self.lm_head.tied is None else table
         if head is not None:
-            self.lm_head.quantized = QuantizedWeight.fuse([head], matmul, max_rows)
+            self.lm_head.quantized = QuantizedWeight.fuse([head], matmul, max_rows, pack)
             if self.lm_head.weight is not None and max_rows is None:
                 self.lm_head.weight.data = torch.empty(0, dtype=self.lm_head.weight.dtype)
             kept += 1

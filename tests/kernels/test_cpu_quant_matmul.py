@@ -81,6 +81,58 @@ def test_quant_matmul_equals_the_reference_bit_for_bit(module, fmt, shape):
     assert torch.equal(ours, ref)
 
 
+PACKABLE = [qr.Q8_0, qr.Q4_0, qr.Q4_1]
+# SHAPES with whole groups of eight weight rows, the only ones quant_pack packs.
+PACKED_SHAPES = [(1, 40, 1), (3, 16, 3), (16, 64, 18), (17, 32, 6)]
+
+
+@pytest.mark.parametrize("fmt", PACKABLE, ids=[qr.NAMES[f] for f in PACKABLE])
+@pytest.mark.parametrize("shape", PACKED_SHAPES,
+                         ids=[f"{m}x{n}x{g}groups" for m, n, g in PACKED_SHAPES])
+def test_a_packed_weight_gives_the_reference_bit_for_bit(module, fmt, shape):
+    """The vector paths' packed layout holds the same bytes in another order: same result."""
+    m, n, groups = shape
+    k = _in_features(fmt, groups)
+    gen = torch.Generator().manual_seed(m * 1000 + n + fmt)
+    weight = random_blocks(n, k, fmt, gen)
+    x = torch.randn(m, k, generator=gen) * 3
+    packed = module.quant_pack(weight, fmt)
+    if module.quant_matmul_path() == "portable":
+        assert packed is weight  # nothing to gain one row at a time: the rows as they are
+    else:
+        assert packed.shape == (n // 8, groups, packed.shape[2])
+    assert torch.equal(module.quant_matmul(x, packed, fmt), qr.quant_matmul(x, weight, fmt))
+
+
+@pytest.mark.parametrize("fmt", PACKABLE, ids=[qr.NAMES[f] for f in PACKABLE])
+def test_the_reference_reads_the_rows_back_out_of_a_packed_weight(module, fmt):
+    if module.quant_matmul_path() == "portable":
+        pytest.skip("the portable build packs nothing (tested above)")
+    weight = random_blocks(24, _in_features(fmt, 3), fmt, torch.Generator().manual_seed(fmt))
+    packed = module.quant_pack(weight, fmt)
+    assert torch.equal(qr.gguf_rows(packed, fmt), weight)
+    ids = torch.tensor([17, 0, 9, 23, 9])
+    assert torch.equal(qr.gguf_rows(packed, fmt, ids), weight[ids])
+
+
+@pytest.mark.parametrize("fmt,n", [(qr.Q4_1, 12), (qr.Q4_K, 16), (qr.Q6_K, 16)],
+                         ids=["rows-not-a-multiple-of-8", "Q4_K", "Q6_K"])
+def test_what_has_no_packed_layout_stays_in_gguf_rows(module, fmt, n):
+    weight = random_blocks(n, _in_features(fmt, 1), fmt, torch.Generator().manual_seed(n))
+    assert module.quant_pack(weight, fmt) is weight
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["rows", "packed"])
+def test_a_bf16_input_gives_the_float32_result_rounded_to_bf16(module, packed):
+    gen = torch.Generator().manual_seed(3)
+    weight = random_blocks(16, 64, qr.Q4_1, gen)
+    x = (torch.randn(5, 64, generator=gen) * 3).to(torch.bfloat16)
+    w = module.quant_pack(weight, qr.Q4_1) if packed else weight
+    y = module.quant_matmul(x, w, qr.Q4_1)
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(y, qr.quant_matmul(x.float(), weight, qr.Q4_1).to(torch.bfloat16))
+
+
 @pytest.mark.parametrize("fmt", FORMATS, ids=[qr.NAMES[f] for f in FORMATS])
 def test_an_exactly_representable_input_gives_the_dequantized_matmul(module, fmt):
     """x whose blocks quantize without loss (integers up to 127): the kernel is then the
