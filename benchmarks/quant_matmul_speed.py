@@ -63,6 +63,8 @@ def measure(n: int, k: int, rows: list[int], repeats: int) -> dict:
     blocks = {qr.NAMES[f]: (f, q(w)) for f, q in (
         (qr.Q8_0, qr.quantize_q8_0), (qr.Q4_1, qr.quantize_q4_1), (qr.Q4_K, QUANTIZERS[qr.Q4_K]),
         (qr.Q6_K, QUANTIZERS[qr.Q6_K]))}
+    # In the layout the engine runs them in (the formats the kernel packs, packed at load).
+    blocks = {name: (f, module.quant_pack(data, f)) for name, (f, data) in blocks.items()}
     w16 = w.to(torch.bfloat16)
     packed = (packed_linear.pack(w16)
               if packed_linear.can_pack(torch.device("cpu"), torch.bfloat16) else None)
