@@ -757,9 +757,9 @@ torch::Tensor quant_pack(torch::Tensor weight, int64_t format) {
 #endif
 }
 
-// x [M, K] float32 (contiguous rows); weight: uint8 [N, K / group weights * group bytes]
-// of `format` groups (a GGUF tensor's rows), or quant_pack's layout of them. Returns
-// float32 [M, N].
+// x [M, K] float32, bfloat16 or float16; weight: uint8 [N, K / group weights * group bytes]
+// of `format` groups (a GGUF tensor's rows), or quant_pack's layout of them. Returns [M, N]
+// in x's dtype (computed in float32).
 torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format) {
   TORCH_CHECK(x.dim() == 2 && at::isFloatingType(x.scalar_type()), "x must be float [M, K]");
   // A bf16 model's rows: converted here rather than by two more ops in Python per matmul

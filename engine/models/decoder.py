@@ -129,8 +129,8 @@ class DecoderModel(nn.Module):
         blocks, and release those dense weights; one rank only. A fused weight is kept in
         blocks only when all its parts are. `max_rows`: blocks only for batches of up to
         that many rows, the dense weights kept for larger ones (the embedding lookup then
-        reads the dense table). `pack`: the matmuls' layout (the lookup keeps GGUF's). Call
-        after load_weights; returns how many modules now read blocks."""
+        reads the dense table). `pack`: the matmuls' layout (a tied table is packed once
+        and read by both the head and the lookup). Call after load_weights; returns how many modules now read blocks."""
         assert self.parallel.world_size == 1, "blocks are not split across ranks"
         kept = 0
         for module, names in self.layer_matmuls():
