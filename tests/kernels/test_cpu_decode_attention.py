@@ -112,6 +112,16 @@ def test_an_fp8_store_saturates_instead_of_making_nan():
     assert to_cache_dtype(x, torch.float8_e5m2).float().tolist() == [57344.0, -57344.0, 3.0]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("lens", [[2000], [1500, 3, 17, 40]], ids=["alone", "with-short-ones"])
+def test_a_long_context_cut_into_parts_matches_reference(kernel_at_level, dtype, lens):
+    """A long sequence's context is attended in parts (one user alone still uses every
+    thread) that are merged by their softmax maxima and sums: the merge must give the
+    reference's output, beside short sequences too."""
+    p = make_problem([(n, 1) for n in lens], 9, 3, 64, dtype, torch.device("cpu"), seed=3)
+    close(_run(kernel_at_level, p), reference_output(p), dtype)
+
+
 def test_decode_reads_only_its_blocks(kernel):
     """Blocks are shuffled and unused slots hold large values: any stray read shows."""
     p = make_problem([(70, 1), (9, 1)], 4, 2, 32, torch.float32, torch.device("cpu"),
