@@ -131,23 +131,24 @@ float half_to_float(const uint8_t* p) {
 // x quantized per block: int8 values, the block's scale, its exact float sum (Q4_1's offset)
 // and the integer sums of its two halves (Q4_0's and Q6_K's unsigned storage). Scales and
 // sums are block-major so a tile's x rows are neighbours.
+// Plain buffers, not tensors: a tile reads them through raw pointers (a tensor's data_ptr is
+// an out-of-line call with checks, and was being made per tile).
 struct QuantizedRows {
-  torch::Tensor q;     // int8 [M, K]
-  torch::Tensor d;     // float [nb * M]: block b's scale of row m at b * M + m
-  torch::Tensor sum;   // float [nb * M], as d
-  torch::Tensor isum;  // int32 [2 * nb * M]: half h of block b of row m at (2b + h) * M + m
+  std::vector<int8_t> q;      // [M, K]
+  std::vector<float> d;       // [nb * M]: block b's scale of row m at b * M + m
+  std::vector<float> sum;     // [nb * M], as d
+  std::vector<int32_t> isum;  // [2 * nb * M]: half h of block b of row m at (2b + h) * M + m
 };
 
 QuantizedRows quantize_rows(const torch::Tensor& x) {
   const int64_t M = x.size(0), K = x.size(1), nb = K / QK;
-  QuantizedRows out{torch::empty({M, K}, x.options().dtype(torch::kInt8)),
-                    torch::empty({nb * M}, x.options()), torch::empty({nb * M}, x.options()),
-                    torch::empty({2 * nb * M}, x.options().dtype(torch::kInt32))};
+  QuantizedRows out{std::vector<int8_t>(M * K), std::vector<float>(nb * M),
+                    std::vector<float>(nb * M), std::vector<int32_t>(2 * nb * M)};
   const float* xp = x.data_ptr<float>();
-  int8_t* qp = out.q.data_ptr<int8_t>();
-  float* dp = out.d.data_ptr<float>();
-  float* sp = out.sum.data_ptr<float>();
-  int32_t* ip = out.isum.data_ptr<int32_t>();
+  int8_t* qp = out.q.data();
+  float* dp = out.d.data();
+  float* sp = out.sum.data();
+  int32_t* ip = out.isum.data();
   at::parallel_for(0, M * nb, 64, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float* src = xp + i * QK;  // rows are contiguous: block i of the flat [M * nb]
@@ -404,9 +405,9 @@ inline void tile(const uint8_t* const* rows, const GroupScales& gs, const Quanti
                  float* y, int64_t M, int64_t N, int64_t nb, int64_t n, int64_t valid,
                  int64_t m) {
   const int64_t K = nb * QK;
-  const int8_t* qx = xq.q.data_ptr<int8_t>();
-  const float* dx = xq.d.data_ptr<float>();
-  const int32_t* isum = xq.isum.data_ptr<int32_t>();
+  const int8_t* qx = xq.q.data();
+  const float* dx = xq.d.data();
+  const int32_t* isum = xq.isum.data();
   __m256 acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -426,7 +427,7 @@ inline void tile(const uint8_t* const* rows, const GroupScales& gs, const Quanti
   }
   if constexpr (HAS_OFFSET<F>) {
     // The offsets' term, sum over blocks of m * sum(x block), in block order.
-    const float* sx = xq.sum.data_ptr<float>();
+    const float* sx = xq.sum.data();
     for (int r = 0; r < MR; ++r) {
       __m256 off = _mm256_setzero_ps();
       for (int64_t b = 0; b < nb; ++b)
@@ -566,6 +567,69 @@ inline void load_packed_steps(const uint8_t* blk, __m256i* w) {
   }
 }
 
+#if !defined(OFFICELLM_QMM_VNNI)
+// Q4_0's and Q4_1's block_dots on AVX2, straight from a packed block: each 32-byte load is
+// split into its two steps (t, t + 4) and used at once by every x row, so only two weight
+// vectors are live instead of eight (with all eight, GCC computed the tile's 32 products
+// first and spilled them to the stack).
+template <int MR>
+inline void packed_nibble_dots(const uint8_t* q, const int8_t* const* xb, __m256i* lo) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  __m256i a[MR];
+  for (int r = 0; r < MR; ++r) a[r] = _mm256_setzero_si256();
+  // Kept a loop: unrolled, GCC reassociates the integer sums into a tree and computes every
+  // product first (the spills this function exists to avoid).
+#pragma GCC unroll 1
+  for (int t = 0; t < 4; ++t) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * t));
+    const __m256i wl = _mm256_and_si256(v, nibble);
+    const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+    for (int r = 0; r < MR; ++r) {
+      // 4-bit q: all eight steps' pairs (8 * 2 * 15 * 127) fit int16, widened once.
+      const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wl, x_step(xb[r], t)),
+                                         _mm256_maddubs_epi16(wh, x_step(xb[r], t + 4)));
+      a[r] = _mm256_add_epi16(a[r], p);
+    }
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < MR; ++r) lo[r] = _mm256_madd_epi16(a[r], ones);
+}
+
+// Q8_0's block_dots on AVX2 from a packed block, one step at a time for the same reason.
+template <int MR>
+inline void packed_q8_dots(const uint8_t* q, const int8_t* const* xb, __m256i* lo) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < MR; ++r) lo[r] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+  for (int s = 0; s < 8; ++s) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
+    const __m256i u = _mm256_abs_epi8(w);  // |w| unsigned, w's sign moved onto x
+    for (int r = 0; r < MR; ++r) {
+      // A pair of products reaches 2 * 128 * 127: widened to int32 every step.
+      const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(x_step(xb[r], s), w));
+      lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(p, ones));
+    }
+  }
+}
+#endif
+
+// block_dots of a packed block: on AVX2 straight from its loads, step by step (above); with
+// VNNI the eight steps are loaded first (its 32 registers hold them).
+template <int64_t F, int MR>
+inline void packed_block_dots(const uint8_t* blk, const int8_t* const* xb, __m256i* lo) {
+#if defined(OFFICELLM_QMM_VNNI)
+  __m256i w[8], hi[MR];
+  load_packed_steps<F>(blk, w);
+  block_dots<F, MR>(w, xb, lo, hi);
+#else
+  if constexpr (F == GGML_Q8_0) {
+    packed_q8_dots<MR>(blk + packed_scale_bytes<F>(), xb, lo);
+  } else {
+    packed_nibble_dots<MR>(blk + packed_scale_bytes<F>(), xb, lo);
+  }
+#endif
+}
+
 inline __m256 load_halves(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -576,25 +640,24 @@ inline void packed_tile(const uint8_t* grp, const QuantizedRows& xq, float* y, i
                         int64_t N, int64_t nb, int64_t n, int64_t m) {
   constexpr int64_t PB = packed_block_bytes<F>();
   const int64_t K = nb * QK;
-  const int8_t* qx = xq.q.data_ptr<int8_t>();
-  const float* dx = xq.d.data_ptr<float>();
-  const int32_t* isum = xq.isum.data_ptr<int32_t>();
+  const int8_t* qx = xq.q.data();
+  const float* dx = xq.d.data();
+  const int32_t* isum = xq.isum.data();
   __m256 acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = grp + b * PB;
-    __m256i w[8], lo[MR], hi[MR];
-    load_packed_steps<F>(blk, w);
+    __m256i lo[MR];
     const int8_t* xb[MR];
     for (int r = 0; r < MR; ++r) xb[r] = qx + (m + r) * K + b * QK;
-    block_dots<F, MR>(w, xb, lo, hi);
+    packed_block_dots<F, MR>(blk, xb, lo);
     const __m256 dw = load_halves(blk);
     for (int r = 0; r < MR; ++r)
       acc[r] = add_term(acc[r], lo[r], unsigned_correction<F>(isum, b, M, m + r, 0), dw,
                         dx[b * M + m + r]);
   }
   if constexpr (HAS_OFFSET<F>) {
-    const float* sx = xq.sum.data_ptr<float>();
+    const float* sx = xq.sum.data();
     for (int r = 0; r < MR; ++r) {
       __m256 off = _mm256_setzero_ps();
       for (int64_t b = 0; b < nb; ++b)
@@ -653,9 +716,9 @@ inline void decode_block(const uint8_t* row, int64_t b, int8_t* wq) {
 template <int64_t F>
 void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
                  int64_t M, int64_t N, int64_t nb, int64_t n0, int64_t n1) {
-  const int8_t* qx = xq.q.data_ptr<int8_t>();
-  const float* dx = xq.d.data_ptr<float>();
-  const float* sx = xq.sum.data_ptr<float>();
+  const int8_t* qx = xq.q.data();
+  const float* dx = xq.d.data();
+  const float* sx = xq.sum.data();
   const int64_t K = nb * QK;
   constexpr int SEGMENTS = F == GGML_Q6_K ? 2 : 1;  // Q6_K: a scale per 16 weights
   constexpr int64_t WIDTH = QK / SEGMENTS;
