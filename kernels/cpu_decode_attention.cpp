@@ -133,7 +133,8 @@ class Prefetcher {
   // steps: how many times the body will call step() while working on the current block.
   Prefetcher(const void* k, const void* v, int64_t bytes, int64_t steps)
       : k_(static_cast<const char*>(k)), v_(static_cast<const char*>(v)), bytes_(bytes),
-        stride_(64 * std::max<int64_t>(1, (bytes / 64 + steps - 1) / std::max<int64_t>(1, steps))) {}
+        stride_(64 * std::max<int64_t>(
+                         1, (bytes / 64 + steps - 1) / std::max<int64_t>(1, steps))) {}
 
   inline void step() {
     for (int64_t end = std::min(bytes_, at_ + stride_); at_ < end; at_ += 64) {
@@ -178,7 +179,7 @@ inline void walk_blocks(const C* k_cache, const C* v_cache, const int64_t* table
   }
 }
 
-// The context of one sequence is cut into parts of about kPartBlocks blocks or more, so that
+// The context of one sequence is cut into parts of kMinPartBlocks blocks or more, so that
 // one long sequence (the desk case: one user) still gives every thread work; each part is
 // attended on its own and the parts are merged by their softmax maxima and sums at the end.
 // Items are taken longest first from a shared counter, so threads that drew short contexts
@@ -221,6 +222,8 @@ void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block
     return blocks[item_seq[x]] / parts[item_seq[x]] > blocks[item_seq[y]] / parts[item_seq[y]];
   });
   const int64_t row = num_q_heads * d;
+  // Maxima start finite, not -inf: the kernels are built with -ffast-math (vectorized exp),
+  // which assumes no infinities; exp(-1e30 - max) is still exactly 0.
   std::vector<float> acc(num_items * row, 0.0f), run_max(num_items * num_q_heads, -1e30f),
       run_sum(num_items * num_q_heads, 0.0f);
   // Parts of a sequence still running; whoever finishes its last part merges and stores it.
