@@ -26,7 +26,7 @@
 // order: for each block in turn, and each of its segments, acc = acc + dot * (d_w * d_x),
 // dot the segment's exact integer dot converted to float, rounding after each product and
 // sum (no fused multiply-add); Q4_1/Q4_K then add the offset term, summed over blocks in
-// block order, of m * sum(x block), each block's sum taken in element order. This file is
+// block order, of m * sum(x block), each block's sum in quantize_block's order. This file is
 // compiled without -ffast-math's reassociation (the pragma below).
 //
 // Paths, chosen when the module is built (kernels/cpu_kernels.py builds one module per CPU
@@ -140,6 +140,77 @@ struct QuantizedRows {
   std::vector<int32_t> isum;  // [2 * nb * M]: half h of block b of row m at (2b + h) * M + m
 };
 
+// One 32-value block of x quantized: its int8 values, scale d, float sum and the integer
+// sums of its two halves. The float sum's order (the contract with the reference): the four
+// 8-value runs added lane by lane, ((r0 + r1) + r2) + r3, then the eight lanes folded in
+// halves, l + l[4:], then l + l[2:], then l[0] + l[1], the order one vector's adds give.
+struct QuantizedBlock {
+  float d, sum;
+  int32_t halves[2];
+};
+
+#if defined(OFFICELLM_QMM_AVX2)
+inline QuantizedBlock quantize_block(const float* src, int8_t* q) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 v[4];
+  for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(src + 8 * i);
+  __m256 amax = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], magnitude),
+                                            _mm256_and_ps(v[1], magnitude)),
+                              _mm256_max_ps(_mm256_and_ps(v[2], magnitude),
+                                            _mm256_and_ps(v[3], magnitude)));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  QuantizedBlock out;
+  out.d = _mm_cvtss_f32(m4) * INV127;
+  const __m256 id = _mm256_set1_ps(out.d > 0.f ? 1.f / out.d : 0.f);
+  __m256i qi[4];
+  for (int i = 0; i < 4; ++i)
+    qi[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], id),
+                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  // packs interleave the 128-bit lanes; the permute puts the 32 bytes back in order.
+  const __m256i bytes = _mm256_permutevar8x32_epi32(
+      _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3])),
+      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), bytes);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i s8 = _mm256_add_epi32(qi[2 * h], qi[2 * h + 1]);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+    out.halves[h] = _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_srli_si128(s4, 4)));
+  }
+  const __m256 lanes = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), v[2]), v[3]);
+  __m128 t = _mm_add_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps(lanes, 1));
+  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  out.sum = _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+  return out;
+}
+#else
+inline QuantizedBlock quantize_block(const float* src, int8_t* q) {
+  float amax = 0.f;
+  for (int64_t j = 0; j < QK; ++j) {
+    // No libm calls here: they were most of a step's quantizing (std::fabs and std::fmax
+    // are out of line without -ffast-math; rint, unlike nearbyint, inlines as roundss).
+    const float a = src[j] < 0.f ? -src[j] : src[j];
+    amax = a > amax ? a : amax;
+  }
+  QuantizedBlock out;
+  out.d = amax * INV127;
+  const float id = out.d > 0.f ? 1.f / out.d : 0.f;
+  out.halves[0] = out.halves[1] = 0;
+  for (int64_t j = 0; j < QK; ++j) {
+    q[j] = static_cast<int8_t>(std::rint(src[j] * id));
+    out.halves[j / (QK / 2)] += q[j];
+  }
+  float lanes[8];
+  for (int l = 0; l < 8; ++l) lanes[l] = ((src[l] + src[8 + l]) + src[16 + l]) + src[24 + l];
+  for (int l = 0; l < 4; ++l) lanes[l] = lanes[l] + lanes[l + 4];
+  for (int l = 0; l < 2; ++l) lanes[l] = lanes[l] + lanes[l + 2];
+  out.sum = lanes[0] + lanes[1];
+  return out;
+}
+#endif
+
 QuantizedRows quantize_rows(const torch::Tensor& x) {
   const int64_t M = x.size(0), K = x.size(1), nb = K / QK;
   QuantizedRows out{std::vector<int8_t>(M * K), std::vector<float>(nb * M),
@@ -149,27 +220,16 @@ QuantizedRows quantize_rows(const torch::Tensor& x) {
   float* dp = out.d.data();
   float* sp = out.sum.data();
   int32_t* ip = out.isum.data();
-  at::parallel_for(0, M * nb, 64, [&](int64_t begin, int64_t end) {
+  // A block takes a few dozen cycles: a few rows' worth is not worth waking the other threads.
+  at::parallel_for(0, M * nb, 512, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const float* src = xp + i * QK;  // rows are contiguous: block i of the flat [M * nb]
-      float amax = 0.f, sum = 0.f;
-      for (int64_t j = 0; j < QK; ++j) {
-        amax = std::fmax(amax, std::fabs(src[j]));
-        sum = sum + src[j];  // element order (the contract)
-      }
-      const float d = amax * INV127;
-      const float id = d > 0.f ? 1.f / d : 0.f;
-      int32_t halves[2] = {0, 0};
-      for (int64_t j = 0; j < QK; ++j) {
-        const int8_t q = static_cast<int8_t>(std::nearbyint(src[j] * id));
-        qp[i * QK + j] = q;
-        halves[j / (QK / 2)] += q;
-      }
+      // Rows are contiguous: block i of the flat [M * nb].
+      const QuantizedBlock blk = quantize_block(xp + i * QK, qp + i * QK);
       const int64_t b = i % nb, m = i / nb;
-      dp[b * M + m] = d;
-      sp[b * M + m] = sum;
-      ip[2 * b * M + m] = halves[0];
-      ip[(2 * b + 1) * M + m] = halves[1];
+      dp[b * M + m] = blk.d;
+      sp[b * M + m] = blk.sum;
+      ip[2 * b * M + m] = blk.halves[0];
+      ip[(2 * b + 1) * M + m] = blk.halves[1];
     }
   });
   return out;
