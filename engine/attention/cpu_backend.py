@@ -4,10 +4,10 @@ Decode attention reads each sequence's keys and values straight from the paged c
 (kernels/cpu_decode_attention.cpp) instead of gathering them into a padded batch first; the
 gather was a third of a decode step at office context lengths. A short prompt chunk over a
 cached history runs through the same kernel, one query row at a time with its own causal
-length: SDPA pays a fixed cost per chunk for gathering and converting the whole history
-(SmolLM2's shape, 5,000 tokens deep: ~1.3 ms a layer, then 0.06 ms a row, against the
-kernel's 0.18 ms a row), which is most of a few-token chunk's cost, and those are the
-chunks the prefill pacer gives a long paste while others type. Longer chunks keep SDPA.
+length: SDPA pays a fixed cost per chunk for gathering and converting the whole history,
+which is most of a short chunk's cost, and those are the chunks the prefill pacer gives a
+long paste while others type, and an office's turns when the batch is kept small. Longer
+chunks keep SDPA.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from engine.attention.backend import AttentionMetadata
 from engine.attention.torch_backend import PrefillPlan, TorchAttention
 
 # Up to this many query rows a cached-history chunk runs row by row through the decode
-# kernel (the crossover measured above is 10 to 16 rows, from 2,000 to 5,000 tokens deep).
-ROW_BY_ROW_MAX_ROWS = 12
+# kernel. Measured on SmolLM2's shape (30 layers, 2 threads, AMD EPYC Zen 4): row by row
+# 11.0 against SDPA's 14.6 ms at 16 rows 800 tokens deep, about even at 32 (bf16 and
+# float32 queries, 300 to 2,000 tokens deep); SDPA wins beyond.
+ROW_BY_ROW_MAX_ROWS = 24
 
 
 class CpuAttention(TorchAttention):
