@@ -561,25 +561,34 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
   }
 }
 
-// The packed layout (quant_pack) of the 32-weight formats: a group of eight weight rows
-// stored block by block, each block as its eight fp16 scales (then Q4_1's eight offsets) and
-// its quants already in the lanes load_steps builds with transposes: Q8_0's eight step
-// vectors, Q4_0's and Q4_1's four vectors of nibble pairs (t and t + 4). The same bytes as
-// the GGUF rows, in the order the vectors read them, so a block costs a few loads instead of
-// four 8 x 4 transposes and 16 scalar scale conversions: at one row of x (a user typing),
-// where the kernel had been bound by that work rather than by the bytes read, and at a few
-// rows, where it decided whether blocks beat the dense weight at all.
+// The packed layout (quant_pack): a group of eight weight rows stored block by block, each
+// block as its eight rows' scales (then the offsets of Q4_1 and Q4_K, or Q6_K's second-half
+// scales) and its quants already in the lanes the vectors read: 8-bit quants (Q8_0, and
+// Q6_K's 0..63) as eight step vectors, 4-bit ones as four vectors of nibble pairs (t and
+// t + 4). A 32-weight format keeps its fp16 scales and its bytes, in another order. A
+// K-quant keeps the float32 scales decode_row_scales gives (d * sc, and Q4_K's -dmin * mn)
+// and its quants re-laid as the 32-weight formats' (Q4_K's nibbles paired as Q4_1's, Q6_K's
+// six bits one byte each). A block then costs a few loads instead of four 8 x 4 transposes
+// and 16 scalar scale conversions (a K-quant's: its 6-bit scales unpacked and its bit planes
+// joined, per block and tile), at one row of x (a user typing), where the kernel had been
+// bound by that work rather than by the bytes read, and at a few rows, where it decided
+// whether blocks beat the dense weight at all. The K-quants' blocks grow (Q4_K 144 -> 192 B
+// per 8 x 32 weights, Q6_K 210 -> 320), which one row of x pays in bytes read.
 template <int64_t F>
-constexpr bool PACKABLE = F == GGML_Q4_0 || F == GGML_Q4_1 || F == GGML_Q8_0;
+constexpr bool K_QUANT = F == GGML_Q4_K || F == GGML_Q6_K;
+
+// 8-bit quants in the packed block (Q8_0's int8, Q6_K's unsigned six bits); else nibbles.
+template <int64_t F>
+constexpr bool BYTE_QUANTS = F == GGML_Q8_0 || F == GGML_Q6_K;
 
 template <int64_t F>
 constexpr int64_t packed_scale_bytes() {
-  return F == GGML_Q4_1 ? 32 : 16;
+  return K_QUANT<F> ? 64 : F == GGML_Q4_1 ? 32 : 16;
 }
 
 template <int64_t F>
 constexpr int64_t packed_block_bytes() {
-  return packed_scale_bytes<F>() + (F == GGML_Q8_0 ? 256 : 128);
+  return packed_scale_bytes<F>() + (BYTE_QUANTS<F> ? 256 : 128);
 }
 
 constexpr int64_t packed_block_bytes(int64_t format) {
@@ -587,7 +596,53 @@ constexpr int64_t packed_block_bytes(int64_t format) {
     case GGML_Q4_0: return packed_block_bytes<GGML_Q4_0>();
     case GGML_Q4_1: return packed_block_bytes<GGML_Q4_1>();
     case GGML_Q8_0: return packed_block_bytes<GGML_Q8_0>();
+    case GGML_Q4_K: return packed_block_bytes<GGML_Q4_K>();
+    case GGML_Q6_K: return packed_block_bytes<GGML_Q6_K>();
     default: return 0;
+  }
+}
+
+// A K-quant block's 32 quants as stored, unsigned (Q4_K 0..15, Q6_K 0..63).
+template <int64_t F>
+void k_quant_block(const uint8_t* row, int64_t b, uint8_t* q) {
+  const uint8_t* g = group_of<F>(row, b);
+  const int64_t j = b % 8;
+  if constexpr (F == GGML_Q4_K) {
+    const uint8_t* qs = g + 16 + j / 2 * 32;
+    for (int64_t l = 0; l < QK; ++l) q[l] = (qs[l] >> (4 * (j % 2))) & 0x0f;
+  } else {
+    const int64_t half = j / 4, k = j % 4;
+    const uint8_t* ql = g + half * 64 + (k % 2) * 32;
+    const uint8_t* qh = g + 128 + half * 32;
+    for (int64_t l = 0; l < QK; ++l)
+      q[l] = static_cast<uint8_t>(((ql[l] >> (4 * (k / 2))) & 0x0f) |
+                                  (((qh[l] >> (2 * k)) & 3) << 4));
+  }
+}
+
+// A K-quant group of eight rows into the packed layout, lane by lane (load time only).
+template <int64_t F>
+void pack_k_quant_group(const uint8_t* const* rows, int64_t nb, uint8_t* out,
+                        std::vector<BlockScales>& row_scales) {
+  constexpr int64_t PB = packed_block_bytes<F>();
+  constexpr int64_t SB = packed_scale_bytes<F>();
+  for (int l = 0; l < 8; ++l) {
+    decode_row_scales<F>(rows[l], nb, row_scales.data());
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = out + b * PB;
+      const BlockScales& sc = row_scales[b];
+      const float second = F == GGML_Q4_K ? sc.m : sc.hi;
+      std::memcpy(blk + 4 * l, &sc.lo, 4);
+      std::memcpy(blk + 32 + 4 * l, &second, 4);
+      uint8_t q[QK];
+      k_quant_block<F>(rows[l], b, q);
+      // Vector t, lane l: four quant bytes; 8-bit: weights 4t..4t+3; nibbles: byte j holds
+      // weight j low and weight j + 16 high, as Q4_1 stores them.
+      for (int64_t j = 0; j < (BYTE_QUANTS<F> ? QK : QK / 2); ++j) {
+        blk[SB + 32 * (j / 4) + 4 * l + j % 4] =
+            BYTE_QUANTS<F> ? q[j] : static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+      }
+    }
   }
 }
 
@@ -595,27 +650,32 @@ template <int64_t F>
 void pack_groups(const uint8_t* w, int64_t row_bytes, int64_t nb, uint8_t* out, int64_t groups) {
   constexpr int64_t PB = packed_block_bytes<F>();
   at::parallel_for(0, groups, 16, [&](int64_t begin, int64_t end) {
+    std::vector<BlockScales> row_scales(nb);
     for (int64_t g = begin; g < end; ++g) {
       const uint8_t* rows[8];
       for (int l = 0; l < 8; ++l) rows[l] = w + (8 * g + l) * row_bytes;
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* blk = out + (g * nb + b) * PB;
-        const int64_t at = b * group_bytes(F);
-        for (int l = 0; l < 8; ++l) {
-          std::memcpy(blk + 2 * l, rows[l] + at, 2);                      // d
-          if constexpr (F == GGML_Q4_1) std::memcpy(blk + 16 + 2 * l, rows[l] + at + 2, 2);  // m
+      if constexpr (K_QUANT<F>) {
+        pack_k_quant_group<F>(rows, nb, out + g * nb * PB, row_scales);
+      } else {
+        for (int64_t b = 0; b < nb; ++b) {
+          uint8_t* blk = out + (g * nb + b) * PB;
+          const int64_t at = b * group_bytes(F);
+          for (int l = 0; l < 8; ++l) {
+            std::memcpy(blk + 2 * l, rows[l] + at, 2);  // d
+            if constexpr (F == GGML_Q4_1) std::memcpy(blk + 16 + 2 * l, rows[l] + at + 2, 2);
+          }
+          __m256i v[8];
+          constexpr int VECTORS = F == GGML_Q8_0 ? 8 : 4;
+          if constexpr (F == GGML_Q8_0) {
+            transpose_8x4(rows, at + 2, v);
+            transpose_8x4(rows, at + 18, v + 4);
+          } else {
+            transpose_8x4(rows, at + (F == GGML_Q4_1 ? 4 : 2), v);
+          }
+          for (int t = 0; t < VECTORS; ++t)
+            _mm256_storeu_si256(
+                reinterpret_cast<__m256i*>(blk + packed_scale_bytes<F>() + 32 * t), v[t]);
         }
-        __m256i v[8];
-        constexpr int VECTORS = F == GGML_Q8_0 ? 8 : 4;
-        if constexpr (F == GGML_Q8_0) {
-          transpose_8x4(rows, at + 2, v);
-          transpose_8x4(rows, at + 18, v + 4);
-        } else {
-          transpose_8x4(rows, at + (F == GGML_Q4_1 ? 4 : 2), v);
-        }
-        for (int t = 0; t < VECTORS; ++t)
-          _mm256_storeu_si256(
-              reinterpret_cast<__m256i*>(blk + packed_scale_bytes<F>() + 32 * t), v[t]);
       }
     }
   });
@@ -625,7 +685,7 @@ void pack_groups(const uint8_t* w, int64_t row_bytes, int64_t nb, uint8_t* out, 
 template <int64_t F>
 inline void load_packed_steps(const uint8_t* blk, __m256i* w) {
   const uint8_t* q = blk + packed_scale_bytes<F>();
-  if constexpr (F == GGML_Q8_0) {
+  if constexpr (BYTE_QUANTS<F>) {
     for (int s = 0; s < 8; ++s) w[s] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
   } else {
     const __m256i nibble = _mm256_set1_epi8(0x0f);
@@ -638,7 +698,7 @@ inline void load_packed_steps(const uint8_t* blk, __m256i* w) {
 }
 
 #if !defined(OFFICELLM_QMM_VNNI)
-// Q4_0's and Q4_1's block_dots on AVX2, straight from a packed block: each 32-byte load is
+// The 4-bit formats' block_dots on AVX2, straight from a packed block: each 32-byte load is
 // split into its two steps (t, t + 4) and used at once by every x row, so only two weight
 // vectors are live instead of eight (with all eight, GCC computed the tile's 32 products
 // first and spilled them to the stack).
@@ -681,19 +741,41 @@ inline void packed_q8_dots(const uint8_t* q, const int8_t* const* xb, __m256i* l
     }
   }
 }
+
+// Q6_K's block_dots on AVX2 from a packed block: steps 0-3 (the first 16 weights) into lo,
+// 4-7 into hi, each a pair of steps at a time (2 * 2 * 63 * 127 fits int16), then widened.
+template <int MR>
+inline void packed_q6_half_dots(const uint8_t* q, const int8_t* const* xb, int s0, __m256i* acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+  for (int s = s0; s < s0 + 4; s += 2) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s + 32));
+    for (int r = 0; r < MR; ++r) {
+      const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x_step(xb[r], s)),
+                                         _mm256_maddubs_epi16(w1, x_step(xb[r], s + 1)));
+      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, ones));
+    }
+  }
+}
 #endif
 
 // block_dots of a packed block: on AVX2 straight from its loads, step by step (above); with
 // VNNI the eight steps are loaded first (its 32 registers hold them).
 template <int64_t F, int MR>
-inline void packed_block_dots(const uint8_t* blk, const int8_t* const* xb, __m256i* lo) {
+inline void packed_block_dots(const uint8_t* blk, const int8_t* const* xb, __m256i* lo,
+                              __m256i* hi) {
 #if defined(OFFICELLM_QMM_VNNI)
-  __m256i w[8], hi[MR];
+  __m256i w[8];
   load_packed_steps<F>(blk, w);
   block_dots<F, MR>(w, xb, lo, hi);
 #else
   if constexpr (F == GGML_Q8_0) {
     packed_q8_dots<MR>(blk + packed_scale_bytes<F>(), xb, lo);
+  } else if constexpr (F == GGML_Q6_K) {
+    packed_q6_half_dots<MR>(blk + packed_scale_bytes<F>(), xb, 0, lo);
+    packed_q6_half_dots<MR>(blk + packed_scale_bytes<F>(), xb, 4, hi);
   } else {
     packed_nibble_dots<MR>(blk + packed_scale_bytes<F>(), xb, lo);
   }
@@ -702,6 +784,18 @@ inline void packed_block_dots(const uint8_t* blk, const int8_t* const* xb, __m25
 
 inline __m256 load_halves(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// A packed block's eight rows' scales, part `at` of its scale bytes (0: the scales; 1: the
+// offsets, or Q6_K's second-half scales): fp16 for the 32-weight formats, float32 for the
+// K-quants.
+template <int64_t F>
+inline __m256 packed_scales(const uint8_t* blk, int at) {
+  if constexpr (K_QUANT<F>) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(blk + 32 * at));
+  } else {
+    return load_halves(blk + 16 * at);
+  }
 }
 
 // tile() over one packed group: the same operations in the same order.
@@ -717,17 +811,21 @@ inline void packed_tile(const uint8_t* grp, const QuantizedRows& xq, float* y, i
   for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = grp + b * PB;
-    __m256i lo[MR];
+    __m256i lo[MR], hi[MR];
     const int8_t* xb[MR];
     for (int r = 0; r < MR; ++r) xb[r] = qx + (m + r) * K + b * QK;
-    packed_block_dots<F, MR>(blk, xb, lo);
-    const __m256 dw = load_halves(blk);
-    for (int r = 0; r < MR; ++r)
-      acc[r] = add_term(acc[r], lo[r], unsigned_correction<F>(isum, b, M, m + r, 0), dw,
-                        dx[b * M + m + r]);
+    packed_block_dots<F, MR>(blk, xb, lo, hi);
+    const __m256 dw = packed_scales<F>(blk, 0);
+    for (int r = 0; r < MR; ++r) {
+      const float d = dx[b * M + m + r];
+      acc[r] = add_term(acc[r], lo[r], unsigned_correction<F>(isum, b, M, m + r, 0), dw, d);
+      if constexpr (F == GGML_Q6_K)
+        acc[r] = add_term(acc[r], hi[r], unsigned_correction<F>(isum, b, M, m + r, 1),
+                          packed_scales<F>(blk, 1), d);
+    }
   }
   if constexpr (HAS_OFFSET<F>) {
-    add_offsets<MR>(acc, [&](int64_t b) { return load_halves(grp + b * PB + 16); },
+    add_offsets<MR>(acc, [&](int64_t b) { return packed_scales<F>(grp + b * PB, 1); },
                     xq.sum.data() + m, M, nb);
   }
   for (int r = 0; r < MR; ++r) _mm256_storeu_ps(y + (m + r) * N + n, acc[r]);
@@ -846,6 +944,8 @@ torch::Tensor packed_matmul(const torch::Tensor& x, const torch::Tensor& packed,
   switch (format) {
     case GGML_Q4_0: run_packed<GGML_Q4_0>(w, xq, yp, M, N, nb); break;
     case GGML_Q4_1: run_packed<GGML_Q4_1>(w, xq, yp, M, N, nb); break;
+    case GGML_Q4_K: run_packed<GGML_Q4_K>(w, xq, yp, M, N, nb); break;
+    case GGML_Q6_K: run_packed<GGML_Q6_K>(w, xq, yp, M, N, nb); break;
     default: run_packed<GGML_Q8_0>(w, xq, yp, M, N, nb); break;
   }
   return y;
@@ -868,13 +968,16 @@ torch::Tensor quant_pack(torch::Tensor weight, int64_t format) {
   const int64_t pb = packed_block_bytes(format), N = weight.size(0);
   if (pb == 0 || N % 8 != 0 || N == 0) return weight;
   TORCH_CHECK(weight.size(1) % group_bytes(format) == 0, "weight rows are not whole blocks");
-  const int64_t nb = weight.size(1) / group_bytes(format);
+  // 32-weight blocks per row (a K-quant group holds eight).
+  const int64_t nb = weight.size(1) / group_bytes(format) * (group_weights(format) / QK);
   torch::Tensor out = torch::empty({N / 8, nb, pb}, weight.options());
   const uint8_t* w = weight.data_ptr<uint8_t>();
   uint8_t* o = out.data_ptr<uint8_t>();
   switch (format) {
     case GGML_Q4_0: pack_groups<GGML_Q4_0>(w, weight.size(1), nb, o, N / 8); break;
     case GGML_Q4_1: pack_groups<GGML_Q4_1>(w, weight.size(1), nb, o, N / 8); break;
+    case GGML_Q4_K: pack_groups<GGML_Q4_K>(w, weight.size(1), nb, o, N / 8); break;
+    case GGML_Q6_K: pack_groups<GGML_Q6_K>(w, weight.size(1), nb, o, N / 8); break;
     default: pack_groups<GGML_Q8_0>(w, weight.size(1), nb, o, N / 8); break;
   }
   return out;

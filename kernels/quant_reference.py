@@ -85,9 +85,15 @@ def _unpack_q6_k(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torc
     return q, dl, torch.zeros(n, g * 8)
 
 
-def unpack(weight: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def unpack(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(integers int8 [N, nb, 32], segment scales float32 [N, nb, 1 or 2 (Q6_K)], offsets
-    float32 [N, nb]) of rows of `fmt` groups, nb = in_features / 32."""
+    float32 [N, nb]) of a weight held as rows of `fmt` groups or in the C++ kernel's packed
+    layout, nb = in_features / 32; of its rows `ids` only when given."""
+    if weight.dim() == 3:
+        return _unpack_packed(weight, fmt, ids)
+    if ids is not None:
+        weight = weight[ids]
     n = weight.shape[0]
     groups = weight.view(n, -1, GROUP_BYTES[fmt])
     if fmt == Q4_K:
@@ -99,40 +105,62 @@ def unpack(weight: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor, 
     if fmt == Q8_0:
         return groups[..., 2:].contiguous().view(torch.int8), scale, torch.zeros_like(d)
     qs = groups[..., 4:] if fmt == Q4_1 else groups[..., 2:]
+    return _nibble_pairs(qs, fmt, scale, _halves(groups[..., 2:4]) if fmt == Q4_1 else None)
+
+
+def _nibble_pairs(qs: torch.Tensor, fmt: int, scale: torch.Tensor, offset: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """unpack's result from [..., 16] nibble bytes, byte j holding weight j (low) and j + 16."""
     q = torch.cat([qs & 0x0F, qs >> 4], dim=-1).to(torch.int8)
     if fmt == Q4_0:
-        return q - 8, scale, torch.zeros_like(d)
-    return q, scale, _halves(groups[..., 2:4])
+        q = q - 8
+    return q, scale, offset if offset is not None else torch.zeros_like(scale[..., 0])
 
 
-def dequantize(weight: torch.Tensor, fmt: int) -> torch.Tensor:
-    """The float32 [N, K] weights the blocks stand for (what llama.cpp's dequantize gives)."""
-    q, ds, m = unpack(weight, fmt)
+# Bytes of a packed block before its quants: eight rows' scales (fp16; a K-quant's float32),
+# then Q4_1's and Q4_K's offsets or Q6_K's second-half scales.
+PACKED_SCALE_BYTES = {Q8_0: 16, Q4_0: 16, Q4_1: 32, Q4_K: 64, Q6_K: 64}
+
+
+def _unpack_packed(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """unpack of the packed layout (kernels/cpu_quant_matmul.cpp: quant_pack), uint8 [N / 8,
+    nb, bytes]: each block its eight rows' scales, then its quants as vectors whose 32-bit
+    lane l holds row l's next four quant bytes (8-bit: one weight each, Q6_K's unsigned;
+    4-bit: byte j the weights j and j + 16)."""
+    if ids is None:
+        ids = torch.arange(weight.shape[0] * 8)
+    blocks = weight[ids // 8]  # [n, nb, packed block bytes]
+    n, nb, _ = blocks.shape
+    rows, lane = torch.arange(n), ids % 8
+
+    def row_bytes(part: torch.Tensor, width: int) -> torch.Tensor:
+        """Lane `lane`'s bytes of each vector of `width`-byte lanes in `part`, in order."""
+        lanes = part.reshape(n, nb, -1, 8, width).permute(0, 3, 1, 2, 4)[rows, lane]
+        return lanes.reshape(n, nb, -1).contiguous()
+
+    head = PACKED_SCALE_BYTES[fmt]
+    quants = row_bytes(blocks[..., head:], 4)
+    if fmt in (Q4_K, Q6_K):
+        scales = row_bytes(blocks[..., :head], 4).view(torch.float32)  # [n, nb, 2]
+    else:
+        scales = row_bytes(blocks[..., :head], 2).view(torch.float16).float()  # [n, nb, 1|2]
+    if fmt == Q8_0:
+        return quants.view(torch.int8), scales, torch.zeros(n, nb)
+    if fmt == Q6_K:
+        return (quants.to(torch.int16) - 32).to(torch.int8), scales, torch.zeros(n, nb)
+    offset = scales[..., 1] if fmt in WITH_OFFSET else None
+    return _nibble_pairs(quants, fmt, scales[..., 0:1], offset)
+
+
+def dequantize(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The float32 [N, K] weights the blocks stand for (what llama.cpp's dequantize gives),
+    held as rows or packed (see unpack); rows `ids` only when given."""
+    q, ds, m = unpack(weight, fmt, ids)
     w = ds.repeat_interleave(QK // ds.shape[-1], dim=-1) * q.float()
     if fmt in WITH_OFFSET:
         w = w + m.unsqueeze(-1)
-    return w.reshape(weight.shape[0], -1)
-
-
-def gguf_rows(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None = None) -> torch.Tensor:
-    """GGUF's rows (all, or `ids`) of a weight held as rows or in the C++ kernel's packed
-    layout (kernels/cpu_quant_matmul.cpp: quant_pack): uint8 [N / 8, blocks, bytes], each
-    block its eight rows' fp16 scales d (Q4_1: then their offsets m), then its quants as
-    vectors whose 32-bit lane l holds row l's next four quant bytes."""
-    if weight.dim() == 2:
-        return weight if ids is None else weight[ids]
-    if ids is None:
-        ids = torch.arange(weight.shape[0] * 8)
-    scale_bytes = 32 if fmt == Q4_1 else 16
-    blocks = weight[ids // 8]  # [n, nb, packed block bytes]
-    n, nb, _ = blocks.shape
-    lane = ids % 8
-    rows = torch.arange(n)
-    halves = blocks[:, :, :scale_bytes].reshape(n, nb, scale_bytes // 16, 8, 2)
-    scales = halves.permute(0, 3, 1, 2, 4)[rows, lane].reshape(n, nb, -1)
-    quants = blocks[:, :, scale_bytes:].reshape(n, nb, -1, 8, 4)
-    quants = quants.permute(0, 3, 1, 2, 4)[rows, lane].reshape(n, nb, -1)
-    return torch.cat([scales, quants], dim=-1).reshape(n, nb * GROUP_BYTES[fmt])
+    return w.reshape(q.shape[0], -1)
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -155,7 +183,7 @@ def quant_matmul(x: torch.Tensor, weight: torch.Tensor, fmt: int) -> torch.Tenso
     """y = x W^T [M, N] for x [M, K] and `weight` uint8 [N, K / GROUP_WEIGHTS * GROUP_BYTES]
     (rows of `fmt` groups, or their packed layout): computed in float32, returned in x's
     dtype."""
-    dtype, x, weight = x.dtype, x.float(), gguf_rows(weight, fmt)
+    dtype, x = x.dtype, x.float()
     qx, dx, sx = quantize_rows(x)
     qw, dw, mw = unpack(weight, fmt)
     m, nb = dx.shape

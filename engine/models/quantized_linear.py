@@ -65,5 +65,5 @@ class QuantizedWeight:
     def rows(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The dequantized rows `ids` (an embedding lookup); one group only."""
         (group,) = self.groups
-        rows = quant_reference.gguf_rows(group.data, group.fmt, ids.reshape(-1))
-        return quant_reference.dequantize(rows, group.fmt).to(dtype).reshape(*ids.shape, -1)
+        rows = quant_reference.dequantize(group.data, group.fmt, ids.reshape(-1))
+        return rows.to(dtype).reshape(*ids.shape, -1)

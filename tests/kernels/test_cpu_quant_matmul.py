@@ -81,12 +81,11 @@ def test_quant_matmul_equals_the_reference_bit_for_bit(module, fmt, shape):
     assert torch.equal(ours, ref)
 
 
-PACKABLE = [qr.Q8_0, qr.Q4_0, qr.Q4_1]
 # SHAPES with whole groups of eight weight rows, the only ones quant_pack packs.
 PACKED_SHAPES = [(1, 40, 1), (3, 16, 3), (16, 64, 18), (17, 32, 6)]
 
 
-@pytest.mark.parametrize("fmt", PACKABLE, ids=[qr.NAMES[f] for f in PACKABLE])
+@pytest.mark.parametrize("fmt", FORMATS, ids=[qr.NAMES[f] for f in FORMATS])
 @pytest.mark.parametrize("shape", PACKED_SHAPES,
                          ids=[f"{m}x{n}x{g}groups" for m, n, g in PACKED_SHAPES])
 def test_a_packed_weight_gives_the_reference_bit_for_bit(module, fmt, shape):
@@ -100,24 +99,26 @@ def test_a_packed_weight_gives_the_reference_bit_for_bit(module, fmt, shape):
     if module.quant_matmul_path() == "portable":
         assert packed is weight  # nothing to gain one row at a time: the rows as they are
     else:
-        assert packed.shape == (n // 8, groups, packed.shape[2])
+        assert packed.shape == (n // 8, k // qr.QK, packed.shape[2])
     assert torch.equal(module.quant_matmul(x, packed, fmt), qr.quant_matmul(x, weight, fmt))
 
 
-@pytest.mark.parametrize("fmt", PACKABLE, ids=[qr.NAMES[f] for f in PACKABLE])
-def test_the_reference_reads_the_rows_back_out_of_a_packed_weight(module, fmt):
+@pytest.mark.parametrize("fmt", FORMATS, ids=[qr.NAMES[f] for f in FORMATS])
+def test_the_reference_unpacks_a_packed_weight_as_its_rows(module, fmt):
+    """Integers, scales and offsets (and so an embedding lookup's rows) read out of the
+    packed layout equal those of the GGUF rows, for all rows and for a few picked."""
     if module.quant_matmul_path() == "portable":
         pytest.skip("the portable build packs nothing (tested above)")
     weight = random_blocks(24, _in_features(fmt, 3), fmt, torch.Generator().manual_seed(fmt))
     packed = module.quant_pack(weight, fmt)
-    assert torch.equal(qr.gguf_rows(packed, fmt), weight)
-    ids = torch.tensor([17, 0, 9, 23, 9])
-    assert torch.equal(qr.gguf_rows(packed, fmt, ids), weight[ids])
+    for ids in (None, torch.tensor([17, 0, 9, 23, 9])):
+        for ours, theirs in zip(qr.unpack(packed, fmt, ids), qr.unpack(weight, fmt, ids)):
+            assert torch.equal(ours, theirs)
 
 
-@pytest.mark.parametrize("fmt,n", [(qr.Q4_1, 12), (qr.Q4_K, 16), (qr.Q6_K, 16)],
-                         ids=["rows-not-a-multiple-of-8", "Q4_K", "Q6_K"])
-def test_what_has_no_packed_layout_stays_in_gguf_rows(module, fmt, n):
+@pytest.mark.parametrize("fmt", [qr.Q4_1, qr.Q6_K], ids=[qr.NAMES[f] for f in (qr.Q4_1, qr.Q6_K)])
+def test_rows_not_a_multiple_of_8_stay_in_gguf_rows(module, fmt):
+    n = 12
     weight = random_blocks(n, _in_features(fmt, 1), fmt, torch.Generator().manual_seed(n))
     assert module.quant_pack(weight, fmt) is weight
 
