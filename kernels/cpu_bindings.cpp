@@ -8,6 +8,8 @@
 torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                      torch::Tensor block_tables, torch::Tensor seq_lens,
                                      double scale);
+torch::Tensor paged_chunk_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+                                    torch::Tensor block_table, int64_t seq_len, double scale);
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
 std::tuple<torch::Tensor, torch::Tensor> fused_add_rms_norm(torch::Tensor x, torch::Tensor residual,
                                                             torch::Tensor weight, double eps);
@@ -21,6 +23,8 @@ std::string quant_matmul_path();
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode_attention", &paged_decode_attention,
         "Decode attention over the paged KV cache");
+  m.def("paged_chunk_attention", &paged_chunk_attention,
+        "Causal attention of a prompt chunk over its sequence's paged KV cache");
   m.def("rms_norm", &rms_norm, "RMSNorm over rows");
   m.def("fused_add_rms_norm", &fused_add_rms_norm, "residual add, then RMSNorm");
   m.def("apply_rotary", &apply_rotary, "neox rotary embedding of q and k");

@@ -19,7 +19,7 @@
 
 #include <ATen/Parallel.h>
 
-#if defined(__F16C__) || (defined(__AVX512F__) && defined(__AVX512BF16__))
+#if defined(__AVX2__) || defined(__F16C__) || (defined(__AVX512F__) && defined(__AVX512BF16__))
 #include <immintrin.h>
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
@@ -124,6 +124,36 @@ inline void load_row(const at::Float8_e4m3fn* src, float* dst, int64_t n) {
 }
 #endif
 
+// Calls run(C{}) with the cache's element type.
+template <typename Run>
+void with_cache_type(at::ScalarType cache_type, Run&& run) {
+  switch (cache_type) {
+    case at::kDouble: return run(double{});
+    case at::kFloat: return run(float{});
+    case at::kBFloat16: return run(at::BFloat16{});
+    case at::kHalf: return run(at::Half{});
+    case at::kFloat8_e4m3fn: return run(at::Float8_e4m3fn{});
+    case at::kFloat8_e5m2: return run(at::Float8_e5m2{});
+    case at::kChar: return run(int8_t{});
+    default: TORCH_CHECK(false, "no paged attention over a ", cache_type, " cache");
+  }
+}
+
+// The cache types a query of type T may read: its own; bf16/fp16 under a float32 query
+// (--kv-cache-dtype float16 under a float32 model); fp8 (e4m3, e5m2) and int8 under any.
+template <typename T, typename C>
+constexpr bool readable_pair() {
+  constexpr bool one_byte = std::is_same_v<C, at::Float8_e4m3fn> ||
+                            std::is_same_v<C, at::Float8_e5m2> || std::is_same_v<C, int8_t>;
+  constexpr bool sixteen_under_float = std::is_same_v<T, float> &&
+      (std::is_same_v<C, at::BFloat16> || std::is_same_v<C, at::Half>);
+  return std::is_same_v<T, C> || one_byte || sixteen_under_float;
+}
+
+constexpr const char* kCachePairs =
+    "q and the caches must share a dtype (or the caches be bf16/fp16 under a float32 q, or "
+    "fp8/int8)";
+
 // Prefetches a block's K and V rows a few lines at a time, spread over the work on the block
 // before it: blocks lie anywhere in the pool, so the hardware's stream prefetch stops at each
 // block's end, and a burst of a whole block's prefetches (192 lines at SmolLM2's shape)
@@ -179,8 +209,9 @@ inline void walk_blocks(const C* k_cache, const C* v_cache, const int64_t* table
   }
 }
 
-// The context of one sequence is cut into parts of kMinPartBlocks blocks or more, so that
-// one long sequence (the desk case: one user) still gives every thread work; each part is
+// The context of one sequence is cut into parts of min_part_blocks blocks or more
+// (kMinPartBlocks for a decode: one query row a sequence), so that one long sequence (the
+// desk case: one user) still gives every thread work; each part is
 // attended on its own and the parts are merged by their softmax maxima and sums at the end.
 // Items are taken longest first from a shared counter, so threads that drew short contexts
 // take more of them instead of waiting at the barrier for the one that drew the longest.
@@ -198,7 +229,8 @@ struct PartState {
 // -1e30); store(b, q_head, acc_row, inv_sum) writes one output row.
 template <typename Attend, typename Store>
 void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block_size,
-                        int64_t num_q_heads, int64_t d, Attend&& attend, Store&& store) {
+                        int64_t num_q_heads, int64_t d, int64_t min_part_blocks,
+                        Attend&& attend, Store&& store) {
   const int64_t threads = at::get_num_threads();
   std::vector<int64_t> blocks(num_seqs), parts(num_seqs), first_part(num_seqs + 1, 0);
   int64_t total_blocks = 0;
@@ -206,7 +238,7 @@ void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block
     blocks[b] = (seq_lens[b] + block_size - 1) / block_size;
     total_blocks += blocks[b];
   }
-  const int64_t part_blocks = std::max(kMinPartBlocks, total_blocks / (4 * threads));
+  const int64_t part_blocks = std::max(min_part_blocks, total_blocks / (4 * threads));
   for (int64_t b = 0; b < num_seqs; ++b) {
     parts[b] = std::max<int64_t>(1, blocks[b] / part_blocks);
     first_part[b + 1] = first_part[b] + parts[b];
@@ -262,6 +294,50 @@ void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block
   });
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+// exp(x) for x <= 0, 8 at a time: e^x = 2^n e^r with n = round(x log2 e) and |r| <= ln2/2,
+// e^r by a degree-7 polynomial (Cephes' expf coefficients; relative error ~1e-7). Inputs
+// below -87 give e^-87 ~ 1.6e-38 rather than 0 (a normal float, no denormals); callers zero
+// what must be exactly 0. Inline: libmvec's call per 8 values plus the scalar max, sum and
+// correction were ~20% of a chunk's attention time.
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i pow2n = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
+}
+
+// Lanes [0, count) of a vector set, the rest clear (count may be over 8 or under 0).
+inline __m256i first_lanes(int64_t count) {
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(
+      _mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(count, 0, 8))), iota);
+}
+
+inline float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+#endif
+
 // One block of the online softmax, shared by every kernel: turns the block's scores p[0,
 // tokens) into exp(score - new running max) in place, folds their sum into run_sum, and calls
 // rescale(correction) so the caller can shrink what it accumulated under the old max (the
@@ -269,6 +345,35 @@ void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block
 template <typename Rescale>
 inline void online_softmax_block(float* p, int64_t tokens, float& run_max, float& run_sum,
                                  Rescale&& rescale) {
+#if defined(__AVX2__) && defined(__FMA__)
+  // Vectors of 8 scores; the last one's lanes past `tokens` are neither read nor written.
+  __m256 block_max = _mm256_set1_ps(-1e30f);
+  for (int64_t t = 0; t < tokens; t += 8) {
+    const __m256i lanes = first_lanes(tokens - t);
+    block_max = _mm256_max_ps(block_max, _mm256_blendv_ps(_mm256_set1_ps(-1e30f),
+                                                          _mm256_maskload_ps(p + t, lanes),
+                                                          _mm256_castsi256_ps(lanes)));
+  }
+  const float new_max = std::max(run_max, hmax8(block_max));
+  const __m256 shift = _mm256_set1_ps(new_max);
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t t = 0; t < tokens; t += 8) {
+    const __m256i lanes = first_lanes(tokens - t);
+    const __m256 e = _mm256_and_ps(
+        exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(p + t, lanes), shift)),
+        _mm256_castsi256_ps(lanes));
+    if (t + 8 <= tokens) {
+      _mm256_storeu_ps(p + t, e);
+    } else {
+      _mm256_maskstore_ps(p + t, lanes, e);  // microcoded on AMD: only a short block's tail
+    }
+    sum = _mm256_add_ps(sum, e);
+  }
+  // run_max starts at -1e30: its correction underflows to ~1e-38 against a zero state.
+  const float correction =
+      _mm256_cvtss_f32(exp_nonpositive(_mm256_set1_ps(run_max - new_max)));
+  run_sum = run_sum * correction + hsum8(sum);
+#else
   float block_max = p[0];
   for (int64_t t = 1; t < tokens; ++t) block_max = std::max(block_max, p[t]);
   const float new_max = std::max(run_max, block_max);
@@ -280,6 +385,7 @@ inline void online_softmax_block(float* p, int64_t tokens, float& run_max, float
     sum += p[t];
   }
   run_sum = run_sum * correction + sum;
+#endif
   run_max = new_max;
   rescale(correction);
 }
@@ -299,7 +405,7 @@ void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int6
   const int64_t row_elems = d + row_extra<C>();
   // Stride between consecutive tokens of one KV head inside a block.
   const int64_t token_stride = num_kv_heads * row_elems;
-  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, d,
+  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, d, kMinPartBlocks,
                      [&](int64_t b, int64_t first, int64_t end, PartState st) {
     std::vector<float> qf(num_q_heads * d), row(d), probs(group * block_size);
     for (int64_t i = 0; i < num_q_heads * d; ++i) qf[i] = to_float(q[b * num_q_heads * d + i]) * scale;
@@ -358,7 +464,7 @@ void decode_attention_avx512_bf16(const at::BFloat16* q, const at::BFloat16* k_c
   constexpr int64_t kPairs = D / 32;  // 512-bit vectors of bf16 per row
   constexpr int64_t kVecs = D / 16;   // 512-bit vectors of fp32 per row
   const int64_t token_stride = num_kv_heads * D;
-  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, D,
+  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, D, kMinPartBlocks,
                      [&](int64_t b, int64_t first, int64_t end, PartState st) {
     std::vector<float> probs(G * block_size);
     walk_blocks(k_cache, v_cache, block_tables + b * table_width, first, end, seq_lens[b],
@@ -502,7 +608,7 @@ void decode_attention_avx2(const float* q, const C* k_cache, const C* v_cache,
   constexpr int64_t kChunk = chunk_vectors(kVecs, G);
   constexpr int64_t kGroups4 = (G + 3) / 4;
   const int64_t token_stride = num_kv_heads * D;
-  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, D,
+  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, D, kMinPartBlocks,
                      [&](int64_t b, int64_t first, int64_t end, PartState st) {
     std::vector<float> qf(num_q_heads * D), probs(G * block_size);
     for (int64_t i = 0; i < num_q_heads * D; ++i) qf[i] = q[b * num_q_heads * D + i] * scale;
@@ -599,6 +705,208 @@ Avx2Kernel<C> pick_avx2_kernel(int64_t head_dim, int64_t group) {
 }
 #endif
 
+#ifdef OFFICELLM_AVX2_F32Q
+#define OFFICELLM_CHUNK_KERNEL 1
+// Chunk attention: the R query rows of one sequence's prompt chunk over its cached history,
+// row r attending the first seq_len - R + 1 + r keys. Run row by row through the decode
+// kernel, each row re-reads and re-converts the whole history and shares each key with only
+// its group's G query heads: ~23 cycles per (key, query head) at SmolLM2's shape on AVX2,
+// where the arithmetic needs 8. Here a block's keys and values are converted once into float
+// rows that all R x G query heads of their KV head share, q.k and p.v are register-tiled
+// products (2 heads x 4 keys; 2 heads x 32 values), and only the last R keys are masked, each
+// row's visible keys being a prefix of a block. Blocks hold R x more work than a decode's,
+// so a context is cut into smaller parts.
+constexpr int64_t kMinChunkPartBlocks = 2;
+
+// A loaded vector that the FMAs after it must read from a register. Left alone, GCC folds
+// the load into each FMA that uses it as a memory operand (twice or more per vector here),
+// and the tiles below then wait on the load ports instead of the FMA units.
+inline __m256 in_register(__m256 v) {
+  asm("" : "+x"(v));
+  return v;
+}
+
+// Scores of NH (1 or 2) query heads against keys t..t+3 of a block's float key rows.
+template <int64_t D, int64_t NH>
+inline void score_tile(const float* qh, const float* keys, float* probs, int64_t padded,
+                       int64_t t) {
+  __m256 s[NH][4];
+  for (int64_t n = 0; n < NH; ++n)
+    for (int64_t j = 0; j < 4; ++j) s[n][j] = _mm256_setzero_ps();
+  for (int64_t v = 0; v < D / 8; ++v) {
+    __m256 k[4];
+    for (int64_t j = 0; j < 4; ++j) k[j] = in_register(_mm256_loadu_ps(keys + (t + j) * D + v * 8));
+    for (int64_t n = 0; n < NH; ++n) {
+      const __m256 qv = _mm256_loadu_ps(qh + n * D + v * 8);
+      for (int64_t j = 0; j < 4; ++j) s[n][j] = _mm256_fmadd_ps(qv, k[j], s[n][j]);
+    }
+  }
+  for (int64_t n = 0; n < NH; ++n) {
+    _mm_storeu_ps(probs + n * padded + t, hsum4(s[n][0], s[n][1], s[n][2], s[n][3]));
+  }
+}
+
+// NH (1 or 2) query heads' accumulators, values c0..c0+31: rescaled by their heads'
+// corrections, then plus p.v over the block's tokens. 3 heads would take all 16 of AVX2's
+// registers (12 accumulators, 3 probabilities, a value vector), and GCC then spills the
+// accumulators every token.
+template <int64_t D, int64_t NH>
+inline void value_tile(const float* probs, const float* vals, const float* corr, float* acc,
+                       int64_t padded, int64_t tokens, int64_t c0) {
+  __m256 a[NH][4];
+  for (int64_t n = 0; n < NH; ++n) {
+    const __m256 c = _mm256_set1_ps(corr[n]);
+    for (int64_t j = 0; j < 4; ++j) {
+      a[n][j] = _mm256_mul_ps(_mm256_loadu_ps(acc + n * D + c0 + j * 8), c);
+    }
+  }
+  for (int64_t t = 0; t < tokens; ++t) {
+    __m256 p[NH];
+    for (int64_t n = 0; n < NH; ++n) p[n] = _mm256_broadcast_ss(probs + n * padded + t);
+    for (int64_t j = 0; j < 4; ++j) {
+      const __m256 vv = in_register(_mm256_loadu_ps(vals + t * D + c0 + j * 8));
+      for (int64_t n = 0; n < NH; ++n) a[n][j] = _mm256_fmadd_ps(p[n], vv, a[n][j]);
+    }
+  }
+  for (int64_t n = 0; n < NH; ++n)
+    for (int64_t j = 0; j < 4; ++j) _mm256_storeu_ps(acc + n * D + c0 + j * 8, a[n][j]);
+}
+
+// The online softmax of one block for many query heads at once: head n's scores are
+// p[n * stride, + tokens), of which it sees the first visible(n) (0 to all; its later
+// lanes, up to the next multiple of 8, are written as 0). Heads are independent, so each
+// step runs over all of them before the next (the exps' dependency chains overlap instead
+// of stalling head by head), and the corrections are taken 8 heads at a time. corr gets
+// each head's correction (room for heads rounded up to 8); new_max is scratch (heads).
+template <typename Visible>
+inline void softmax_heads(float* p, int64_t stride, int64_t heads, int64_t tokens,
+                          Visible&& visible, float* run_max, float* run_sum, float* corr,
+                          float* new_max) {
+  const int64_t heads8 = (heads + 7) / 8 * 8;
+  float* shrink = corr;
+  for (int64_t n = 0; n < heads; ++n) {
+    const int64_t seen = visible(n);
+    __m256 m = _mm256_set1_ps(-1e30f);
+    for (int64_t t = 0; t < tokens; t += 8) {
+      m = _mm256_max_ps(m, _mm256_blendv_ps(_mm256_set1_ps(-1e30f), _mm256_loadu_ps(p + n * stride + t),
+                                            _mm256_castsi256_ps(first_lanes(seen - t))));
+    }
+    new_max[n] = std::max(run_max[n], hmax8(m));
+    shrink[n] = run_max[n] - new_max[n];
+  }
+  for (int64_t n = 0; n < heads8; n += 8) {
+    _mm256_storeu_ps(shrink + n, exp_nonpositive(_mm256_loadu_ps(shrink + n)));
+  }
+  for (int64_t n = 0; n < heads; ++n) {
+    const int64_t seen = visible(n);
+    const __m256 shift = _mm256_set1_ps(new_max[n]);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t t = 0; t < tokens; t += 8) {
+      float* at = p + n * stride + t;
+      const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(at), shift)),
+                                     _mm256_castsi256_ps(first_lanes(seen - t)));
+      _mm256_storeu_ps(at, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    run_sum[n] = run_sum[n] * shrink[n] + hsum8(sum);
+    run_max[n] = new_max[n];
+  }
+}
+
+// T is the query's (and output's) type, C the cache's (any the decode kernel reads).
+template <typename T, typename C, int64_t D>
+void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64_t* table,
+                     int64_t seq_len, T* out, int64_t rows, int64_t num_q_heads,
+                     int64_t num_kv_heads, int64_t block_size, float scale) {
+  static_assert(D % 32 == 0, "value tiles are 32 wide");
+  const int64_t group = num_q_heads / num_kv_heads;
+  // The query heads of one KV head: every row's group, row-major (row, head in group).
+  const int64_t heads = rows * group;
+  const int64_t row_elems = D + row_extra<C>();
+  const int64_t token_stride = num_kv_heads * row_elems;
+  const int64_t padded = (block_size + 7) / 8 * 8;
+  const int64_t first_row_keys = seq_len - rows + 1;
+  const int64_t seq_lens[1] = {seq_len};
+  over_context_parts(1, seq_lens, block_size, num_kv_heads * heads, D, kMinChunkPartBlocks,
+                     [&](int64_t, int64_t first, int64_t end, PartState st) {
+    std::vector<float> qf(num_kv_heads * heads * D), keys(padded * D, 0.0f),
+        vals(block_size * D), probs(heads * padded), corr((heads + 7) / 8 * 8, 0.0f),
+        new_max(heads);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t hq = 0; hq < num_q_heads; ++hq) {
+        const T* src = q + (r * num_q_heads + hq) * D;
+        float* dst = qf.data() + ((hq / group) * heads + r * group + hq % group) * D;
+        for (int64_t i = 0; i < D; ++i) dst[i] = to_float(src[i]) * scale;
+      }
+    }
+    int64_t start = first * block_size;  // the position of the block's first key
+    walk_blocks(k_cache, v_cache, table, first, end, seq_len, block_size, token_stride,
+                2 * num_kv_heads,
+                [&](const C* k_block, const C* v_block, int64_t tokens, Prefetcher& prefetcher) {
+      const int64_t tokens4 = (tokens + 3) / 4 * 4;
+      for (int64_t h = 0; h < num_kv_heads; ++h) {
+        for (int64_t t = 0; t < tokens; ++t) {
+          prefetcher.step();
+          load_row(k_block + h * row_elems + t * token_stride, keys.data() + t * D, D);
+          prefetcher.step();
+          load_row(v_block + h * row_elems + t * token_stride, vals.data() + t * D, D);
+        }
+        // A short last block: the tile's keys past it score 0 and are masked below.
+        std::fill(keys.begin() + tokens * D, keys.begin() + tokens4 * D, 0.0f);
+        const float* qh = qf.data() + h * heads * D;
+        int64_t n = 0;
+        for (; n + 2 <= heads; n += 2) {
+          for (int64_t t = 0; t < tokens4; t += 4) {
+            score_tile<D, 2>(qh + n * D, keys.data(), probs.data() + n * padded, padded, t);
+          }
+        }
+        if (n < heads) {
+          for (int64_t t = 0; t < tokens4; t += 4) {
+            score_tile<D, 1>(qh + n * D, keys.data(), probs.data() + n * padded, padded, t);
+          }
+        }
+        softmax_heads(probs.data(), padded, heads, tokens,
+                      [&](int64_t n) { return first_row_keys + n / group - start; },
+                      st.run_max + h * heads, st.run_sum + h * heads, corr.data(),
+                      new_max.data());
+        float* acc = st.acc + h * heads * D;
+        for (int64_t c0 = 0; c0 < D; c0 += 32) {
+          for (n = 0; n + 2 <= heads; n += 2) {
+            value_tile<D, 2>(probs.data() + n * padded, vals.data(), corr.data() + n,
+                             acc + n * D, padded, tokens, c0);
+          }
+          if (n < heads) {
+            value_tile<D, 1>(probs.data() + n * padded, vals.data(), corr.data() + n,
+                             acc + n * D, padded, tokens, c0);
+          }
+        }
+      }
+      start += tokens;
+    });
+  }, [&](int64_t, int64_t hv, const float* acc, float inv) {
+    const int64_t n = hv % heads;
+    const int64_t hq = (hv / heads) * group + n % group;
+    T* dst = out + ((n / group) * num_q_heads + hq) * D;
+    for (int64_t i = 0; i < D; ++i) dst[i] = static_cast<T>(acc[i] * inv);
+  });
+}
+
+template <typename T>
+void run_chunk(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+               const torch::Tensor& block_table, int64_t seq_len, torch::Tensor& out,
+               float scale) {
+  with_cache_type(k_cache.scalar_type(), [&](auto cache_tag) {
+    using C = decltype(cache_tag);
+    if constexpr (readable_pair<T, C>() && !std::is_same_v<T, double>) {
+      auto kernel = q.size(2) == 64 ? chunk_attention<T, C, 64> : chunk_attention<T, C, 128>;
+      kernel(q.data_ptr<T>(), k_cache.data_ptr<C>(), v_cache.data_ptr<C>(),
+             block_table.data_ptr<int64_t>(), seq_len, out.data_ptr<T>(), q.size(0), q.size(1),
+             k_cache.size(2), k_cache.size(1), scale);
+    }
+  });
+}
+#endif
+
 // The kernel for a query type T and a cache type C, by head size.
 template <typename T, typename C>
 void run_decode(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
@@ -638,8 +946,27 @@ void run_decode_f32_query(const torch::Tensor& q, const torch::Tensor& k_cache,
   run_decode<float, C>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
 }
 
-// The cache types a query of type T may read: its own; bf16/fp16 under a float32 query
-// (--kv-cache-dtype float16 under a float32 model); fp8 (e4m3, e5m2) and int8 under any.
+// The checks both entry points make of q [rows, Hq, D] and the paged caches.
+void check_paged_inputs(const torch::Tensor& q, const torch::Tensor& k_cache,
+                        const torch::Tensor& v_cache) {
+  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4, "bad ranks");
+  TORCH_CHECK(q.device().is_cpu(), "CPU tensors only");
+  const auto cache_type = k_cache.scalar_type();
+  TORCH_CHECK(v_cache.scalar_type() == cache_type, "the K and V caches must share a dtype");
+  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
+  TORCH_CHECK(q.size(1) % k_cache.size(2) == 0, "query heads must be a multiple of KV heads");
+  TORCH_CHECK(k_cache.size(3) == q.size(2) + (cache_type == at::kChar ? 4 : 0) &&
+                  v_cache.size(3) == k_cache.size(3),
+              "head_dim mismatch (an int8 cache's rows are head_dim + 4 bytes)");
+  bool readable = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_attention", [&] {
+    with_cache_type(cache_type, [&](auto cache_tag) {
+      readable = readable_pair<scalar_t, decltype(cache_tag)>();
+    });
+  });
+  TORCH_CHECK(readable, kCachePairs);
+}
+
 template <typename T>
 void dispatch_cache(at::ScalarType cache_type, const torch::Tensor& q,
                     const torch::Tensor& k_cache, const torch::Tensor& v_cache,
@@ -659,12 +986,10 @@ void dispatch_cache(at::ScalarType cache_type, const torch::Tensor& q,
     } else if (cache_type == at::kHalf) {
       run_decode_f32_query<at::Half>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
     } else {
-      TORCH_CHECK(false, "q and the caches must share a dtype (or the caches be bf16/fp16 under "
-                         "a float32 q, or fp8/int8)");
+      TORCH_CHECK(false, kCachePairs);
     }
   } else {
-    TORCH_CHECK(false, "q and the caches must share a dtype (or the caches be bf16/fp16 under "
-                       "a float32 q, or fp8/int8)");
+    TORCH_CHECK(false, kCachePairs);
   }
 }
 
@@ -677,22 +1002,15 @@ void dispatch_cache(at::ScalarType cache_type, const torch::Tensor& q,
 torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                      torch::Tensor block_tables, torch::Tensor seq_lens,
                                      double scale) {
-  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4, "bad ranks");
-  TORCH_CHECK(q.device().is_cpu(), "CPU tensors only");
+  check_paged_inputs(q, k_cache, v_cache);
   const auto cache_type = k_cache.scalar_type();
-  TORCH_CHECK(v_cache.scalar_type() == cache_type, "the K and V caches must share a dtype");
   TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && seq_lens.scalar_type() == torch::kInt64,
               "block_tables and seq_lens must be int64");
-  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
   q = q.contiguous();
   block_tables = block_tables.contiguous();
   seq_lens = seq_lens.contiguous();
   const int64_t num_seqs = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
   const int64_t block_size = k_cache.size(1), num_kv_heads = k_cache.size(2);
-  TORCH_CHECK(num_q_heads % num_kv_heads == 0, "query heads must be a multiple of KV heads");
-  TORCH_CHECK(k_cache.size(3) == head_dim + (cache_type == at::kChar ? 4 : 0) &&
-                  v_cache.size(3) == k_cache.size(3),
-              "head_dim mismatch (an int8 cache's rows are head_dim + 4 bytes)");
   TORCH_CHECK(block_tables.size(0) == num_seqs && seq_lens.size(0) == num_seqs, "batch mismatch");
   auto out = torch::empty_like(q);
   const float fscale = static_cast<float>(scale);
@@ -711,4 +1029,35 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
     dispatch_cache<scalar_t>(cache_type, q, k_cache, v_cache, block_tables, seq_lens, out, fscale);
   });
   return out;
+}
+
+// q [R, Hq, D]: the last R of a sequence's seq_len tokens (a prompt chunk), whose keys and
+// values are all in the caches (laid out as paged_decode_attention's); block_table [W] int64:
+// its blocks in order. Row r attends keys [0, seq_len - R + 1 + r). Returns [R, Hq, D].
+torch::Tensor paged_chunk_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+                                    torch::Tensor block_table, int64_t seq_len, double scale) {
+  check_paged_inputs(q, k_cache, v_cache);
+  TORCH_CHECK(block_table.dim() == 1 && block_table.scalar_type() == torch::kInt64,
+              "block_table must be one int64 row");
+  const int64_t rows = q.size(0), block_size = k_cache.size(1);
+  TORCH_CHECK(rows >= 1 && rows <= seq_len, "a chunk has 1 to seq_len rows");
+  TORCH_CHECK(block_table.size(0) * block_size >= seq_len, "block_table is too short for seq_len");
+#ifdef OFFICELLM_CHUNK_KERNEL
+  const auto q_type = q.scalar_type();
+  if ((q.size(2) == 64 || q.size(2) == 128) &&
+      (q_type == at::kFloat || q_type == at::kBFloat16 || q_type == at::kHalf)) {
+    q = q.contiguous();
+    block_table = block_table.contiguous();
+    auto out = torch::empty_like(q);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q_type, "paged_chunk_attention", [&] {
+      run_chunk<scalar_t>(q, k_cache, v_cache, block_table, seq_len, out,
+                          static_cast<float>(scale));
+    });
+    return out;
+  }
+#endif
+  // Row by row through the decode kernel, each row a sequence of its own causal length.
+  auto tables = block_table.unsqueeze(0).expand({rows, -1}).contiguous();
+  auto lens = torch::arange(seq_len - rows + 1, seq_len + 1, block_table.options());
+  return paged_decode_attention(q, k_cache, v_cache, tables, lens, scale);
 }
