@@ -826,67 +826,58 @@ void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64
   const int64_t token_stride = num_kv_heads * row_elems;
   const int64_t padded = (block_size + 7) / 8 * 8;
   const int64_t first_row_keys = seq_len - rows + 1;
-  const int64_t seq_lens[1] = {seq_len};
-  over_context_parts(1, seq_lens, block_size, num_kv_heads * heads, D, kMinChunkPartBlocks,
-                     [&](int64_t, int64_t first, int64_t end, PartState st) {
-    std::vector<float> qf(num_kv_heads * heads * D), keys(padded * D, 0.0f),
-        vals(block_size * D), probs(heads * padded), corr((heads + 7) / 8 * 8, 0.0f),
-        new_max(heads);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t hq = 0; hq < num_q_heads; ++hq) {
-        const T* src = q + (r * num_q_heads + hq) * D;
-        float* dst = qf.data() + ((hq / group) * heads + r * group + hq % group) * D;
-        for (int64_t i = 0; i < D; ++i) dst[i] = to_float(src[i]) * scale;
-      }
+  // Each KV head is an item of its own (as a sequence would be to the decode kernel), so a
+  // short history still gives every thread work.
+  const std::vector<int64_t> seq_lens(num_kv_heads, seq_len);
+  over_context_parts(num_kv_heads, seq_lens.data(), block_size, heads, D, kMinChunkPartBlocks,
+                     [&](int64_t h, int64_t first, int64_t end, PartState st) {
+    std::vector<float> qh(heads * D), keys(padded * D, 0.0f), vals(block_size * D),
+        probs(heads * padded), corr((heads + 7) / 8 * 8, 0.0f), new_max(heads);
+    for (int64_t n = 0; n < heads; ++n) {
+      const T* src = q + ((n / group) * num_q_heads + h * group + n % group) * D;
+      for (int64_t i = 0; i < D; ++i) qh[n * D + i] = to_float(src[i]) * scale;
     }
     int64_t start = first * block_size;  // the position of the block's first key
-    walk_blocks(k_cache, v_cache, table, first, end, seq_len, block_size, token_stride,
-                2 * num_kv_heads,
+    walk_blocks(k_cache + h * row_elems, v_cache + h * row_elems, table, first, end, seq_len,
+                block_size, token_stride, 2,
                 [&](const C* k_block, const C* v_block, int64_t tokens, Prefetcher& prefetcher) {
       const int64_t tokens4 = (tokens + 3) / 4 * 4;
-      for (int64_t h = 0; h < num_kv_heads; ++h) {
-        for (int64_t t = 0; t < tokens; ++t) {
-          prefetcher.step();
-          load_row(k_block + h * row_elems + t * token_stride, keys.data() + t * D, D);
-          prefetcher.step();
-          load_row(v_block + h * row_elems + t * token_stride, vals.data() + t * D, D);
+      for (int64_t t = 0; t < tokens; ++t) {
+        prefetcher.step();
+        load_row(k_block + t * token_stride, keys.data() + t * D, D);
+        prefetcher.step();
+        load_row(v_block + t * token_stride, vals.data() + t * D, D);
+      }
+      // A short last block: the tile's keys past it score 0 and are masked below.
+      std::fill(keys.begin() + tokens * D, keys.begin() + tokens4 * D, 0.0f);
+      int64_t n = 0;
+      for (; n + 2 <= heads; n += 2) {
+        for (int64_t t = 0; t < tokens4; t += 4) {
+          score_tile<D, 2>(qh.data() + n * D, keys.data(), probs.data() + n * padded, padded, t);
         }
-        // A short last block: the tile's keys past it score 0 and are masked below.
-        std::fill(keys.begin() + tokens * D, keys.begin() + tokens4 * D, 0.0f);
-        const float* qh = qf.data() + h * heads * D;
-        int64_t n = 0;
-        for (; n + 2 <= heads; n += 2) {
-          for (int64_t t = 0; t < tokens4; t += 4) {
-            score_tile<D, 2>(qh + n * D, keys.data(), probs.data() + n * padded, padded, t);
-          }
+      }
+      if (n < heads) {
+        for (int64_t t = 0; t < tokens4; t += 4) {
+          score_tile<D, 1>(qh.data() + n * D, keys.data(), probs.data() + n * padded, padded, t);
+        }
+      }
+      softmax_heads(probs.data(), padded, heads, tokens,
+                    [&](int64_t n) { return first_row_keys + n / group - start; }, st.run_max,
+                    st.run_sum, corr.data(), new_max.data());
+      for (int64_t c0 = 0; c0 < D; c0 += 32) {
+        for (n = 0; n + 2 <= heads; n += 2) {
+          value_tile<D, 2>(probs.data() + n * padded, vals.data(), corr.data() + n,
+                           st.acc + n * D, padded, tokens, c0);
         }
         if (n < heads) {
-          for (int64_t t = 0; t < tokens4; t += 4) {
-            score_tile<D, 1>(qh + n * D, keys.data(), probs.data() + n * padded, padded, t);
-          }
-        }
-        softmax_heads(probs.data(), padded, heads, tokens,
-                      [&](int64_t n) { return first_row_keys + n / group - start; },
-                      st.run_max + h * heads, st.run_sum + h * heads, corr.data(),
-                      new_max.data());
-        float* acc = st.acc + h * heads * D;
-        for (int64_t c0 = 0; c0 < D; c0 += 32) {
-          for (n = 0; n + 2 <= heads; n += 2) {
-            value_tile<D, 2>(probs.data() + n * padded, vals.data(), corr.data() + n,
-                             acc + n * D, padded, tokens, c0);
-          }
-          if (n < heads) {
-            value_tile<D, 1>(probs.data() + n * padded, vals.data(), corr.data() + n,
-                             acc + n * D, padded, tokens, c0);
-          }
+          value_tile<D, 1>(probs.data() + n * padded, vals.data(), corr.data() + n,
+                           st.acc + n * D, padded, tokens, c0);
         }
       }
       start += tokens;
     });
-  }, [&](int64_t, int64_t hv, const float* acc, float inv) {
-    const int64_t n = hv % heads;
-    const int64_t hq = (hv / heads) * group + n % group;
-    T* dst = out + ((n / group) * num_q_heads + hq) * D;
+  }, [&](int64_t h, int64_t n, const float* acc, float inv) {
+    T* dst = out + ((n / group) * num_q_heads + h * group + n % group) * D;
     for (int64_t i = 0; i < D; ++i) dst[i] = static_cast<T>(acc[i] * inv);
   });
 }
