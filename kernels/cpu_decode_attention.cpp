@@ -294,50 +294,6 @@ void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block
   });
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-// exp(x) for x <= 0, 8 at a time: e^x = 2^n e^r with n = round(x log2 e) and |r| <= ln2/2,
-// e^r by a degree-7 polynomial (Cephes' expf coefficients; relative error ~1e-7). Inputs
-// below -87 give e^-87 ~ 1.6e-38 rather than 0 (a normal float, no denormals); callers zero
-// what must be exactly 0. Inline: libmvec's call per 8 values plus the scalar max, sum and
-// correction were ~20% of a chunk's attention time.
-inline __m256 exp_nonpositive(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i pow2n = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
-}
-
-// Lanes [0, count) of a vector set, the rest clear (count may be over 8 or under 0).
-inline __m256i first_lanes(int64_t count) {
-  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(
-      _mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(count, 0, 8))), iota);
-}
-
-inline float hmax8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-#endif
-
 // One block of the online softmax, shared by every kernel: turns the block's scores p[0,
 // tokens) into exp(score - new running max) in place, folds their sum into run_sum, and calls
 // rescale(correction) so the caller can shrink what it accumulated under the old max (the
@@ -345,35 +301,6 @@ inline float hsum8(__m256 v) {
 template <typename Rescale>
 inline void online_softmax_block(float* p, int64_t tokens, float& run_max, float& run_sum,
                                  Rescale&& rescale) {
-#if defined(__AVX2__) && defined(__FMA__)
-  // Vectors of 8 scores; the last one's lanes past `tokens` are neither read nor written.
-  __m256 block_max = _mm256_set1_ps(-1e30f);
-  for (int64_t t = 0; t < tokens; t += 8) {
-    const __m256i lanes = first_lanes(tokens - t);
-    block_max = _mm256_max_ps(block_max, _mm256_blendv_ps(_mm256_set1_ps(-1e30f),
-                                                          _mm256_maskload_ps(p + t, lanes),
-                                                          _mm256_castsi256_ps(lanes)));
-  }
-  const float new_max = std::max(run_max, hmax8(block_max));
-  const __m256 shift = _mm256_set1_ps(new_max);
-  __m256 sum = _mm256_setzero_ps();
-  for (int64_t t = 0; t < tokens; t += 8) {
-    const __m256i lanes = first_lanes(tokens - t);
-    const __m256 e = _mm256_and_ps(
-        exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(p + t, lanes), shift)),
-        _mm256_castsi256_ps(lanes));
-    if (t + 8 <= tokens) {
-      _mm256_storeu_ps(p + t, e);
-    } else {
-      _mm256_maskstore_ps(p + t, lanes, e);  // microcoded on AMD: only a short block's tail
-    }
-    sum = _mm256_add_ps(sum, e);
-  }
-  // run_max starts at -1e30: its correction underflows to ~1e-38 against a zero state.
-  const float correction =
-      _mm256_cvtss_f32(exp_nonpositive(_mm256_set1_ps(run_max - new_max)));
-  run_sum = run_sum * correction + hsum8(sum);
-#else
   float block_max = p[0];
   for (int64_t t = 1; t < tokens; ++t) block_max = std::max(block_max, p[t]);
   const float new_max = std::max(run_max, block_max);
@@ -385,7 +312,6 @@ inline void online_softmax_block(float* p, int64_t tokens, float& run_max, float
     sum += p[t];
   }
   run_sum = run_sum * correction + sum;
-#endif
   run_max = new_max;
   rescale(correction);
 }
@@ -717,6 +643,50 @@ Avx2Kernel<C> pick_avx2_kernel(int64_t head_dim, int64_t group) {
 // row's visible keys being a prefix of a block. Blocks hold R x more work than a decode's,
 // so a context is cut into smaller parts.
 constexpr int64_t kMinChunkPartBlocks = 2;
+
+// exp(x) for x <= 0, 8 at a time: e^x = 2^n e^r with n = round(x log2 e) and |r| <= ln2/2,
+// e^r by a degree-7 polynomial (Cephes' expf coefficients; relative error ~1e-7). Inputs
+// below -87 give e^-87 ~ 1.6e-38 rather than 0 (a normal float, no denormals); callers zero
+// what must be exactly 0. Inline: libmvec's call per 8 values plus the scalar max, sum and
+// correction, head by head, were ~20% of a chunk's attention time. (The decode kernels keep
+// online_softmax_block: there a block has only its group's few heads, and this vector code,
+// tried there, was 1-12% slower.)
+inline __m256 exp_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i pow2n = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
+}
+
+// Lanes [0, count) of a vector set, the rest clear (count may be over 8 or under 0).
+inline __m256i first_lanes(int64_t count) {
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(
+      _mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(count, 0, 8))), iota);
+}
+
+inline float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
 
 // A loaded vector that the FMAs after it must read from a register. Left alone, GCC folds
 // the load into each FMA that uses it as a memory operand (twice or more per vector here),

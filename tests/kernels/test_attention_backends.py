@@ -11,6 +11,7 @@ import torch
 
 from engine.attention import selection as kernels_ops
 from engine.attention.backend import AttentionMetadata
+from engine.attention.cpu_backend import CHUNK_KERNEL_MAX_ROWS
 from engine.loading.model_spec import ModelSpec
 from engine.model_runner import ModelRunner, StepBatch
 from kernels import reference
@@ -18,8 +19,9 @@ from tests.kernels.conftest import DTYPES, close
 from tests.kernels.paged_inputs import PagedProblem, make_problem, reference_output, stored_as
 
 # Decodes first (one past a block boundary, exact boundary, a first token), then a fresh
-# prefill, chunks after a cached prefix, and a one-token chunk that must run as a prefill.
-MIXED = [(17, 1), (32, 1), (1, 1), (21, 21), (37, 11), (30, 1), (48, 16)]
+# prefill, chunks after a cached prefix, a one-token chunk that must run as a prefill, and a
+# chunk longer than the CPU backend's chunk kernel takes (it goes to SDPA).
+MIXED = [(17, 1), (32, 1), (1, 1), (21, 21), (37, 11), (30, 1), (48, 16), (90, 40)]
 DECODES = [(17, 1), (1, 1), (45, 1), (300, 1)]
 
 
@@ -120,3 +122,11 @@ def test_runner_builds_one_block_table_format():
         logits_indices=[0, 1])
     md = runner.inputs_for(decodes_only, []).metadata
     assert md.num_decodes == 2 and md.max_query_len == 1
+
+
+def test_mixed_batch_takes_both_cpu_prefill_paths():
+    """The mixed batch must keep a cached-history chunk on each side of the CPU backend's
+    chunk-kernel limit, or the backend test above stops covering one of them."""
+    cached = [q for ctx, q in MIXED if 1 < q < ctx]
+    assert any(q <= CHUNK_KERNEL_MAX_ROWS for q in cached)
+    assert any(q > CHUNK_KERNEL_MAX_ROWS for q in cached)
