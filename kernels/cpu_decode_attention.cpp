@@ -1,5 +1,6 @@
-// Paged decode attention for the CPU: one query token per sequence, keys and values read
-// straight from the paged cache through the block table.
+// Paged attention for the CPU, keys and values read straight from the paged cache through the
+// block table: decodes (one query token per sequence) and, further down, a prompt chunk's
+// rows over their cached history (paged_chunk_attention).
 //
 // Why not gather + SDPA: gathering each sequence's keys into a padded [B, L] tensor writes and
 // re-reads the whole context every layer of every step; at office context lengths the KV
