@@ -37,6 +37,8 @@ _track_engines()
 def no_leaked_kv_blocks():
     """After every test, every engine in this process holds no request and no block."""
     yield
+    if not _LIVE_ENGINES:
+        return  # most tests make no engine: skip the full collection (~1,000 tests' worth)
     gc.collect()
     for engine in list(_LIVE_ENGINES):
         core = engine.engine_core

@@ -7,6 +7,7 @@ JWTs are minted with PyJWT as Open WebUI 0.12.4 mints them (open_webui/utils/hea
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -47,18 +48,25 @@ def test_header_names_compare_case_insensitively() -> None:
     assert person is not None and person.stable_id == "u-1"
 
 
-@pytest.mark.parametrize("token, words", [
-    (mint(secret="another-secret-of-more-than-32-chars"), "not signed with this key's secret"),
-    (mint(expires_s=-600), "expired"),
-    (mint(iss="not-open-webui"), "not issued by"),
-    (jwt.encode({"sub": "u-1", "iss": "open-webui", "iat": int(time.time()),
-                 "exp": int(time.time()) + 60}, None, algorithm="none"), "not valid"),
-    (mint(sub=""), "names nobody"),
-    ("not.a.jwt", "not valid"),
-])
-def test_a_bad_jwt_is_refused_with_401(token: str, words: str) -> None:
+def _unsigned() -> str:
+    return jwt.encode({"sub": "u-1", "iss": "open-webui", "iat": int(time.time()),
+                       "exp": int(time.time()) + 60}, None, algorithm="none")
+
+
+# Tokens are minted when the test runs, not at collection: a slow session (or another test
+# order) must not turn a "not issued by" token into an expired one.
+@pytest.mark.parametrize("make_token, words", [
+    (lambda: mint(secret="another-secret-of-more-than-32-chars"),
+     "not signed with this key's secret"),
+    (lambda: mint(expires_s=-600), "expired"),
+    (lambda: mint(iss="not-open-webui"), "not issued by"),
+    (_unsigned, "not valid"),
+    (lambda: mint(sub=""), "names nobody"),
+    (lambda: "not.a.jwt", "not valid"),
+], ids=["wrong-secret", "expired", "wrong-issuer", "unsigned", "no-subject", "not-a-jwt"])
+def test_a_bad_jwt_is_refused_with_401(make_token: Callable[[], str], words: str) -> None:
     with pytest.raises(ForwardedIdentityError) as refused:
-        decide_identity(SIGNED, {"x-openwebui-user-jwt": token}, None)
+        decide_identity(SIGNED, {"x-openwebui-user-jwt": make_token()}, None)
     assert refused.value.status == 401 and words in refused.value.message
 
 
