@@ -66,7 +66,7 @@ def test_install_options_are_checked():
 
 def _fake_ci_tree(tmp_path: Path) -> Path:
     """A copy of .ci/run next to stand-ins for install.sh and .venv/bin/python, which record
-    their arguments and exit with FAKE_PYTEST_RC."""
+    their arguments and exit with FAKE_RUFF_RC for `-m ruff`, FAKE_PYTEST_RC otherwise."""
     root = tmp_path / "repo"
     (root / ".ci").mkdir(parents=True)
     shutil.copy(CI_RUN, root / ".ci" / "run")
@@ -75,6 +75,7 @@ def _fake_ci_tree(tmp_path: Path) -> Path:
     fakes = {
         root / "installer" / "install.sh": 'echo "install $*" >> "$LOG"\n',
         root / ".venv" / "bin" / "python": 'echo "python $* QT=$QT_QPA_PLATFORM" >> "$LOG"\n'
+        '[ "$2" = ruff ] && exit "$FAKE_RUFF_RC"\n'
         'exit "$FAKE_PYTEST_RC"\n',
     }
     for path, body in fakes.items():
@@ -83,15 +84,19 @@ def _fake_ci_tree(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("pytest_rc, want_failure", [(0, False), (1, True), (5, True)])
-def test_ci_run_exit_status(tmp_path: Path, pytest_rc: int, want_failure: bool):
+@pytest.mark.parametrize("pytest_rc, ruff_rc, want_failure", [
+    (0, 0, False), (1, 0, True), (5, 0, True), (0, 1, True),
+], ids=["green", "a-test-fails", "no-tests", "lint-fails"])
+def test_ci_run_exit_status(tmp_path: Path, pytest_rc: int, ruff_rc: int, want_failure: bool):
     root = _fake_ci_tree(tmp_path)
     log = tmp_path / "calls.log"
-    env = dict(os.environ, LOG=str(log), FAKE_PYTEST_RC=str(pytest_rc), CI="true")
+    env = dict(os.environ, LOG=str(log), FAKE_PYTEST_RC=str(pytest_rc),
+               FAKE_RUFF_RC=str(ruff_rc), CI="true")
     result = run([str(root / ".ci" / "run")], env, cwd=tmp_path)
     assert (result.returncode != 0) == want_failure, result.stdout + result.stderr
-    assert log.read_text().splitlines() == ["install --dev", "python -m pytest QT=offscreen"]
-    assert "install + tests took" in result.stdout  # the timing line
+    assert log.read_text().splitlines() == ["install --dev", "python -m pytest QT=offscreen",
+                                            "python -m ruff check . QT=offscreen"]
+    assert "install + tests + lint took" in result.stdout  # the timing line
     if pytest_rc == 5:
         assert "no tests" in result.stderr
 
