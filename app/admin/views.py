@@ -12,6 +12,7 @@ from app.db import EventInfo, KeyInfo, ThreadInfo, UsageDay, UserInfo
 from app.db.policies import StoredPolicy
 from app.db.records import IssuedKey
 from app.policy.types import EffectivePolicy
+from engine.kv_plan import KVPlan
 from engine.stats import EngineStats
 
 Timestamp = str  # ISO 8601, e.g. 2025-01-11T09:00:00+00:00
@@ -177,33 +178,10 @@ class Plan(BaseModel):
     cap: int | None
 
 
-class KVPlanView(BaseModel):
-    """`officellm plan --json` for one model, dtype and memory budget (engine.kv_plan.KVPlan)."""
-
-    model: str
-    dtype_bytes: int = Field(description="Bytes per weight.")
-    bytes_per_token: int
-    weight_bytes: int
-    memory_bytes: int
-    pool_bytes: int
-    block_size: int
-    num_blocks: int
-    pool_tokens: int
-    max_model_len: int
-    concurrency_at_max_len: float
-    avg_tokens: int
-    concurrency_at_avg: float
-    tensor_parallel_size: int
-    kv_cache_dtype: str
-    kv_dtype_bytes: int = Field(description="Bytes per stored key or value element.")
-    kv_scale_bytes: int = Field(description="Bytes per stored row besides its values (int8's "
-                                            "scale).")
-
-
 class WhatIfPlan(BaseModel):
     """POST /admin/plan: the KV arithmetic for a model and memory budget of the asker's choice."""
 
-    plan: KVPlanView
+    plan: KVPlan = Field(description="`officellm plan --json`'s object.")
     text: str = Field(description="The report `officellm plan` prints for the same question.")
 
 

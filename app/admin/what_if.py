@@ -12,7 +12,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from app.admin.views import KVPlanView, WhatIfPlan
+from app.admin.views import WhatIfPlan
 from app.openai.errors import APIError
 from engine.config import parse_memory
 from engine.kv_cache_dtype import check_kv_cache_dtype
@@ -67,4 +67,4 @@ def post_plan(body: WhatIf) -> WhatIfPlan:
                             f"{exc}.") from exc
     plan = make_plan(spec, name, memory_bytes, body.dtype, body.max_model_len, body.avg_tokens,
                      kv_cache_dtype=body.kv_cache_dtype)
-    return WhatIfPlan(plan=KVPlanView(**plan.to_dict()), text=format_plan(plan))
+    return WhatIfPlan(plan=plan, text=format_plan(plan))

@@ -182,11 +182,17 @@ def test_the_what_if_kv_dtypes_are_the_servers(admin_server):
         client.close()
 
 
-def test_the_what_if_plans_with_the_chosen_kv_dtype(qtbot, admin_server):
+def _what_if_tab(qtbot, server: AdminServer) -> CapacityTab:
+    """The tab connected to `server`, with a shipped model named in the what-if."""
     session = AdminSession()
     tab = _tab(qtbot, session)
-    session.set_target(admin_server.base_url, admin_server.token)
+    session.set_target(server.base_url, server.token)
     tab.wi_model.setText("Qwen2.5-7B-Instruct")
+    return tab
+
+
+def test_the_what_if_plans_with_the_chosen_kv_dtype(qtbot, admin_server):
+    tab = _what_if_tab(qtbot, admin_server)
     tab.wi_kv_dtype.setCurrentText("fp8_e4m3")
     tab.run_what_if()
     # The request runs on a worker thread: the UI thread is back at once, the answer later.
@@ -196,10 +202,7 @@ def test_the_what_if_plans_with_the_chosen_kv_dtype(qtbot, admin_server):
 
 
 def test_the_what_if_shows_the_servers_refusal(qtbot, admin_server):
-    session = AdminSession()
-    tab = _tab(qtbot, session)
-    session.set_target(admin_server.base_url, admin_server.token)
-    tab.wi_model.setText("Qwen2.5-7B-Instruct")
+    tab = _what_if_tab(qtbot, admin_server)
     tab.wi_memory.setText("lots")
     tab.run_what_if()
     qtbot.waitUntil(lambda: tab.wi_output.toPlainText().startswith("Cannot plan:"),
