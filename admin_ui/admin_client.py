@@ -12,6 +12,9 @@ from typing import Any
 import httpx
 
 DEFAULT_TIMEOUT_S = 3.0
+# A what-if may name a .gguf on the server's machine, whose metadata (a whole vocabulary) the
+# server reads before it can answer: seconds, where the other routes take milliseconds.
+WHAT_IF_TIMEOUT_S = 30.0
 
 
 class AdminError(Exception):
@@ -74,6 +77,10 @@ class AdminClient:
 
     def plan(self) -> dict[str, Any]:
         return self._request("GET", "/admin/plan")
+
+    def what_if_plan(self, question: dict[str, Any]) -> dict[str, Any]:
+        """`officellm plan` on the server for another model or memory size: {"plan", "text"}."""
+        return self._request("POST", "/admin/plan", json=question, timeout=WHAT_IF_TIMEOUT_S)
 
     def threads(self, user: str | None = None, active_minutes: int | None = None) -> list[dict]:
         params: dict[str, Any] = {}

@@ -1,13 +1,14 @@
-"""The Capacity tab's data: the server's `GET /admin/plan` answer (docs/design.md §4), read as it is.
+"""The Capacity tab's data: the server's `GET /admin/plan` answer (docs/design.md §4), read as it is,
+and the what-if question the tab sends to `POST /admin/plan`.
 
-The server is the one source of these numbers (app/admin/live.py get_plan); the console does
-no arithmetic of its own on them. A field the server did not send reads as None, so the tab
+The server is the one source of these numbers (app/admin/live.py get_plan, and
+app/admin/what_if.py for the what-if); the console does no arithmetic of its own on them. A field the server did not send reads as None, so the tab
 can say "—" rather than guess.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 
@@ -54,13 +55,15 @@ class Plan:
         )
 
 
-def what_if(model: str, memory: str, dtype: str = "bf16", max_model_len: int | None = None,
-            avg_tokens: int = 4000, kv_cache_dtype: str = "auto"):
-    """`officellm plan` for another model or memory size (engine.kv_plan; imported lazily
-    because the engine package pulls in torch, which the console does not otherwise need)."""
-    from engine.config import parse_memory
-    from engine.kv_plan import load_spec, make_plan
+@dataclass(frozen=True)
+class WhatIf:
+    """`POST /admin/plan`'s question (docs/admin_api.md): `officellm plan` for another model or
+    memory size, worked out by the server (the console imports no engine code)."""
 
-    spec, name = load_spec(model)
-    return make_plan(spec, name, parse_memory(memory), dtype, max_model_len, avg_tokens,
-                     kv_cache_dtype=kv_cache_dtype)
+    model: str
+    memory: str
+    kv_cache_dtype: str = "auto"
+    avg_tokens: int = 4000
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

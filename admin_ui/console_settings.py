@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings
 
 from admin_ui.local_server import LaunchConfig
-from app.db.paths import ADMIN_TOKEN_FILENAME, default_data_dir
+from data_dir import ADMIN_TOKEN_FILENAME, default_data_dir
 
 LOCAL, REMOTE = "local", "remote"
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from app.db.paths import ADMIN_TOKEN_FILENAME, default_data_dir
+from data_dir import ADMIN_TOKEN_FILENAME, DATA_DIR_ENV, default_data_dir
 
 STATE_FILENAME = "local_server.json"
 
@@ -217,7 +217,7 @@ class LocalServer:
         logs = self.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"serve-{config.port}.log"
-        env = dict(os.environ, OFFICELLM_DATA_DIR=str(data_dir))
+        env = dict(os.environ, **{DATA_DIR_ENV: str(data_dir)})
         argv = config.argv()
         with open(log_path, "ab") as log:
             log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} console starts: "

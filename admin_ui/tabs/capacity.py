@@ -1,7 +1,7 @@
 """Capacity: the server's `GET /admin/plan` for the loaded model (docs/design.md §4) — bytes per
 token, pool tokens, and how many threads of today's average length, of the cap and of the max
 model length fit — shown as the server answers it, plus a what-if for another model or
-memory size using engine.kv_plan."""
+memory size that the server works out too (`POST /admin/plan`)."""
 
 from __future__ import annotations
 
@@ -21,17 +21,17 @@ from PySide6.QtWidgets import (
 
 from admin_ui import format as fmt
 from admin_ui.admin_client import AdminError
-from admin_ui.capacity import Plan, what_if
+from admin_ui.capacity import Plan, WhatIf
 from admin_ui.session import AdminSession
-from admin_ui.workers import run_async
 
 # /admin/plan is asked for when the tab is shown, when the console switches server, and
 # every PLAN_REFRESH_MS while the tab is on screen (today's average thread moves slowly).
 PLAN_REFRESH_MS = 5000
 # The what-if's KV cache dtypes (a subset of the server's --kv-cache-dtype; written out here
-# because the engine's list imports torch, which the console loads only to plan).
+# because the console imports nothing of the server's).
 WHAT_IF_KV_DTYPES = ("auto", "float16", "bfloat16", "fp8_e4m3", "int8")
 NOT_CONNECTED = "Not connected: start the local server or connect to one by URL."
+WHAT_IF_NOT_CONNECTED = "Not connected: the server works the plan out, so connect to one first."
 
 ROWS = [
     ("model", "Model"), ("bpt", "KV cache per token"), ("pool", "KV pool"),
@@ -136,6 +136,7 @@ class CapacityTab(QWidget):
         self._generation += 1
         self._in_flight = False
         self._clear()
+        self.wi_output.clear()  # that server's what-if answer (or its "Working it out…")
         self.message.setText(NOT_CONNECTED if not self.session.connected else "Asking the server…")
         if self.isVisible():
             self.refresh()
@@ -186,18 +187,21 @@ class CapacityTab(QWidget):
 
     # --- what if -----------------------------------------------------------------------------
     def run_what_if(self) -> None:
+        """Ask the server's `POST /admin/plan` on a worker thread; its report goes in the box."""
         model, memory = self.wi_model.text().strip(), self.wi_memory.text().strip()
         kv_dtype = self.wi_kv_dtype.currentText()
         if not model:
             self.wi_output.setPlainText("Name a model first.")
             return
-        self.wi_output.setPlainText("Working it out…")
         avg = self.plan.avg_thread_tokens if self.plan and self.plan.avg_thread_tokens else 4000
+        question = WhatIf(model=model, memory=memory, kv_cache_dtype=kv_dtype, avg_tokens=avg)
+        gen = self._generation  # a path names a file on that server: drop another's answer
+        task = self.session.call(lambda c: c.what_if_plan(question.to_json()),
+                                 lambda answer: self._what_if_says(gen, answer["text"]),
+                                 lambda exc: self._what_if_says(gen, f"Cannot plan: {exc}"))
+        self.wi_output.setPlainText("Working it out…" if task is not None
+                                    else WHAT_IF_NOT_CONNECTED)
 
-        def work() -> str:
-            from engine.kv_plan import format_plan
-
-            return format_plan(what_if(model, memory, avg_tokens=avg, kv_cache_dtype=kv_dtype))
-
-        run_async(work, self.wi_output.setPlainText,
-                  lambda exc: self.wi_output.setPlainText(f"Cannot plan: {exc}"))
+    def _what_if_says(self, gen: int, text: str) -> None:
+        if gen == self._generation:
+            self.wi_output.setPlainText(text)

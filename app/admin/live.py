@@ -1,4 +1,5 @@
-"""/admin/stats (live numbers) and /admin/plan (the KV arithmetic for the loaded model)."""
+"""GET /admin/stats (live numbers) and GET /admin/plan (the KV arithmetic for the loaded model;
+POST /admin/plan, the same for a model of the asker's choice, is app/admin/what_if.py)."""
 
 from __future__ import annotations
 

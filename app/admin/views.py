@@ -12,6 +12,7 @@ from app.db import EventInfo, KeyInfo, ThreadInfo, UsageDay, UserInfo
 from app.db.policies import StoredPolicy
 from app.db.records import IssuedKey
 from app.policy.types import EffectivePolicy
+from engine.kv_plan import KVPlan
 from engine.stats import EngineStats
 
 Timestamp = str  # ISO 8601, e.g. 2025-01-11T09:00:00+00:00
@@ -175,6 +176,13 @@ class Plan(BaseModel):
     threads_at_cap: float | None
     threads_at_max_len: float | None
     cap: int | None
+
+
+class WhatIfPlan(BaseModel):
+    """POST /admin/plan: the KV arithmetic for a model and memory budget of the asker's choice."""
+
+    plan: KVPlan = Field(description="`officellm plan --json`'s object.")
+    text: str = Field(description="The report `officellm plan` prints for the same question.")
 
 
 def usage_counts(day: UsageDay | None) -> UsageCounts:

@@ -13,7 +13,7 @@ from app.db.install_settings import (
     set_setting,
 )
 from app.db.keys import authenticate, issue_key, list_keys, revoke_key
-from app.db.paths import default_data_dir, default_db_path
+from app.db.paths import default_db_path
 from app.db.policies import (
     StoredPolicy,
     clear_policy,
@@ -58,7 +58,6 @@ __all__ = [
     "authenticate",
     "clear_policy",
     "create_user",
-    "default_data_dir",
     "default_db_path",
     "disable_user",
     "ensure_admin_token",

@@ -1,23 +1,17 @@
-"""Where officellm keeps its database and admin token by default."""
+"""Where officellm keeps its database and admin token by default.
+
+The data directory and the admin-token file's name come from the leaf package `data_dir`,
+which the console reads too (it finds a local server's token there without importing app).
+"""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import platformdirs
+from data_dir import ADMIN_TOKEN_FILENAME, default_data_dir
 
 DB_FILENAME = "officellm.db"
-ADMIN_TOKEN_FILENAME = "admin_token"
 JWT_SECRETS_DIRNAME = "jwt_secrets"
-
-
-def default_data_dir() -> Path:
-    """The per-user data directory (e.g. ~/.local/share/officellm); OFFICELLM_DATA_DIR overrides."""
-    override = os.environ.get("OFFICELLM_DATA_DIR")
-    if override:
-        return Path(override).expanduser()
-    return Path(platformdirs.user_data_dir("officellm", appauthor=False))
 
 
 def default_db_path() -> Path:

@@ -1,19 +1,32 @@
 """The Capacity tab shows the server's `GET /admin/plan` as it answers it: the real tab and
 admin client against a small HTTP server that plays /admin/plan (the acceptance test checks
-the same tab against a real `officellm serve`), plus the what-if against engine.kv_plan."""
+the same tab against a real `officellm serve`), plus the what-if, which the real app answers
+(`POST /admin/plan`, served by uvicorn in a thread; tests/server/test_admin_what_if.py checks
+its arithmetic)."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import uvicorn
 
-from admin_ui.capacity import Plan, what_if
+from admin_ui.admin_client import AdminClient
+from admin_ui.capacity import Plan, WhatIf
 from admin_ui.session import AdminSession
-from admin_ui.tabs.capacity import NOT_CONNECTED, WHAT_IF_KV_DTYPES, CapacityTab
+from admin_ui.tabs.capacity import (
+    NOT_CONNECTED,
+    WHAT_IF_KV_DTYPES,
+    WHAT_IF_NOT_CONNECTED,
+    CapacityTab,
+)
+from app.server import create_app
+from app.server_settings import ServerSettings
 
 PLAN = {"model": "Qwen2.5-7B-Instruct", "bytes_per_token": 57344, "kv_cache_dtype": "bfloat16",
         "kv_cache_tokens": 197520,
@@ -126,27 +139,79 @@ def test_tab_says_why_there_is_no_plan(qtbot, plan_server):
     assert all(label.text() == "—" for label in tab.values.values())
 
 
-def test_what_if_matches_officellm_plan():
-    plan = what_if("Qwen2.5-7B-Instruct", "80GiB")
-    assert plan.bytes_per_token == 2 * 28 * 4 * 128 * 2 == 57344  # docs/design.md §4
+@dataclass
+class AdminServer:
+    """The real app under uvicorn on a free loopback port, with its admin token."""
+
+    base_url: str
+    token: str
 
 
-def test_what_if_with_an_fp8_cache_halves_the_bytes_per_token():
-    plan = what_if("Qwen2.5-7B-Instruct", "80GiB", kv_cache_dtype="fp8_e4m3")
-    assert plan.bytes_per_token == 28_672
+def _never_loads():
+    raise RuntimeError("the what-if needs no loaded model")
 
 
-def test_the_what_if_kv_dtypes_are_the_servers():
+@pytest.fixture(scope="module")
+def admin_server(tmp_path_factory) -> Iterator[AdminServer]:
+    data = tmp_path_factory.mktemp("what-if-server")
+    app = create_app(ServerSettings(no_auth=True, db_path=str(data / "officellm.db")),
+                     _never_loads)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield AdminServer(f"http://127.0.0.1:{port}", (data / "admin_token").read_text().strip())
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_the_what_if_kv_dtypes_are_the_servers(admin_server):
     from engine.kv_cache_dtype import check_kv_cache_dtype
 
-    for name in WHAT_IF_KV_DTYPES:
-        check_kv_cache_dtype(name)  # raises for a name the server would refuse
+    client = AdminClient(admin_server.base_url, admin_server.token)
+    try:
+        for name in WHAT_IF_KV_DTYPES:
+            check_kv_cache_dtype(name)  # raises for a name the server would refuse
+            question = WhatIf("Qwen2.5-7B-Instruct", "80GiB", kv_cache_dtype=name)
+            assert client.what_if_plan(question.to_json())["plan"]["kv_cache_dtype"] == name
+    finally:
+        client.close()
 
 
-def test_the_what_if_plans_with_the_chosen_kv_dtype(qtbot):
-    tab = _tab(qtbot, AdminSession())
+def _what_if_tab(qtbot, server: AdminServer) -> CapacityTab:
+    """The tab connected to `server`, with a shipped model named in the what-if."""
+    session = AdminSession()
+    tab = _tab(qtbot, session)
+    session.set_target(server.base_url, server.token)
     tab.wi_model.setText("Qwen2.5-7B-Instruct")
+    return tab
+
+
+def test_the_what_if_plans_with_the_chosen_kv_dtype(qtbot, admin_server):
+    tab = _what_if_tab(qtbot, admin_server)
     tab.wi_kv_dtype.setCurrentText("fp8_e4m3")
     tab.run_what_if()
+    # The request runs on a worker thread: the UI thread is back at once, the answer later.
+    assert tab.wi_output.toPlainText() == "Working it out…"
     qtbot.waitUntil(lambda: "28,672" in tab.wi_output.toPlainText(), timeout=10000)
+    assert tab.wi_output.toPlainText().startswith("Model: Qwen2.5-7B-Instruct")
 
+
+def test_the_what_if_shows_the_servers_refusal(qtbot, admin_server):
+    tab = _what_if_tab(qtbot, admin_server)
+    tab.wi_memory.setText("lots")
+    tab.run_what_if()
+    qtbot.waitUntil(lambda: tab.wi_output.toPlainText().startswith("Cannot plan:"),
+                    timeout=10000)
+    assert "Cannot read a memory size from 'lots'" in tab.wi_output.toPlainText()
+
+
+def test_the_what_if_needs_a_server(qtbot):
+    tab = _tab(qtbot, AdminSession())
+    tab.wi_model.setText("Qwen2.5-7B-Instruct")
+    tab.run_what_if()
+    assert tab.wi_output.toPlainText() == WHAT_IF_NOT_CONNECTED
