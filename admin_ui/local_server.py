@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from data_dir import ADMIN_TOKEN_FILENAME, DATA_DIR_ENV, default_data_dir
+from installer.paths import ADMIN_TOKEN_FILENAME, DATA_DIR_ENV, default_data_dir
 
 STATE_FILENAME = "local_server.json"
 

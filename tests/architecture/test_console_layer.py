@@ -1,7 +1,7 @@
 """The console's layer (docs/design.md §12): admin_ui/ knows the server only through its HTTP
 admin API, so it imports none of the server's packages (app, engine, kernels, migrations).
 What it must share with the server on disk (the data dir, the admin-token file's name) comes
-from the leaf package `data_dir`, which imports nothing of officellm's."""
+from the leaf module `installer/paths.py`, which imports nothing of officellm's."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ def test_admin_ui_imports_no_server_package() -> None:
     assert not wrong, "admin_ui talks to the server over HTTP only:\n" + "\n".join(wrong)
 
 
-def test_data_dir_is_a_leaf() -> None:
-    """Both sides import data_dir, so it may import neither side (nor anything of ours)."""
-    assert python_files("data_dir"), "the data_dir package is missing"
-    ours = (*SERVER_PACKAGES, "admin_ui", "loadgen", "installer")
-    wrong = sorted({str(a) for a in arrows("data_dir")
+def test_the_installers_paths_are_a_leaf() -> None:
+    """Both sides import installer.paths, so it may import neither side (nor anything of ours)."""
+    assert python_files("installer"), "installer/paths.py is missing"
+    ours = (*SERVER_PACKAGES, "admin_ui", "loadgen", "benchmarks", "tests")
+    wrong = sorted({str(a) for a in arrows("installer")
                     if any(is_within(a.target, p) for p in ours)})
     assert not wrong, "\n".join(wrong)

@@ -4,9 +4,10 @@ of the admin-token file the server writes into it.
 The server (app/db/paths.py) and the console (admin_ui) both need these, and they must agree:
 the console finds the admin token of a server on this desk by looking where the server wrote
 it. The console otherwise knows the server only through its HTTP admin API
-(docs/design.md §12), so this knowledge lives in a package of its own that imports nothing of
-officellm's (only platformdirs): the console reads it without importing the server, and the
-server keeps writing where the console looks.
+(docs/design.md §12), so this knowledge lives beside installer/paths.sh (which lays out the
+same directories for the shell scripts) in a module that imports nothing of officellm's (only
+platformdirs): the console reads it without importing the server, and the server keeps
+writing where the console looks.
 """
 
 from __future__ import annotations
