@@ -22,7 +22,7 @@ class LLMEngine:
 
     Knows nothing of HTTP, users or SQL: `cache_salt`, `fairness_key`, `priority` and
     `max_kv_share` are opaque tags. The server runs the
-    same three pieces, the core on a thread of its own (app/serving/async_engine.py).
+    same three pieces, the core on a thread of its own (engine/async_llm.py).
     """
 
     def __init__(self, config: EngineConfig | None = None, **kwargs: Any) -> None:

@@ -14,6 +14,7 @@ from engine.core.request import EngineCoreRequest, Request, RequestStatus
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import EngineCoreOutput
 from engine.core.scheduling_policy import EVICTS_BY_OWNER
+from engine.cpu_caches import bound_cpu_kernel_caches
 from engine.distributed.multiproc_executor import MultiprocExecutor, WorkerDiedError
 from engine.distributed.parallel_state import ParallelState
 from engine.executor import Executor, UniprocExecutor
@@ -38,6 +39,9 @@ class EngineCore:
 
     def __init__(self, config: EngineConfig, model_dir: Path,
                  eos_token_ids: frozenset[int]) -> None:
+        # Before this process's first matmul, and before the tensor-parallel workers start
+        # (they inherit the environment): oneDNN reads the capacities when it first caches.
+        bound_cpu_kernel_caches()
         self.config = config
         self.eos_token_ids = eos_token_ids
         spec = ModelSpec.from_config_dict(load_config_dict(model_dir))
