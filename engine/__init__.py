@@ -8,17 +8,18 @@ caches when it starts (engine/cpu_caches.py).
 
 from engine.async_llm import AsyncLLM, EngineDeadError, EngineState, LoadFailure, RequestAborted
 from engine.config import EngineConfig, engine_knobs, parse_memory
-from engine.distributed.multiproc_executor import WorkerDiedError
+from engine.core.scheduler_output import Logprob
 from engine.input_processor import InputProcessor, PromptTooLongError
 from engine.kv_plan import KVCacheTooSmallError, format_plan, load_spec, make_plan
 from engine.llm import LLM, apply_chat_template
 from engine.llm_engine import LLMEngine
 from engine.output_processor import IterationStats, OutputKind
-from engine.outputs import CompletionOutput, Logprob, RequestOutput
+from engine.outputs import CompletionOutput, RequestOutput
 from engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
 from engine.stats import EngineStats
 from engine.structured_output import StructuredOutputError, StructuredOutputsParams
 from engine.structured_output.json_schema_support import check_json_schema
+from engine.worker.multiproc_executor import WorkerDiedError
 
 __all__ = [
     # Running a model: offline, step by step, and from asyncio (the server)

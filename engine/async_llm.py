@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.core.request import EngineCoreRequest
 from engine.core.scheduler_output import EngineCoreOutput
-from engine.distributed.multiproc_executor import WorkerDiedError
 from engine.input_processor import InputProcessor
 from engine.kv_plan import KVCacheTooSmallError
 from engine.llm_engine import LLMEngine
@@ -33,6 +32,7 @@ from engine.output_processor import IterationStats, OutputKind
 from engine.sampling_params import SamplingParams
 from engine.stats import EngineStats
 from engine.structured_output import StructuredOutputsParams
+from engine.worker.multiproc_executor import WorkerDiedError
 
 if TYPE_CHECKING:
     import xgrammar as xgr

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.core.engine_core import EngineCore
+from engine.engine_core import EngineCore
 from engine.input_processor import InputProcessor
 from engine.loading.model_loader import eos_token_ids, model_display_name, resolve_model_dir
 from engine.output_processor import OutputKind, OutputProcessor
