@@ -1,4 +1,4 @@
-"""create_app: the FastAPI app over an AsyncEngine and the SQLite database."""
+"""create_app: the FastAPI app over an AsyncLLM and the SQLite database."""
 
 from __future__ import annotations
 
@@ -31,9 +31,8 @@ from app.observability.stats_window import StatsWindow
 from app.openai.errors import install_error_handlers
 from app.openai.routes import chat, completions, models, responses, tokenize
 from app.server_settings import ACTIVE_THREAD_MINUTES, ServerSettings
-from app.serving.async_engine import AsyncEngine
 from app.serving.state import ServerState
-from engine import LLMEngine
+from engine import AsyncLLM, LLMEngine
 
 logger = logging.getLogger("officellm.server")
 
@@ -59,7 +58,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         if token_file is not None:
             logger.info("Admin token written to %s (readable by this user only)", token_file)
     factory = engine_factory or default_engine_factory(settings)
-    async_engine = AsyncEngine(factory)
+    async_engine = AsyncLLM(factory)
     window = StatsWindow(settings.stats_window_s)
     # The model's name is known once loaded; `state` is bound below, before any scrape.
     server_metrics = ServerMetrics(async_engine, lambda: state.model_name, window)

@@ -54,7 +54,7 @@ def step_times(engine, batch: int, steps: int, constrained: bool) -> tuple[list[
         fill[0] += time.perf_counter() - t0
         return out
 
-    import engine.core.engine_core as core_module
+    import engine.engine_core as core_module
     core_module.grammar_bitmask = timed
     times = []
     try:

@@ -1,19 +1,50 @@
-"""officellm's paged inference engine (no HTTP, users or SQL in here)."""
+"""officellm's paged inference engine (no HTTP, users or SQL in here).
 
-from engine.cpu_caches import bound_cpu_kernel_caches
+This module is the engine's public API: app/ imports from `engine` alone, never from a
+submodule (tests/architecture/test_engine_front_door.py), so everything below may move
+without the server noticing. Importing it has no side effect; the engine bounds oneDNN's CPU
+caches when it starts (engine/cpu_caches.py).
+"""
 
-bound_cpu_kernel_caches()  # before anything below imports torch
-
-from engine.config import EngineConfig  # noqa: E402
-from engine.input_processor import PromptTooLongError  # noqa: E402
-from engine.llm import LLM  # noqa: E402
-from engine.llm_engine import LLMEngine  # noqa: E402
-from engine.output_processor import OutputKind  # noqa: E402
-from engine.outputs import CompletionOutput, Logprob, RequestOutput  # noqa: E402
-from engine.sampling_params import SamplingParams  # noqa: E402
-from engine.stats import EngineStats  # noqa: E402
+from engine.async_llm import AsyncLLM, EngineDeadError, EngineState, LoadFailure, RequestAborted
+from engine.config import EngineConfig, engine_knobs, parse_memory
+from engine.core.scheduler_output import Logprob
+from engine.input_processor import InputProcessor, PromptTooLongError
+from engine.kv_cache_dtype import check_kv_cache_dtype
+from engine.kv_plan import (
+    KVCacheTooSmallError,
+    KVPlan,
+    dtype_bytes,
+    format_plan,
+    load_spec,
+    make_plan,
+)
+from engine.llm import LLM, apply_chat_template
+from engine.llm_engine import LLMEngine
+from engine.output_processor import IterationStats, OutputKind
+from engine.outputs import CompletionOutput, RequestOutput
+from engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
+from engine.stats import EngineStats
+from engine.structured_output import StructuredOutputError, StructuredOutputsParams
+from engine.structured_output.json_schema_support import check_json_schema
+from engine.worker.multiproc_executor import WorkerDiedError
 
 __all__ = [
-    "LLM", "LLMEngine", "EngineConfig", "SamplingParams", "RequestOutput", "CompletionOutput",
-    "Logprob", "EngineStats", "PromptTooLongError", "OutputKind",
+    # Running a model: offline, step by step, and from asyncio (the server)
+    "LLM", "LLMEngine", "AsyncLLM",
+    "EngineState", "LoadFailure", "EngineDeadError", "RequestAborted",
+    # Configuration and the KV-cache plan (`officellm plan`, the CLI's knobs)
+    "EngineConfig", "engine_knobs", "parse_memory",
+    "load_spec", "make_plan", "format_plan", "KVPlan", "KVCacheTooSmallError", "dtype_bytes",
+    "check_kv_cache_dtype",
+    # Requests in: sampling, structured outputs, prompts
+    "SamplingParams", "SamplingParamsError", "BOUNDS",
+    "StructuredOutputsParams", "StructuredOutputError", "check_json_schema",
+    "InputProcessor", "PromptTooLongError", "apply_chat_template",
+    # Results out
+    "RequestOutput", "CompletionOutput", "Logprob", "OutputKind",
+    # Observability
+    "EngineStats", "IterationStats",
+    # Failures
+    "WorkerDiedError",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.config import EngineConfig
-from engine.core.engine_core import EngineCore
+from engine.engine_core import EngineCore
 from engine.input_processor import InputProcessor
 from engine.loading.model_loader import eos_token_ids, model_display_name, resolve_model_dir
 from engine.output_processor import OutputKind, OutputProcessor
@@ -22,7 +22,7 @@ class LLMEngine:
 
     Knows nothing of HTTP, users or SQL: `cache_salt`, `fairness_key`, `priority` and
     `max_kv_share` are opaque tags. The server runs the
-    same three pieces, the core on a thread of its own (app/serving/async_engine.py).
+    same three pieces, the core on a thread of its own (engine/async_llm.py).
     """
 
     def __init__(self, config: EngineConfig | None = None, **kwargs: Any) -> None:

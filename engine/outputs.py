@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-@dataclass
-class Logprob:
-    """Log-probability of one token, with its rank in the distribution (1 = most likely)."""
-
-    logprob: float
-    rank: int
-    decoded_token: str | None = None
-
+from engine.core.scheduler_output import Logprob
 
 # One entry per generated token: token id -> Logprob (the chosen token plus the top-k).
 SampleLogprobs = list[dict[int, Logprob]]

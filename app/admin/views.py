@@ -12,8 +12,7 @@ from app.db import EventInfo, KeyInfo, ThreadInfo, UsageDay, UserInfo
 from app.db.policies import StoredPolicy
 from app.db.records import IssuedKey
 from app.policy.types import EffectivePolicy
-from engine.kv_plan import KVPlan
-from engine.stats import EngineStats
+from engine import EngineStats, KVPlan
 
 Timestamp = str  # ISO 8601, e.g. 2025-01-11T09:00:00+00:00
 

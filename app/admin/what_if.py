@@ -14,9 +14,14 @@ from pydantic import BaseModel, Field
 
 from app.admin.views import WhatIfPlan
 from app.openai.errors import APIError
-from engine.config import parse_memory
-from engine.kv_cache_dtype import check_kv_cache_dtype
-from engine.kv_plan import dtype_bytes, format_plan, load_spec, make_plan
+from engine import (
+    check_kv_cache_dtype,
+    dtype_bytes,
+    format_plan,
+    load_spec,
+    make_plan,
+    parse_memory,
+)
 
 router = APIRouter()
 

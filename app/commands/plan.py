@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine.config import parse_memory
-from engine.kv_plan import format_plan, load_spec, make_plan
+from engine import format_plan, load_spec, make_plan, parse_memory
 
 
 def register(sub: argparse._SubParsersAction) -> None:

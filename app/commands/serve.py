@@ -15,7 +15,7 @@ from app.profiles import PROFILES, apply_profile
 from app.server import create_app
 from app.server_settings import ServerSettings
 from app.serving.graceful_server import GracefulServer
-from engine.config import EngineConfig, engine_knobs
+from engine import EngineConfig, engine_knobs
 
 logger = logging.getLogger("officellm.server")
 

@@ -1,7 +1,7 @@
 """Prometheus metrics: vLLM's names (docs/design.md §5) so vLLM dashboards work, plus officellm's own.
 
 Each app gets its own CollectorRegistry, so several apps in one process do not clash. Engine
-gauges and counters are read from the AsyncEngine's latest stats snapshot at scrape time (a
+gauges and counters are read from the AsyncLLM's latest stats snapshot at scrape time (a
 custom collector), so they can never drift from the engine's own numbers. Latency histograms
 are observed on the event loop as each step's outputs are processed (see LatencyTracker).
 """
@@ -15,8 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from app.observability.sharing import NameLookup, user_ids, user_shares
 from app.observability.stats_window import StatsWindow
-from app.serving.async_engine import AsyncEngine
-from engine.output_processor import IterationStats
+from engine import AsyncLLM, IterationStats
 
 # vLLM's buckets, so that existing dashboards' quantiles mean the same thing.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
@@ -33,7 +32,7 @@ ActiveThreads = Callable[[], dict[str, int]]
 class EngineCollector:
     """vLLM's engine gauges and counters, read from the stats snapshot at scrape time."""
 
-    def __init__(self, async_engine: AsyncEngine, model_name: ModelName) -> None:
+    def __init__(self, async_engine: AsyncLLM, model_name: ModelName) -> None:
         self._engine = async_engine
         self._model_name = model_name
 
@@ -83,7 +82,7 @@ class SharingCollector:
     per-key numbers from its latest snapshot at scrape time, under user names looked up in
     the database then (the /metrics route scrapes on a worker thread)."""
 
-    def __init__(self, async_engine: AsyncEngine, names: NameLookup,
+    def __init__(self, async_engine: AsyncLLM, names: NameLookup,
                  model_name: ModelName) -> None:
         self._engine = async_engine
         self._names = names
@@ -140,7 +139,7 @@ class ActiveThreadsCollector:
 class ServerMetrics:
     """All of one app's metrics, in its own registry."""
 
-    def __init__(self, async_engine: AsyncEngine, model_name: ModelName,
+    def __init__(self, async_engine: AsyncLLM, model_name: ModelName,
                  window: StatsWindow | None = None) -> None:
         self.registry = CollectorRegistry()
         self._model_name = model_name
@@ -214,7 +213,7 @@ class ServerMetrics:
     def record_policy_refusal(self, user: str, reason: str, action: str) -> None:
         self.policy_refusals.labels(self.model_name, user, reason, action).inc()
 
-    def track_sharing(self, async_engine: AsyncEngine, names: NameLookup) -> None:
+    def track_sharing(self, async_engine: AsyncLLM, names: NameLookup) -> None:
         """Export the per-user KV blocks and preemptions, names from `names(ids)`."""
         self.registry.register(SharingCollector(async_engine, names, self._model_name))
 

@@ -14,7 +14,7 @@ from app.openai.answers import ErrorDetail, ErrorResponse
 from app.openai.protocol import UNION_TAGS
 from app.openai.responses_protocol import UNION_TAGS as RESPONSES_UNION_TAGS
 from app.policy.types import Decision
-from engine.sampling_params import SamplingParamsError
+from engine import SamplingParamsError
 
 logger = logging.getLogger("officellm.server")
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.structured_output import StructuredOutputError, StructuredOutputsParams
+from engine import StructuredOutputError, StructuredOutputsParams
 
 
 class JSONSchemaFormat(BaseModel):

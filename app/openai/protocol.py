@@ -36,9 +36,7 @@ from app.openai.output_constraint import (
     request_constraint,
 )
 from app.openai.tools import ChatTool, ToolChoice, ToolRequest, template_message
-from engine import SamplingParams
-from engine.sampling_params import BOUNDS, SamplingParamsError
-from engine.structured_output import StructuredOutputsParams
+from engine import BOUNDS, SamplingParams, SamplingParamsError, StructuredOutputsParams
 
 # Roles a chat template can render here ("tool": a function's result, after a tool call).
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})

@@ -43,9 +43,7 @@ from app.openai.tools import (
     ToolRequest,
     template_message,
 )
-from engine import SamplingParams
-from engine.sampling_params import SamplingParamsError
-from engine.structured_output import StructuredOutputsParams
+from engine import SamplingParams, SamplingParamsError, StructuredOutputsParams
 
 Message = dict[str, Any]
 

@@ -15,8 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.structured_output import StructuredOutputError, StructuredOutputsParams
-from engine.structured_output.json_schema_support import check_json_schema
+from engine import StructuredOutputError, StructuredOutputsParams, check_json_schema
 
 
 class FunctionDefinition(BaseModel):

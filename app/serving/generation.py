@@ -20,10 +20,16 @@ from fastapi import Request
 from app.admission.admission import Admission
 from app.openai.errors import APIError, invalid_value, unavailable
 from app.policy import prefix_cache_salt
-from app.serving.async_engine import EngineDeadError, RequestAborted
 from app.serving.state import ServerState
-from engine import CompletionOutput, OutputKind, RequestOutput, SamplingParams
-from engine.structured_output import StructuredOutputError
+from engine import (
+    CompletionOutput,
+    EngineDeadError,
+    OutputKind,
+    RequestAborted,
+    RequestOutput,
+    SamplingParams,
+    StructuredOutputError,
+)
 
 if TYPE_CHECKING:
     import xgrammar as xgr

@@ -12,7 +12,7 @@ from types import FrameType
 import uvicorn
 
 from app.admission.admission import AdmissionControl
-from app.serving.async_engine import AsyncEngine, LoadFailure
+from engine import AsyncLLM, LoadFailure
 
 logger = logging.getLogger("officellm.server")
 
@@ -25,7 +25,7 @@ class GracefulServer(uvicorn.Server):
     """
 
     def __init__(self, config: uvicorn.Config, admission: AdmissionControl,
-                 async_engine: AsyncEngine, shutdown_timeout: float):
+                 async_engine: AsyncLLM, shutdown_timeout: float):
         super().__init__(config)
         self.admission = admission
         self.async_engine = async_engine
@@ -40,7 +40,7 @@ class GracefulServer(uvicorn.Server):
         await super().serve(sockets)
 
     def engine_failed(self, failure: LoadFailure) -> None:
-        """The engine did not load (AsyncEngine.on_load_failure; called on its thread): stop
+        """The engine did not load (AsyncLLM.on_load_failure; called on its thread): stop
         serving. Nothing is left to drain: no request was ever admitted."""
         self.load_failure = failure
         if self._loop is None:  # not serving yet: main_loop will see the failure

@@ -33,8 +33,7 @@ from app.policy import (
     count_turns,
     evaluate,
 )
-from engine.input_processor import InputProcessor, PromptTooLongError
-from engine.llm import apply_chat_template
+from engine import InputProcessor, PromptTooLongError, apply_chat_template
 
 Message = dict[str, Any]
 

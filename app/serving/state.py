@@ -17,9 +17,8 @@ from app.openai.chat_formats import ChatFormats
 from app.openai.errors import APIError, unavailable
 from app.openai.logprobs import TokenText
 from app.server_settings import ServerSettings
-from app.serving.async_engine import AsyncEngine
 from app.serving.prompt import LengthLimits, PromptRenderer, Prompts
-from engine import LLMEngine
+from engine import AsyncLLM, LLMEngine
 
 
 @dataclass
@@ -27,7 +26,7 @@ class ServerState:
     """One app's settings, engine, metrics, database side and admission."""
 
     settings: ServerSettings
-    async_engine: AsyncEngine
+    async_engine: AsyncLLM
     metrics: ServerMetrics
     accounts: Accounts
     stats_window: StatsWindow
@@ -61,7 +60,7 @@ class ServerState:
         return self._token_text
 
     def engine_loaded(self, engine: LLMEngine) -> None:
-        """Build the prompt side for the loaded model (AsyncEngine.on_ready: on the engine's
+        """Build the prompt side for the loaded model (AsyncLLM.on_ready: on the engine's
         thread, before any request is admitted), so no request pays for loading it."""
         self._prompts = Prompts(PromptRenderer(engine.model_dir),
                                 LengthLimits(engine.input_processor, self.settings.max_context_tokens),

@@ -75,7 +75,7 @@ def write_model_dir(config: Any, out_dir: Path) -> Path:
 @contextmanager
 def weights_from(model: torch.nn.Module):
     """While active, the engine loads its weights from `model` instead of safetensors."""
-    import engine.worker as worker  # where the engine (each rank's Worker) loads weights
+    import engine.worker.worker as worker  # where the engine (each rank's Worker) loads weights
 
     original = worker.iter_safetensors
     worker.iter_safetensors = lambda _dir: (

@@ -43,7 +43,7 @@ class AttentionBackend(Protocol):
     """Paged attention over one model's KV caches (one [blocks, block_size, Hk, D] tensor
     per layer for keys, one for values).
 
-    A backend whose forward is captured in a CUDA graph (engine/cuda_graphs.py) must read
+    A backend whose forward is captured in a CUDA graph (engine/worker/cuda_graphs.py) must read
     per-sequence values only from the metadata's device tensors: at replay the host fields
     are those of the capture, of which only num_decodes and max_query_len stay true.
     """

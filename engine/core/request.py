@@ -1,18 +1,61 @@
 """One sequence as the engine core sees it: token ids, progress, KV blocks, and the opaque
-tags the scheduling policy reads (engine/core/scheduling_policy.py)."""
+tags the scheduling policy reads (engine/core/scheduling_policy.py).
+
+The core is a leaf (no torch, nothing of the engine outside engine/core), so a request's
+sampling parameters and grammar matcher are typed here by what the engine reads of them:
+engine/sampling_params.py's SamplingParams and engine/structured_output/request_grammar.py's
+RequestGrammar are the implementations.
+"""
 
 from __future__ import annotations
 
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-from engine.sampling_params import SamplingParams
-from engine.structured_output.request_grammar import RequestGrammar
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import xgrammar as xgr
+
+
+class RequestParams(Protocol):
+    """A sequence's sampling parameters as the engine behind the front end reads them: the
+    core's stop rules, the sampler's settings, the output processor's text options."""
+
+    max_tokens: int | None
+    min_tokens: int
+    ignore_eos: bool
+    stop_token_ids: list[int]
+    stop: list[str]
+    skip_special_tokens: bool
+    include_stop_str_in_output: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    repetition_penalty: float
+    presence_penalty: float
+    frequency_penalty: float
+    logprobs: int | None
+
+    @property
+    def greedy(self) -> bool: ...
+
+    @property
+    def uses_penalties(self) -> bool: ...
+
+
+class SequenceGrammar(Protocol):
+    """One sequence's structured-output matcher, advanced by every token it accepts."""
+
+    @property
+    def is_terminated(self) -> bool: ...
+
+    def accept(self, token_id: int) -> bool: ...
+
+    def sync(self, output_token_ids: list[int]) -> None: ...
+
+    def fill_bitmask(self, bitmask: Any, row: int) -> None: ...
 
 
 class RequestStatus(enum.Enum):
@@ -53,7 +96,7 @@ class EngineCoreRequest:
 
     request_id: str
     prompt_token_ids: list[int]
-    params: SamplingParams
+    params: RequestParams
     seed: int | None = None
     cache_salt: str | None = None
     # Opaque scheduling tags (docs/design.md §2, "Scheduling"): the engine never learns who a
@@ -89,7 +132,7 @@ class Request:
 
     request_id: str
     prompt_token_ids: list[int]
-    params: SamplingParams
+    params: RequestParams
     eos_token_ids: frozenset[int] = frozenset()
     seed: int | None = None
     cache_salt: str | None = None
@@ -109,18 +152,21 @@ class Request:
     arrival_time: float = field(default_factory=time.monotonic)
     first_scheduled_time: float | None = None
     num_preemptions: int = 0  # times this request gave its blocks back (by recompute)
-    grammar: RequestGrammar | None = None  # the structured-output matcher, if constrained
+    grammar: SequenceGrammar | None = None  # the structured-output matcher, if constrained
 
     def __post_init__(self) -> None:
         self.all_token_ids: list[int] = list(self.prompt_token_ids)
 
     @classmethod
-    def from_core_request(cls, req: EngineCoreRequest, eos_token_ids: frozenset[int]) -> Request:
+    def from_core_request(cls, req: EngineCoreRequest, eos_token_ids: frozenset[int],
+                          grammar: SequenceGrammar | None = None) -> Request:
+        """The core's request for `req`; `grammar` is the matcher the caller made from
+        req.grammar (the engine core: it knows xgrammar, the core does not)."""
         key = DEFAULT_FAIRNESS_KEY if req.fairness_key is None else req.fairness_key
         return cls(req.request_id, req.prompt_token_ids, req.params, eos_token_ids, req.seed,
                    req.cache_salt, fairness_key=key, priority=req.priority,
                    max_kv_share=req.max_kv_share,
-                   grammar=None if req.grammar is None else RequestGrammar(req.grammar))
+                   grammar=grammar)
 
     @property
     def queue_time(self) -> float | None:

@@ -12,9 +12,13 @@ from collections.abc import Callable, Iterable
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.prefill_pacer import PrefillPacer
 from engine.core.request import Request, RequestStatus
-from engine.core.scheduler_output import EngineCoreOutput, ScheduledChunk, SchedulerOutput
+from engine.core.scheduler_output import (
+    EngineCoreOutput,
+    SamplerOutput,
+    ScheduledChunk,
+    SchedulerOutput,
+)
 from engine.core.scheduling_policy import SchedulingPolicy, make_policy
-from engine.sampler import SamplerOutput
 
 logger = logging.getLogger("engine.scheduler")
 

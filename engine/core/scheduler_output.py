@@ -1,4 +1,5 @@
-"""What one step runs (the scheduler's decision) and what it produced, per request."""
+"""What one step runs (the scheduler's decision), what the model sampled for it, and what it
+produced per request: plain data, no tensors."""
 
 from __future__ import annotations
 
@@ -6,7 +7,15 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from engine.core.request import Request
-from engine.outputs import Logprob
+
+
+@dataclass
+class Logprob:
+    """Log-probability of one token, with its rank in the distribution (1 = most likely)."""
+
+    logprob: float
+    rank: int
+    decoded_token: str | None = None
 
 
 class ScheduledChunk(NamedTuple):
@@ -73,6 +82,19 @@ class SchedulerOutput:
     def sampling_requests(self) -> list[Request]:
         """The requests that sample this step, in batch (and so logits-row) order."""
         return [c.request for c in self.chunks if c.samples]
+
+
+@dataclass(frozen=True)
+class SamplerOutput:
+    """One step's samples, a row per request that sampled (in batch order)."""
+
+    token_ids: list[int]
+    logprobs: list[dict[int, Logprob] | None]
+    invalid: list[bool]  # rows whose logits held NaN: those requests fail, the rest go on
+
+    @classmethod
+    def empty(cls) -> SamplerOutput:
+        return cls([], [], [])
 
 
 @dataclass(slots=True)

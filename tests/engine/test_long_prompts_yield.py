@@ -13,7 +13,7 @@ from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.prefill_pacer import PrefillPacer
 from engine.core.request import EngineCoreRequest, Request, RequestStatus
 from engine.core.scheduler import Scheduler
-from engine.sampler import SamplerOutput
+from engine.core.scheduler_output import SamplerOutput
 from tests.engine.test_scheduling_policy import BLOCK, add, make_scheduler, run_to_end, step
 
 

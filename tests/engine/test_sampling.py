@@ -138,7 +138,8 @@ def test_frequency_and_presence_penalties_follow_openais_formula(frequency, pres
     """OpenAI: logit[j] -= c[j] * frequency_penalty + (c[j] > 0) * presence_penalty, with c[j]
     the count of j among the tokens generated so far (the prompt's tokens do not count)."""
     from engine.core.request import Request
-    from engine.sampler import Sampler
+    from engine.worker.sampler import Sampler
+    from engine.worker.sampling_metadata import SamplingMetadata
 
     params = SamplingParams(frequency_penalty=frequency, presence_penalty=presence)
     req = Request("r", [0, 1, 1, 5], params, eos_token_ids=frozenset())
@@ -147,7 +148,7 @@ def test_frequency_and_presence_penalties_follow_openais_formula(frequency, pres
     logits = torch.linspace(-3.0, 4.0, 8).unsqueeze(0)
     counts = torch.tensor([0, 0, 1, 3, 0, 1, 0, 0], dtype=torch.float32)
     expected = logits[0] - counts * frequency - (counts > 0).float() * presence
-    out = Sampler._apply_penalties(logits, [req])
+    out = Sampler._apply_penalties(logits, SamplingMetadata.from_requests([req]).rows)
     torch.testing.assert_close(out[0], expected, rtol=0, atol=1e-6)
     assert torch.equal(logits, torch.linspace(-3.0, 4.0, 8).unsqueeze(0))  # input untouched
 
@@ -162,7 +163,7 @@ def test_invalid_sampling_params_are_refused(bad):
 
 
 def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
-    from engine.sampler import Sampler
+    from engine.worker.sampler import Sampler
 
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     params = [SamplingParams(top_p=0.8)]
@@ -173,12 +174,13 @@ def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
 def _sample_many(params: SamplingParams, probs: list[float], draws: int) -> torch.Tensor:
     """Token counts of `draws` samples from one row of logits log(probs)."""
     from engine.core.request import Request
-    from engine.sampler import Sampler
+    from engine.worker.sampler import Sampler
+    from engine.worker.sampling_metadata import SamplingMetadata
 
     sampler = Sampler(seed=1)
     logits = torch.log(torch.tensor([probs] * draws, dtype=torch.float32))
     requests = [Request(f"r{i}", [1], params, eos_token_ids=frozenset()) for i in range(draws)]
-    tokens = sampler(logits, requests).token_ids
+    tokens = sampler(logits, SamplingMetadata.from_requests(requests)).token_ids
     return torch.bincount(torch.tensor(tokens), minlength=len(probs))
 
 

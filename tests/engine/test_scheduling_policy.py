@@ -14,8 +14,7 @@ from engine import SamplingParams
 from engine.core.kv_cache_manager import KVCacheManager
 from engine.core.request import EngineCoreRequest, Request, RequestStatus
 from engine.core.scheduler import Scheduler
-from engine.core.scheduler_output import SchedulerOutput
-from engine.sampler import SamplerOutput
+from engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 
 BLOCK = 4
 

@@ -161,7 +161,7 @@ def test_under_tensor_parallelism_the_pool_is_sized_by_the_smallest_rank(caplog)
 
     from engine.config import EngineConfig
     from engine.distributed.parallel_state import ParallelState
-    from engine.worker import Worker
+    from engine.worker.worker import Worker
 
     class TwoRanks(ParallelState):
         """Rank 0 of two, whose rank 1 reports half rank 0's budget."""

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from engine import LLM, SamplingParams
-from engine.distributed.tp_worker import SCRUB
 from engine.kv_plan import make_plan
 from engine.loading.model_spec import ModelSpec
+from engine.worker.tp_worker import SCRUB
 from tests.engine.conftest import POISON, make_llm
 from tests.support.hf_reference import compare_greedy_outputs
 from tests.support.tiny_models import build_tiny_model

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from engine import SamplingParams
-from engine.distributed.multiproc_executor import WorkerDiedError
+from engine.worker.multiproc_executor import WorkerDiedError
 from tests.engine.conftest import make_llm
 from tests.support.processes import gone, wait_gone
 from tests.support.tiny_models import build_tiny_model

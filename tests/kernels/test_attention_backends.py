@@ -13,7 +13,8 @@ from engine.attention import selection as kernels_ops
 from engine.attention.backend import AttentionMetadata
 from engine.attention.cpu_backend import CHUNK_KERNEL_MAX_ROWS
 from engine.loading.model_spec import ModelSpec
-from engine.model_runner import ModelRunner, StepBatch
+from engine.worker.model_runner import ModelRunner, StepBatch
+from engine.worker.sampling_metadata import SamplingMetadata
 from kernels import reference
 from tests.kernels.conftest import DTYPES, close
 from tests.kernels.paged_inputs import PagedProblem, make_problem, reference_output, stored_as
@@ -106,7 +107,7 @@ def test_runner_builds_one_block_table_format():
         token_ids=np.arange(8), positions=np.array([9, 2, 3, 4, 5, 6, 7, 0]),
         slot_mapping=np.arange(8), query_lens=[1, 1, 5, 1], context_lens=[10, 3, 8, 1],
         block_tables=[[4, 5, 6], [1], [2, 3], [7]], logits_indices=[0, 1, 6, 7])
-    md = runner.inputs_for(batch, []).metadata
+    md = runner.inputs_for(batch, SamplingMetadata()).metadata
     null = runner.null_block
     assert md.block_tables.dtype == torch.int64
     assert md.block_tables.tolist() == [[4, 5, 6], [1, null, null], [2, 3, null], [7, null, null]]
@@ -120,7 +121,7 @@ def test_runner_builds_one_block_table_format():
         token_ids=np.arange(2), positions=np.array([9, 2]), slot_mapping=np.arange(2),
         query_lens=[1, 1], context_lens=[10, 3], block_tables=[[4, 5, 6], [1]],
         logits_indices=[0, 1])
-    md = runner.inputs_for(decodes_only, []).metadata
+    md = runner.inputs_for(decodes_only, SamplingMetadata()).metadata
     assert md.num_decodes == 2 and md.max_query_len == 1
 
 

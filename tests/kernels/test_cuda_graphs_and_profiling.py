@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.cuda_graphs import capture_sizes
 from engine.kv_plan import KVCacheTooSmallError, size_pool
 from engine.loading.model_spec import ModelSpec
-from engine.memory_profiling import MemoryProfile, kv_budget_bytes, run_dummy_step
 from engine.models.decoder import DecoderModel
+from engine.worker.cuda_graphs import capture_sizes
+from engine.worker.memory_profiling import MemoryProfile, kv_budget_bytes, run_dummy_step
 from kernels import reference
 
 

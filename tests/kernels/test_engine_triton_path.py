@@ -59,7 +59,7 @@ def test_triton_backend_matches_torch_backend(tiny_qwen3, prompts, torch_tokens)
 
 def test_padded_decode_graph_path_matches(tiny_qwen3, prompts, torch_tokens, monkeypatch):
     """3 decodes padded to a batch of 4: padding rows must neither write nor disturb."""
-    from engine.cuda_graphs import DecodeGraphs
+    from engine.worker.cuda_graphs import DecodeGraphs
 
     runs = []
     original = DecodeGraphs.run

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 
-import engine.distributed.tp_worker
 import engine.llm_engine
+import engine.worker.tp_worker
 from app.cli import main
 
 BUG_MESSAGE = "injected load fault"
@@ -32,7 +32,7 @@ def _worker_cannot_start(port, world_size):  # type: ignore[no-untyped-def]
 if FAULT == "bug":
     engine.llm_engine.resolve_model_dir = _bug  # type: ignore[assignment]
 elif FAULT == "tp-worker":
-    engine.distributed.tp_worker.join_store = _worker_cannot_start  # type: ignore[assignment]
+    engine.worker.tp_worker.join_store = _worker_cannot_start  # type: ignore[assignment]
 
 if __name__ == "__main__":
     main()

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from app.commands.serve import EXIT_LOAD_FAILED
 from app.server import create_app
 from app.server_settings import ServerSettings
-from app.serving.async_engine import EngineState, LoadFailure
+from engine import EngineState, LoadFailure
 from engine.kv_plan import KVCacheTooSmallError
 from tests.server.failing_serve import BUG_MESSAGE
 from tests.support.server_process import ServerProcess

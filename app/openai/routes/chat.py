@@ -32,11 +32,11 @@ from app.openai.errors import invalid_value
 from app.openai.logprobs import chat_logprobs
 from app.openai.protocol import ChatCompletionRequest
 from app.openai.sse import DONE, SSEResponse, sse
-from app.serving.async_engine import EngineDeadError
 from app.serving.chat_pipeline import start_chat
 from app.serving.generation import Choice, ClientGone, Generation, RequestFailed
 from app.serving.prompt import ChatPrompt
 from app.serving.state import ServerState, admitted_server
+from engine import EngineDeadError
 
 router = APIRouter(responses=ERROR_RESPONSES)
 

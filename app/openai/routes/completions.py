@@ -22,9 +22,9 @@ from app.openai.errors import invalid_value
 from app.openai.logprobs import completion_logprobs
 from app.openai.protocol import CompletionRequest
 from app.openai.sse import DONE, SSEResponse, sse
-from app.serving.async_engine import EngineDeadError
 from app.serving.generation import Choice, ClientGone, Generation, RequestFailed, compile_grammar
 from app.serving.state import ServerState, admitted_server
+from engine import EngineDeadError
 
 router = APIRouter(responses=ERROR_RESPONSES)
 

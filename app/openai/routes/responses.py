@@ -32,11 +32,10 @@ from app.openai.responses_api_models import (
 from app.openai.responses_output import ResponseEventWriter, output_items, response_status
 from app.openai.responses_protocol import FunctionToolChoice, ResponsesRequest, UnsupportedField
 from app.openai.sse import SSEResponse, sse
-from app.serving.async_engine import EngineDeadError
 from app.serving.chat_pipeline import start_chat
 from app.serving.generation import Choice, ClientGone, Generation, RequestFailed
 from app.serving.state import ServerState, admitted_server
-from engine import SamplingParams
+from engine import EngineDeadError, SamplingParams
 
 router = APIRouter(responses=ERROR_RESPONSES)
 

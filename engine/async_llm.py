@@ -1,4 +1,5 @@
-"""AsyncEngine: the engine core's step loop on its own thread; its front end on the event loop.
+"""AsyncLLM: the engine's asyncio client: the engine core's step loop on its own thread, its
+front end on the event loop (beside LLMEngine, as in vLLM; the server is one user).
 
 vLLM v1's split: the loop thread only schedules, executes and updates (LLMEngine.engine_core:
 token ids in, tokens out, no tokenizer); everything a client reads is made on the event
@@ -22,14 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine import EngineStats, LLMEngine, OutputKind, SamplingParams
 from engine.core.request import EngineCoreRequest
 from engine.core.scheduler_output import EngineCoreOutput
-from engine.distributed.multiproc_executor import WorkerDiedError
 from engine.input_processor import InputProcessor
 from engine.kv_plan import KVCacheTooSmallError
-from engine.output_processor import IterationStats
+from engine.llm_engine import LLMEngine
+from engine.output_processor import IterationStats, OutputKind
+from engine.sampling_params import SamplingParams
+from engine.stats import EngineStats
 from engine.structured_output import StructuredOutputsParams
+from engine.worker.multiproc_executor import WorkerDiedError
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -99,7 +102,7 @@ class _Stop:
     pass
 
 
-class AsyncEngine:
+class AsyncLLM:
     """Runs the core of an LLMEngine built by `engine_factory` on a dedicated thread."""
 
     def __init__(self, engine_factory: Callable[[], LLMEngine],

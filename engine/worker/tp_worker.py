@@ -1,6 +1,6 @@
 """The main loop of a tensor-parallel worker process (ranks 1 .. tp-1).
 
-It starts up in step with rank 0 (engine.worker.Worker), then runs each step that rank 0
+It starts up in step with rank 0 (engine.worker.worker.Worker), then runs each step that rank 0
 broadcasts until told to stop. It never outlives the engine: a thread watches a pipe from
 the engine process, whose end-of-file means the engine is gone (closed, crashed, killed),
 and exits the process at once; SIGTERM keeps its default (exit); SIGINT is ignored, since
@@ -20,9 +20,10 @@ from pathlib import Path
 from engine.config import EngineConfig
 from engine.distributed.parallel_state import init_parallel_state, join_store
 from engine.kv_plan import KVCacheTooSmallError
-from engine.worker import Worker, rank_device
+from engine.worker.sampling_metadata import SamplingMetadata
+from engine.worker.worker import Worker, rank_device
 
-logger = logging.getLogger("engine.distributed.tp_worker")
+logger = logging.getLogger("engine.worker.tp_worker")
 
 # The messages rank 0 broadcasts: (STEP, StepBatch), (SCRUB, block ids), (SHUTDOWN, None).
 STEP, SCRUB, SHUTDOWN = "step", "scrub", "shutdown"
@@ -74,7 +75,7 @@ def worker_main(args: WorkerArgs, parent: Connection) -> None:
         while True:
             kind, payload = parallel.broadcast_object()
             if kind == STEP:
-                runner.execute_batch(payload, [])
+                runner.execute_batch(payload, SamplingMetadata())
             elif kind == SCRUB:
                 runner.scrub_blocks(payload)
             elif kind == SHUTDOWN:

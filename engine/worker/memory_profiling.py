@@ -23,7 +23,7 @@ from engine.attention.backend import AttentionMetadata
 from engine.config import format_gib
 from engine.loading.model_spec import ModelSpec
 
-logger = logging.getLogger("engine.memory_profiling")
+logger = logging.getLogger("engine.worker.memory_profiling")
 
 
 @dataclass

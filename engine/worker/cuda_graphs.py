@@ -22,7 +22,7 @@ import torch
 
 from engine.attention.backend import AttentionBackend, AttentionMetadata
 
-logger = logging.getLogger("engine.cuda_graphs")
+logger = logging.getLogger("engine.worker.cuda_graphs")
 
 
 def capture_sizes(max_batch: int) -> list[int]:

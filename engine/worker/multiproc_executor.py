@@ -2,7 +2,7 @@
 
 The engine process is rank 0 (it schedules, runs its own shard and samples); ranks 1..tp-1
 are processes started here (spawn: CUDA cannot be forked), each running
-engine.distributed.tp_worker.worker_main. Each step rank 0 broadcasts the compact StepBatch
+engine.worker.tp_worker.worker_main. Each step rank 0 broadcasts the compact StepBatch
 (token ids, positions, slot mapping, block tables) over the gloo group, then every rank runs
 the same forward.
 """
@@ -22,19 +22,18 @@ from typing import Any
 import torch.distributed as dist
 
 from engine.config import EngineConfig
-from engine.core.scheduler_output import SchedulerOutput
+from engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 from engine.distributed.parallel_state import (
     ParallelState,
     init_parallel_state,
     rendezvous_store,
 )
-from engine.distributed.tp_worker import SCRUB, SHUTDOWN, STEP, WorkerArgs, started_key, worker_main
-from engine.model_runner import ModelRunner, StepBatch
-from engine.sampler import SamplerOutput
 from engine.structured_output.bitmask import GrammarBitmask
-from engine.worker import rank_device
+from engine.worker.model_runner import ModelRunner, StepBatch
+from engine.worker.tp_worker import SCRUB, SHUTDOWN, STEP, WorkerArgs, started_key, worker_main
+from engine.worker.worker import rank_device
 
-logger = logging.getLogger("engine.executor")
+logger = logging.getLogger("engine.worker.executor")
 
 # Seconds a worker gets to leave after the shutdown message, then after SIGTERM.
 JOIN_TIMEOUT = 5.0

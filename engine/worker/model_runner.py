@@ -12,14 +12,15 @@ import torch
 from engine.attention import selection as kernels_ops
 from engine.attention.backend import AttentionBackend, AttentionMetadata
 from engine.core.request import Request
-from engine.core.scheduler_output import SchedulerOutput
+from engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 from engine.loading.model_spec import ModelSpec
-from engine.sampler import Sampler, SamplerOutput
 from engine.structured_output.bitmask import GrammarBitmask
+from engine.worker.sampler import Sampler
+from engine.worker.sampling_metadata import SamplingMetadata
 from kernels.reference import cache_row_width
 
 if TYPE_CHECKING:
-    from engine.cuda_graphs import DecodeGraphs
+    from engine.worker.cuda_graphs import DecodeGraphs
 
 
 @dataclass
@@ -45,7 +46,7 @@ class StepInputs:
     positions: torch.Tensor
     logits_indices: torch.Tensor
     metadata: AttentionMetadata
-    sampling_requests: list[Request]
+    sampling: SamplingMetadata
 
 
 class ModelRunner:
@@ -78,8 +79,9 @@ class ModelRunner:
         self.decode_graphs: DecodeGraphs | None = None  # once captured
         self.sampler = Sampler(seed)
 
-    def batch_for(self, so: SchedulerOutput) -> tuple[StepBatch, list[Request]]:
-        """Flatten the scheduled chunks; also return the requests that sample, in row order."""
+    def batch_for(self, so: SchedulerOutput) -> tuple[StepBatch, SamplingMetadata]:
+        """Flatten the scheduled chunks; also return what the sampler reads of the requests
+        that sample, in row order."""
         bs = self.block_size
         ids: list[int] = []
         positions: list[int] = []
@@ -111,9 +113,9 @@ class ModelRunner:
             tables.append(blocks)
         batch = StepBatch(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64),
                           np.asarray(slots, dtype=np.int64), q_lens, ctx_lens, tables, logits_idx)
-        return batch, sampling
+        return batch, SamplingMetadata.from_requests(sampling)
 
-    def inputs_for(self, batch: StepBatch, sampling: list[Request]) -> StepInputs:
+    def inputs_for(self, batch: StepBatch, sampling: SamplingMetadata) -> StepInputs:
         """The tensors of one forward pass (on any rank)."""
         dev = self.device
         return StepInputs(
@@ -121,7 +123,7 @@ class ModelRunner:
             positions=torch.from_numpy(batch.positions).to(dev),
             logits_indices=torch.tensor(batch.logits_indices, dtype=torch.long, device=dev),
             metadata=self._attention_metadata(batch),
-            sampling_requests=sampling,
+            sampling=sampling,
         )
 
     def _attention_metadata(self, batch: StepBatch) -> AttentionMetadata:
@@ -169,7 +171,7 @@ class ModelRunner:
                               use_graphs: bool = True) -> None:
         """Capture CUDA graphs for decode steps of up to max_batch sequences (CUDA only;
         use_graphs=False runs the same padded path eagerly, for tests)."""
-        from engine.cuda_graphs import DecodeGraphs
+        from engine.worker.cuda_graphs import DecodeGraphs
 
         graphs = DecodeGraphs(self.model, self.attention, max_batch,
                               -(-max_model_len // self.block_size), self.null_block,
@@ -185,7 +187,7 @@ class ModelRunner:
         return self.execute_batch(*self.batch_for(so), grammar)
 
     @torch.inference_mode()
-    def execute_batch(self, batch: StepBatch, sampling: list[Request],
+    def execute_batch(self, batch: StepBatch, sampling: SamplingMetadata,
                       grammar: GrammarBitmask | None = None) -> SamplerOutput:
         """Run one built step (every rank runs this; only rank 0 has logits to sample, and
         so only rank 0 has grammar masks)."""
@@ -199,6 +201,6 @@ class ModelRunner:
             self.attention.set_metadata(inputs.metadata)
             logits = self.model(inputs.input_ids, inputs.positions, self.attention,
                                 inputs.logits_indices)
-        if not inputs.sampling_requests or logits is None:
+        if not inputs.sampling.rows or logits is None:
             return SamplerOutput.empty()
-        return self.sampler(logits, inputs.sampling_requests, grammar)
+        return self.sampler(logits, inputs.sampling, grammar)

@@ -24,7 +24,6 @@ from engine.kv_cache_dtype import kv_bytes_per_token, resolve_kv_cache_dtype
 from engine.kv_plan import KVCacheTooSmallError, size_pool
 from engine.loading.model_loader import gguf_source, iter_safetensors, load_config_dict
 from engine.loading.model_spec import ModelSpec
-from engine.model_runner import ModelRunner
 from engine.models import packed_linear
 from engine.models.decoder import DecoderModel
 from engine.models.quantized_linear import QuantizedWeight
@@ -37,6 +36,7 @@ from engine.weight_quantization import (
     resolve_quantization,
     time_matmuls,
 )
+from engine.worker.model_runner import ModelRunner
 from kernels import quant_reference
 from kernels.cpu_features import cpu_features
 
@@ -200,7 +200,7 @@ class Worker:
         if cfg.kv_cache_memory is not None:
             return int(cfg.kv_cache_memory), "--kv-cache-memory"
         if self.device.type == "cuda":
-            from engine.memory_profiling import profile_cuda
+            from engine.worker.memory_profiling import profile_cuda
 
             profile = profile_cuda(self.model, self.spec, self.dtype, self.device,
                                    self.weight_bytes, cfg.gpu_memory_utilization,
@@ -219,7 +219,7 @@ class Worker:
         if (self.device.type != "cuda" or self.backend != "triton" or cfg.enforce_eager
                 or self.parallel.world_size > 1):
             return 0
-        from engine.cuda_graphs import capture_sizes
+        from engine.worker.cuda_graphs import capture_sizes
 
         return capture_sizes(cfg.max_num_seqs)[-1]
 

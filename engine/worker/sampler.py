@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import torch
 
-from engine.core.request import Request
-from engine.outputs import Logprob
+from engine.core.scheduler_output import Logprob, SamplerOutput
 from engine.structured_output.bitmask import GrammarBitmask
-
-
-@dataclass(frozen=True)
-class SamplerOutput:
-    """One step's samples, a row per request that sampled (in batch order)."""
-
-    token_ids: list[int]
-    logprobs: list[dict[int, Logprob] | None]
-    invalid: list[bool]  # rows whose logits held NaN: those requests fail, the rest go on
-
-    @classmethod
-    def empty(cls) -> SamplerOutput:
-        return cls([], [], [])
+from engine.worker.sampling_metadata import SamplingMetadata, SamplingRow
 
 
 class Sampler:
@@ -42,7 +28,7 @@ class Sampler:
         for rid in request_ids:
             self._request_generators.pop(rid, None)
 
-    def _generator_for(self, req: Request) -> torch.Generator | None:
+    def _generator_for(self, req: SamplingRow) -> torch.Generator | None:
         if req.seed is None:
             return None
         g = self._request_generators.get(req.request_id)
@@ -51,10 +37,11 @@ class Sampler:
             self._request_generators[req.request_id] = g
         return g
 
-    def __call__(self, logits: torch.Tensor, requests: list[Request],
+    def __call__(self, logits: torch.Tensor, sampling: SamplingMetadata,
                  grammar: GrammarBitmask | None = None) -> SamplerOutput:
-        """One token per row; `grammar` masks the constrained rows (after the raw logprobs
-        are taken, so those stay the model's own)."""
+        """One token per row (`sampling` says whose); `grammar` masks the constrained rows
+        (after the raw logprobs are taken, so those stay the model's own)."""
+        requests = sampling.rows
         num_rows, vocab = logits.shape
         nan_rows = torch.isnan(logits).any(dim=-1)
         invalid = nan_rows.tolist()
@@ -84,7 +71,7 @@ class Sampler:
 
     # -- logits processing -------------------------------------------------------------
     @staticmethod
-    def _apply_penalties(logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
+    def _apply_penalties(logits: torch.Tensor, requests: list[SamplingRow]) -> torch.Tensor:
         rows = [i for i, r in enumerate(requests) if r.params.uses_penalties]
         if not rows:
             return logits
@@ -109,7 +96,7 @@ class Sampler:
         return logits
 
     @staticmethod
-    def _apply_min_tokens(logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
+    def _apply_min_tokens(logits: torch.Tensor, requests: list[SamplingRow]) -> torch.Tensor:
         rows = [
             i for i, r in enumerate(requests)
             if r.num_output_tokens < r.params.min_tokens
@@ -126,7 +113,7 @@ class Sampler:
                 logits[i, sorted(banned)] = float("-inf")
         return logits
 
-    def _sample(self, logits: torch.Tensor, requests: list[Request], greedy: list[bool]) -> torch.Tensor:
+    def _sample(self, logits: torch.Tensor, requests: list[SamplingRow], greedy: list[bool]) -> torch.Tensor:
         params = [r.params for r in requests]
         device = logits.device
         temps = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)],

@@ -14,16 +14,18 @@ from engine.core.request import EngineCoreRequest, Request, RequestStatus
 from engine.core.scheduler import Scheduler
 from engine.core.scheduler_output import EngineCoreOutput
 from engine.core.scheduling_policy import EVICTS_BY_OWNER
-from engine.distributed.multiproc_executor import MultiprocExecutor, WorkerDiedError
+from engine.cpu_caches import bound_cpu_kernel_caches
 from engine.distributed.parallel_state import ParallelState
-from engine.executor import Executor, UniprocExecutor
 from engine.kv_cache_dtype import kv_bytes_per_token, kv_dtype_name
 from engine.loading.model_loader import load_config_dict, model_display_name
 from engine.loading.model_spec import ModelSpec
 from engine.models.shard_plan import ShardPlan
 from engine.stats import EngineStats
 from engine.structured_output.bitmask import grammar_bitmask
-from engine.worker import Worker, check_devices, resident_memory_bytes
+from engine.structured_output.request_grammar import RequestGrammar
+from engine.worker.executor import Executor, UniprocExecutor
+from engine.worker.multiproc_executor import MultiprocExecutor, WorkerDiedError
+from engine.worker.worker import Worker, check_devices, resident_memory_bytes
 
 logger = logging.getLogger("engine")
 
@@ -38,6 +40,9 @@ class EngineCore:
 
     def __init__(self, config: EngineConfig, model_dir: Path,
                  eos_token_ids: frozenset[int]) -> None:
+        # Before this process's first matmul, and before the tensor-parallel workers start
+        # (they inherit the environment): oneDNN reads the capacities when it first caches.
+        bound_cpu_kernel_caches()
         self.config = config
         self.eos_token_ids = eos_token_ids
         spec = ModelSpec.from_config_dict(load_config_dict(model_dir))
@@ -97,7 +102,8 @@ class EngineCore:
     # -- requests ------------------------------------------------------------------------
     def add_request(self, request: EngineCoreRequest) -> None:
         """Queue one sequence (already validated by the front end)."""
-        self.scheduler.add_request(Request.from_core_request(request, self.eos_token_ids))
+        grammar = None if request.grammar is None else RequestGrammar(request.grammar)
+        self.scheduler.add_request(Request.from_core_request(request, self.eos_token_ids, grammar))
 
     def abort_requests(self, request_ids: Iterable[str]) -> None:
         """Stop these requests now and free their blocks (unknown ids are ignored)."""
