@@ -15,16 +15,26 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+# Every folder of ours is installed as a sub-package of `officellm` (docs/design.md, "Package
+# layout"); the rules speak of folders, so an arrow's target drops that prefix.
+NAMESPACE = "officellm."
+
+
 @dataclass(frozen=True)
 class ImportArrow:
-    """One import: the importing file (relative to the repo), its line and the imported module."""
+    """One import: the importing file (relative to the repo), its line, the imported module as
+    written (`spelled`) and as a folder path (`target`, without the `officellm.` prefix)."""
 
     source: str
     line: int
-    target: str
+    spelled: str
+
+    @property
+    def target(self) -> str:
+        return self.spelled.removeprefix(NAMESPACE)
 
     def __str__(self) -> str:
-        return f"{self.source}:{self.line} imports {self.target}"
+        return f"{self.source}:{self.line} imports {self.spelled}"
 
 
 def _module_name(path: Path) -> str:
@@ -35,6 +45,7 @@ def _module_name(path: Path) -> str:
 
 
 def _resolve_relative(module: str, is_package: bool, level: int, name: str | None) -> str:
+    module = NAMESPACE + module  # a relative import stays inside officellm
     base = module.split(".")
     # A module's own package is its name minus the last part; a package's is itself.
     if not is_package:
@@ -77,7 +88,7 @@ def imports_of(path: Path) -> Iterator[ImportArrow]:
 
 
 def _is_module(dotted: str) -> bool:
-    path = REPO_ROOT.joinpath(*dotted.split("."))
+    path = REPO_ROOT.joinpath(*dotted.removeprefix(NAMESPACE).split("."))
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
