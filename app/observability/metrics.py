@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from app.observability.sharing import NameLookup, user_ids, user_shares
+from app.observability.stats_source import StatsSource
 from app.observability.stats_window import StatsWindow
-from app.serving.async_engine import AsyncEngine
 from engine.output_processor import IterationStats
 
 # vLLM's buckets, so that existing dashboards' quantiles mean the same thing.
@@ -33,7 +33,7 @@ ActiveThreads = Callable[[], dict[str, int]]
 class EngineCollector:
     """vLLM's engine gauges and counters, read from the stats snapshot at scrape time."""
 
-    def __init__(self, async_engine: AsyncEngine, model_name: ModelName) -> None:
+    def __init__(self, async_engine: StatsSource, model_name: ModelName) -> None:
         self._engine = async_engine
         self._model_name = model_name
 
@@ -83,7 +83,7 @@ class SharingCollector:
     per-key numbers from its latest snapshot at scrape time, under user names looked up in
     the database then (the /metrics route scrapes on a worker thread)."""
 
-    def __init__(self, async_engine: AsyncEngine, names: NameLookup,
+    def __init__(self, async_engine: StatsSource, names: NameLookup,
                  model_name: ModelName) -> None:
         self._engine = async_engine
         self._names = names
@@ -140,7 +140,7 @@ class ActiveThreadsCollector:
 class ServerMetrics:
     """All of one app's metrics, in its own registry."""
 
-    def __init__(self, async_engine: AsyncEngine, model_name: ModelName,
+    def __init__(self, async_engine: StatsSource, model_name: ModelName,
                  window: StatsWindow | None = None) -> None:
         self.registry = CollectorRegistry()
         self._model_name = model_name
@@ -214,7 +214,7 @@ class ServerMetrics:
     def record_policy_refusal(self, user: str, reason: str, action: str) -> None:
         self.policy_refusals.labels(self.model_name, user, reason, action).inc()
 
-    def track_sharing(self, async_engine: AsyncEngine, names: NameLookup) -> None:
+    def track_sharing(self, async_engine: StatsSource, names: NameLookup) -> None:
         """Export the per-user KV blocks and preemptions, names from `names(ids)`."""
         self.registry.register(SharingCollector(async_engine, names, self._model_name))
 

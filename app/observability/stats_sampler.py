@@ -10,8 +10,8 @@ import logging
 
 from app.accounts.accounts import Accounts
 from app.observability.sharing import NameLookup, preemptions_since, user_ids, user_shares
+from app.observability.stats_source import StatsSource
 from app.observability.stats_window import StatsWindow
-from app.serving.async_engine import AsyncEngine
 from engine.stats import EngineStats
 
 logger = logging.getLogger("officellm.server")
@@ -19,7 +19,7 @@ logger = logging.getLogger("officellm.server")
 SAMPLE_INTERVAL_S = 1.0
 
 
-def sample_once(engine: AsyncEngine, window: StatsWindow, accounts: Accounts,
+def sample_once(engine: StatsSource, window: StatsWindow, accounts: Accounts,
                 names: NameLookup, previous: EngineStats | None) -> EngineStats | None:
     """Take one snapshot; record an event if preemptions happened since `previous` (the
     last call's answer). Returns the snapshot, for the next call."""
@@ -45,7 +45,7 @@ def sample_once(engine: AsyncEngine, window: StatsWindow, accounts: Accounts,
     return stats
 
 
-async def run_sampler(engine: AsyncEngine, window: StatsWindow, accounts: Accounts,
+async def run_sampler(engine: StatsSource, window: StatsWindow, accounts: Accounts,
                       names: NameLookup, interval: float = SAMPLE_INTERVAL_S) -> None:
     """Sample until cancelled (the app's lifespan owns the task)."""
     previous: EngineStats | None = None

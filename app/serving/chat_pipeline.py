@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import Request
 
 from app.admission.admission import Admission
-from app.openai.chat_formats import ChatPlan
+from app.chat.chat_formats import ChatPlan
 from app.policy import chat_thread
 from app.serving.generation import Generation, compile_grammar
 from app.serving.prompt import ChatPrompt, Message

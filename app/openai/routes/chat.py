@@ -9,7 +9,10 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.admission.auth import Principal, get_caller, get_principal
+from app.admission.auth import get_caller, get_principal
+from app.chat.chat_formats import ChatPlan
+from app.chat.chat_output import ChatDeltaParts, ChatMessageParts
+from app.errors import invalid_value
 from app.openai.answers import (
     ERROR_RESPONSES,
     AssistantMessage,
@@ -26,12 +29,11 @@ from app.openai.answers import (
     Usage,
     sse_description,
 )
-from app.openai.chat_formats import ChatPlan
-from app.openai.chat_output import ChatDeltaParts, ChatMessageParts
-from app.openai.errors import invalid_value
+from app.openai.error_handlers import error_response
 from app.openai.logprobs import chat_logprobs
 from app.openai.protocol import ChatCompletionRequest
 from app.openai.sse import DONE, SSEResponse, sse
+from app.principal import Principal
 from app.serving.async_engine import EngineDeadError
 from app.serving.chat_pipeline import start_chat
 from app.serving.generation import Choice, ClientGone, Generation, RequestFailed
@@ -210,7 +212,7 @@ async def _stream(gen: Generation, body: ChatCompletionRequest, model: str,
                         stop_reason=o.stop_reason))
     except (RequestFailed, EngineDeadError) as exc:
         # Headers are sent: the error travels as the last event, in OpenAI's shape.
-        yield sse(gen.failure_error(exc).model())
+        yield sse(error_response(gen.failure_error(exc)))
         return
     if include_usage:
         yield sse(ChatCompletionChunk(id=gen.request_id, created=gen.created, model=model,

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Iterable
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.admission.auth import Principal, get_caller, get_principal
+from app.admission.auth import get_caller, get_principal
+from app.chat.chat_formats import ChatPlan
+from app.chat.chat_output import ChatDeltaParts, ChatMessageParts
+from app.errors import invalid_value
 from app.openai.answers import ERROR_RESPONSES
-from app.openai.chat_formats import ChatPlan
-from app.openai.chat_output import ChatDeltaParts, ChatMessageParts
-from app.openai.errors import invalid_value
 from app.openai.responses_api_models import (
     FunctionToolChoiceEcho,
     FunctionToolEcho,
@@ -32,6 +32,7 @@ from app.openai.responses_api_models import (
 from app.openai.responses_output import ResponseEventWriter, output_items, response_status
 from app.openai.responses_protocol import FunctionToolChoice, ResponsesRequest, UnsupportedField
 from app.openai.sse import SSEResponse, sse
+from app.principal import Principal
 from app.serving.async_engine import EngineDeadError
 from app.serving.chat_pipeline import start_chat
 from app.serving.generation import Choice, ClientGone, Generation, RequestFailed

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.openai.tag_split import split_at_tag
-from app.openai.tool_parsers.base import ParsedToolOutput, StreamDelta, ToolCall, new_call_id
-from app.openai.tool_parsers.deltas import DeltaBuilder, visible_content
-from app.openai.tool_parsers.json_call import (
+from app.chat.tag_split import split_at_tag
+from app.chat.tool_parsers.base import ParsedToolOutput, StreamDelta, ToolCall, new_call_id
+from app.chat.tool_parsers.deltas import DeltaBuilder, visible_content
+from app.chat.tool_parsers.json_call import (
     CallHeader,
     ObjectScanner,
     Unmatched,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.openai.reasoning_parsers.base import ParsedReasoning, ReasoningDelta
-from app.openai.tag_split import split_at_tag
+from app.chat.reasoning_parsers.base import ParsedReasoning, ReasoningDelta
+from app.chat.tag_split import split_at_tag
 
 OPEN, CLOSE = "<think>", "</think>"
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.openai.tool_parsers.base import ParsedToolOutput, StreamDelta, ToolCall, new_call_id
-from app.openai.tool_parsers.deltas import DeltaBuilder, visible_content
-from app.openai.tool_parsers.json_call import (
+from app.chat.tool_parsers.base import ParsedToolOutput, StreamDelta, ToolCall, new_call_id
+from app.chat.tool_parsers.deltas import DeltaBuilder, visible_content
+from app.chat.tool_parsers.json_call import (
     WHITESPACE,
     CallHeader,
     ObjectScanner,
