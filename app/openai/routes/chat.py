@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.admission.auth import get_caller, get_principal
+from app.admission.auth import get_principal
 from app.chat.chat_formats import ChatPlan
 from app.chat.chat_output import ChatDeltaParts, ChatMessageParts
 from app.errors import invalid_value
@@ -35,8 +36,8 @@ from app.openai.protocol import ChatCompletionRequest
 from app.openai.sse import DONE, SSEResponse, sse
 from app.principal import Principal
 from app.serving.async_engine import EngineDeadError
-from app.serving.chat_pipeline import start_chat
-from app.serving.generation import Choice, ClientGone, Generation, RequestFailed
+from app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
+from app.serving.generation import Choice, Generation, RequestFailed
 from app.serving.prompt import ChatPrompt
 from app.serving.state import ServerState, admitted_server
 
@@ -49,39 +50,45 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            principal: Principal = Depends(get_principal),
                            server: ServerState = Depends(admitted_server)) -> Response:
     """OpenAI's chat completions, streaming or not: admission, the prompt, the engine."""
-    # A front-end key's request runs as the person it is for (docs/design.md §5).
-    principal = await get_caller(request, principal, body.user)
-    try:
-        # Tools, tool_choice and the output constraint decide the grammar and the reading.
-        plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
-        params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
-    except ValueError as exc:
-        raise invalid_value(exc) from exc
-    model = server.resolve_model(body.model)
-    try:
-        messages = plan.messages([m.to_template_dict() for m in body.messages])
-    except ValueError as exc:
-        raise invalid_value(exc) from exc
-    async with server.admission.admit(principal, "chat", params.n) as admission:
+
+    def read() -> ChatInput:
         try:
-            started = await start_chat(
-                server, request, admission, messages, plan, params,
-                request_id=f"chatcmpl-{uuid.uuid4().hex}", stream=body.stream, user=body.user,
-                add_generation_prompt=body.add_generation_prompt,
-                template_kwargs=body.chat_template_kwargs)
-        except ClientGone:
-            return Response(status_code=499)  # left while its grammar compiled: nothing ran
-        gen = started.generation
-        if gen is None:
-            return _notice(started.prompt, body, model)
-        if body.stream:
-            return admission.hold(SSEResponse(_stream(gen, body, model, plan), on_close=gen.close,
-                                              headers=started.headers))
-        choices = await gen.complete(request)
-        if choices is None:
-            return Response(status_code=499)  # nobody is listening; nginx's "client closed"
-        return JSONResponse(_response(gen, choices, body, model, plan).model_dump(),
-                            headers=started.headers)
+            # Tools, tool_choice and the output constraint decide the grammar and the reading.
+            plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
+            params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
+        except ValueError as exc:
+            raise invalid_value(exc) from exc
+        model = server.resolve_model(body.model)
+        try:
+            messages = plan.messages([m.to_template_dict() for m in body.messages])
+        except ValueError as exc:
+            raise invalid_value(exc) from exc
+        return ChatInput(messages, plan, params, model)
+
+    call = ChatCall("chat", f"chatcmpl-{uuid.uuid4().hex}", body.user, body.stream,
+                    body.add_generation_prompt, body.chat_template_kwargs)
+    return await run_chat(server, request, principal, call, read,
+                          lambda chat: _ChatAnswer(body, chat))
+
+
+@dataclass(frozen=True)
+class _ChatAnswer:
+    """A chat completion, its chunks, or a policy's notice as an assistant reply."""
+
+    body: ChatCompletionRequest
+    chat: ChatInput
+
+    def notice(self, prompt: ChatPrompt) -> Response:
+        return _notice(prompt, self.body, self.chat.model)
+
+    def stream(self, gen: Generation, headers: dict[str, str] | None) -> Response:
+        return SSEResponse(_stream(gen, self.body, self.chat.model, self.chat.plan),
+                           on_close=gen.close, headers=headers)
+
+    def whole(self, gen: Generation, choices: list[Choice],
+              headers: dict[str, str] | None) -> Response:
+        return JSONResponse(_response(gen, choices, self.body, self.chat.model,
+                                      self.chat.plan).model_dump(), headers=headers)
 
 
 def _notice(prompt: ChatPrompt, body: ChatCompletionRequest, model: str) -> Response:
