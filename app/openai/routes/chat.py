@@ -68,7 +68,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
     call = ChatCall("chat", f"chatcmpl-{uuid.uuid4().hex}", body.user, body.stream,
                     body.add_generation_prompt, body.chat_template_kwargs)
     return await run_chat(server, request, principal, call, read,
-                          lambda chat: _ChatAnswer(body, chat))
+                          lambda chat: _ChatAnswer(body, chat.model, chat.plan))
 
 
 @dataclass(frozen=True)
@@ -76,19 +76,20 @@ class _ChatAnswer:
     """A chat completion, its chunks, or a policy's notice as an assistant reply."""
 
     body: ChatCompletionRequest
-    chat: ChatInput
+    model: str  # the served name the answer reports
+    plan: ChatPlan  # how each choice's text is read: content, reasoning, tool calls
 
     def notice(self, prompt: ChatPrompt) -> Response:
-        return _notice(prompt, self.body, self.chat.model)
+        return _notice(prompt, self.body, self.model)
 
     def stream(self, gen: Generation, headers: dict[str, str] | None) -> Response:
-        return SSEResponse(_stream(gen, self.body, self.chat.model, self.chat.plan),
-                           on_close=gen.close, headers=headers)
+        return SSEResponse(_stream(gen, self.body, self.model, self.plan), on_close=gen.close,
+                           headers=headers)
 
     def whole(self, gen: Generation, choices: list[Choice],
               headers: dict[str, str] | None) -> Response:
-        return JSONResponse(_response(gen, choices, self.body, self.chat.model,
-                                      self.chat.plan).model_dump(), headers=headers)
+        answer = _response(gen, choices, self.body, self.model, self.plan)
+        return JSONResponse(answer.model_dump(), headers=headers)
 
 
 def _notice(prompt: ChatPrompt, body: ChatCompletionRequest, model: str) -> Response:
