@@ -23,13 +23,12 @@ from app.db import Database, prepare_database
 from app.db.column_types import utcnow
 from app.db.threads import active_thread_counts
 from app.db.users import user_names
-from app.observability import routes as observability_routes
 from app.observability.metrics import ServerMetrics
 from app.observability.refusals import Refusals
 from app.observability.stats_sampler import run_sampler
 from app.observability.stats_window import StatsWindow
-from app.openai.errors import install_error_handlers
-from app.openai.routes import chat, completions, models, responses, tokenize
+from app.openai.error_handlers import install_error_handlers
+from app.openai.routes import chat, completions, models, monitoring, responses, tokenize
 from app.server_settings import ACTIVE_THREAD_MINUTES, ServerSettings
 from app.serving.state import ServerState
 from engine import AsyncLLM, LLMEngine
@@ -115,7 +114,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST", "PUT", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "X-Thread-Id"])
-    for module in (chat, completions, responses, models, tokenize, observability_routes):
+    for module in (chat, completions, responses, models, tokenize, monitoring):
         app.include_router(module.router)
     app.include_router(admin_router)
     return app

@@ -1,5 +1,5 @@
 """A bench run's summary numbers: latency distributions, throughput, ITL around pastes and
-the throughput timeline. Percentiles are app.observability.percentiles', the definition the
+the throughput timeline. Percentiles are app/percentiles.py's, the definition the
 server's /admin/stats uses too."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.observability.percentiles import percentile
+from app.percentiles import percentile
 from loadgen.client import RequestRecord
 
 

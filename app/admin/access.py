@@ -12,7 +12,7 @@ from fastapi import Request
 
 from app.admission.auth import Authenticator, bearer_token, check_throttle, record_auth_failure
 from app.db import verify_admin_token
-from app.openai.errors import APIError
+from app.errors import APIError
 from app.serving.state import ServerState
 
 

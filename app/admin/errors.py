@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from app.db import AlreadyExists, NotFound
-from app.openai.errors import APIError
+from app.errors import APIError
 
 
 @contextmanager

@@ -13,8 +13,8 @@ from app.admin.views import ActiveThread, Plan, Stats, UserShareView
 from app.db import get_effective_policy, list_threads
 from app.db.column_types import utcnow
 from app.db.users import user_names
+from app.errors import unavailable
 from app.observability.sharing import user_ids, user_shares
-from app.openai.errors import unavailable
 from app.server_settings import ACTIVE_THREAD_MINUTES
 from app.serving.state import ServerState
 

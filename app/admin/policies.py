@@ -19,7 +19,7 @@ from app.db.policies import (
     validate_policy_fields,
 )
 from app.db.tables import ON_LIMIT_CHOICES
-from app.openai.errors import APIError
+from app.errors import APIError
 from app.policy.scheduling import PRIORITY_CHOICES
 from app.serving.state import ServerState
 

@@ -27,12 +27,13 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.accounts.accounts import Accounts
-from app.admission.auth import Principal
 from app.admission.concurrency import ConcurrencyLimiter
+from app.admission.decision_error import decision_error
 from app.db import get_effective_policy
+from app.errors import APIError, unavailable
 from app.observability.refusals import Refusals
-from app.openai.errors import APIError, decision_error, unavailable
 from app.policy import EffectivePolicy, SchedulingTags, check_daily_quota, scheduling_tags
+from app.principal import Principal
 
 logger = logging.getLogger("officellm.server")
 

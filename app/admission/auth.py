@@ -20,7 +20,6 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Protocol
 
 from fastapi import Request
@@ -28,7 +27,6 @@ from starlette.concurrency import run_in_threadpool
 
 from app.admission.forwarded_identity import (
     ForwardedIdentityError,
-    FrontEnd,
     Person,
     decide_identity,
 )
@@ -38,28 +36,12 @@ from app.db.forwarded_users import add_forwarded_user, find_forwarded_user, forw
 from app.db.jwt_secrets import SecretUnavailable
 from app.db.keys import KEY_PREFIX
 from app.db.records import AuthenticatedUser
-from app.openai.errors import APIError
+from app.errors import APIError
+from app.principal import FrontEnd, Principal
 
 logger = logging.getLogger("officellm.server")
 
 DESK_USER = "local"
-
-
-@dataclass(frozen=True)
-class Principal:
-    """The authenticated caller. `user` is the name that reaches the engine and metrics.
-
-    Through a front-end key, `front_end` is that key's grant: on the key's own principal (it
-    may speak for others) and on the principal of each person it speaks for, whose `via` is
-    the front end's name ("alice@example.com via open-webui").
-    """
-
-    user: str
-    user_id: int
-    key_id: int | None = None  # the database key used (never the key itself)
-    anonymous: bool = False  # --no-auth
-    front_end: FrontEnd | None = None
-    via: str | None = None
 
 
 class Authenticator(Protocol):
@@ -218,7 +200,7 @@ async def get_principal(request: Request) -> Principal:
     if principal.key_id is not None:
         request.app.state.server.accounts.touch_key(principal.key_id)
     if principal.front_end is not None:
-        # Front ends show error bodies their own way: app/openai/errors.py reads this.
+        # Front ends show error bodies their own way: app/openai/error_handlers.py reads this.
         request.state.front_end = True
     return principal
 

@@ -28,6 +28,8 @@ from urllib.parse import unquote
 
 import jwt
 
+from app.principal import FrontEnd
+
 # Open WebUI's default header names (open_webui/env.py, FORWARD_USER_INFO_HEADER_*), lower-case
 # as HTTP headers compare.
 JWT_HEADER = "x-openwebui-user-jwt"
@@ -45,20 +47,6 @@ CLOCK_SKEW_S = 30
 MAX_VALUE_CHARS = 320
 
 Source = Literal["jwt", "headers", "user"]
-
-
-@dataclass(frozen=True)
-class FrontEnd:
-    """What an authenticated front-end key may do. `jwt_secret` is the secret its JWTs are
-    checked with; `jwt_required` says the key has one, even when it could not be read
-    (`secret_problem`): then nothing it sends is believed."""
-
-    key_id: int
-    user_id: int  # the front end's own user, e.g. "open-webui"
-    name: str
-    jwt_required: bool = False
-    jwt_secret: str | None = None
-    secret_problem: str | None = None
 
 
 @dataclass(frozen=True)

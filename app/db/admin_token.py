@@ -4,7 +4,6 @@ only its owner can read (`admin_token`, beside the database)."""
 from __future__ import annotations
 
 import hmac
-import os
 import secrets
 from pathlib import Path
 
@@ -13,23 +12,9 @@ from sqlalchemy.orm import Session
 from app.db.database import Database
 from app.db.install_settings import ADMIN_TOKEN_HASH, get_setting, set_setting
 from app.db.keys import hash_key
+from app.db.private_file import write_private_file
 
 ADMIN_TOKEN_PREFIX = "ocl-admin-"
-
-
-def _write_private(path: Path, content: str) -> None:
-    # Created with mode 0600 from the start (no window where it is world-readable), under a
-    # temporary name and renamed, so a reader never sees half a token.
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, content.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(tmp, 0o600)  # in case the umask was odd; O_CREAT's mode is already 0600 or less
-    os.replace(tmp, path)
 
 
 def _make_token(db: Database, session: Session) -> Path:
@@ -37,7 +22,8 @@ def _make_token(db: Database, session: Session) -> Path:
     path = db.admin_token_path
     # File first, hash second: a crash in between leaves a file whose token will be replaced
     # at the next start, never a stored hash nobody holds the token for.
-    _write_private(path, raw + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_private_file(path, raw + "\n")
     set_setting(session, ADMIN_TOKEN_HASH, hash_key(raw))
     return path
 

@@ -22,6 +22,8 @@ import secrets
 import threading
 from pathlib import Path
 
+from app.db.private_file import write_private_file
+
 # HS256 is HMAC-SHA256: a key shorter than the hash's 32 bytes weakens it (RFC 7518 §3.2), and
 # PyJWT warns about one. Open WebUI takes whatever string it is given, so we ask for enough.
 MIN_SECRET_CHARS = 32
@@ -91,15 +93,7 @@ class JwtSecretStore:
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.directory, 0o700)
         path = self.path(key_id)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, secret.encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
+        write_private_file(path, secret)
         return fingerprint(secret)
 
     def load(self, key_id: int, stored_fingerprint: str) -> str:

@@ -12,7 +12,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from app.observability.percentiles import percentile
+from app.percentiles import percentile
 from engine import EngineStats
 
 LATENCY_KINDS = ("ttft", "itl", "e2e")

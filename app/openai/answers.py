@@ -258,7 +258,7 @@ class ModelList(WireModel):
 class ErrorDetail(WireModel):
     """OpenAI's error object. `detail` (the message again) is sent only to front-end keys:
     Open WebUI shows an error object's `detail`, and without one its chat window reads
-    "Server connection failed" instead of the sentence (app/openai/errors.py)."""
+    "Server connection failed" instead of the sentence (app/errors.py)."""
 
     omit_unset: ClassVar[frozenset[str]] = frozenset({"detail"})
 

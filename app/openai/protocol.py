@@ -3,14 +3,14 @@ the generation routes' translation to SamplingParams.
 
 Unknown fields are ignored: clients send many. Every field that changes the output is
 honoured or refused with a 400 that says so: response_format, structured_outputs and the
-guided_* fields constrain it (app/openai/output_constraint.py), tools and tool_choice call
-functions (app/openai/tools.py); the legacy functions/function_call are refused.
+guided_* fields constrain it (app/chat/output_constraint.py), tools and tool_choice call
+functions (app/chat/tools.py); the legacy functions/function_call are refused.
 
 Checked once each: pydantic checks types (finite numbers included) and the rules that are
 OpenAI's own (temperature <= 2, at least one message); the ranges of the sampling fields are
 SamplingParams' (engine/sampling_params.BOUNDS), enforced when sampling_params() builds it and
 only shown here, in the JSON schema, so clients and fuzzers see them. Pydantic's errors become
-400s in app/openai/errors.py; a SamplingParamsError becomes one in the route, its field as
+400s in app/openai/error_handlers.py; a SamplingParamsError becomes one in the route, its field as
 `param`.
 """
 
@@ -29,13 +29,13 @@ from pydantic import (
     model_validator,
 )
 
-from app.openai.output_constraint import (
+from app.chat.output_constraint import (
     Constraint,
     ResponseFormat,
     StructuredOutputsRequest,
     request_constraint,
 )
-from app.openai.tools import ChatTool, ToolChoice, ToolRequest, template_message
+from app.chat.tools import ChatTool, ToolChoice, ToolRequest, template_message
 from engine import BOUNDS, SamplingParams, SamplingParamsError, StructuredOutputsParams
 
 # Roles a chat template can render here ("tool": a function's result, after a tool call).
@@ -313,7 +313,7 @@ TokenizeRequest = Annotated[
                                        "the two."),
 ]
 # Pydantic puts the form's tag in the path of an error inside it: no field of the request,
-# so app/openai/errors.py leaves it out of `param`.
+# so app/openai/error_handlers.py leaves it out of `param`.
 UNION_TAGS = frozenset({"TokenizeCompletionRequest", "TokenizeChatRequest"})
 
 

@@ -1,4 +1,4 @@
-"""A chat choice as read by its ChatOutputReader (app/openai/chat_output.py), in the Responses
+"""A chat choice as read by its ChatOutputReader (app/chat/chat_output.py), in the Responses
 API's terms: whole, its output items; streamed, the numbered events that build the same items.
 
 Items come in the order the model writes them: its reasoning, its answer's text, its calls.
@@ -13,7 +13,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from app.openai.chat_output import ChatDeltaParts, ChatMessageParts
+from app.chat.chat_output import ChatDeltaParts, ChatMessageParts
+from app.chat.tool_parsers import ToolCallDelta
 from app.openai.responses_api_models import (
     ContentPartEvent,
     FunctionCallArgumentsDeltaEvent,
@@ -38,7 +39,6 @@ from app.openai.responses_api_models import (
     ResponseStreamEvent,
     ResponseUsage,
 )
-from app.openai.tool_parsers import ToolCallDelta
 
 
 def item_id(prefix: str) -> str:

@@ -28,14 +28,13 @@ from pydantic import (
     model_validator,
 )
 
-from app.openai.output_constraint import (
+from app.chat.output_constraint import (
     Constraint,
     JSONSchemaFormat,
     ResponseFormat,
     format_constraint,
 )
-from app.openai.protocol import bounded
-from app.openai.tools import (
+from app.chat.tools import (
     ChatTool,
     FunctionDefinition,
     NamedFunction,
@@ -43,6 +42,7 @@ from app.openai.tools import (
     ToolRequest,
     template_message,
 )
+from app.openai.protocol import bounded
 from engine import SamplingParams, SamplingParamsError, StructuredOutputsParams
 
 Message = dict[str, Any]
@@ -183,7 +183,7 @@ Input = Annotated[
     _text_or_list(("InputText", "InputItems")),
 ]
 # Pydantic puts these tags in the path of an error inside their branch: no field of the
-# request, so app/openai/errors.py leaves them out of `param`.
+# request, so app/openai/error_handlers.py leaves them out of `param`.
 UNION_TAGS = frozenset({"ContentText", "ContentParts", "InputText", "InputItems",
                         *(model.__name__ for model in _ITEM_TYPES.values())})
 

@@ -1,19 +1,25 @@
-"""What every chat-shaped request does once admitted, whichever API it came by
-(/v1/chat/completions, /v1/responses): its thread, its prompt under every length rule, its
-grammar, and its engine request. One path, so both APIs count, cap and meter alike.
+"""What every chat-shaped request does, whichever API it came by (/v1/chat/completions,
+/v1/responses): the caller it runs as, its admission, its thread, its prompt under every length
+rule, its grammar, its engine request, and the answer's three forms (a policy's notice, a
+stream, one whole answer). One path, so both APIs count, cap and meter alike; each route only
+reads its body and words the answers in its API's shapes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import Request
+from fastapi.responses import Response
 
 from app.admission.admission import Admission
-from app.openai.chat_formats import ChatPlan
+from app.admission.auth import get_caller
+from app.chat.chat_formats import ChatPlan
 from app.policy import chat_thread
-from app.serving.generation import Generation, compile_grammar
+from app.principal import Principal
+from app.serving.generation import Choice, ClientGone, Generation, compile_grammar
 from app.serving.prompt import ChatPrompt, Message
 from app.serving.state import ServerState
 from engine import SamplingParams
@@ -65,3 +71,75 @@ async def start_chat(server: ServerState, request: Request, admission: Admission
                      thread_key=thread.key, turns=prompt.turns, grammar=grammar, kind=plan.kind)
     gen.start()
     return ChatStart(prompt, gen)
+
+
+@dataclass(frozen=True)
+class ChatInput:
+    """A chat-shaped request as its route read it from its body (and refused with a 400 what
+    the body may not ask): the messages, how the served model's formats shape them, the
+    sampling parameters and the served model's name for the answer."""
+
+    messages: list[Message]
+    plan: ChatPlan
+    params: SamplingParams
+    model: str
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """What a route tells the pipeline besides the body it read."""
+
+    endpoint: str  # the API, as admission and the access log name it: "chat", "responses"
+    request_id: str
+    user: str | None  # the request's `user` field
+    stream: bool
+    add_generation_prompt: bool = True
+    template_kwargs: dict[str, Any] | None = None
+
+
+class ChatAnswer(Protocol):
+    """How a route words the outcome of its chat, in its API's shapes."""
+
+    def notice(self, prompt: ChatPrompt) -> Response:
+        """on_limit=notify: the policy's sentence as a normal answer (the engine never ran)."""
+        ...
+
+    def stream(self, gen: Generation, headers: dict[str, str] | None) -> Response:
+        """The streamed answer (an SSE response that closes `gen` however it ends)."""
+        ...
+
+    def whole(self, gen: Generation, choices: list[Choice],
+              headers: dict[str, str] | None) -> Response:
+        """The answer once every choice has finished."""
+        ...
+
+
+async def run_chat(server: ServerState, request: Request, principal: Principal, call: ChatCall,
+                   read: Callable[[], ChatInput],
+                   answer: Callable[[ChatInput], ChatAnswer]) -> Response:
+    """Run one chat-shaped request to its answer: the caller it runs as (a front-end key's
+    person), its body (`read`: 400s before anything is counted), its admission, its start
+    (start_chat) and `answer`'s notice, stream or whole answer. 499 when the client left
+    before its answer (while its grammar compiled, nothing ran)."""
+    # A front-end key's request runs as the person it is for (docs/design.md §5).
+    principal = await get_caller(request, principal, call.user)
+    chat = read()
+    async with server.admission.admit(principal, call.endpoint, chat.params.n) as admission:
+        try:
+            started = await start_chat(
+                server, request, admission, chat.messages, chat.plan, chat.params,
+                request_id=call.request_id, stream=call.stream, user=call.user,
+                add_generation_prompt=call.add_generation_prompt,
+                template_kwargs=call.template_kwargs)
+        except ClientGone:
+            return Response(status_code=499)  # left while its grammar compiled: nothing ran
+        reply = answer(chat)
+        gen = started.generation
+        if gen is None:
+            return reply.notice(started.prompt)
+        if call.stream:
+            return admission.hold(reply.stream(gen, started.headers))
+        choices = await gen.complete(request)
+        if choices is None:
+            return Response(status_code=499)  # nobody is listening; nginx's "client closed"
+        return reply.whole(gen, choices, started.headers)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 from fastapi import Request
 
 from app.admission.admission import Admission
-from app.openai.errors import APIError, invalid_value, unavailable
+from app.errors import APIError, invalid_value, unavailable
 from app.policy import prefix_cache_salt
 from app.serving.state import ServerState
 from engine import (

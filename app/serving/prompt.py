@@ -22,8 +22,9 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from app.admission.admission import Admission
+from app.admission.decision_error import decision_error
+from app.errors import APIError
 from app.observability.refusals import Refusals
-from app.openai.errors import APIError, decision_error
 from app.policy import (
     ChatThread,
     Decision,

@@ -10,14 +10,14 @@ from fastapi import Request
 from app.accounts.accounts import Accounts
 from app.admission.admission import AdmissionControl
 from app.admission.auth_throttle import AuthThrottle
+from app.chat.chat_formats import ChatFormats
+from app.errors import APIError, unavailable
 from app.observability.metrics import ServerMetrics
 from app.observability.refusals import Refusals
 from app.observability.stats_window import StatsWindow
-from app.openai.chat_formats import ChatFormats
-from app.openai.errors import APIError, unavailable
-from app.openai.logprobs import TokenText
 from app.server_settings import ServerSettings
 from app.serving.prompt import LengthLimits, PromptRenderer, Prompts
+from app.serving.token_text import TokenText
 from engine import AsyncLLM, LLMEngine
 
 

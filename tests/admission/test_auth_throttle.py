@@ -6,7 +6,7 @@ import pytest
 
 from app.admission import auth_throttle
 from app.admission.auth_throttle import AuthThrottle
-from app.openai.errors import APIError
+from app.errors import APIError
 
 
 class Clock:

@@ -16,9 +16,9 @@ import pytest
 
 from app.admission.forwarded_identity import (
     ForwardedIdentityError,
-    FrontEnd,
     decide_identity,
 )
+from app.principal import FrontEnd
 
 SECRET = "a-secret-of-more-than-thirty-two-characters"
 PLAIN = FrontEnd(key_id=1, user_id=10, name="open-webui")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.observability.percentiles import percentile
 from app.observability.stats_window import StatsWindow
+from app.percentiles import percentile
 from loadgen import server_metrics, summary
 from loadgen.budget import Budget
 from loadgen.client import RequestRecord

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.observability.percentiles import percentile
 from app.observability.stats_window import StatsWindow
+from app.percentiles import percentile
 from engine import EngineStats
 
 
@@ -36,7 +36,7 @@ def test_latency_percentiles_forget_old_samples() -> None:
         w.observe_latency("itl", i / 1000, now=50.0)
     w.observe_latency("ttft", 9.0, now=1.0)
     lat = w.latency(now=55.0)
-    # Interpolated between the closest ranks (app.observability.percentiles, as `bench`).
+    # Interpolated between the closest ranks (app.percentiles, as `bench`).
     assert lat["itl_p50"] == pytest.approx(0.0505) and lat["itl_p99"] == pytest.approx(0.09901)
     assert lat["ttft_p50"] is None and lat["e2e_p99"] is None and lat["window_s"] == 10
     assert w.latency(now=61.0)["itl_p50"] is None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from app.openai.reasoning_parsers import ParsedReasoning, ReasoningParser
-from app.openai.tool_parsers import ParsedToolOutput, StreamDelta, ToolCall, ToolCallParser
+from app.chat.reasoning_parsers import ParsedReasoning, ReasoningParser
+from app.chat.tool_parsers import ParsedToolOutput, StreamDelta, ToolCall, ToolCallParser
 
 
 def chunkings(text: str) -> Iterable[list[str]]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.openai.chat_output import ChatOutputReader
-from app.openai.reasoning_parsers import reasoning_parser_for
+from app.chat.chat_output import ChatOutputReader
+from app.chat.reasoning_parsers import reasoning_parser_for
+from app.chat.tool_parsers import TOOL_CALL_PARSERS
 from app.openai.responses_api_models import (
     InputTokensDetails,
     OutputTokensDetails,
@@ -19,7 +20,6 @@ from app.openai.responses_api_models import (
     TextConfigEcho,
 )
 from app.openai.responses_output import ResponseEventWriter, output_items
-from app.openai.tool_parsers import TOOL_CALL_PARSERS
 from tests.openai_parsers.streams import chunkings
 
 READER = ChatOutputReader(reasoning_parser_for("qwen3"), TOOL_CALL_PARSERS["hermes"])

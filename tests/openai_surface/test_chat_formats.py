@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from app.openai.chat_formats import ChatFormats
-from app.openai.output_constraint import Constraint
-from app.openai.tools import ChatTool, NamedToolChoice, ToolRequest, template_message
+from app.chat.chat_formats import ChatFormats
+from app.chat.output_constraint import Constraint
+from app.chat.tools import ChatTool, NamedToolChoice, ToolRequest, template_message
 from engine.structured_output import StructuredOutputsParams
 
 WEATHER = ChatTool.model_validate({"type": "function", "function": {

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.admission.auth import DatabaseAuthenticator, DeskAuthenticator
 from app.cli import build_parser
-from app.commands.serve import settings_from_args
+from app.cli.serve import settings_from_args
 from app.db import Database, create_user, disable_user, issue_key, revoke_key
 from app.server import create_app
 from app.server_settings import ServerSettings

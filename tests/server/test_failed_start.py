@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.commands.serve import EXIT_LOAD_FAILED
+from app.cli.serve import EXIT_LOAD_FAILED
 from app.server import create_app
 from app.server_settings import ServerSettings
 from engine import EngineState, LoadFailure

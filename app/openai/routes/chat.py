@@ -5,11 +5,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.admission.auth import Principal, get_caller, get_principal
+from app.admission.auth import get_principal
+from app.chat.chat_formats import ChatPlan
+from app.chat.chat_output import ChatDeltaParts, ChatMessageParts
+from app.errors import invalid_value
 from app.openai.answers import (
     ERROR_RESPONSES,
     AssistantMessage,
@@ -26,14 +30,13 @@ from app.openai.answers import (
     Usage,
     sse_description,
 )
-from app.openai.chat_formats import ChatPlan
-from app.openai.chat_output import ChatDeltaParts, ChatMessageParts
-from app.openai.errors import invalid_value
+from app.openai.error_handlers import error_response
 from app.openai.logprobs import chat_logprobs
 from app.openai.protocol import ChatCompletionRequest
 from app.openai.sse import DONE, SSEResponse, sse
-from app.serving.chat_pipeline import start_chat
-from app.serving.generation import Choice, ClientGone, Generation, RequestFailed
+from app.principal import Principal
+from app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
+from app.serving.generation import Choice, Generation, RequestFailed
 from app.serving.prompt import ChatPrompt
 from app.serving.state import ServerState, admitted_server
 from engine import EngineDeadError
@@ -47,39 +50,46 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            principal: Principal = Depends(get_principal),
                            server: ServerState = Depends(admitted_server)) -> Response:
     """OpenAI's chat completions, streaming or not: admission, the prompt, the engine."""
-    # A front-end key's request runs as the person it is for (docs/design.md §5).
-    principal = await get_caller(request, principal, body.user)
-    try:
-        # Tools, tool_choice and the output constraint decide the grammar and the reading.
-        plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
-        params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
-    except ValueError as exc:
-        raise invalid_value(exc) from exc
-    model = server.resolve_model(body.model)
-    try:
-        messages = plan.messages([m.to_template_dict() for m in body.messages])
-    except ValueError as exc:
-        raise invalid_value(exc) from exc
-    async with server.admission.admit(principal, "chat", params.n) as admission:
+
+    def read() -> ChatInput:
         try:
-            started = await start_chat(
-                server, request, admission, messages, plan, params,
-                request_id=f"chatcmpl-{uuid.uuid4().hex}", stream=body.stream, user=body.user,
-                add_generation_prompt=body.add_generation_prompt,
-                template_kwargs=body.chat_template_kwargs)
-        except ClientGone:
-            return Response(status_code=499)  # left while its grammar compiled: nothing ran
-        gen = started.generation
-        if gen is None:
-            return _notice(started.prompt, body, model)
-        if body.stream:
-            return admission.hold(SSEResponse(_stream(gen, body, model, plan), on_close=gen.close,
-                                              headers=started.headers))
-        choices = await gen.complete(request)
-        if choices is None:
-            return Response(status_code=499)  # nobody is listening; nginx's "client closed"
-        return JSONResponse(_response(gen, choices, body, model, plan).model_dump(),
-                            headers=started.headers)
+            # Tools, tool_choice and the output constraint decide the grammar and the reading.
+            plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
+            params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
+        except ValueError as exc:
+            raise invalid_value(exc) from exc
+        model = server.resolve_model(body.model)
+        try:
+            messages = plan.messages([m.to_template_dict() for m in body.messages])
+        except ValueError as exc:
+            raise invalid_value(exc) from exc
+        return ChatInput(messages, plan, params, model)
+
+    call = ChatCall("chat", f"chatcmpl-{uuid.uuid4().hex}", body.user, body.stream,
+                    body.add_generation_prompt, body.chat_template_kwargs)
+    return await run_chat(server, request, principal, call, read,
+                          lambda chat: _ChatAnswer(body, chat.model, chat.plan))
+
+
+@dataclass(frozen=True)
+class _ChatAnswer:
+    """A chat completion, its chunks, or a policy's notice as an assistant reply."""
+
+    body: ChatCompletionRequest
+    model: str  # the served name the answer reports
+    plan: ChatPlan  # how each choice's text is read: content, reasoning, tool calls
+
+    def notice(self, prompt: ChatPrompt) -> Response:
+        return _notice(prompt, self.body, self.model)
+
+    def stream(self, gen: Generation, headers: dict[str, str] | None) -> Response:
+        return SSEResponse(_stream(gen, self.body, self.model, self.plan), on_close=gen.close,
+                           headers=headers)
+
+    def whole(self, gen: Generation, choices: list[Choice],
+              headers: dict[str, str] | None) -> Response:
+        answer = _response(gen, choices, self.body, self.model, self.plan)
+        return JSONResponse(answer.model_dump(), headers=headers)
 
 
 def _notice(prompt: ChatPrompt, body: ChatCompletionRequest, model: str) -> Response:
@@ -210,7 +220,7 @@ async def _stream(gen: Generation, body: ChatCompletionRequest, model: str,
                         stop_reason=o.stop_reason))
     except (RequestFailed, EngineDeadError) as exc:
         # Headers are sent: the error travels as the last event, in OpenAI's shape.
-        yield sse(gen.failure_error(exc).model())
+        yield sse(error_response(gen.failure_error(exc)))
         return
     if include_usage:
         yield sse(ChatCompletionChunk(id=gen.request_id, created=gen.created, model=model,

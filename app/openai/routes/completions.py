@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.admission.auth import Principal, get_caller, get_principal
+from app.admission.auth import get_caller, get_principal
+from app.errors import invalid_value
 from app.openai.answers import (
     ERROR_RESPONSES,
     Completion,
@@ -18,10 +19,11 @@ from app.openai.answers import (
     Usage,
     sse_description,
 )
-from app.openai.errors import invalid_value
+from app.openai.error_handlers import error_response
 from app.openai.logprobs import completion_logprobs
 from app.openai.protocol import CompletionRequest
 from app.openai.sse import DONE, SSEResponse, sse
+from app.principal import Principal
 from app.serving.generation import Choice, ClientGone, Generation, RequestFailed, compile_grammar
 from app.serving.state import ServerState, admitted_server
 from engine import EngineDeadError
@@ -125,7 +127,7 @@ async def _stream(gen: Generation, body: CompletionRequest, model: str,
                 yield chunk(c.index, o.text, lps, o.finish_reason, o.stop_reason)
     except (RequestFailed, EngineDeadError) as exc:
         # Headers are sent: the error travels as the last event, in OpenAI's shape.
-        yield sse(gen.failure_error(exc).model())
+        yield sse(error_response(gen.failure_error(exc)))
         return
     if include_usage:
         yield sse(CompletionChunk(id=gen.request_id, created=gen.created, model=model,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from app.admission.auth import Principal, get_principal
+from app.admission.auth import get_principal
 from app.openai.answers import ERROR_RESPONSES, ModelCard, ModelList
+from app.principal import Principal
 from app.serving.state import ServerState, admitted_server
 
 router = APIRouter(responses=ERROR_RESPONSES)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.admission.auth import Principal, get_caller, get_principal
+from app.admission.auth import get_principal
+from app.chat.chat_formats import ChatPlan
+from app.chat.chat_output import ChatDeltaParts, ChatMessageParts
+from app.errors import invalid_value
 from app.openai.answers import ERROR_RESPONSES
-from app.openai.chat_formats import ChatPlan
-from app.openai.chat_output import ChatDeltaParts, ChatMessageParts
-from app.openai.errors import invalid_value
 from app.openai.responses_api_models import (
     FunctionToolChoiceEcho,
     FunctionToolEcho,
@@ -32,8 +33,10 @@ from app.openai.responses_api_models import (
 from app.openai.responses_output import ResponseEventWriter, output_items, response_status
 from app.openai.responses_protocol import FunctionToolChoice, ResponsesRequest, UnsupportedField
 from app.openai.sse import SSEResponse, sse
-from app.serving.chat_pipeline import start_chat
-from app.serving.generation import Choice, ClientGone, Generation, RequestFailed
+from app.principal import Principal
+from app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
+from app.serving.generation import Choice, Generation, RequestFailed
+from app.serving.prompt import ChatPrompt
 from app.serving.state import ServerState, admitted_server
 from engine import EngineDeadError, SamplingParams
 
@@ -48,41 +51,52 @@ async def create_response(body: ResponsesRequest, request: Request,
     """OpenAI's Responses API, streaming or not, without stored state: the chat route's
     admission, prompt, length rules, tools, output constraint and engine, answered as a
     response object (or its events)."""
-    # A front-end key's request runs as the person it is for (docs/design.md §5).
-    principal = await get_caller(request, principal, body.user)
-    try:
-        body.check_supported()
-        # Tools, tool_choice and text.format decide the grammar and the reading, as in chat.
-        plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
-        params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
-    except UnsupportedField as exc:
-        raise invalid_value(exc, exc.param) from exc
-    except ValueError as exc:
-        raise invalid_value(exc) from exc
-    model = server.resolve_model(body.model)
-    try:
-        messages = plan.messages(body.messages())
-    except ValueError as exc:
-        raise invalid_value(exc) from exc
-    async with server.admission.admit(principal, "responses", params.n) as admission:
+
+    def read() -> ChatInput:
         try:
-            started = await start_chat(server, request, admission, messages, plan, params,
-                                       request_id=f"resp_{uuid.uuid4().hex}",
-                                       stream=body.stream, user=body.user)
-        except ClientGone:
-            return Response(status_code=499)  # left while its grammar compiled: nothing ran
-        gen = started.generation
-        if gen is None:  # on_limit=notify: the policy's sentence, as the answer
-            return _notice(started.prompt.decision.message or "", body, params, model)
-        response = _in_progress(gen.request_id, gen.created, body, params, model)
-        if body.stream:
-            return admission.hold(SSEResponse(_stream(gen, plan, response), on_close=gen.close,
-                                              headers=started.headers))
-        choices = await gen.complete(request)
-        if choices is None:
-            return Response(status_code=499)  # nobody is listening; nginx's "client closed"
-        return JSONResponse(_completed(gen, choices[0], plan, response).model_dump(),
-                            headers=started.headers)
+            body.check_supported()
+            # Tools, tool_choice and text.format decide the grammar and the reading, as in chat.
+            plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
+            params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
+        except UnsupportedField as exc:
+            raise invalid_value(exc, exc.param) from exc
+        except ValueError as exc:
+            raise invalid_value(exc) from exc
+        model = server.resolve_model(body.model)
+        try:
+            messages = plan.messages(body.messages())
+        except ValueError as exc:
+            raise invalid_value(exc) from exc
+        return ChatInput(messages, plan, params, model)
+
+    call = ChatCall("responses", f"resp_{uuid.uuid4().hex}", body.user, body.stream)
+    return await run_chat(server, request, principal, call, read,
+                          lambda chat: _ResponseAnswer(body, chat))
+
+
+@dataclass(frozen=True)
+class _ResponseAnswer:
+    """A response object, its events, or a policy's notice as the answer."""
+
+    body: ResponsesRequest
+    chat: ChatInput
+
+    def notice(self, prompt: ChatPrompt) -> Response:
+        return _notice(prompt.decision.message or "", self.body, self.chat.params,
+                       self.chat.model)
+
+    def _in_progress(self, gen: Generation) -> ResponseObject:
+        return _in_progress(gen.request_id, gen.created, self.body, self.chat.params,
+                            self.chat.model)
+
+    def stream(self, gen: Generation, headers: dict[str, str] | None) -> Response:
+        return SSEResponse(_stream(gen, self.chat.plan, self._in_progress(gen)),
+                           on_close=gen.close, headers=headers)
+
+    def whole(self, gen: Generation, choices: list[Choice],
+              headers: dict[str, str] | None) -> Response:
+        return JSONResponse(_completed(gen, choices[0], self.chat.plan,
+                                       self._in_progress(gen)).model_dump(), headers=headers)
 
 
 def _in_progress(response_id: str, created: int, body: ResponsesRequest, params: SamplingParams,

@@ -17,15 +17,16 @@ import time
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from app.admission.auth import Principal, get_caller, get_principal
+from app.admission.auth import get_caller, get_principal
+from app.errors import APIError, invalid_value
 from app.openai.answers import ERROR_RESPONSES, DetokenizeResponse, TokenizeResponse
-from app.openai.errors import APIError, invalid_value
 from app.openai.protocol import (
     DetokenizeRequest,
     TokenizeChatRequest,
     TokenizeCompletionRequest,
     TokenizeRequest,
 )
+from app.principal import Principal
 from app.serving.prompt import PromptRenderer
 from app.serving.state import ServerState, admitted_server
 

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from app.commands.db import add_db_argument, format_time, open_db
+from app.cli.db import add_db_argument, format_time, open_db
 from app.db.keys import issue_key, list_keys, revoke_key
 
 

@@ -58,7 +58,7 @@ class CallFormat:
     separator: str
 
 
-# The formats of app/openai/tool_parsers, by parser name.
+# The formats of app/chat/tool_parsers, by parser name.
 CALL_FORMATS = {
     "hermes": CallFormat('<tool_call>\n{{"name": "{name}", "arguments": ', "}\n</tool_call>", "\n"),
     "llama3_json": CallFormat('{{"name": "{name}", "parameters": ', "}", "; "),

@@ -11,11 +11,10 @@ opens no call header is content from that `{` on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from app.openai.tool_parsers.base import ParsedToolOutput, StreamDelta, ToolCall, new_call_id
-from app.openai.tool_parsers.deltas import DeltaBuilder, visible_content
-from app.openai.tool_parsers.json_call import (
+from app.chat.stream_machine import StreamStateMachine
+from app.chat.tool_parsers.base import ParsedToolOutput, StreamDelta, ToolCall, new_call_id
+from app.chat.tool_parsers.deltas import DeltaBuilder, visible_content
+from app.chat.tool_parsers.json_call import (
     WHITESPACE,
     CallHeader,
     ObjectScanner,
@@ -60,35 +59,18 @@ class Llama3JsonToolParser:
         return Llama3JsonStream()
 
 
-class Llama3JsonStream:
-    """A state machine over the text not consumed yet, as HermesStream."""
+class Llama3JsonStream(StreamStateMachine[StreamDelta]):
+    """The opening (whitespace, the tag), then each call's header, its arguments and the rest
+    of its object, the separators between calls, and content once the calls end."""
 
     def __init__(self) -> None:
+        super().__init__(self._start)
         self._out = DeltaBuilder()
-        self._buf = ""
-        self._final = False
-        self._step: Callable[[], bool] = self._start
         self._lead = ""  # what precedes the first call: content too if that call fails
         self._object_end = ObjectScanner()
 
-    def feed(self, delta_text: str) -> StreamDelta:
-        """What `delta_text` adds."""
-        self._buf += delta_text
-        return self._run()
-
-    def finish(self) -> StreamDelta:
-        """The text held back at the end."""
-        self._final = True
-        return self._run()
-
-    def _run(self) -> StreamDelta:
-        while self._step():
-            pass
+    def _take(self) -> StreamDelta:
         return self._out.take()
-
-    def _go(self, step: Callable[[], bool]) -> bool:
-        self._step = step
-        return True
 
     def _start(self) -> bool:
         at = _calls_start(self._buf)

@@ -8,10 +8,8 @@ model was cut short while thinking: everything after the opening is reasoning.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from app.openai.reasoning_parsers.base import ParsedReasoning, ReasoningDelta
-from app.openai.tag_split import split_at_tag
+from app.chat.reasoning_parsers.base import ParsedReasoning, ReasoningDelta
+from app.chat.stream_machine import StreamStateMachine
 
 OPEN, CLOSE = "<think>", "</think>"
 
@@ -39,39 +37,21 @@ class ThinkReasoningParser:
         return ThinkStream(self.opened_in_prompt)
 
 
-class ThinkStream:
-    """A state machine over the text not consumed yet, as the tool call streams."""
+class ThinkStream(StreamStateMachine[ReasoningDelta]):
+    """The opening tag (or none), the reasoning up to `</think>`, then the answer."""
 
     def __init__(self, opened_in_prompt: bool) -> None:
+        super().__init__(self._start)
         self._opened_in_prompt = opened_in_prompt
-        self._buf = ""
-        self._final = False
-        self._step: Callable[[], bool] = self._start
         self._reasoning: list[str] = []
         self._content: list[str] = []
         self._reasoning_sent = False
         self._newlines = ""  # the reasoning's trailing newlines: sent only if more follows
 
-    def feed(self, delta_text: str) -> ReasoningDelta:
-        """What `delta_text` adds."""
-        self._buf += delta_text
-        return self._run()
-
-    def finish(self) -> ReasoningDelta:
-        """The text held back at the end."""
-        self._final = True
-        return self._run()
-
-    def _run(self) -> ReasoningDelta:
-        while self._step():
-            pass
+    def _take(self) -> ReasoningDelta:
         delta = ReasoningDelta("".join(self._reasoning), "".join(self._content))
         self._reasoning, self._content = [], []
         return delta
-
-    def _go(self, step: Callable[[], bool]) -> bool:
-        self._step = step
-        return True
 
     def _start(self) -> bool:
         if self._buf.startswith(OPEN):
@@ -82,7 +62,7 @@ class ThinkStream:
         return self._go(self._thinking if self._opened_in_prompt else self._answer)
 
     def _thinking(self) -> bool:
-        before, self._buf, closed = split_at_tag(self._buf, CLOSE, self._final)
+        before, closed = self._until(CLOSE)
         text = self._newlines + before
         if not self._reasoning_sent:
             text = text.lstrip("\n")

@@ -1,4 +1,8 @@
-"""The `officellm` command: one entry point, subcommands in app/commands/."""
+"""The `officellm` command: one entry point (`app.cli:main`, also `python -m app.cli`), each
+subcommand a module of this package with register(subparsers).
+
+The CLI sits on top: it may import the app, admin_ui and loadgen, and nothing imports it back
+(tests/architecture/test_app_layers.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +12,14 @@ import sys
 
 # Each module has register(subparsers); add new subcommands here.
 COMMAND_MODULES = [
-    "app.commands.plan",
-    "app.commands.serve",
-    "app.commands.db",
-    "app.commands.users",
-    "app.commands.keys",
-    "app.commands.policy",
-    "app.commands.admin",
-    "app.commands.bench",
+    "app.cli.plan",
+    "app.cli.serve",
+    "app.cli.db",
+    "app.cli.users",
+    "app.cli.keys",
+    "app.cli.policy",
+    "app.cli.admin",
+    "app.cli.bench",
 ]
 
 
@@ -36,6 +40,3 @@ def main(argv: list[str] | None = None) -> None:
         code = 2
     sys.exit(code or 0)
 
-
-if __name__ == "__main__":
-    main()

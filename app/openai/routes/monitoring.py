@@ -7,8 +7,9 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from app.admission.auth import Principal, get_principal
-from app.openai.errors import APIError
+from app.admission.auth import get_principal
+from app.errors import APIError
+from app.principal import Principal
 from app.serving.state import ServerState, get_server
 
 router = APIRouter()

@@ -3,8 +3,13 @@ so the same samples give the same p50/p99 in the console and in a bench report.
 
 Linear interpolation between the closest ranks (numpy's default, Excel's PERCENTILE.INC),
 the definition vLLM's serving benchmark reports with (np.percentile), so bench numbers stay
-comparable with theirs. Pure standard library: loadgen (a client) imports it from here; the
-server never imports the load generator.
+comparable with theirs.
+
+Why here, a top-level module of app/ and not in observability/ or loadgen/: it is a leaf
+(pure standard library, importing nothing of the project), so loadgen, a client, shares the
+definition without pulling in any of the server (no app sub-package's __init__ runs), and the
+server shares it without importing the load generator, which only the CLI on top may use
+(tests/architecture/test_app_layers.py holds both to it).
 """
 
 from __future__ import annotations

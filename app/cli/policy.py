@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from app.commands.db import add_db_argument, open_db
+from app.cli.db import add_db_argument, open_db
 from app.db.policies import (
     POLICY_FIELDS,
     clear_policy,

@@ -1,62 +1,21 @@
-"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+"""Every error answered in OpenAI's shape (app/errors.py's APIError), FastAPI's own included:
+a validation error is a 400 naming its field, not FastAPI's 422 with its own body."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.openai.answers import ErrorDetail, ErrorResponse
+from app.errors import APIError
+from app.openai.answers import ErrorResponse
 from app.openai.protocol import UNION_TAGS
 from app.openai.responses_protocol import UNION_TAGS as RESPONSES_UNION_TAGS
-from app.policy.types import Decision
-from engine import SamplingParamsError
 
 logger = logging.getLogger("officellm.server")
-
-_TYPES = {
-    400: "invalid_request_error",
-    401: "invalid_request_error",
-    403: "permission_error",
-    404: "invalid_request_error",
-    405: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "internal_server_error",
-    503: "service_unavailable_error",
-}
-
-
-class APIError(Exception):
-    """An error answered to the client as OpenAI does; raise it anywhere in a route."""
-
-    def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, type: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.code = code
-        self.type = type or _TYPES.get(status, "invalid_request_error")
-        self.headers = headers
-
-    def model(self, for_front_end: bool = False) -> ErrorResponse:
-        extra = {"detail": self.message} if for_front_end else {}
-        return ErrorResponse(error=ErrorDetail(message=self.message, type=self.type,
-                                               param=self.param, code=self.code, **extra))
-
-    def body(self, for_front_end: bool = False) -> dict[str, Any]:
-        """The JSON body: {"error": {"message", "type", "param", "code"}}, plus "detail" for a
-        front end (see `for_front_end`)."""
-        return self.model(for_front_end).model_dump()
-
-    def response(self, for_front_end: bool = False) -> JSONResponse:
-        return JSONResponse(self.body(for_front_end), status_code=self.status,
-                            headers=self.headers)
 
 
 def for_front_end(request: Request) -> bool:
@@ -73,33 +32,9 @@ NOT_JSON = "The request body is not valid JSON."
 _FASTAPI_BODY_ERROR = "There was an error parsing the body"
 
 
-# The OpenAI error code of each policy refusal (a Decision's reason).
-POLICY_ERROR_CODES = {"max_tokens_per_day": "insufficient_quota",
-                      "max_concurrent_requests": "rate_limit_exceeded",
-                      "max_context_tokens": "context_cap_exceeded",
-                      "max_turns": "turn_limit_exceeded"}
-
-
-def decision_error(decision: Decision) -> APIError:
-    """A policy's refusal as the client's error: its status, its sentence, Retry-After."""
-    headers = ({"Retry-After": str(decision.retry_after)} if decision.retry_after is not None
-               else None)
-    return APIError(decision.status, decision.message or "Refused by policy.",
-                    param="messages" if decision.status == 400 else None,
-                    code=POLICY_ERROR_CODES.get(decision.reason or ""), headers=headers)
-
-
-def invalid_value(exc: ValueError, param: str | None = None) -> APIError:
-    """A value the request may not have, as a 400: a SamplingParamsError names its field as
-    `param`; any other ValueError is about `param`."""
-    return APIError(400, str(exc),
-                    param=exc.field if isinstance(exc, SamplingParamsError) else param)
-
-
-def unavailable(message: str, retry_after_s: int) -> APIError:
-    """503 with Retry-After: not ready yet, shutting down, or the engine failed."""
-    return APIError(503, message, code="service_unavailable",
-                    headers={"Retry-After": str(retry_after_s)})
+def error_response(error: APIError) -> ErrorResponse:
+    """The error as its protocol model: the last event of a stream that fails."""
+    return ErrorResponse.model_validate(error.body())
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

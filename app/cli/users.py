@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.commands.db import add_db_argument, format_time, open_db
+from app.cli.db import add_db_argument, format_time, open_db
 from app.db.users import create_user, list_users, set_user_disabled
 
 

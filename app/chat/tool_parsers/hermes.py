@@ -12,12 +12,10 @@ format has no way to escape it), or at the end of the output when the model was 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from app.openai.tag_split import split_at_tag
-from app.openai.tool_parsers.base import ParsedToolOutput, StreamDelta, ToolCall, new_call_id
-from app.openai.tool_parsers.deltas import DeltaBuilder, visible_content
-from app.openai.tool_parsers.json_call import (
+from app.chat.stream_machine import StreamStateMachine
+from app.chat.tool_parsers.base import ParsedToolOutput, StreamDelta, ToolCall, new_call_id
+from app.chat.tool_parsers.deltas import DeltaBuilder, visible_content
+from app.chat.tool_parsers.json_call import (
     CallHeader,
     ObjectScanner,
     Unmatched,
@@ -55,39 +53,17 @@ class HermesToolParser:
         return HermesStream()
 
 
-class HermesStream:
-    """A state machine over the text not consumed yet; each state's step consumes what it can
-    and says whether it moved to another state (so the next one gets its turn at once)."""
+class HermesStream(StreamStateMachine[StreamDelta]):
+    """Text, then each block: a call's header, its arguments and the rest of the block, or a
+    block that is no call, sent verbatim."""
 
     def __init__(self) -> None:
+        super().__init__(self._text)
         self._out = DeltaBuilder()
-        self._buf = ""
-        self._final = False
-        self._step: Callable[[], bool] = self._text
         self._arguments_end = ObjectScanner()
 
-    def feed(self, delta_text: str) -> StreamDelta:
-        """What `delta_text` adds."""
-        self._buf += delta_text
-        return self._run()
-
-    def finish(self) -> StreamDelta:
-        """The text held back at the end."""
-        self._final = True
-        return self._run()
-
-    def _run(self) -> StreamDelta:
-        while self._step():
-            pass
+    def _take(self) -> StreamDelta:
         return self._out.take()
-
-    def _until(self, tag: str) -> tuple[str, bool]:
-        before, self._buf, found = split_at_tag(self._buf, tag, self._final)
-        return before, found
-
-    def _go(self, step: Callable[[], bool]) -> bool:
-        self._step = step
-        return True
 
     def _text(self) -> bool:
         before, found = self._until(START)

@@ -1,1 +1,0 @@
-"""Subcommands of the `officellm` command, one module each, each with register(subparsers)."""
