@@ -16,7 +16,7 @@ from engine.core.scheduler_output import SchedulerOutput
 from engine.loading.model_spec import ModelSpec
 from engine.sampler import Sampler, SamplerOutput
 from engine.structured_output.bitmask import GrammarBitmask
-from kernels.reference import cache_row_width
+from kernels.reference.reference import cache_row_width
 
 if TYPE_CHECKING:
     from engine.cuda_graphs import DecodeGraphs

@@ -37,8 +37,8 @@ from engine.weight_quantization import (
     resolve_quantization,
     time_matmuls,
 )
-from kernels import quant_reference
 from kernels.cpu_features import cpu_features
+from kernels.reference import quant_reference
 
 logger = logging.getLogger("engine")
 

@@ -10,7 +10,7 @@ from engine.kv_plan import KVCacheTooSmallError, size_pool
 from engine.loading.model_spec import ModelSpec
 from engine.memory_profiling import MemoryProfile, kv_budget_bytes, run_dummy_step
 from engine.models.decoder import DecoderModel
-from kernels import reference
+from kernels.reference import reference
 
 
 def test_capture_sizes_cover_every_batch():

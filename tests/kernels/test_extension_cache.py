@@ -1,4 +1,4 @@
-"""The C++ extension build cache (kernels/extension_cache.py): killed builds, sharing, keys.
+"""The C++ extension build cache (kernels/build/extension_cache.py): killed builds, sharing, keys.
 
 A tiny extension (Python's C API only, so it compiles in a second) goes through the same
 cache as the real kernels; the compiler is a wrapper around c++ that logs each compilation
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.extension_cache import ExtensionBuild, compiler_target
+from kernels.build.extension_cache import ExtensionBuild, compiler_target
 
 ANSWER_SOURCE = textwrap.dedent("""\
     #include <Python.h>
@@ -44,7 +44,7 @@ WRAPPER = textwrap.dedent("""\
 LOAD_SCRIPT = textwrap.dedent("""\
     import sys
     from pathlib import Path
-    from kernels.extension_cache import ExtensionBuild
+    from kernels.build.extension_cache import ExtensionBuild
     cache, source, compiler = sys.argv[1:4]
     build = ExtensionBuild(prefix="answer", sources=(Path(source),), cflags=("-O1",),
                            ldflags=(), cache_dir=Path(cache), compiler=compiler)
