@@ -191,7 +191,7 @@ if __name__ == "__main__":
         from kernels import triton_available
 
         if triton_available():
-            from kernels.interpreter_compat import patch_scalar_index
+            from kernels.triton.interpreter_compat import patch_scalar_index
 
             patch_scalar_index()
     main()

@@ -58,7 +58,8 @@ def teacher_forced_logprobs(llm, token_ids: list[int]) -> torch.Tensor:
 def decode_attention_ms(cache_dtype: torch.dtype, spec, chats: int = 16, tokens: int = 1024,
                         block_size: int = 16) -> float | None:
     """Milliseconds of one paged decode-attention call of the C++ kernel (None without it)."""
-    from kernels import cpu_kernels, reference
+    from kernels.build import cpu_kernels
+    from kernels.reference import reference
 
     kernel = cpu_kernels.load()
     if kernel is None:

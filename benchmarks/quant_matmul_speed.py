@@ -2,7 +2,7 @@
 
 One matmul of a 1B-class model (Llama-3.2-1B's fused gate/up: 16,384 x 2,048), at 1, 4 and
 16 rows of x (one user typing, a few, an office batch), timed in each format the C++ kernel
-reads (kernels/cpu_quant_matmul.cpp: Q8_0, Q4_1, Q4_K, Q6_K) against torch's dense float32
+reads (kernels/cpu/quant_matmul.cpp: Q8_0, Q4_1, Q4_K, Q6_K) against torch's dense float32
 and bfloat16 (oneDNN, the weight packed as the engine packs it) on the same weights. Each
 instruction-set path runs in its own process (`--isa native avx2`: OFFICELLM_CPU_ISA caps
 our kernels, ONEDNN_MAX_CPU_ISA and MKL_ENABLE_INSTRUCTIONS torch's), so an AVX-512 machine
@@ -51,18 +51,17 @@ def _best_ms(fn, x: torch.Tensor, repeats: int) -> float:
 def measure(n: int, k: int, rows: list[int], repeats: int) -> dict:
     """This process's path (its OFFICELLM_CPU_ISA): ms per format and per row count."""
     from engine.models import packed_linear
-    from kernels import cpu_kernels
-    from kernels import quant_reference as qr
+    from kernels.build import cpu_kernels
     from kernels.cpu_features import cpu_features
-    from tests.support.k_quant_gguf import QUANTIZERS
+    from kernels.reference import quant_reference as qr
 
     module = cpu_kernels.load()
     if module is None:
         raise SystemExit("the C++ kernels could not be built here (no compiler?)")
     w = torch.randn(n, k, generator=torch.Generator().manual_seed(0)) * 0.05
     blocks = {qr.NAMES[f]: (f, q(w)) for f, q in (
-        (qr.Q8_0, qr.quantize_q8_0), (qr.Q4_1, qr.quantize_q4_1), (qr.Q4_K, QUANTIZERS[qr.Q4_K]),
-        (qr.Q6_K, QUANTIZERS[qr.Q6_K]))}
+        (qr.Q8_0, qr.quantize_q8_0), (qr.Q4_1, qr.quantize_q4_1), (qr.Q4_K, qr.quantize_q4_k),
+        (qr.Q6_K, qr.quantize_q6_k))}
     # In the layout the engine runs them in (the formats the kernel packs, packed at load).
     blocks = {name: (f, module.quant_pack(data, f)) for name, (f, data) in blocks.items()}
     w16 = w.to(torch.bfloat16)

@@ -7,7 +7,7 @@ the bytes per token, twice the tokens in the same pool, with no measurable quali
 every position of its text) and bf16's whole float32 range, so no key can overflow.
 `float32` keeps a float32 cache (the parity tests against transformers pin it). A float32
 engine may also ask for float16. The CPU decode kernel converts on load
-(kernels/cpu_decode_attention.cpp: a shift for bf16, F16C for float16) and the torch
+(kernels/cpu/paged_attention.h: a shift for bf16, F16C for float16) and the torch
 backend casts what it gathers. `fp8_e4m3` (vLLM's `fp8`) and `fp8_e5m2` store one byte per
 value under any compute dtype and on every backend (the C++ decode kernel, the Triton kernels and the torch
 reference all convert on load): half a 16-bit cache, so twice the chats fit. Like vLLM
@@ -15,7 +15,7 @@ without calibrated scales, the values are stored unscaled (scale 1.0), saturatin
 format's largest finite value (448 for e4m3) rather than turning into NaN. `int8` (for GPUs
 without fp8 units, and the most precise one-byte choice) stores each token's head_dim
 values of one KV head as int8 with their own float32 scale (amax / 127) at the end of the row
-(kernels/reference.py: quantize_int8_rows), so 4 bytes per row more than fp8: Qwen2.5-7B
+(kernels/reference/reference.py: quantize_int8_rows), so 4 bytes per row more than fp8: Qwen2.5-7B
 29,568 B/token against fp8's 28,672.
 """
 
@@ -27,7 +27,7 @@ import torch
 
 from engine.dtype_choice import NAMES
 from engine.loading.model_spec import ModelSpec
-from kernels.reference import INT8_SCALE_BYTES
+from kernels.reference.reference import INT8_SCALE_BYTES
 
 FP8_NAMES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn,
              "fp8_e5m2": torch.float8_e5m2}

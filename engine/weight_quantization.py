@@ -1,7 +1,7 @@
 """Which matmul weights stay in low-bit blocks (`--quantization`, vLLM's flag name).
 
 - `gguf`: a GGUF's Q8_0, Q4_0, Q4_1, Q4_K and Q6_K tensors run in their blocks
-  (kernels/cpu_quant_matmul.cpp); a tensor of another type is dequantized, with one WARNING
+  (kernels/cpu/quant_matmul.cpp); a tensor of another type is dequantized, with one WARNING
   naming the type.
 - `int8` / `int4`: a safetensors model's matmul weights are quantized at load, per 32
   weights (int8: Q8_0, a scale per group; int4: Q4_1, a scale and an offset per group).
@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from engine.loading.gguf_tensors import GgufWeights, QuantizedTensor, read_quantized
-from kernels import quant_reference
+from kernels.reference import quant_reference
 
 logger = logging.getLogger("engine.weight_quantization")
 

@@ -287,12 +287,12 @@ else
     fi
 fi
 
-# The CPU engine's C++ kernels (kernels/cpu_kernels.py) are built once per machine; building
+# The CPU engine's C++ kernels (kernels/build/cpu_kernels.py) are built once per machine; building
 # them now spares the first start a minute of "model loading". Without a C++ compiler the
 # engine runs the slower torch path, and says so.
 if [ "$CUDA" != 1 ]; then
     say "building the CPU kernels (once per machine)"
-    "$VENV/bin/python" -c "import sys; from kernels import cpu_kernels; sys.exit(cpu_kernels.load() is None)" \
+    "$VENV/bin/python" -c "import sys; from kernels.build import cpu_kernels; sys.exit(cpu_kernels.load() is None)" \
         || warn "the CPU kernels were not built (no C++ compiler?): the engine will use the slower torch path"
 fi
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from app.admin.views import WhatIfPlan
-from app.openai.errors import APIError
+from app.errors import APIError
 from engine import (
     check_kv_cache_dtype,
     dtype_bytes,

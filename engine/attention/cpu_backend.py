@@ -1,7 +1,7 @@
 """CPU attention: the torch backend, with decodes and short chunks through the C++ kernels.
 
 Decode attention reads each sequence's keys and values straight from the paged cache
-(kernels/cpu_decode_attention.cpp) instead of gathering them into a padded batch first; the
+(kernels/cpu/decode_attention.cpp) instead of gathering them into a padded batch first; the
 gather was a third of a decode step at office context lengths. A prompt chunk over a cached
 history runs through the chunk kernel beside it, whose rows share each key and value they
 load: SDPA pays a fixed cost per chunk for gathering and converting the whole history, which

@@ -1,7 +1,7 @@
 """Which kernel implementations (and attention backend) the model uses on a given device.
 
 `torch` is the reference path (any device, any dtype); `cpu` is torch plus the C++ paged
-decode attention kernel (kernels/cpu_decode_attention.cpp, built on first use); `triton` is
+decode attention kernel (kernels/cpu/decode_attention.cpp, built on first use); `triton` is
 the GPU path. By default the engine picks Triton on CUDA when Triton can be imported, `cpu` on
 the CPU when its kernel builds, else torch; EngineConfig.attention_backend (the
 `attention_backend` argument of engine.LLM; the server has no flag for it) overrides, which
@@ -11,12 +11,12 @@ implements engine.attention.AttentionBackend.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
 
 from engine.attention.backend import AttentionBackend
-from kernels import cpu_kernels, quant_reference, reference, triton_available
+from kernels import triton_available
+from kernels.build import cpu_kernels
+from kernels.ops import KernelOps, kernel_ops
 
 BACKENDS = ("torch", "cpu", "triton")
 
@@ -39,27 +39,11 @@ def backend_for(device: torch.device, requested: str | None = None) -> str:
     return "torch"
 
 
-def ops_for(device: torch.device, backend: str | None = None) -> SimpleNamespace:
+def ops_for(device: torch.device, backend: str | None = None) -> KernelOps:
     """The norm/rotary/activation/quantized-matmul ops the model calls: Triton's, the C++
-    kernels or the references."""
+    kernels or the references (kernels.ops.kernel_ops)."""
     name = backend_for(device, backend)
-    if name == "cpu":
-        from kernels.cpu_ops import make_ops
-
-        return make_ops(cpu_kernels.load())
-    if name == "triton":
-        from kernels import triton_ops as impl  # imported only here: the CPU never needs it
-    else:
-        impl = reference  # type: ignore[assignment]
-    return SimpleNamespace(
-        rms_norm=impl.rms_norm,
-        fused_add_rms_norm=impl.fused_add_rms_norm,
-        apply_rotary=impl.apply_rotary,
-        silu_and_mul=impl.silu_and_mul,
-        # Weights in blocks run on the CPU only (engine/weight_quantization.py).
-        quant_matmul=None if name == "triton" else quant_reference.quant_matmul,
-        quant_pack=None,  # the reference reads GGUF's rows as they are
-    )
+    return kernel_ops(name)
 
 
 def attention_for(device: torch.device, k_caches: list[torch.Tensor],

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention.backend import AttentionMetadata
-from kernels import reference
+from kernels.reference import reference
 
 
 @dataclass

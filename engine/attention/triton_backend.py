@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from engine.attention.backend import AttentionMetadata
-from kernels import triton_ops
-from kernels.triton_decode_attention import default_num_splits
+from kernels.triton import ops as triton_ops
+from kernels.triton.decode_attention import default_num_splits
 
 
 class TritonAttention:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kernels import quant_reference
+from kernels.reference import quant_reference
 
 logger = logging.getLogger("engine.loading.gguf_tensors")
 
@@ -32,7 +32,7 @@ _TOP_NAMES = {"token_embd": "model.embed_tokens", "output": "lm_head"}
 class QuantizedTensor:
     """One weight in GGUF blocks: `data` uint8 [rows, bytes per row] of type `fmt`."""
 
-    fmt: int  # ggml_type id (kernels.quant_reference.Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)
+    fmt: int  # ggml_type id (kernels.reference.quant_reference.Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)
     data: torch.Tensor
     in_features: int
 

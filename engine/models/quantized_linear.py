@@ -1,7 +1,7 @@
 """A linear layer's weight kept in GGUF's blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
 
-The matmul itself is the kernel's (kernels/cpu_quant_matmul.cpp on the CPU backend, the
-torch reference kernels/quant_reference.py on the torch backend): float32 inside, y in x's
+The matmul itself is the kernel's (kernels/cpu/quant_matmul.cpp on the CPU backend, the
+torch reference kernels/reference/quant_reference.py on the torch backend): float32 inside, y in x's
 dtype. A fused weight (q/k/v, gate/up) whose parts are stored in different types (a Q4_K_M
 file mixes them) runs one kernel call per run of rows of one type.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.loading.gguf_tensors import QuantizedTensor
-from kernels import quant_reference
+from kernels.reference import quant_reference
 
 QuantMatmul = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 # (GGUF rows, type) -> the same weight in the layout the matmul reads fastest (or the rows).

@@ -17,7 +17,7 @@ from engine.loading.model_spec import ModelSpec
 from engine.structured_output.bitmask import GrammarBitmask
 from engine.worker.sampler import Sampler
 from engine.worker.sampling_metadata import SamplingMetadata
-from kernels.reference import cache_row_width
+from kernels.reference.reference import cache_row_width
 
 if TYPE_CHECKING:
     from engine.worker.cuda_graphs import DecodeGraphs

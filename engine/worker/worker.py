@@ -37,8 +37,8 @@ from engine.weight_quantization import (
     time_matmuls,
 )
 from engine.worker.model_runner import ModelRunner
-from kernels import quant_reference
 from kernels.cpu_features import cpu_features
+from kernels.reference import quant_reference
 
 logger = logging.getLogger("engine")
 

@@ -24,7 +24,7 @@ from engine.weight_quantization import (
     gguf_blocks,
     resolve_quantization,
 )
-from kernels import quant_reference
+from kernels.reference import quant_reference
 from tests.engine.conftest import make_llm
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, logprobs=2)

@@ -22,7 +22,7 @@ if importlib.util.find_spec("triton") is None:  # the dev extra installs it; say
     collect_ignore = [p.name for p in Path(__file__).parent.glob("test_*.py")
                       if not p.name.startswith("test_cpu_")]
 elif os.environ["TRITON_INTERPRET"] == "1":
-    from kernels.interpreter_compat import patch_scalar_index
+    from kernels.triton.interpreter_compat import patch_scalar_index
 
     patch_scalar_index()
 
@@ -38,10 +38,10 @@ TOLERANCE = {torch.float32: (2e-5, 2e-5), torch.float16: (2e-3, 2e-3),
 
 
 def cpu_build_levels() -> list[tuple[str, object]]:
-    """(test id, kernels.cpu_kernels.BuildLevel): this CPU's own build of the C++ kernels and
+    """(test id, kernels.build.cpu_kernels.BuildLevel): this CPU's own build of the C++ kernels and
     each lower one it can be forced to (OFFICELLM_CPU_ISA), so an AVX-512 machine also tests
     the AVX2 and portable code; a level this CPU lacks is not listed."""
-    from kernels import cpu_kernels
+    from kernels.build import cpu_kernels
     from kernels.cpu_features import cpu_features
 
     native = cpu_kernels.build_level()

@@ -15,9 +15,9 @@ from engine.attention.cpu_backend import CHUNK_KERNEL_MAX_ROWS
 from engine.loading.model_spec import ModelSpec
 from engine.worker.model_runner import ModelRunner, StepBatch
 from engine.worker.sampling_metadata import SamplingMetadata
-from kernels import reference
+from kernels.reference import reference
+from kernels.reference.paged_problems import PagedProblem, make_problem, reference_output, stored_as
 from tests.kernels.conftest import DTYPES, close
-from tests.kernels.paged_inputs import PagedProblem, make_problem, reference_output, stored_as
 
 # Decodes first (one past a block boundary, exact boundary, a first token), then a fresh
 # prefill, chunks after a cached prefix, a one-token chunk that must run as a prefill, and a

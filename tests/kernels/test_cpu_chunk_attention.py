@@ -1,4 +1,4 @@
-"""The C++ CPU chunk attention (kernels/cpu_decode_attention.cpp: paged_chunk_attention): a
+"""The C++ CPU chunk attention (kernels/cpu/chunk_attention.cpp: paged_chunk_attention): a
 prompt chunk's rows over their sequence's paged cache, each row causal, vs the reference."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 import torch
 
-from kernels import cpu_kernels
+from kernels.build import cpu_kernels
+from kernels.reference.paged_problems import make_problem, reference_output, stored_as
 from tests.kernels.conftest import close, cpu_build_levels
-from tests.kernels.paged_inputs import make_problem, reference_output, stored_as
 
 # (context length, chunk rows): one row; a chunk inside one block; chunks that start and end
 # mid-block or on a boundary; the whole sequence as its own chunk; a long history cut into

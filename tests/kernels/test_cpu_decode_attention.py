@@ -1,4 +1,4 @@
-"""The C++ CPU paged decode attention (kernels/cpu_decode_attention.cpp) vs the reference."""
+"""The C++ CPU paged decode attention (kernels/cpu/decode_attention.cpp) vs the reference."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 import torch
 
-from kernels import cpu_kernels
-from kernels.reference import to_cache_dtype
+from kernels.build import cpu_kernels
+from kernels.reference.paged_problems import make_problem, reference_output, stored_as
+from kernels.reference.reference import to_cache_dtype
 from tests.kernels.conftest import close, cpu_build_levels
-from tests.kernels.paged_inputs import make_problem, reference_output, stored_as
 
 # Odd lengths, exact block boundaries (16, 32), one token, one past a boundary, a long one.
 DECODE_LENS = [17, 1, 32, 45, 300]

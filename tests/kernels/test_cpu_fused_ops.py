@@ -1,12 +1,13 @@
-"""The C++ fused per-layer ops (kernels/cpu_fused_ops.cpp) vs kernels/reference.py."""
+"""The C++ fused per-layer ops (kernels/cpu/fused_ops.cpp) vs kernels/reference/reference.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from kernels import cpu_kernels, reference
-from kernels.cpu_ops import make_ops
+from kernels.build import cpu_kernels
+from kernels.ops import kernel_ops
+from kernels.reference import reference
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -16,7 +17,7 @@ def ops():
     module = cpu_kernels.load()
     if module is None:
         pytest.fail("the CPU kernels did not build (is a C++ compiler installed?)")
-    return make_ops(module)
+    return kernel_ops("cpu")
 
 
 def _rand(*shape, dtype, seed=0):

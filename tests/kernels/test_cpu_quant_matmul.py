@@ -1,5 +1,5 @@
-"""The quantized matmul (kernels/cpu_quant_matmul.cpp) equals its torch reference
-(kernels/quant_reference.py) bit for bit on every build level this CPU can run; the lower
+"""The quantized matmul (kernels/cpu/quant_matmul.cpp) equals its torch reference
+(kernels/reference/quant_reference.py) bit for bit on every build level this CPU can run; the lower
 levels are forced (OFFICELLM_CPU_ISA) so an AVX-512 machine also tests the AVX2 and
 portable code, and a level this CPU lacks is not collected."""
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import cpu_kernels
-from kernels import quant_reference as qr
+from kernels.build import cpu_kernels
+from kernels.reference import quant_reference as qr
 from tests.kernels.conftest import cpu_build_levels
 
 FORMATS = [qr.Q8_0, qr.Q4_0, qr.Q4_1, qr.Q4_K, qr.Q6_K]

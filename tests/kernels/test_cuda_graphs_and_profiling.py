@@ -10,7 +10,7 @@ from engine.loading.model_spec import ModelSpec
 from engine.models.decoder import DecoderModel
 from engine.worker.cuda_graphs import capture_sizes
 from engine.worker.memory_profiling import MemoryProfile, kv_budget_bytes, run_dummy_step
-from kernels import reference
+from kernels.reference import reference
 
 
 def test_capture_sizes_cover_every_batch():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.triton_decode_attention import default_num_splits, paged_decode_attention
+from kernels.reference.paged_problems import make_problem, reference_output
+from kernels.triton.decode_attention import default_num_splits, paged_decode_attention
 from tests.kernels.conftest import DTYPES, close
-from tests.kernels.paged_inputs import make_problem, reference_output
 
 # Odd lengths, exact block boundaries (16, 32), one token, and one past a boundary.
 DECODE_LENS = [17, 1, 32, 45]

@@ -53,7 +53,7 @@ def torch_tokens(tiny_qwen3, prompts):
 def test_triton_backend_matches_torch_backend(tiny_qwen3, prompts, torch_tokens):
     engine, tokens = _generate(tiny_qwen3, prompts, "triton", max_num_batched_tokens=16)
     assert isinstance(engine.engine_core.runner.attention, TritonAttention)
-    assert engine.engine_core.model.ops.rms_norm.__module__ == "kernels.triton_norm"
+    assert engine.engine_core.model.ops.rms_norm.__module__ == "kernels.triton.norm"
     assert tokens == torch_tokens
 
 

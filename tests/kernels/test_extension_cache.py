@@ -1,4 +1,4 @@
-"""The C++ extension build cache (kernels/extension_cache.py): killed builds, sharing, keys.
+"""The C++ extension build cache (kernels/build/extension_cache.py): killed builds, sharing, keys.
 
 A tiny extension (Python's C API only, so it compiles in a second) goes through the same
 cache as the real kernels; the compiler is a wrapper around c++ that logs each compilation
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.extension_cache import ExtensionBuild, compiler_target
+from kernels.build.extension_cache import ExtensionBuild, SourceFile, compiler_target
 
 ANSWER_SOURCE = textwrap.dedent("""\
     #include <Python.h>
@@ -44,9 +44,9 @@ WRAPPER = textwrap.dedent("""\
 LOAD_SCRIPT = textwrap.dedent("""\
     import sys
     from pathlib import Path
-    from kernels.extension_cache import ExtensionBuild
+    from kernels.build.extension_cache import ExtensionBuild, SourceFile
     cache, source, compiler = sys.argv[1:4]
-    build = ExtensionBuild(prefix="answer", sources=(Path(source),), cflags=("-O1",),
+    build = ExtensionBuild(prefix="answer", sources=(SourceFile(Path(source)),), cflags=("-O1",),
                            ldflags=(), cache_dir=Path(cache), compiler=compiler)
     print(build.load().answer())
 """)
@@ -129,7 +129,7 @@ def test_a_load_during_a_build_waits_for_it_and_shares_its_result(setup):
 
 
 def _build(source: Path, cache: Path, cflags: tuple[str, ...]) -> ExtensionBuild:
-    return ExtensionBuild(prefix="answer", sources=(source,), cflags=cflags, ldflags=(),
+    return ExtensionBuild(prefix="answer", sources=(SourceFile(source),), cflags=cflags, ldflags=(),
                           cache_dir=cache)
 
 
@@ -140,6 +140,21 @@ def test_the_key_is_stable_and_changes_with_flags_and_sources(setup):
     assert _build(source, cache, ("-O2",)).key() != key
     source.write_text(ANSWER_SOURCE + "// changed\n")
     assert _build(source, cache, ("-O1",)).key() != key
+
+
+def test_the_key_changes_with_a_files_own_flags_and_the_headers(setup):
+    cache, source, _, _ = setup
+    header = source.with_name("answer.h")
+    header.write_text("// a header\n")
+
+    def build(own: tuple[str, ...]) -> ExtensionBuild:
+        return ExtensionBuild(prefix="answer", sources=(SourceFile(source, own),), cflags=("-O1",),
+                              ldflags=(), cache_dir=cache, headers=(header,))
+
+    key = build(()).key()
+    assert build(("-ffast-math",)).key() != key
+    header.write_text("// a header, changed\n")
+    assert build(()).key() != key
 
 
 def test_the_key_spells_out_what_march_native_means_on_this_cpu():

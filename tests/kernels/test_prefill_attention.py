@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.triton_prefill_attention import paged_prefill_attention
+from kernels.reference.paged_problems import make_problem, reference_output
+from kernels.triton.prefill_attention import paged_prefill_attention
 from tests.kernels.conftest import DTYPES, close
-from tests.kernels.paged_inputs import make_problem, reference_output
 
 # One launch, every kind of sequence: a fresh odd-length prefill, a chunk after a cached
 # prefix that ends mid-block, a chunk that starts on a block boundary, and a decode.

@@ -5,8 +5,8 @@ llama.cpp itself stores it without K-quants. This file is the usual download's m
 (Q4_K_M: Q4_K for most matmuls, Q6_K for the value and down projections and the embedding)
 on a 2-layer Llama with hidden size 256, random weights, and the bundled model's tokenizer
 (so transformers can load it and a chat template applies). The quantizers round each
-weight to the nearest level of simple per-block scales: valid blocks in llama.cpp's
-layout (kernels/quant_reference.py's header), not llama.cpp's search for the best scales.
+weight to the nearest level of simple per-block scales (kernels/reference/quant_reference.py's
+quantizers): valid blocks in llama.cpp's layout, not llama.cpp's search for the best scales.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from kernels import quant_reference as qr
+from kernels.reference import quant_reference as qr
 
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS = 256, 512, 2, 4, 2
 HEAD_DIM = HIDDEN // HEADS
@@ -27,67 +27,6 @@ LAYER_TYPES = [
      "ffn_gate": qr.Q4_K, "ffn_up": qr.Q6_K, "ffn_down": qr.Q6_K},
 ]
 EMBEDDING_TYPE = qr.Q6_K  # tied: the output head reads it too
-
-
-def _round(x: torch.Tensor) -> torch.Tensor:
-    return torch.floor(x + 0.5)
-
-
-def _safe_inverse(d: torch.Tensor) -> torch.Tensor:
-    return torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
-
-
-def quantize_q4_k(w: torch.Tensor) -> torch.Tensor:
-    """Float weights [N, K] (K a multiple of 256) -> Q4_K groups uint8 [N, K / 256 * 144]:
-    per 32-weight block 16 levels from min(block, 0) to its maximum, the blocks' scales and
-    mins as 6-bit multiples of the group's fp16 d and dmin."""
-    n = w.shape[0]
-    b = w.float().reshape(n, -1, 8, 32)
-    lo = b.amin(-1).clamp(max=0.0)
-    step = (b.amax(-1) - lo) / 15.0
-    d = (step.amax(-1) / 63.0).to(torch.float16)
-    dmin = ((-lo).amax(-1) / 63.0).to(torch.float16)
-    sc = _round(step * _safe_inverse(d.float()).unsqueeze(-1)).clamp(0, 63).to(torch.uint8)
-    mn = _round(-lo * _safe_inverse(dmin.float()).unsqueeze(-1)).clamp(0, 63).to(torch.uint8)
-    dl = d.float().unsqueeze(-1) * sc.float()
-    ml = dmin.float().unsqueeze(-1) * mn.float()
-    q = _round((b + ml.unsqueeze(-1)) * _safe_inverse(dl).unsqueeze(-1)).clamp(0, 15)
-    q = q.to(torch.uint8)  # [n, g, 8, 32]
-    packed = torch.cat([sc[..., :4] | ((sc[..., 4:] >> 4) << 6),
-                        mn[..., :4] | ((mn[..., 4:] >> 4) << 6),
-                        (sc[..., 4:] & 15) | ((mn[..., 4:] & 15) << 4)], dim=-1)
-    nibbles = (q[:, :, 0::2] | (q[:, :, 1::2] << 4)).reshape(n, -1, 128)
-    raw = torch.cat([d.unsqueeze(-1).view(torch.uint8), dmin.unsqueeze(-1).view(torch.uint8),
-                     packed, nibbles], dim=-1)
-    return raw.reshape(n, -1).contiguous()
-
-
-def quantize_q6_k(w: torch.Tensor) -> torch.Tensor:
-    """Float weights [N, K] (K a multiple of 256) -> Q6_K groups uint8 [N, K / 256 * 210]:
-    per 16 weights a signed scale max|w| / 31 as an int8 multiple of the group's fp16 d,
-    each weight one of 64 levels."""
-    n = w.shape[0]
-    b = w.float().reshape(n, -1, 16, 16)
-    step = b.abs().amax(-1) / 31.0
-    d = (step.amax(-1) / 127.0).to(torch.float16)
-    sc = _round(step * _safe_inverse(d.float()).unsqueeze(-1)).clamp(-128, 127)
-    dl = d.float().unsqueeze(-1) * sc
-    q = (_round(b * _safe_inverse(dl).unsqueeze(-1)).clamp(-32, 31) + 32).to(torch.uint8)
-    g = q.shape[1]
-    q = q.reshape(n, g, 2, 4, 32)  # half, block k of the half, weight l
-    # Per half: 32 bytes holding blocks 0 (low nibbles) and 2 (high), then 1 and 3.
-    low = q & 15
-    ql = torch.stack([low[:, :, :, 0] | (low[:, :, :, 2] << 4),
-                      low[:, :, :, 1] | (low[:, :, :, 3] << 4)], dim=3).reshape(n, g, 128)
-    high = q >> 4
-    qh = (high[:, :, :, 0] | (high[:, :, :, 1] << 2) | (high[:, :, :, 2] << 4)
-          | (high[:, :, :, 3] << 6)).reshape(n, g, 64)
-    raw = torch.cat([ql, qh, sc.to(torch.int8).view(torch.uint8),
-                     d.unsqueeze(-1).view(torch.uint8)], dim=-1)
-    return raw.reshape(n, -1).contiguous()
-
-
-QUANTIZERS = {qr.Q4_K: quantize_q4_k, qr.Q6_K: quantize_q6_k, qr.Q8_0: qr.quantize_q8_0}
 
 
 def write_k_quant_gguf(path: Path, tokenizer_gguf: Path, seed: int = 0) -> Path:
@@ -118,7 +57,7 @@ def write_k_quant_gguf(path: Path, tokenizer_gguf: Path, seed: int = 0) -> Path:
 
     def add_matmul(name: str, rows: int, cols: int, fmt: int, std: float) -> None:
         w = torch.randn(rows, cols, generator=gen) * std
-        writer.add_tensor(name, QUANTIZERS[fmt](w).numpy(), raw_dtype=T(fmt))
+        writer.add_tensor(name, qr.QUANTIZERS[fmt](w).numpy(), raw_dtype=T(fmt))
 
     def add_norm(name: str) -> None:
         writer.add_tensor(name, (1.0 + 0.1 * torch.randn(HIDDEN, generator=gen)).numpy())

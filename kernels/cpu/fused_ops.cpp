@@ -3,9 +3,11 @@
 //
 // Why: in a decode step these run on a few rows each, so torch spends its time in dispatch
 // and in one OpenMP region per elementwise op (about 35 per layer, ~1,000 per step). One
-// pass per operation keeps the numbers identical to kernels/reference.py: every product and
+// pass per operation keeps the numbers identical to kernels/reference/reference.py: every product and
 // sum is rounded to the tensor's dtype where torch rounds it; only RMSNorm's mean of squares
 // is summed in a different order (float32 either way).
+
+#include "entry_points.h"
 
 #include <torch/extension.h>
 

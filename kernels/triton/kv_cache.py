@@ -6,8 +6,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
-from kernels.reference import FP8_DTYPES
+from kernels.reference.reference import FP8_DTYPES
+from kernels.triton.util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
 
 
 @triton.jit
@@ -42,7 +42,7 @@ def _write_kv_kernel(
 
 @triton.jit
 def _store_int8_rows(cache_ptr, row, cols, head_dim, x, mask, row_mask):
-    """x [H, D] as int8 rows with their scale, as kernels.reference.quantize_int8_rows."""
+    """x [H, D] as int8 rows with their scale, as kernels.reference.reference.quantize_int8_rows."""
     xf = x.to(tl.float32)
     amax = tl.max(tl.abs(xf), axis=1)[:, None]
     inv = tl.where(amax > 0, 127.0 / tl.where(amax > 0, amax, 1.0), 0.0)
@@ -61,7 +61,7 @@ def write_kv_cache(
 ) -> None:
     """k/v [T, Hk, D] -> caches [num_blocks, block_size, Hk, W] at flat slots; -1 skipped.
     The caches are in k's dtype, fp8 (stored saturated) or int8 (rows with their scale), as
-    kernels.reference stores them."""
+    kernels.reference.reference stores them."""
     check_last_dim_contiguous(k, v)
     t, hk, d = k.shape
     int8 = check_cache_rows(k_cache, v_cache, d)

@@ -1,35 +1,30 @@
-// Python bindings of the CPU kernels (one extension module: kernels/cpu_kernels.py builds it).
+// Every entry point of the CPU kernels: one declaration each, included by the file that
+// defines it and by bindings.cpp, which exposes them all as one extension module
+// (kernels/build/cpu_kernels.py builds it).
+
+#pragma once
 
 #include <torch/extension.h>
 
+#include <cstdint>
 #include <string>
 #include <tuple>
 
+// decode_attention.cpp
 torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                      torch::Tensor block_tables, torch::Tensor seq_lens,
                                      double scale);
+// chunk_attention.cpp
 torch::Tensor paged_chunk_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                     torch::Tensor block_table, int64_t seq_len, double scale);
+// fused_ops.cpp
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
 std::tuple<torch::Tensor, torch::Tensor> fused_add_rms_norm(torch::Tensor x, torch::Tensor residual,
                                                             torch::Tensor weight, double eps);
 std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Tensor k,
                                                       torch::Tensor cos, torch::Tensor sin);
 torch::Tensor silu_and_mul(torch::Tensor x);
+// quant_matmul.cpp
 torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format);
 torch::Tensor quant_pack(torch::Tensor weight, int64_t format);
 std::string quant_matmul_path();
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("paged_decode_attention", &paged_decode_attention,
-        "Decode attention over the paged KV cache");
-  m.def("paged_chunk_attention", &paged_chunk_attention,
-        "Causal attention of a prompt chunk over its sequence's paged KV cache");
-  m.def("rms_norm", &rms_norm, "RMSNorm over rows");
-  m.def("fused_add_rms_norm", &fused_add_rms_norm, "residual add, then RMSNorm");
-  m.def("apply_rotary", &apply_rotary, "neox rotary embedding of q and k");
-  m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up");
-  m.def("quant_matmul", &quant_matmul, "x W^T over GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weight blocks");
-  m.def("quant_pack", &quant_pack, "GGUF Q8_0/Q4_0/Q4_1 rows in the layout quant_matmul reads fastest");
-  m.def("quant_matmul_path", &quant_matmul_path, "the instruction set quant_matmul was built for");
-}

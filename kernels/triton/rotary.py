@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_util import check_last_dim_contiguous, next_power_of_2
+from kernels.triton.util import check_last_dim_contiguous, next_power_of_2
 
 
 @triton.jit

@@ -1,6 +1,6 @@
 """Fused RMSNorm (optionally with the residual add) in Triton.
 
-Rounding mirrors kernels.reference exactly: the sum of x and the residual is rounded to the
+Rounding mirrors kernels.reference.reference exactly: the sum of x and the residual is rounded to the
 input dtype, the normalized row (computed in float32) is rounded to the input dtype, and only
 then multiplied by the weight, as Hugging Face's Llama/Qwen RMSNorm does.
 """
@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_util import check_last_dim_contiguous, next_power_of_2
+from kernels.triton.util import check_last_dim_contiguous, next_power_of_2
 
 
 @triton.jit

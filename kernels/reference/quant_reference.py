@@ -1,4 +1,4 @@
-"""Torch reference of the quantized matmul (kernels/cpu_quant_matmul.cpp), and the GGUF
+"""Torch reference of the quantized matmul (kernels/cpu/quant_matmul.cpp), and the GGUF
 block formats it reads.
 
 Every format is read as 32-weight blocks of small integers with a float scale per segment
@@ -124,7 +124,7 @@ PACKED_SCALE_BYTES = {Q8_0: 16, Q4_0: 16, Q4_1: 32, Q4_K: 64, Q6_K: 64}
 
 def _unpack_packed(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """unpack of the packed layout (kernels/cpu_quant_matmul.cpp: quant_pack), uint8 [N / 8,
+    """unpack of the packed layout (kernels/cpu/quant_matmul.cpp: quant_pack), uint8 [N / 8,
     nb, bytes]: each block its eight rows' scales, then its quants as vectors whose 32-bit
     lane l holds row l's next four quant bytes (8-bit: one weight each, Q6_K's unsigned;
     4-bit: byte j the weights j and j + 16)."""
@@ -230,3 +230,65 @@ def quantize_q4_1(w: torch.Tensor) -> torch.Tensor:
     raw = torch.cat([d.unsqueeze(-1).view(torch.uint8), m.unsqueeze(-1).view(torch.uint8),
                      nibbles], dim=-1)
     return raw.reshape(w.shape[0], -1).contiguous()
+
+
+def _round(x: torch.Tensor) -> torch.Tensor:
+    return torch.floor(x + 0.5)
+
+
+def _safe_inverse(d: torch.Tensor) -> torch.Tensor:
+    return torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+
+
+def quantize_q4_k(w: torch.Tensor) -> torch.Tensor:
+    """Float weights [N, K] (K a multiple of 256) -> Q4_K groups uint8 [N, K / 256 * 144]:
+    per 32-weight block 16 levels from min(block, 0) to its maximum, the blocks' scales and
+    mins as 6-bit multiples of the group's fp16 d and dmin."""
+    n = w.shape[0]
+    b = w.float().reshape(n, -1, 8, 32)
+    lo = b.amin(-1).clamp(max=0.0)
+    step = (b.amax(-1) - lo) / 15.0
+    d = (step.amax(-1) / 63.0).to(torch.float16)
+    dmin = ((-lo).amax(-1) / 63.0).to(torch.float16)
+    sc = _round(step * _safe_inverse(d.float()).unsqueeze(-1)).clamp(0, 63).to(torch.uint8)
+    mn = _round(-lo * _safe_inverse(dmin.float()).unsqueeze(-1)).clamp(0, 63).to(torch.uint8)
+    dl = d.float().unsqueeze(-1) * sc.float()
+    ml = dmin.float().unsqueeze(-1) * mn.float()
+    q = _round((b + ml.unsqueeze(-1)) * _safe_inverse(dl).unsqueeze(-1)).clamp(0, 15)
+    q = q.to(torch.uint8)  # [n, g, 8, 32]
+    packed = torch.cat([sc[..., :4] | ((sc[..., 4:] >> 4) << 6),
+                        mn[..., :4] | ((mn[..., 4:] >> 4) << 6),
+                        (sc[..., 4:] & 15) | ((mn[..., 4:] & 15) << 4)], dim=-1)
+    nibbles = (q[:, :, 0::2] | (q[:, :, 1::2] << 4)).reshape(n, -1, 128)
+    raw = torch.cat([d.unsqueeze(-1).view(torch.uint8), dmin.unsqueeze(-1).view(torch.uint8),
+                     packed, nibbles], dim=-1)
+    return raw.reshape(n, -1).contiguous()
+
+
+def quantize_q6_k(w: torch.Tensor) -> torch.Tensor:
+    """Float weights [N, K] (K a multiple of 256) -> Q6_K groups uint8 [N, K / 256 * 210]:
+    per 16 weights a signed scale max|w| / 31 as an int8 multiple of the group's fp16 d,
+    each weight one of 64 levels."""
+    n = w.shape[0]
+    b = w.float().reshape(n, -1, 16, 16)
+    step = b.abs().amax(-1) / 31.0
+    d = (step.amax(-1) / 127.0).to(torch.float16)
+    sc = _round(step * _safe_inverse(d.float()).unsqueeze(-1)).clamp(-128, 127)
+    dl = d.float().unsqueeze(-1) * sc
+    q = (_round(b * _safe_inverse(dl).unsqueeze(-1)).clamp(-32, 31) + 32).to(torch.uint8)
+    g = q.shape[1]
+    q = q.reshape(n, g, 2, 4, 32)  # half, block k of the half, weight l
+    # Per half: 32 bytes holding blocks 0 (low nibbles) and 2 (high), then 1 and 3.
+    low = q & 15
+    ql = torch.stack([low[:, :, :, 0] | (low[:, :, :, 2] << 4),
+                      low[:, :, :, 1] | (low[:, :, :, 3] << 4)], dim=3).reshape(n, g, 128)
+    high = q >> 4
+    qh = (high[:, :, :, 0] | (high[:, :, :, 1] << 2) | (high[:, :, :, 2] << 4)
+          | (high[:, :, :, 3] << 6)).reshape(n, g, 64)
+    raw = torch.cat([ql, qh, sc.to(torch.int8).view(torch.uint8),
+                     d.unsqueeze(-1).view(torch.uint8)], dim=-1)
+    return raw.reshape(n, -1).contiguous()
+
+
+# A quantizer per format the K-quant test model and the matmul benchmark write.
+QUANTIZERS = {Q4_K: quantize_q4_k, Q6_K: quantize_q6_k, Q8_0: quantize_q8_0}

@@ -15,8 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
-from kernels.triton_attention_tile import LOG2E, attend_kv_tiles
+from kernels.triton.attention_tile import LOG2E, attend_kv_tiles
+from kernels.triton.util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
 
 MAX_SPLITS = 16
 

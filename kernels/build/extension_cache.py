@@ -1,4 +1,5 @@
-"""A per-machine cache of C++ extension builds that a killed build cannot wedge.
+"""A per-machine cache of C++ extension builds that a killed build cannot wedge, each source
+compiled with flags of its own.
 
 torch.utils.cpp_extension alone builds in a shared directory under a lock *file*: a build
 killed midway (SIGTERM at start-up, a CI timeout) leaves the file behind and every later load,
@@ -14,6 +15,11 @@ other's kernels. Here instead:
 - a build happens in a private directory and only its result, one shared object, is moved
   into place with one rename: a reader sees the whole file or none, and every install with
   the same key loads it without invoking the compiler.
+
+The build itself is a ninja file written here rather than torch.utils.cpp_extension.load,
+whose flags are the same for every source: here a file gets flags of its own (the quantized
+matmul must not get -ffast-math, the attention kernels want it). The flags torch's loader
+would add (its include paths and libraries, the extension's name) are added here too.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+
+from kernels.build.ninja_file import NinjaBuild
 
 logger = logging.getLogger("officellm.kernels")
 
@@ -65,15 +73,25 @@ def compiler_target(compiler: str, cflags: tuple[str, ...]) -> str:
 
 
 @dataclass(frozen=True)
+class SourceFile:
+    """One C++ file of an extension and the flags it alone is compiled with (after the
+    build's own)."""
+
+    path: Path
+    cflags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ExtensionBuild:
     """One C++ extension module, built once per key under `cache_dir`."""
 
     prefix: str  # the module's name is prefix_<key>: a Python identifier
-    sources: tuple[Path, ...]
-    cflags: tuple[str, ...]
+    sources: tuple[SourceFile, ...]
+    cflags: tuple[str, ...]  # every source's
     ldflags: tuple[str, ...]
     cache_dir: Path
     compiler: str = "c++"
+    headers: tuple[Path, ...] = ()  # what the sources include: part of the key
 
     def key(self) -> str:
         """16 hex digits naming everything the built binary depends on."""
@@ -86,7 +104,11 @@ class ExtensionBuild:
         for part in parts:
             digest.update(part.encode() + b"\0")
         for source in self.sources:
-            digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+            digest.update(source.path.name.encode() + b"\0" + source.path.read_bytes() + b"\0")
+            for flag in source.cflags:
+                digest.update(flag.encode() + b"\0")
+        for header in self.headers:
+            digest.update(header.name.encode() + b"\0" + header.read_bytes() + b"\0")
         return digest.hexdigest()[:16]
 
     def load(self) -> ModuleType:
@@ -106,18 +128,15 @@ class ExtensionBuild:
             return self._build(name, key, artifact)
 
     def _build(self, name: str, key: str, artifact: Path) -> ModuleType:
-        from torch.utils import cpp_extension
-
         private = Path(tempfile.mkdtemp(prefix=f".build-{key}-", dir=self.cache_dir))
         try:
-            module = cpp_extension.load(
-                name=name, sources=[str(p) for p in self.sources],
-                build_directory=str(private), extra_cflags=list(self.cflags),
-                extra_ldflags=list(self.ldflags), verbose=False)
             built = private / f"{name}.so"
+            ninja = NinjaBuild(compiler=self.compiler, common_cflags=(*_torch_cflags(name), *self.cflags),
+                               ldflags=(*self.ldflags, *_torch_ldflags()), output=built,
+                               sources=tuple((s.path, s.cflags) for s in self.sources))
+            ninja.run(private)
             os.replace(built, artifact)
-            module.__file__ = str(artifact)  # where it stays; the private copy is gone
-            return module
+            return _import(name, artifact)
         finally:
             shutil.rmtree(private, ignore_errors=True)
 
@@ -125,6 +144,26 @@ class ExtensionBuild:
         """Private build directories left by killed builds (we hold the lock: none is live)."""
         for stale in self.cache_dir.glob(f".build-{key}-*"):
             shutil.rmtree(stale, ignore_errors=True)
+
+
+def _torch_cflags(name: str) -> tuple[str, ...]:
+    """What torch's extension loader compiles every source with: the module's name, torch's
+    and Python's headers, its C++ standard and library ABI, position-independent code."""
+    import torch
+    from torch.utils import cpp_extension
+
+    includes = [*cpp_extension.include_paths(), sysconfig.get_path("include", scheme="posix_prefix")]
+    return (f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+            *(f"-isystem{path}" for path in includes), "-fPIC", "-std=c++20")
+
+
+def _torch_ldflags() -> tuple[str, ...]:
+    """What torch's extension loader links a module with: torch's libraries."""
+    from torch.utils import cpp_extension
+
+    return ("-shared", *(f"-L{path}" for path in cpp_extension.library_paths()),
+            "-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python")
 
 
 def _import(name: str, path: Path) -> ModuleType:

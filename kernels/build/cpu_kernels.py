@@ -1,12 +1,12 @@
-"""The CPU's C++ kernels, built on first use: paged decode attention
-(cpu_decode_attention.cpp), the fused per-layer ops (cpu_fused_ops.cpp) and the quantized
-matmul (cpu_quant_matmul.cpp).
+"""The CPU's C++ kernels (kernels/cpu/), built on first use: paged decode and chunk attention
+(decode_attention.cpp, chunk_attention.cpp), the fused per-layer ops (fused_ops.cpp) and the
+quantized matmul (quant_matmul.cpp and its ISA paths), one module exposed by bindings.cpp.
 
 The instruction set is chosen at run time, never by `-march=native`: `build_level()` reads
 this CPU's flags (kernels.cpu_features, so OFFICELLM_CPU_ISA=avx2 makes an AVX-512 machine
 run the AVX2 code) and names one of three builds, AVX-512 (with VNNI and BF16 where the CPU
 has them), AVX2 + FMA + F16C, or baseline x86-64. Each is compiled once into the user cache
-by kernels/extension_cache.py, which keys it by everything it depends on and survives a
+by kernels/build/extension_cache.py, which keys it by everything it depends on and survives a
 build killed midway; later starts, of any install with the same key, load it in well under a
 second. A cache copied to another CPU loads only the level that CPU can run. Where no C++
 compiler is installed, `load()` returns None, says why in one WARNING, and the engine keeps
@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,19 +25,29 @@ from typing import Any
 
 import platformdirs
 
+from kernels.build.extension_cache import ExtensionBuild, SourceFile
 from kernels.cpu_features import CpuFeatures, cpu_features
-from kernels.extension_cache import ExtensionBuild
 
 logger = logging.getLogger("officellm.kernels")
 
-SOURCES = [Path(__file__).with_name(name) for name in
-           ("cpu_decode_attention.cpp", "cpu_fused_ops.cpp", "cpu_quant_matmul.cpp",
-            "cpu_bindings.cpp")]
+SOURCE_DIR = Path(__file__).parent.parent / "cpu"
 DISABLE_ENV = "OFFICELLM_NO_CPU_KERNELS"
 
 # -ffp-contract=off: a*b + c*d as torch computes it (no fused multiply-add), so the fused
 # ops round exactly where the references do.
-CFLAGS = ("-O3", "-fopenmp", "-ffast-math", "-ffp-contract=off")
+CFLAGS = ("-O3", "-fopenmp", "-ffp-contract=off")
+# Where reassociation and finite math are wanted (the attention's vectorized exp and sums).
+# The quantized matmul never gets it: its float operations keep one fixed order, the
+# reference's (quant_matmul.cpp's header).
+FAST_MATH = ("-ffast-math", "-ffp-contract=off")  # -ffast-math alone would turn contraction on
+SOURCES = (SourceFile(SOURCE_DIR / "decode_attention.cpp", FAST_MATH),
+           SourceFile(SOURCE_DIR / "chunk_attention.cpp", FAST_MATH),
+           SourceFile(SOURCE_DIR / "fused_ops.cpp", FAST_MATH),
+           SourceFile(SOURCE_DIR / "quant_matmul.cpp"),
+           SourceFile(SOURCE_DIR / "bindings.cpp"))
+HEADERS = tuple(SOURCE_DIR / name for name in
+                ("entry_points.h", "paged_attention.h", "quant_matmul_formats.h",
+                 "quant_matmul_avx2.h", "quant_matmul_portable.h"))
 _BASELINE = ("-march=x86-64-v2",)
 _AVX2 = (*_BASELINE, "-mavx2", "-mfma", "-mf16c")
 _AVX512 = (*_AVX2, "-mavx512f", "-mavx512cd", "-mavx512bw", "-mavx512dq", "-mavx512vl")
@@ -93,11 +102,6 @@ def _build(level: BuildLevel) -> Any | None:
         logger.warning("No C++ compiler (%s) found: the CPU kernels are not built and the "
                        "engine uses the slower torch path", compiler)
         return None
-    # The `ninja` wheel puts its binary beside this interpreter, which is not on PATH when
-    # the server runs as .venv/bin/python without an activated environment.
-    bindir = os.path.dirname(sys.executable)
-    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     logger.info("Loading the CPU kernels for %s (built once per machine, ~1 min the first "
                 "time)", level.name)
     try:
@@ -113,6 +117,6 @@ def kernel_build(level: BuildLevel, compiler: str = "c++") -> ExtensionBuild:
     """The build of this package's kernels at `level`, in the user cache
     (OFFICELLM_CACHE_DIR overrides)."""
     root = Path(os.environ.get("OFFICELLM_CACHE_DIR") or platformdirs.user_cache_dir("officellm"))
-    return ExtensionBuild(prefix="officellm_cpu_kernels", sources=tuple(SOURCES),
+    return ExtensionBuild(prefix="officellm_cpu_kernels", sources=SOURCES,
                           cflags=(*CFLAGS, *level.isa_flags), ldflags=("-fopenmp",),
-                          cache_dir=root / "cpu_kernels", compiler=compiler)
+                          cache_dir=root / "cpu_kernels", compiler=compiler, headers=HEADERS)

@@ -1,8 +1,8 @@
 """The inner loop both paged-attention kernels share: online softmax over key/value tiles
 read from the paged cache through one sequence's block table.
 
-The decode kernel (triton_decode_attention.py) and the varlen prefill kernel
-(triton_prefill_attention.py) differ in how they lay out their query rows and which key
+The decode kernel (decode_attention.py) and the varlen prefill kernel
+(prefill_attention.py) differ in how they lay out their query rows and which key
 range a program covers; everything from loading a tile to folding it into the running
 max, sum and accumulator is this one function.
 """
@@ -41,7 +41,7 @@ def attend_kv_tiles(
     tile on (no -inf - -inf NaN); their output is discarded. Without CAUSAL every real key
     is visible (a decode's query is its sequence's last token) and q_pos / row_ok are not read.
     With INT8 each cache row is head_dim int8 values and then their float32 scale
-    (kernels/reference.py: quantize_int8_rows); other caches are rows of head_dim values.
+    (kernels/reference/reference.py: quantize_int8_rows); other caches are rows of head_dim values.
     Returns (acc [ROWS, BLOCK_D], m [ROWS], l [ROWS]) in float32, base-2 log domain: the
     output is acc / l.
     """

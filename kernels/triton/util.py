@@ -19,7 +19,7 @@ def check_last_dim_contiguous(*tensors: torch.Tensor) -> None:
 
 def check_cache_rows(k_cache: torch.Tensor, v_cache: torch.Tensor, head_dim: int) -> bool:
     """Check the KV caches' layout for queries of head_dim; True when they are int8 (rows of
-    head_dim values, then a float32 scale: kernels/reference.py)."""
+    head_dim values, then a float32 scale: kernels/reference/reference.py)."""
     if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
         raise ValueError("KV caches must be contiguous")
     int8 = k_cache.dtype == torch.int8

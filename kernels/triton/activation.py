@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_util import check_last_dim_contiguous
+from kernels.triton.util import check_last_dim_contiguous
 
 BLOCK = 1024
 

@@ -1,155 +1,19 @@
-// y = x W^T with W kept in GGUF's blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K), never dequantized.
-//
-// Why integer dot products: a decode step reads every weight once, so a 4.5-bit weight
-// reads 7x fewer bytes than float32, and at office batch sizes (16-32 rows) the step is also
-// compute-bound, where one AVX2 vpmaddubsw does 32 multiply-adds (an fp32 FMA: 8). The rows
-// of x are therefore quantized first, per 32-value block, to int8 with one float scale
-// (d = max|x| / 127, q = round(x / d)), as llama.cpp does; each (weight block, x block) pair
-// is then an exact integer dot times the two scales. The unsigned formats' offset term (Q4_1,
-// Q4_K) uses the block's float sum of x.
-//
-// Every format is read as 32-weight blocks (kernels/quant_reference.py's header has the
-// layouts): a K-quant's 256 weights are eight such blocks whose scales d * sc are exact in
-// float32, Q6_K's two 16-weight halves each with its own scale (two "segments" of a block;
-// the other formats have one), so no format needs a path of its own past the decoding.
-//
-// Eight weight rows are one vector's eight lanes: the rows' blocks are transposed in
-// registers so that a step's vector holds, in lane l, row l's four weights 4s..4s+3, and one
-// x dword broadcast against it advances eight rows' dots at once; a block's whole dot then
-// sums in integers (exact) before one conversion, one scale product and one add per eight
-// rows. An unsigned-stored signed format (Q4_0's q - 8, Q6_K's q - 32) sums q and subtracts
-// the offset times the x half's integer sum: the same exact integer.
-//
-// Every float operation happens in one fixed order, the same on every path, and
-// kernels/quant_reference.py performs the same operations in torch: the results are equal
-// bit for bit, so greedy output over blocks equals the reference's token for token. The
-// order: for each block in turn, and each of its segments, acc = acc + dot * (d_w * d_x),
-// dot the segment's exact integer dot converted to float, rounding after each product and
-// sum (no fused multiply-add); Q4_1/Q4_K then add the offset term, summed over blocks in
-// block order, of m * sum(x block), each block's sum in quantize_block's order. This file is
-// compiled without -ffast-math's reassociation (the pragma below).
-//
-// Paths, chosen when the module is built (kernels/cpu_kernels.py builds one module per CPU
-// level and loads the one this CPU's flags, after OFFICELLM_CPU_ISA, allow): AVX-512 VNNI
-// (vpdpbusd), AVX2 (vpmaddubsw + vpmaddwd) and portable C++.
+// quant_matmul's AVX2 path (vpmaddubsw + vpmaddwd), and AVX-512 VNNI's (vpdpbusd) where the
+// build has it: x quantized a vector at a time, eight weight rows per tile, and the packed
+// layout of quant_pack. quant_matmul.cpp includes it when the build has AVX2 + FMA + F16C.
 
-#include <torch/extension.h>
+#pragma once
 
-#include <ATen/Parallel.h>
-
-// The sums' order is the contract with the reference (above): no reassociation, no
-// reciprocal approximations, no contraction into fused multiply-adds, whatever flags the
-// other kernels are built with.
-#pragma GCC optimize("no-fast-math", "fp-contract=off")
-
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define OFFICELLM_QMM_AVX2 1
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define OFFICELLM_QMM_VNNI 1
-#endif
-#endif
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <string>
-#include <type_traits>
-#include <vector>
+#include "quant_matmul_formats.h"
 
 namespace {
-
-constexpr int64_t QK = 32;  // weights per block, the unit of every dot here
-// d = max|x| * (1/127), as the reference computes it.
-constexpr float INV127 = 1.f / 127.f;
-
-// GGUF's type ids (ggml_type).
-constexpr int64_t GGML_Q4_0 = 2;
-constexpr int64_t GGML_Q4_1 = 3;
-constexpr int64_t GGML_Q8_0 = 8;
-constexpr int64_t GGML_Q4_K = 12;
-constexpr int64_t GGML_Q6_K = 14;
-
-// Weights per stored group: one block, or a K-quant's 256 (eight blocks).
-constexpr int64_t group_weights(int64_t format) {
-  return format == GGML_Q4_K || format == GGML_Q6_K ? 256
-         : format == GGML_Q4_0 || format == GGML_Q4_1 || format == GGML_Q8_0 ? 32 : 0;
-}
-
-constexpr int64_t group_bytes(int64_t format) {
-  switch (format) {
-    case GGML_Q4_0: return 18;   // fp16 d, 16 bytes of nibbles
-    case GGML_Q4_1: return 20;   // fp16 d, fp16 m, 16 bytes of nibbles
-    case GGML_Q8_0: return 34;   // fp16 d, 32 int8
-    case GGML_Q4_K: return 144;  // fp16 d, fp16 dmin, 12 bytes of 6-bit pairs, 128 of nibbles
-    case GGML_Q6_K: return 210;  // 128 bytes low nibbles, 64 high bit pairs, 16 int8, fp16 d
-    default: return 0;
-  }
-}
-
-// Unsigned integers with a per-block offset (w = d q + m); the others are signed.
-template <int64_t F>
-constexpr bool HAS_OFFSET = F == GGML_Q4_1 || F == GGML_Q4_K;
-
-// Where block b of a row starts its group.
-template <int64_t F>
-inline const uint8_t* group_of(const uint8_t* row, int64_t b) {
-  return row + b / (group_weights(F) / QK) * group_bytes(F);
-}
 
 float half_to_float(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-#if defined(OFFICELLM_QMM_AVX2)
   return _cvtsh_ss(h);
-#else
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal: normalize
-    exp = 113;
-    while (!(mant & 0x400)) {
-      mant <<= 1;
-      --exp;
-    }
-    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-#endif
 }
 
-// x quantized per block: int8 values, the block's scale, its exact float sum (Q4_1's offset)
-// and the integer sums of its two halves (Q4_0's and Q6_K's unsigned storage). Scales and
-// sums are block-major so a tile's x rows are neighbours.
-// Plain buffers, not tensors: a tile reads them through raw pointers (a tensor's data_ptr is
-// an out-of-line call with checks, and was being made per tile).
-struct QuantizedRows {
-  std::vector<int8_t> q;      // [M, K]
-  std::vector<float> d;       // [nb * M]: block b's scale of row m at b * M + m
-  std::vector<float> sum;     // [nb * M], as d
-  std::vector<int32_t> isum;  // [2 * nb * M]: half h of block b of row m at (2b + h) * M + m
-};
-
-// One 32-value block of x quantized: its int8 values, scale d, float sum and the integer
-// sums of its two halves. The float sum's order (the contract with the reference): the four
-// 8-value runs added lane by lane, ((r0 + r1) + r2) + r3, then the eight lanes folded in
-// halves, l + l[4:], then l + l[2:], then l[0] + l[1], the order one vector's adds give.
-struct QuantizedBlock {
-  float d, sum;
-  int32_t halves[2];
-};
-
-#if defined(OFFICELLM_QMM_AVX2)
 inline QuantizedBlock quantize_block(const float* src, int8_t* q) {
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 v[4];
@@ -185,140 +49,6 @@ inline QuantizedBlock quantize_block(const float* src, int8_t* q) {
   out.sum = _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
   return out;
 }
-#else
-inline QuantizedBlock quantize_block(const float* src, int8_t* q) {
-  float amax = 0.f;
-  for (int64_t j = 0; j < QK; ++j) {
-    // No library calls here: they were most of a step's quantizing. Under this file's
-    // optimize pragma GCC does not inline <cmath>'s std:: wrappers (std::fabs, std::fmax,
-    // std::rint), so the rounding below is the builtin (roundss from SSE4.1).
-    const float a = src[j] < 0.f ? -src[j] : src[j];
-    amax = a > amax ? a : amax;
-  }
-  QuantizedBlock out;
-  out.d = amax * INV127;
-  const float id = out.d > 0.f ? 1.f / out.d : 0.f;
-  out.halves[0] = out.halves[1] = 0;
-  for (int64_t j = 0; j < QK; ++j) {
-    q[j] = static_cast<int8_t>(__builtin_rintf(src[j] * id));
-    out.halves[j / (QK / 2)] += q[j];
-  }
-  float lanes[8];
-  for (int l = 0; l < 8; ++l) lanes[l] = ((src[l] + src[8 + l]) + src[16 + l]) + src[24 + l];
-  for (int l = 0; l < 4; ++l) lanes[l] = lanes[l] + lanes[l + 4];
-  for (int l = 0; l < 2; ++l) lanes[l] = lanes[l] + lanes[l + 2];
-  out.sum = lanes[0] + lanes[1];
-  return out;
-}
-#endif
-
-QuantizedRows quantize_rows(const torch::Tensor& x) {
-  const int64_t M = x.size(0), K = x.size(1), nb = K / QK;
-  QuantizedRows out{std::vector<int8_t>(M * K), std::vector<float>(nb * M),
-                    std::vector<float>(nb * M), std::vector<int32_t>(2 * nb * M)};
-  const float* xp = x.data_ptr<float>();
-  int8_t* qp = out.q.data();
-  float* dp = out.d.data();
-  float* sp = out.sum.data();
-  int32_t* ip = out.isum.data();
-  // A block takes a few dozen cycles: a few rows' worth is not worth waking the other threads.
-  at::parallel_for(0, M * nb, 512, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      // Rows are contiguous: block i of the flat [M * nb].
-      const QuantizedBlock blk = quantize_block(xp + i * QK, qp + i * QK);
-      const int64_t b = i % nb, m = i / nb;
-      dp[b * M + m] = blk.d;
-      sp[b * M + m] = blk.sum;
-      ip[2 * b * M + m] = blk.halves[0];
-      ip[(2 * b + 1) * M + m] = blk.halves[1];
-    }
-  });
-  return out;
-}
-
-// One block's float scales: lanes 0-3 and 4-7 (equal but for Q6_K's 16-weight halves) and
-// the offset m of the unsigned formats (0 for the others).
-struct BlockScales {
-  float lo, hi, m;
-};
-
-// Every block's scales of one weight row, decoded once per tile of rows and read by each x
-// row of it (a K-quant's 6-bit packing would otherwise be unpacked once per x tile).
-template <int64_t F>
-void decode_row_scales(const uint8_t* row, int64_t nb, BlockScales* out) {
-  if constexpr (F == GGML_Q4_K) {
-    for (int64_t g = 0; g < nb / 8; ++g) {
-      const uint8_t* grp = row + g * group_bytes(F);
-      const float d = half_to_float(grp), dmin = half_to_float(grp + 2);
-      // Bytes 0-3 and 4-7 hold blocks 0-3's scales and mins in their low six bits; bytes
-      // 8-11 blocks 4-7's low four bits (scale: low nibble, min: high nibble), their top two
-      // bits being the top two of bytes 0-3 (scales) and 4-7 (mins).
-      const uint8_t* s = grp + 4;
-      for (int j = 0; j < 8; ++j) {
-        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        const int mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        BlockScales& o = out[g * 8 + j];
-        o.lo = o.hi = d * static_cast<float>(sc);
-        o.m = -(dmin * static_cast<float>(mn));
-      }
-    }
-  } else if constexpr (F == GGML_Q6_K) {
-    for (int64_t g = 0; g < nb / 8; ++g) {
-      const uint8_t* grp = row + g * group_bytes(F);
-      const float d = half_to_float(grp + 208);
-      const int8_t* sc = reinterpret_cast<const int8_t*>(grp + 192);
-      for (int j = 0; j < 8; ++j) {
-        BlockScales& o = out[g * 8 + j];
-        o.lo = d * static_cast<float>(sc[2 * j]);
-        o.hi = d * static_cast<float>(sc[2 * j + 1]);
-        o.m = 0.f;
-      }
-    }
-  } else {
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* g = row + b * group_bytes(F);
-      BlockScales& o = out[b];
-      o.lo = o.hi = half_to_float(g);
-      o.m = F == GGML_Q4_1 ? half_to_float(g + 2) : 0.f;
-    }
-  }
-}
-
-// Scales of one group of eight weight rows, block-major: block b's eight rows at b * 8, in
-// the lane order of the vectors below (lane l: row l of the group).
-struct GroupScales {
-  std::vector<float> lo, hi, m;  // hi: Q6_K's second 16 weights; m: Q4_1/Q4_K's offsets
-
-  explicit GroupScales(int64_t nb) : lo(nb * 8), hi(nb * 8), m(nb * 8) {}
-
-  template <int64_t F>
-  void decode(const uint8_t* const* rows, int64_t nb, std::vector<BlockScales>& row_scales) {
-    for (int l = 0; l < 8; ++l) {
-      decode_row_scales<F>(rows[l], nb, row_scales.data());
-      for (int64_t b = 0; b < nb; ++b) {
-        lo[b * 8 + l] = row_scales[b].lo;
-        hi[b * 8 + l] = row_scales[b].hi;
-        m[b * 8 + l] = row_scales[b].m;
-      }
-    }
-  }
-};
-
-// Integer sums of x's quantized halves the signed formats stored as unsigned need: Q4_0's
-// q - 8 is summed as q, less 8 times the block's sum of x; Q6_K's q - 32 likewise per half.
-template <int64_t F>
-inline int32_t unsigned_correction(const int32_t* isum, int64_t b, int64_t M, int64_t m,
-                                   int half) {
-  if constexpr (F == GGML_Q4_0) {
-    return 8 * (isum[2 * b * M + m] + isum[(2 * b + 1) * M + m]);
-  } else if constexpr (F == GGML_Q6_K) {
-    return 32 * isum[(2 * b + half) * M + m];
-  } else {
-    return 0;
-  }
-}
-
-#if defined(OFFICELLM_QMM_AVX2)
 
 inline __m256i shift_right_16(__m256i v, int64_t count) {
   return _mm256_srl_epi16(v, _mm_cvtsi32_si128(static_cast<int>(count)));
@@ -846,91 +576,8 @@ void run_packed(const uint8_t* packed, const QuantizedRows& xq, float* y, int64_
   });
 }
 
-#else  // portable C++: the same integers and float operations, one weight row at a time
-
-// Block b's 32 weights as the integers they stand for (Q4_0's q - 8, Q6_K's q - 32).
-template <int64_t F>
-inline void decode_block(const uint8_t* row, int64_t b, int8_t* wq) {
-  const uint8_t* g = group_of<F>(row, b);
-  if constexpr (F == GGML_Q8_0) {
-    std::memcpy(wq, g + 2, QK);
-  } else if constexpr (F == GGML_Q4_K) {
-    const int64_t j = b % 8;
-    const uint8_t* qs = g + 16 + j / 2 * 32;
-    for (int64_t l = 0; l < QK; ++l) wq[l] = static_cast<int8_t>((qs[l] >> (4 * (j % 2))) & 0x0f);
-  } else if constexpr (F == GGML_Q6_K) {
-    const int64_t j = b % 8, half = j / 4, k = j % 4;
-    const uint8_t* ql = g + half * 64 + (k % 2) * 32;
-    const uint8_t* qh = g + 128 + half * 32;
-    for (int64_t l = 0; l < QK; ++l) {
-      const int q = ((ql[l] >> (4 * (k / 2))) & 0x0f) | (((qh[l] >> (2 * k)) & 3) << 4);
-      wq[l] = static_cast<int8_t>(q - 32);
-    }
-  } else {
-    const uint8_t* qs = g + (F == GGML_Q4_1 ? 4 : 2);
-    const int bias = F == GGML_Q4_0 ? 8 : 0;
-    for (int64_t j = 0; j < QK / 2; ++j) {
-      wq[j] = static_cast<int8_t>((qs[j] & 0x0f) - bias);
-      wq[j + QK / 2] = static_cast<int8_t>((qs[j] >> 4) - bias);
-    }
-  }
-}
-
-template <int64_t F>
-void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
-                 int64_t M, int64_t N, int64_t nb, int64_t n0, int64_t n1) {
-  const int8_t* qx = xq.q.data();
-  const float* dx = xq.d.data();
-  const float* sx = xq.sum.data();
-  const int64_t K = nb * QK;
-  constexpr int SEGMENTS = F == GGML_Q6_K ? 2 : 1;  // Q6_K: a scale per 16 weights
-  constexpr int64_t WIDTH = QK / SEGMENTS;
-  int8_t wq[QK];
-  std::vector<BlockScales> scales(nb);
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* row = w + n * row_bytes;
-    decode_row_scales<F>(row, nb, scales.data());
-    for (int64_t m = 0; m < M; ++m) {
-      float acc = 0.f, offset = 0.f;
-      for (int64_t b = 0; b < nb; ++b) {
-        decode_block<F>(row, b, wq);
-        const int8_t* xb = qx + m * K + b * QK;
-        for (int h = 0; h < SEGMENTS; ++h) {
-          int32_t dot = 0;
-          for (int64_t j = h * WIDTH; j < (h + 1) * WIDTH; ++j)
-            dot += static_cast<int32_t>(wq[j]) * xb[j];
-          const float scale = (h == 0 ? scales[b].lo : scales[b].hi) * dx[b * M + m];
-          acc = acc + static_cast<float>(dot) * scale;
-        }
-        if constexpr (HAS_OFFSET<F>) offset = offset + scales[b].m * sx[b * M + m];
-      }
-      y[m * N + n] = HAS_OFFSET<F> ? acc + offset : acc;
-    }
-  }
-}
-
-#endif
-
-template <int64_t F>
-void run(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y, int64_t M,
-         int64_t N, int64_t nb) {
-  // Tasks of whole 8-row groups, so every task but the last runs full tiles.
-  constexpr int64_t G = 8;
-  at::parallel_for(0, (N + G - 1) / G, 4, [&](int64_t begin, int64_t end) {
-    matmul_rows<F>(w, row_bytes, xq, y, M, N, nb, begin * G, std::min(N, end * G));
-  });
-}
-
-}  // namespace
-
-static torch::Tensor float_matmul(const torch::Tensor& x, const torch::Tensor& weight,
-                                  int64_t format);
-
-namespace {
-
 // quant_matmul over quant_pack's layout.
 torch::Tensor packed_matmul(const torch::Tensor& x, const torch::Tensor& packed, int64_t format) {
-#if defined(OFFICELLM_QMM_AVX2)
   const int64_t pb = packed_block_bytes(format);
   TORCH_CHECK(pb > 0 && packed.scalar_type() == torch::kUInt8 && packed.is_contiguous() &&
                   packed.size(2) == pb,
@@ -950,22 +597,10 @@ torch::Tensor packed_matmul(const torch::Tensor& x, const torch::Tensor& packed,
     default: run_packed<GGML_Q8_0>(w, xq, yp, M, N, nb); break;
   }
   return y;
-#else
-  (void)x, (void)format;
-  TORCH_CHECK(false, "this build reads no packed weights (quant_pack returned the rows)");
-  return packed;
-#endif
 }
 
-}  // namespace
-
-// weight: uint8 [N, row bytes] of `format` groups (a GGUF tensor's rows). Returns the packed
-// layout above, uint8 [N / 8, K / 32, packed block bytes], where this build has one for the
-// format and N is a multiple of 8; else `weight` itself (quant_matmul reads both).
-torch::Tensor quant_pack(torch::Tensor weight, int64_t format) {
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kUInt8 && weight.is_contiguous(),
-              "weight must be contiguous uint8 [N, row bytes]");
-#if defined(OFFICELLM_QMM_AVX2)
+// quant_pack's layout of `weight` (see quant_pack), or `weight` itself where there is none.
+torch::Tensor pack_weight(torch::Tensor weight, int64_t format) {
   const int64_t pb = packed_block_bytes(format), N = weight.size(0);
   if (pb == 0 || N % 8 != 0 || N == 0) return weight;
   TORCH_CHECK(weight.size(1) % group_bytes(format) == 0, "weight rows are not whole blocks");
@@ -982,61 +617,13 @@ torch::Tensor quant_pack(torch::Tensor weight, int64_t format) {
     default: pack_groups<GGML_Q8_0>(w, weight.size(1), nb, o, N / 8); break;
   }
   return out;
-#else
-  (void)format;
-  return weight;  // the portable path reads the rows one at a time: nothing to gain
-#endif
 }
 
-// x [M, K] float32, bfloat16 or float16; weight: uint8 [N, K / group weights * group bytes]
-// of `format` groups (a GGUF tensor's rows), or quant_pack's layout of them. Returns [M, N]
-// in x's dtype (computed in float32).
-torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format) {
-  TORCH_CHECK(x.dim() == 2 && at::isFloatingType(x.scalar_type()), "x must be float [M, K]");
-  // A bf16 model's rows: converted here rather than by two more ops in Python per matmul
-  // (a one-row decode step makes 121 of these calls on SmolLM2); float32 inside either way.
-  if (x.scalar_type() != torch::kFloat32) {
-    return float_matmul(x.to(torch::kFloat32), weight, format).to(x.scalar_type());
-  }
-  return float_matmul(x, weight, format);
-}
-
-// quant_matmul of a float32 x.
-static torch::Tensor float_matmul(const torch::Tensor& x, const torch::Tensor& weight,
-                                  int64_t format) {
-  if (weight.dim() == 3) return packed_matmul(x, weight, format);
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kUInt8 && weight.is_contiguous(),
-              "weight must be contiguous uint8 [N, row bytes]");
-  const int64_t gw = group_weights(format);
-  TORCH_CHECK(gw > 0, "no kernel for GGUF type ", format);
-  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
-  TORCH_CHECK(K % gw == 0, "K must be a multiple of ", gw, " for GGUF type ", format);
-  const int64_t nb = K / QK;
-  const int64_t row_bytes = K / gw * group_bytes(format);
-  TORCH_CHECK(weight.size(1) == row_bytes, "weight rows hold ", weight.size(1),
-              " bytes, expected ", row_bytes);
-  torch::Tensor y = torch::empty({M, N}, x.options());
-  if (M == 0 || N == 0) return y;
-  const QuantizedRows xq = quantize_rows(x.contiguous());
-  const uint8_t* w = weight.data_ptr<uint8_t>();
-  float* yp = y.data_ptr<float>();
-  switch (format) {
-    case GGML_Q4_0: run<GGML_Q4_0>(w, row_bytes, xq, yp, M, N, nb); break;
-    case GGML_Q4_1: run<GGML_Q4_1>(w, row_bytes, xq, yp, M, N, nb); break;
-    case GGML_Q4_K: run<GGML_Q4_K>(w, row_bytes, xq, yp, M, N, nb); break;
-    case GGML_Q6_K: run<GGML_Q6_K>(w, row_bytes, xq, yp, M, N, nb); break;
-    default: run<GGML_Q8_0>(w, row_bytes, xq, yp, M, N, nb); break;
-  }
-  return y;
-}
-
-// Which of the paths above this module was built with.
-std::string quant_matmul_path() {
+// The path's name (quant_matmul_path).
 #if defined(OFFICELLM_QMM_VNNI)
-  return "avx512_vnni";
-#elif defined(OFFICELLM_QMM_AVX2)
-  return "avx2";
+constexpr const char* kQuantMatmulPath = "avx512_vnni";
 #else
-  return "portable";
+constexpr const char* kQuantMatmulPath = "avx2";
 #endif
-}
+
+}  // namespace

@@ -13,8 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton_util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
-from kernels.triton_attention_tile import LOG2E, attend_kv_tiles
+from kernels.triton.attention_tile import LOG2E, attend_kv_tiles
+from kernels.triton.util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
 
 
 @triton.jit
@@ -85,7 +85,7 @@ def paged_prefill_attention(
     max_query_len: int | None = None,
     block_n: int = 64,
 ) -> torch.Tensor:
-    """Same contract as kernels.reference.paged_attention. max_query_len (the longest
+    """Same contract as kernels.reference.reference.paged_attention. max_query_len (the longest
     sequence's query count) sizes the grid; it is read from query_start_loc if not given,
     which costs a device sync."""
     check_last_dim_contiguous(q)

@@ -1,0 +1,18 @@
+// Python bindings of the CPU kernels (one extension module: kernels/build/cpu_kernels.py builds it;
+// the entry points are declared in entry_points.h).
+
+#include "entry_points.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("paged_decode_attention", &paged_decode_attention,
+        "Decode attention over the paged KV cache");
+  m.def("paged_chunk_attention", &paged_chunk_attention,
+        "Causal attention of a prompt chunk over its sequence's paged KV cache");
+  m.def("rms_norm", &rms_norm, "RMSNorm over rows");
+  m.def("fused_add_rms_norm", &fused_add_rms_norm, "residual add, then RMSNorm");
+  m.def("apply_rotary", &apply_rotary, "neox rotary embedding of q and k");
+  m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up");
+  m.def("quant_matmul", &quant_matmul, "x W^T over GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weight blocks");
+  m.def("quant_pack", &quant_pack, "GGUF Q8_0/Q4_0/Q4_1 rows in the layout quant_matmul reads fastest");
+  m.def("quant_matmul_path", &quant_matmul_path, "the instruction set quant_matmul was built for");
+}

@@ -1,0 +1,122 @@
+"""KernelOps: the per-layer ops the model calls (norms, rotary, activation, quantized matmul),
+and kernel_ops(), the one place that picks them for a backend: the CPU's compiled kernels,
+Triton's, or the torch references.
+
+On the CPU the compiled fused kernels run where the layout allows and the torch references
+elsewhere (same signatures as kernels/reference/reference.py, same numbers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from kernels.build import cpu_kernels
+from kernels.reference import quant_reference, reference
+
+
+class RmsNorm(Protocol):
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor: ...
+
+
+class FusedAddRmsNorm(Protocol):
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class ApplyRotary(Protocol):
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                 sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class SiluAndMul(Protocol):
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class QuantMatmul(Protocol):
+    """y = x W^T over GGUF blocks of type `fmt` (kernels/reference/quant_reference.py)."""
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, fmt: int, /) -> torch.Tensor: ...
+
+
+class QuantPack(Protocol):
+    """GGUF rows in the layout quant_matmul reads fastest (or the rows themselves)."""
+
+    def __call__(self, weight: torch.Tensor, fmt: int, /) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class KernelOps:
+    """The ops a decoder layer calls, all from one implementation."""
+
+    rms_norm: RmsNorm
+    fused_add_rms_norm: FusedAddRmsNorm
+    apply_rotary: ApplyRotary
+    silu_and_mul: SiluAndMul
+    # Weights in blocks run on the CPU only (engine/weight_quantization.py): None on Triton.
+    quant_matmul: QuantMatmul | None
+    quant_pack: QuantPack | None  # None: quant_matmul reads GGUF's rows as they are
+
+
+def kernel_ops(implementation: str) -> KernelOps:
+    """The ops of `implementation`: "cpu" (the compiled kernels, which must load),
+    "triton" (imports Triton) or "torch" (the references)."""
+    if implementation not in ("cpu", "triton", "torch"):
+        raise ValueError(f"no kernel ops named {implementation!r}")
+    if implementation == "cpu":
+        module = cpu_kernels.load()
+        if module is None:
+            raise RuntimeError("the CPU kernels did not build (see the log); use the torch ops")
+        compiled = _CompiledOps(module)
+        return KernelOps(rms_norm=compiled.rms_norm,
+                         fused_add_rms_norm=compiled.fused_add_rms_norm,
+                         apply_rotary=compiled.apply_rotary, silu_and_mul=compiled.silu_and_mul,
+                         quant_matmul=module.quant_matmul, quant_pack=module.quant_pack)
+    if implementation == "triton":
+        from kernels.triton import ops as triton_ops  # imported only here: the CPU never needs it
+
+        return KernelOps(rms_norm=triton_ops.rms_norm,
+                         fused_add_rms_norm=triton_ops.fused_add_rms_norm,
+                         apply_rotary=triton_ops.apply_rotary,
+                         silu_and_mul=triton_ops.silu_and_mul, quant_matmul=None,
+                         quant_pack=None)
+    return KernelOps(rms_norm=reference.rms_norm, fused_add_rms_norm=reference.fused_add_rms_norm,
+                     apply_rotary=reference.apply_rotary, silu_and_mul=reference.silu_and_mul,
+                     quant_matmul=quant_reference.quant_matmul, quant_pack=None)
+
+
+class _CompiledOps:
+    """The compiled fused kernels of `module` where the tensors' layout allows, the torch
+    references elsewhere."""
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        # Per-head q/k norms (Qwen3) see [T, H, D] views with uneven strides: the reference.
+        if x.dim() == 2 and x.stride(1) == 1 and weight.dtype == x.dtype:
+            return self._module.rms_norm(x, weight, eps)
+        return reference.rms_norm(x, weight, eps)
+
+    def fused_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                           eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.dim() == 2 and x.dtype == residual.dtype == weight.dtype:
+            return self._module.fused_add_rms_norm(x, residual, weight, eps)
+        return reference.fused_add_rms_norm(x, residual, weight, eps)
+
+    def apply_rotary(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                     sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if cos.dtype == torch.float32 and _heads_contiguous(q) and _heads_contiguous(k):
+            return self._module.apply_rotary(q, k, cos, sin)
+        return reference.apply_rotary(q, k, cos, sin)
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2 and x.stride(1) == 1:
+            return self._module.silu_and_mul(x)
+        return reference.silu_and_mul(x)
+
+
+def _heads_contiguous(t: torch.Tensor) -> bool:
+    return t.dim() == 3 and t.stride(2) == 1 and t.stride(1) == t.shape[2]

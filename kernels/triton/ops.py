@@ -1,0 +1,20 @@
+"""The Triton implementations under the reference's names (kernels.ops.kernel_ops picks them).
+Importing this imports Triton, so only the CUDA path (and the kernel tests, under
+TRITON_INTERPRET=1) does."""
+
+from __future__ import annotations
+
+from kernels.triton.activation import silu_and_mul
+from kernels.triton.decode_attention import paged_decode_attention
+from kernels.triton.kv_cache import write_kv_cache
+from kernels.triton.norm import fused_add_rms_norm, rms_norm
+from kernels.triton.prefill_attention import paged_prefill_attention
+from kernels.triton.rotary import apply_rotary
+
+# The reference's varlen entry point: the prefill kernel handles any mix of query lengths.
+paged_attention = paged_prefill_attention
+
+__all__ = [
+    "apply_rotary", "fused_add_rms_norm", "paged_attention", "paged_decode_attention",
+    "paged_prefill_attention", "rms_norm", "silu_and_mul", "write_kv_cache",
+]
