@@ -13,8 +13,8 @@ def main(argv: list[str] | None = None, url: str | None = None,
         print("officellm admin needs the GUI extras: pip install 'officellm[gui]'",
               file=sys.stderr)
         return 2
-    from admin_ui.console_settings import REMOTE, ConsoleSettings
-    from admin_ui.main_window import MainWindow
+    from officellm.admin_ui.console_settings import REMOTE, ConsoleSettings
+    from officellm.admin_ui.main_window import MainWindow
 
     app = QApplication.instance() or QApplication(argv or sys.argv[:1])
     app.setOrganizationName("officellm")

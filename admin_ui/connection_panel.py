@@ -22,9 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from admin_ui.console_settings import LOCAL, REMOTE, ConsoleSettings, read_token_file
-from admin_ui.local_server import LocalServer, ServerRecord
-from admin_ui.workers import run_async
+from officellm.admin_ui.console_settings import LOCAL, REMOTE, ConsoleSettings, read_token_file
+from officellm.admin_ui.local_server import LocalServer, ServerRecord
+from officellm.admin_ui.workers import run_async
 
 WATCH_MS = 1000
 

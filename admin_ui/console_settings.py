@@ -7,8 +7,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
-from admin_ui.local_server import LaunchConfig
-from installer.paths import ADMIN_TOKEN_FILENAME, default_data_dir
+from officellm.admin_ui.local_server import LaunchConfig
+from officellm.installer.paths import ADMIN_TOKEN_FILENAME, default_data_dir
 
 LOCAL, REMOTE = "local", "remote"
 

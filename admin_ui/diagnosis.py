@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from admin_ui.snapshot import StatsSnapshot, UserShare
+from officellm.admin_ui.snapshot import StatsSnapshot, UserShare
 
 # Thresholds in one place so the tests and the docs can name them.
 WINDOW_S = 60.0  # how far back a rule looks

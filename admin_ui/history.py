@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 
-from admin_ui.snapshot import StatsSnapshot
+from officellm.admin_ui.snapshot import StatsSnapshot
 
 # Ten minutes at one snapshot a second: enough for "the last minutes" on the chart and for
 # per-minute rates, small enough to never matter for memory.

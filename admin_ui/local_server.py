@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from installer.paths import ADMIN_TOKEN_FILENAME, DATA_DIR_ENV, default_data_dir
+from officellm.installer.paths import ADMIN_TOKEN_FILENAME, DATA_DIR_ENV, default_data_dir
 
 STATE_FILENAME = "local_server.json"
 
@@ -47,7 +47,7 @@ class LaunchConfig:
     def argv(self) -> list[str]:
         # `python -m app.cli` rather than the `officellm` script: the console's own
         # interpreter always has the package, whether installed or run from a checkout.
-        args = [self.python, "-m", "app.cli", "serve"]
+        args = [self.python, "-m", "officellm.app.cli", "serve"]
         if self.model:
             args.append(self.model)
         args += ["--host", self.host, "--port", str(self.port)]

@@ -8,21 +8,21 @@ import time
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QMainWindow, QSystemTrayIcon, QTabWidget, QVBoxLayout, QWidget
 
-from admin_ui.connection_panel import ConnectionPanel
-from admin_ui.console_settings import ConsoleSettings
-from admin_ui.history import StatsHistory
-from admin_ui.local_server import LocalServer
-from admin_ui.poller import StatsPoller
-from admin_ui.session import AdminSession
-from admin_ui.snapshot import StatsSnapshot
-from admin_ui.tabs.capacity import CapacityTab
-from admin_ui.tabs.dashboard import DashboardTab
-from admin_ui.tabs.diagnosis import DiagnosisTab
-from admin_ui.tabs.policies import PoliciesTab
-from admin_ui.tabs.threads import ThreadsTab
-from admin_ui.tabs.users import UsersTab
-from admin_ui.tray import ConsoleTray
-from admin_ui.widgets.status_banner import DOWN, IDLE, UP, StatusBanner
+from officellm.admin_ui.connection_panel import ConnectionPanel
+from officellm.admin_ui.console_settings import ConsoleSettings
+from officellm.admin_ui.history import StatsHistory
+from officellm.admin_ui.local_server import LocalServer
+from officellm.admin_ui.poller import StatsPoller
+from officellm.admin_ui.session import AdminSession
+from officellm.admin_ui.snapshot import StatsSnapshot
+from officellm.admin_ui.tabs.capacity import CapacityTab
+from officellm.admin_ui.tabs.dashboard import DashboardTab
+from officellm.admin_ui.tabs.diagnosis import DiagnosisTab
+from officellm.admin_ui.tabs.policies import PoliciesTab
+from officellm.admin_ui.tabs.threads import ThreadsTab
+from officellm.admin_ui.tabs.users import UsersTab
+from officellm.admin_ui.tray import ConsoleTray
+from officellm.admin_ui.widgets.status_banner import DOWN, IDLE, UP, StatusBanner
 
 
 class MainWindow(QMainWindow):

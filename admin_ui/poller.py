@@ -11,8 +11,8 @@ import threading
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from admin_ui.admin_client import AdminClient, AdminError
-from admin_ui.snapshot import StatsSnapshot
+from officellm.admin_ui.admin_client import AdminClient, AdminError
+from officellm.admin_ui.snapshot import StatsSnapshot
 
 
 class StatsPoller(QObject):

@@ -7,8 +7,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from admin_ui.admin_client import AdminClient
-from admin_ui.workers import Task, run_async
+from officellm.admin_ui.admin_client import AdminClient
+from officellm.admin_ui.workers import Task, run_async
 
 
 class AdminSession(QObject):

@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from engine import SamplingParamsError
+from officellm.engine import SamplingParamsError
 
 _TYPES = {
     400: "invalid_request_error",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from app.server_settings import ServerSettings
+from officellm.app.server_settings import ServerSettings
 
 
 @dataclass(frozen=True)

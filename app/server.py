@@ -13,25 +13,25 @@ from datetime import timedelta
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app.accounts.accounts import Accounts
-from app.admin import router as admin_router
-from app.admission.admission import AdmissionControl
-from app.admission.auth import ForwardedPeople, make_authenticator
-from app.admission.auth_throttle import AuthThrottle
-from app.admission.body_limit import BodySizeLimit
-from app.db import Database, prepare_database
-from app.db.column_types import utcnow
-from app.db.threads import active_thread_counts
-from app.db.users import user_names
-from app.observability.metrics import ServerMetrics
-from app.observability.refusals import Refusals
-from app.observability.stats_sampler import run_sampler
-from app.observability.stats_window import StatsWindow
-from app.openai.error_handlers import install_error_handlers
-from app.openai.routes import chat, completions, models, monitoring, responses, tokenize
-from app.server_settings import ACTIVE_THREAD_MINUTES, ServerSettings
-from app.serving.state import ServerState
-from engine import AsyncLLM, LLMEngine
+from officellm.app.accounts.accounts import Accounts
+from officellm.app.admin import router as admin_router
+from officellm.app.admission.admission import AdmissionControl
+from officellm.app.admission.auth import ForwardedPeople, make_authenticator
+from officellm.app.admission.auth_throttle import AuthThrottle
+from officellm.app.admission.body_limit import BodySizeLimit
+from officellm.app.db import Database, prepare_database
+from officellm.app.db.column_types import utcnow
+from officellm.app.db.threads import active_thread_counts
+from officellm.app.db.users import user_names
+from officellm.app.observability.metrics import ServerMetrics
+from officellm.app.observability.refusals import Refusals
+from officellm.app.observability.stats_sampler import run_sampler
+from officellm.app.observability.stats_window import StatsWindow
+from officellm.app.openai.error_handlers import install_error_handlers
+from officellm.app.openai.routes import chat, completions, models, monitoring, responses, tokenize
+from officellm.app.server_settings import ACTIVE_THREAD_MINUTES, ServerSettings
+from officellm.app.serving.state import ServerState
+from officellm.engine import AsyncLLM, LLMEngine
 
 logger = logging.getLogger("officellm.server")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine import EngineConfig
+from officellm.engine import EngineConfig
 
 # A thread counts as active (/admin/stats, officellm:active_threads) while its user is
 # plausibly still reading or typing.

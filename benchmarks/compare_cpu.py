@@ -34,10 +34,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.machine import cpu_description, isa_caps  # noqa: E402
-from loadgen import plot, report  # noqa: E402
-from loadgen.local_server import Server, free_port  # noqa: E402
-from loadgen.runner import Target, run_bench  # noqa: E402
-from loadgen.scenarios import ScenarioConfig  # noqa: E402
+from officellm.loadgen import plot, report  # noqa: E402
+from officellm.loadgen.local_server import Server, free_port  # noqa: E402
+from officellm.loadgen.runner import Target, run_bench  # noqa: E402
+from officellm.loadgen.scenarios import ScenarioConfig  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 # officellm's start-up lines kept with the numbers: the dtype chosen (and why), the KV cache's
@@ -72,7 +72,7 @@ def make_servers(args: argparse.Namespace, gguf: Path, tmp: Path) -> list[Server
     slots = max(args.users)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=str(REPO))
-    officellm = Server("officellm", [sys.executable, "-m", "app.cli", "serve", str(gguf),
+    officellm = Server("officellm", [sys.executable, "-m", "officellm.app.cli", "serve", str(gguf),
                                      "--port", "0", "--no-auth", "--db", str(tmp / "o.db"),
                                      "--max-num-seqs", str(slots),
                                      "--max-model-len", str(args.ctx_per_slot),
@@ -111,7 +111,7 @@ def startup_lines(log: str) -> list[str]:
 
 
 def run_all(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    from engine.loading.model_loader import bundled_model_path
+    from officellm.engine.loading.model_loader import bundled_model_path
 
     gguf = Path(bundled_model_path())
     tmp = Path(tempfile.mkdtemp(prefix="cpu-compare-"))

@@ -188,10 +188,10 @@ if __name__ == "__main__":
     # Triton reads this when kernels are decorated: decide before anything imports them.
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        from kernels import triton_available
+        from officellm.kernels.triton import triton_available
 
         if triton_available():
-            from kernels.triton.interpreter_compat import patch_scalar_index
+            from officellm.kernels.triton.interpreter_compat import patch_scalar_index
 
             patch_scalar_index()
     main()

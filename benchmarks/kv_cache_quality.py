@@ -36,7 +36,7 @@ TEXT = Path(__file__).parent / "data" / "kv_quality_text.txt"
 @torch.inference_mode()
 def teacher_forced_logprobs(llm, token_ids: list[int]) -> torch.Tensor:
     """[len - 1, vocab] log-probabilities of each next token, the text fed as decodes."""
-    from engine.attention.backend import AttentionMetadata
+    from officellm.engine.attention.backend import AttentionMetadata
 
     core = llm.llm_engine.engine_core
     runner, model = core.runner, core.model
@@ -58,8 +58,8 @@ def teacher_forced_logprobs(llm, token_ids: list[int]) -> torch.Tensor:
 def decode_attention_ms(cache_dtype: torch.dtype, spec, chats: int = 16, tokens: int = 1024,
                         block_size: int = 16) -> float | None:
     """Milliseconds of one paged decode-attention call of the C++ kernel (None without it)."""
-    from kernels.build import cpu_kernels
-    from kernels.reference import reference
+    from officellm.kernels.build import cpu_kernels
+    from officellm.kernels.reference import reference
 
     kernel = cpu_kernels.load()
     if kernel is None:
@@ -96,9 +96,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS / "kv_cache_quality.json")
     args = ap.parse_args()
 
-    from engine import LLM
-    from engine.kv_cache_dtype import kv_dtype_name
-    from engine.loading.model_loader import resolve_model_dir
+    from officellm.engine import LLM
+    from officellm.engine.kv_cache_dtype import kv_dtype_name
+    from officellm.engine.loading.model_loader import resolve_model_dir
 
     model_dir = resolve_model_dir(None)
     runs: dict[str, dict] = {}

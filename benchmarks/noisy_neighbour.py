@@ -41,10 +41,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.machine import cpu_description  # noqa: E402
-from loadgen import report  # noqa: E402
-from loadgen.local_server import Server, free_port  # noqa: E402
-from loadgen.runner import Target, run_bench  # noqa: E402
-from loadgen.scenarios import ScenarioConfig  # noqa: E402
+from officellm.loadgen import report  # noqa: E402
+from officellm.loadgen.local_server import Server, free_port  # noqa: E402
+from officellm.loadgen.runner import Target, run_bench  # noqa: E402
+from officellm.loadgen.scenarios import ScenarioConfig  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 BYTES_PER_TOKEN = 46080  # SmolLM2-135M in float32 (the CPU's dtype): 2 x 30 x 3 x 64 x 4
@@ -73,7 +73,7 @@ def start_server(args: argparse.Namespace, policy: str, keys: list[str], tmp: Pa
                PYTHONPATH=str(REPO))
     port = free_port()
     pool = args.kv_tokens * BYTES_PER_TOKEN
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port),
+    cmd = [sys.executable, "-m", "officellm.app.cli", "serve", "--port", str(port),
            "--db", str(tmp / f"{policy}-{port}.db"), "--profile", "office",
            "--scheduling-policy", policy, "--dtype", "float32", "--kv-cache-memory", str(pool),
            "--max-model-len", str(args.max_model_len), "--log-level", "warning"]

@@ -37,7 +37,7 @@ TOPICS = ["the water cycle", "office coffee etiquette", "how a KV cache works", 
 
 
 def make_workload(n: int, seed: int, tokenizer) -> tuple[list[list[int]], list[int]]:
-    from engine.llm import apply_chat_template
+    from officellm.engine.llm import apply_chat_template
 
     rng = random.Random(seed)
     prompts, lengths = [], []
@@ -51,7 +51,7 @@ def make_workload(n: int, seed: int, tokenizer) -> tuple[list[list[int]], list[i
 
 
 def run_engine(model_dir: Path, dtype: str, prompts, lengths, threads: int) -> dict:
-    from engine import LLM, SamplingParams
+    from officellm.engine import LLM, SamplingParams
 
     llm = LLM(str(model_dir), dtype=dtype, kv_cache_memory="2GiB", num_threads=threads)
     llm.generate([prompts[0]], SamplingParams(max_tokens=4, temperature=0))  # warm-up
@@ -124,7 +124,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from engine.loading.model_loader import resolve_model_dir
+    from officellm.engine.loading.model_loader import resolve_model_dir
 
     threads = args.threads
     torch.set_num_threads(threads)

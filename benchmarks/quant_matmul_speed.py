@@ -50,10 +50,10 @@ def _best_ms(fn, x: torch.Tensor, repeats: int) -> float:
 
 def measure(n: int, k: int, rows: list[int], repeats: int) -> dict:
     """This process's path (its OFFICELLM_CPU_ISA): ms per format and per row count."""
-    from engine.models import packed_linear
-    from kernels.build import cpu_kernels
-    from kernels.cpu_features import cpu_features
-    from kernels.reference import quant_reference as qr
+    from officellm.engine.models import packed_linear
+    from officellm.kernels.build import cpu_kernels
+    from officellm.kernels.cpu_features import cpu_features
+    from officellm.kernels.reference import quant_reference as qr
 
     module = cpu_kernels.load()
     if module is None:

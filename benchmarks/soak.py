@@ -34,10 +34,10 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from loadgen import report  # noqa: E402
-from loadgen.local_server import Server, free_port  # noqa: E402
-from loadgen.runner import Target, run_bench  # noqa: E402
-from loadgen.scenarios import ScenarioConfig  # noqa: E402
+from officellm.loadgen import report  # noqa: E402
+from officellm.loadgen.local_server import Server, free_port  # noqa: E402
+from officellm.loadgen.runner import Target, run_bench  # noqa: E402
+from officellm.loadgen.scenarios import ScenarioConfig  # noqa: E402
 
 API_KEY = "soak-key"
 GAUGES = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
@@ -177,7 +177,7 @@ def make_server(args: argparse.Namespace, tmp: Path) -> Server:
     # would read as RSS "growth" for as long as the office has not used all of it yet.
     pool = [] if any(f.startswith("--kv-cache-memory") for f in args.server_flag) else [
         "--kv-cache-memory", args.kv_cache_memory]
-    return Server("officellm", [sys.executable, "-m", "app.cli", "serve", *model,
+    return Server("officellm", [sys.executable, "-m", "officellm.app.cli", "serve", *model,
                                 "--port", str(port), "--db", str(tmp / "soak.db"),
                                 "--api-key", API_KEY, *pool, *args.server_flag], env, port, cwd=REPO)
 

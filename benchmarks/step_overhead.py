@@ -32,7 +32,7 @@ RESULTS = Path(__file__).parent / "results"
 def build_model(out: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
-    from engine.loading.model_loader import resolve_model_dir
+    from officellm.engine.loading.model_loader import resolve_model_dir
 
     tok = AutoTokenizer.from_pretrained(str(resolve_model_dir(None)))
     cfg = LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=128,
@@ -45,7 +45,7 @@ def build_model(out: Path) -> Path:
 
 
 def measure(engine, batch: int, steps: int, prompt_len: int) -> dict:
-    from engine import SamplingParams
+    from officellm.engine import SamplingParams
 
     core, outputs = engine.engine_core, engine.output_processor
     model = core.model
@@ -98,7 +98,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
 
-    from engine import LLMEngine
+    from officellm.engine import LLMEngine
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = LLMEngine(model=str(build_model(Path(tmp))), dtype="float32",

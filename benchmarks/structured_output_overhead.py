@@ -31,9 +31,9 @@ SCHEMA = {"type": "object", "properties": {
 
 def step_times(engine, batch: int, steps: int, constrained: bool) -> tuple[list[float], float]:
     """ms of each step once all `batch` requests decode, and the ms spent filling bitmasks."""
-    from engine import SamplingParams
-    from engine.structured_output import StructuredOutputsParams
-    from engine.structured_output import bitmask as bitmask_module
+    from officellm.engine import SamplingParams
+    from officellm.engine.structured_output import StructuredOutputsParams
+    from officellm.engine.structured_output import bitmask as bitmask_module
 
     spec = StructuredOutputsParams(json=SCHEMA) if constrained else None
     params = SamplingParams(temperature=0.0, max_tokens=steps + 8, ignore_eos=not constrained,
@@ -54,7 +54,7 @@ def step_times(engine, batch: int, steps: int, constrained: bool) -> tuple[list[
         fill[0] += time.perf_counter() - t0
         return out
 
-    import engine.engine_core as core_module
+    import officellm.engine.engine_core as core_module
     core_module.grammar_bitmask = timed
     times = []
     try:
@@ -74,7 +74,7 @@ def step_times(engine, batch: int, steps: int, constrained: bool) -> tuple[list[
 
 
 def compile_times(engine) -> dict:
-    from engine.structured_output import StructuredOutputsParams
+    from officellm.engine.structured_output import StructuredOutputsParams
 
     compiler = engine.grammar_compiler
     fresh = dict(SCHEMA, properties={**SCHEMA["properties"], "rating": {"type": "number"}})
@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    from engine import LLMEngine
+    from officellm.engine import LLMEngine
 
     engine = LLMEngine(dtype="float32", kv_cache_memory="256MiB", num_threads=args.threads,
                        max_num_seqs=args.batch)

@@ -16,8 +16,8 @@ import time
 
 
 def measure(tp: int, batch: int, steps: int, threads: int, prompt_len: int) -> dict:
-    from engine import LLM, SamplingParams
-    from engine.worker.multiproc_executor import MultiprocExecutor
+    from officellm.engine import LLM, SamplingParams
+    from officellm.engine.worker.multiproc_executor import MultiprocExecutor
 
     with LLM(None, dtype="float32", kv_cache_memory="512MiB", tensor_parallel_size=tp,
              num_threads=threads) as llm:

@@ -6,12 +6,18 @@ without the server noticing. Importing it has no side effect; the engine bounds 
 caches when it starts (engine/cpu_caches.py).
 """
 
-from engine.async_llm import AsyncLLM, EngineDeadError, EngineState, LoadFailure, RequestAborted
-from engine.config import EngineConfig, engine_knobs, parse_memory
-from engine.core.scheduler_output import Logprob
-from engine.input_processor import InputProcessor, PromptTooLongError
-from engine.kv_cache_dtype import check_kv_cache_dtype
-from engine.kv_plan import (
+from officellm.engine.async_llm import (
+    AsyncLLM,
+    EngineDeadError,
+    EngineState,
+    LoadFailure,
+    RequestAborted,
+)
+from officellm.engine.config import EngineConfig, engine_knobs, parse_memory
+from officellm.engine.core.scheduler_output import Logprob
+from officellm.engine.input_processor import InputProcessor, PromptTooLongError
+from officellm.engine.kv_cache_dtype import check_kv_cache_dtype
+from officellm.engine.kv_plan import (
     KVCacheTooSmallError,
     KVPlan,
     dtype_bytes,
@@ -19,15 +25,15 @@ from engine.kv_plan import (
     load_spec,
     make_plan,
 )
-from engine.llm import LLM, apply_chat_template
-from engine.llm_engine import LLMEngine
-from engine.output_processor import IterationStats, OutputKind
-from engine.outputs import CompletionOutput, RequestOutput
-from engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
-from engine.stats import EngineStats
-from engine.structured_output import StructuredOutputError, StructuredOutputsParams
-from engine.structured_output.json_schema_support import check_json_schema
-from engine.worker.multiproc_executor import WorkerDiedError
+from officellm.engine.llm import LLM, apply_chat_template
+from officellm.engine.llm_engine import LLMEngine
+from officellm.engine.output_processor import IterationStats, OutputKind
+from officellm.engine.outputs import CompletionOutput, RequestOutput
+from officellm.engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
+from officellm.engine.stats import EngineStats
+from officellm.engine.structured_output import StructuredOutputError, StructuredOutputsParams
+from officellm.engine.structured_output.json_schema_support import check_json_schema
+from officellm.engine.worker.multiproc_executor import WorkerDiedError
 
 __all__ = [
     # Running a model: offline, step by step, and from asyncio (the server)

@@ -23,16 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.core.request import EngineCoreRequest
-from engine.core.scheduler_output import EngineCoreOutput
-from engine.input_processor import InputProcessor
-from engine.kv_plan import KVCacheTooSmallError
-from engine.llm_engine import LLMEngine
-from engine.output_processor import IterationStats, OutputKind
-from engine.sampling_params import SamplingParams
-from engine.stats import EngineStats
-from engine.structured_output import StructuredOutputsParams
-from engine.worker.multiproc_executor import WorkerDiedError
+from officellm.engine.core.request import EngineCoreRequest
+from officellm.engine.core.scheduler_output import EngineCoreOutput
+from officellm.engine.input_processor import InputProcessor
+from officellm.engine.kv_plan import KVCacheTooSmallError
+from officellm.engine.llm_engine import LLMEngine
+from officellm.engine.output_processor import IterationStats, OutputKind
+from officellm.engine.sampling_params import SamplingParams
+from officellm.engine.stats import EngineStats
+from officellm.engine.structured_output import StructuredOutputsParams
+from officellm.engine.worker.multiproc_executor import WorkerDiedError
 
 if TYPE_CHECKING:
     import xgrammar as xgr

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from engine.core.scheduling_policy import SCHEDULING_POLICIES
-from engine.kv_cache_dtype import check_kv_cache_dtype
-from engine.weight_quantization import check_quantization
+from officellm.engine.core.scheduling_policy import SCHEDULING_POLICIES
+from officellm.engine.kv_cache_dtype import check_kv_cache_dtype
+from officellm.engine.weight_quantization import check_quantization
 
 _UNITS = {
     "": 1, "b": 1,

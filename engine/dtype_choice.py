@@ -7,9 +7,9 @@ import time
 
 import torch
 
-from kernels.cpu_features import cpu_features
+from officellm.kernels.cpu_features import cpu_features
 
-logger = logging.getLogger("engine.dtype_choice")
+logger = logging.getLogger("officellm.engine.dtype_choice")
 
 NAMES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,

@@ -7,25 +7,25 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from engine.config import EngineConfig, format_gib
-from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.prefill_pacer import PrefillPacer
-from engine.core.request import EngineCoreRequest, Request, RequestStatus
-from engine.core.scheduler import Scheduler
-from engine.core.scheduler_output import EngineCoreOutput
-from engine.core.scheduling_policy import EVICTS_BY_OWNER
-from engine.cpu_caches import bound_cpu_kernel_caches
-from engine.distributed.parallel_state import ParallelState
-from engine.kv_cache_dtype import kv_bytes_per_token, kv_dtype_name
-from engine.loading.model_loader import load_config_dict, model_display_name
-from engine.loading.model_spec import ModelSpec
-from engine.models.shard_plan import ShardPlan
-from engine.stats import EngineStats
-from engine.structured_output.bitmask import grammar_bitmask
-from engine.structured_output.request_grammar import RequestGrammar
-from engine.worker.executor import Executor, UniprocExecutor
-from engine.worker.multiproc_executor import MultiprocExecutor, WorkerDiedError
-from engine.worker.worker import Worker, check_devices, resident_memory_bytes
+from officellm.engine.config import EngineConfig, format_gib
+from officellm.engine.core.kv_cache_manager import KVCacheManager
+from officellm.engine.core.prefill_pacer import PrefillPacer
+from officellm.engine.core.request import EngineCoreRequest, Request, RequestStatus
+from officellm.engine.core.scheduler import Scheduler
+from officellm.engine.core.scheduler_output import EngineCoreOutput
+from officellm.engine.core.scheduling_policy import EVICTS_BY_OWNER
+from officellm.engine.cpu_caches import bound_cpu_kernel_caches
+from officellm.engine.distributed.parallel_state import ParallelState
+from officellm.engine.kv_cache_dtype import kv_bytes_per_token, kv_dtype_name
+from officellm.engine.loading.model_loader import load_config_dict, model_display_name
+from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.models.shard_plan import ShardPlan
+from officellm.engine.stats import EngineStats
+from officellm.engine.structured_output.bitmask import grammar_bitmask
+from officellm.engine.structured_output.request_grammar import RequestGrammar
+from officellm.engine.worker.executor import Executor, UniprocExecutor
+from officellm.engine.worker.multiproc_executor import MultiprocExecutor, WorkerDiedError
+from officellm.engine.worker.worker import Worker, check_devices, resident_memory_bytes
 
 logger = logging.getLogger("engine")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine.core.request import EngineCoreRequest
-from engine.sampling_params import SamplingParams
+from officellm.engine.core.request import EngineCoreRequest
+from officellm.engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     import xgrammar as xgr

@@ -11,12 +11,12 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
-from engine.config import format_gib
-from engine.kv_cache_dtype import kv_dtype_bytes
-from engine.loading.model_spec import ModelSpec
-from engine.models.shard_plan import ShardPlan
+from officellm.engine.config import format_gib
+from officellm.engine.kv_cache_dtype import kv_dtype_bytes
+from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.models.shard_plan import ShardPlan
 
-logger = logging.getLogger("engine.kv_plan")
+logger = logging.getLogger("officellm.engine.kv_plan")
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2,
                "half": 2, "float": 4}

@@ -6,11 +6,11 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
-from engine.output_processor import OutputKind
-from engine.outputs import RequestOutput
-from engine.sampling_params import SamplingParams
+from officellm.engine.config import EngineConfig
+from officellm.engine.llm_engine import LLMEngine
+from officellm.engine.output_processor import OutputKind
+from officellm.engine.outputs import RequestOutput
+from officellm.engine.sampling_params import SamplingParams
 
 Prompt = str | list[int]
 Message = dict[str, Any]

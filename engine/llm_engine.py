@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.config import EngineConfig
-from engine.engine_core import EngineCore
-from engine.input_processor import InputProcessor
-from engine.loading.model_loader import eos_token_ids, model_display_name, resolve_model_dir
-from engine.output_processor import OutputKind, OutputProcessor
-from engine.outputs import RequestOutput
-from engine.sampling_params import SamplingParams
-from engine.stats import EngineStats
-from engine.structured_output.compiler import GrammarCompiler
+from officellm.engine.config import EngineConfig
+from officellm.engine.engine_core import EngineCore
+from officellm.engine.input_processor import InputProcessor
+from officellm.engine.loading.model_loader import (
+    eos_token_ids,
+    model_display_name,
+    resolve_model_dir,
+)
+from officellm.engine.output_processor import OutputKind, OutputProcessor
+from officellm.engine.outputs import RequestOutput
+from officellm.engine.sampling_params import SamplingParams
+from officellm.engine.stats import EngineStats
+from officellm.engine.structured_output.compiler import GrammarCompiler
 
 
 class LLMEngine:

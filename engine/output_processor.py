@@ -15,12 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.core.request import EngineCoreRequest
-from engine.core.scheduler_output import EngineCoreOutput
-from engine.detokenizer import IncrementalDetokenizer
-from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, SampleLogprobs
+from officellm.engine.core.request import EngineCoreRequest
+from officellm.engine.core.scheduler_output import EngineCoreOutput
+from officellm.engine.detokenizer import IncrementalDetokenizer
+from officellm.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, SampleLogprobs
 
-logger = logging.getLogger("engine.output_processor")
+logger = logging.getLogger("officellm.engine.output_processor")
 
 OUTPUT_ERROR = "internal error while processing this request's output"
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from engine.structured_output.params import StructuredOutputsParams
+from officellm.engine.structured_output.params import StructuredOutputsParams
 
 MAX_TOP_LOGPROBS = 20
 MAX_N = 16

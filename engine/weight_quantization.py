@@ -31,10 +31,10 @@ from pathlib import Path
 
 import torch
 
-from engine.loading.gguf_tensors import GgufWeights, QuantizedTensor, read_quantized
-from kernels.reference import quant_reference
+from officellm.engine.loading.gguf_tensors import GgufWeights, QuantizedTensor, read_quantized
+from officellm.kernels.reference import quant_reference
 
-logger = logging.getLogger("engine.weight_quantization")
+logger = logging.getLogger("officellm.engine.weight_quantization")
 
 QUANTIZATIONS = ("auto", "gguf", "int8", "int4", "none")
 _BLOCK_BACKENDS = ("cpu", "torch")

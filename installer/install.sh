@@ -292,7 +292,7 @@ fi
 # engine runs the slower torch path, and says so.
 if [ "$CUDA" != 1 ]; then
     say "building the CPU kernels (once per machine)"
-    "$VENV/bin/python" -c "import sys; from kernels.build import cpu_kernels; sys.exit(cpu_kernels.load() is None)" \
+    "$VENV/bin/python" -c "import sys; from officellm.kernels.build import cpu_kernels; sys.exit(cpu_kernels.load() is None)" \
         || warn "the CPU kernels were not built (no C++ compiler?): the engine will use the slower torch path"
 fi
 

@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 import torch
 
-from kernels.build import cpu_kernels
-from kernels.reference import quant_reference, reference
+from officellm.kernels.build import cpu_kernels
+from officellm.kernels.reference import quant_reference, reference
 
 
 class RmsNorm(Protocol):
@@ -75,7 +75,9 @@ def kernel_ops(implementation: str) -> KernelOps:
                          apply_rotary=compiled.apply_rotary, silu_and_mul=compiled.silu_and_mul,
                          quant_matmul=module.quant_matmul, quant_pack=module.quant_pack)
     if implementation == "triton":
-        from kernels.triton import ops as triton_ops  # imported only here: the CPU never needs it
+        from officellm.kernels.triton import (
+            ops as triton_ops,  # imported only here: the CPU never needs it
+        )
 
         return KernelOps(rms_norm=triton_ops.rms_norm,
                          fused_add_rms_norm=triton_ops.fused_add_rms_norm,

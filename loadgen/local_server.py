@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadgen.server_wait import wait_until_healthy
+from officellm.loadgen.server_wait import wait_until_healthy
 
 
 def free_port() -> int:

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loadgen import server_metrics, summary
-from loadgen.runner import BenchResult
+from officellm.loadgen import server_metrics, summary
+from officellm.loadgen.runner import BenchResult
 
 SCHEMA = "officellm-bench/1"
 

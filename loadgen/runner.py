@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 
-from loadgen import scenarios, server_metrics
-from loadgen.budget import Budget
-from loadgen.client import ChatClient, RequestRecord
+from officellm.loadgen import scenarios, server_metrics
+from officellm.loadgen.budget import Budget
+from officellm.loadgen.client import ChatClient, RequestRecord
 
 
 @dataclass

@@ -13,9 +13,9 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from loadgen import text
-from loadgen.budget import Budget
-from loadgen.client import ChatClient, RequestRecord
+from officellm.loadgen import text
+from officellm.loadgen.budget import Budget
+from officellm.loadgen.client import ChatClient, RequestRecord
 
 SCENARIOS = ("office", "long-doc", "burst", "shared-prefix", "noisy-neighbour")
 CHAT_SYSTEM = "You are a helpful office assistant. Answer clearly."

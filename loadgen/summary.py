@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.percentiles import percentile
-from loadgen.client import RequestRecord
+from officellm.app.percentiles import percentile
+from officellm.loadgen.client import RequestRecord
 
 
 def describe(values: list[float]) -> dict[str, Any]:

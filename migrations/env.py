@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from app.db.sqlite_engine import make_engine
-from app.db.tables import Base
+from officellm.app.db.sqlite_engine import make_engine
+from officellm.app.db.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -16,7 +16,7 @@ _LIVE_ENGINES: weakref.WeakSet = weakref.WeakSet()
 
 
 def _track_engines() -> None:
-    from engine.llm_engine import LLMEngine
+    from officellm.engine.llm_engine import LLMEngine
 
     if getattr(LLMEngine, "_tracked_by_tests", False):
         return
@@ -55,7 +55,7 @@ def no_leaked_kv_blocks():
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """The bundled SmolLM2-135M-Instruct as a Hugging Face directory (GGUF converted once)."""
-    from engine.loading.model_loader import resolve_model_dir
+    from officellm.engine.loading.model_loader import resolve_model_dir
 
     return resolve_model_dir(None)
 

@@ -14,7 +14,7 @@ def guarded(name, *args, **kwargs):
         raise ImportError(f"{name} is an extra and is not installed here")
     return real(name, *args, **kwargs)
 builtins.__import__ = guarded
-from app.cli import main
+from officellm.app.cli import main
 main(sys.argv[1:])
 """
 

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from admin_ui.format import ago
-from admin_ui.models.record_table import Column, RecordTableModel
+from officellm.admin_ui.format import ago
+from officellm.admin_ui.models.record_table import Column, RecordTableModel
 
 
 @dataclass

@@ -7,8 +7,8 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
-from admin_ui.diagnosis import INFO, OK, WARNING, Finding
-from admin_ui.models.record_table import Column, ModelIndex, RecordTableModel
+from officellm.admin_ui.diagnosis import INFO, OK, WARNING, Finding
+from officellm.admin_ui.models.record_table import Column, ModelIndex, RecordTableModel
 
 _COLORS = {WARNING: QColor("#f8d7a9"), INFO: QColor("#fff3bf"), OK: QColor("#d3f0d8")}
 _LABELS = {WARNING: "⚠ warning", INFO: "ℹ note", OK: "✓ ok"}

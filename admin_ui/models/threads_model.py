@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from admin_ui.format import ago
-from admin_ui.models.record_table import Column, RecordTableModel
-from admin_ui.snapshot import ActiveThread
+from officellm.admin_ui.format import ago
+from officellm.admin_ui.models.record_table import Column, RecordTableModel
+from officellm.admin_ui.snapshot import ActiveThread
 
 CAP_COLUMN = 4  # drawn by CapBarDelegate
 

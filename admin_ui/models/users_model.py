@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from admin_ui.models.record_table import Column, RecordTableModel
+from officellm.admin_ui.models.record_table import Column, RecordTableModel
 
 
 @dataclass

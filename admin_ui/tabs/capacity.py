@@ -19,10 +19,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from admin_ui import format as fmt
-from admin_ui.admin_client import AdminError
-from admin_ui.capacity import Plan, WhatIf
-from admin_ui.session import AdminSession
+from officellm.admin_ui import format as fmt
+from officellm.admin_ui.admin_client import AdminError
+from officellm.admin_ui.capacity import Plan, WhatIf
+from officellm.admin_ui.session import AdminSession
 
 # /admin/plan is asked for when the tab is shown, when the console switches server, and
 # every PLAN_REFRESH_MS while the tab is on screen (today's average thread moves slowly).

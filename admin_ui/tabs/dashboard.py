@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QFormLayout, QGridLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
-from admin_ui import format as fmt
-from admin_ui.history import StatsHistory
-from admin_ui.snapshot import StatsSnapshot
-from admin_ui.widgets.kv_gauge import KVGauge
-from admin_ui.widgets.live_chart import LiveChart
-from admin_ui.widgets.user_shares import UserSharesBox
+from officellm.admin_ui import format as fmt
+from officellm.admin_ui.history import StatsHistory
+from officellm.admin_ui.snapshot import StatsSnapshot
+from officellm.admin_ui.widgets.kv_gauge import KVGauge
+from officellm.admin_ui.widgets.live_chart import LiveChart
+from officellm.admin_ui.widgets.user_shares import UserSharesBox
 
 
 class DashboardTab(QWidget):

@@ -7,11 +7,11 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QHeaderView, QLabel, QSplitter, QTableView, QVBoxLayout, QWidget
 
-from admin_ui.diagnosis import Finding, diagnose
-from admin_ui.history import StatsHistory
-from admin_ui.models.events_model import EventRow, EventsModel
-from admin_ui.models.findings_model import FindingsModel
-from admin_ui.session import AdminSession
+from officellm.admin_ui.diagnosis import Finding, diagnose
+from officellm.admin_ui.history import StatsHistory
+from officellm.admin_ui.models.events_model import EventRow, EventsModel
+from officellm.admin_ui.models.findings_model import FindingsModel
+from officellm.admin_ui.session import AdminSession
 
 EVENTS_REFRESH_MS = 5000
 EVENTS_SHOWN = 50

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from admin_ui.policy_values import (
+from officellm.admin_ui.policy_values import (
     INT_FIELDS,
     LABELS,
     ON_LIMIT_CHOICES,
@@ -26,7 +26,7 @@ from admin_ui.policy_values import (
     PolicyForm,
     form_to_policy,
 )
-from admin_ui.session import AdminSession
+from officellm.admin_ui.session import AdminSession
 
 DEFAULT = "(default policy)"
 

@@ -14,10 +14,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from admin_ui.models.record_table import SORT_ROLE
-from admin_ui.models.threads_model import CAP_COLUMN, ThreadsModel
-from admin_ui.snapshot import StatsSnapshot
-from admin_ui.widgets.cap_bar_delegate import CapBarDelegate
+from officellm.admin_ui.models.record_table import SORT_ROLE
+from officellm.admin_ui.models.threads_model import CAP_COLUMN, ThreadsModel
+from officellm.admin_ui.snapshot import StatsSnapshot
+from officellm.admin_ui.widgets.cap_bar_delegate import CapBarDelegate
 
 ALL_USERS = "All users"
 LENGTH_COLUMN = 2

@@ -21,11 +21,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from admin_ui.models.keys_model import KeyRow, KeysModel
-from admin_ui.models.record_table import SORT_ROLE
-from admin_ui.models.users_model import UserRow, UsersModel
-from admin_ui.session import AdminSession
-from admin_ui.widgets.key_dialog import KeyDialog
+from officellm.admin_ui.models.keys_model import KeyRow, KeysModel
+from officellm.admin_ui.models.record_table import SORT_ROLE
+from officellm.admin_ui.models.users_model import UserRow, UsersModel
+from officellm.admin_ui.session import AdminSession
+from officellm.admin_ui.widgets.key_dialog import KeyDialog
 
 REFRESH_MS = 5000
 

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import (
     QStyleOptionViewItem,
 )
 
-from admin_ui.models.record_table import RECORD_ROLE
+from officellm.admin_ui.models.record_table import RECORD_ROLE
 
 # Green while there is room, amber near the cap, red at or over it (the next turn is refused,
 # notified or truncated, by the user's policy).

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
-from admin_ui.history import StatsHistory
+from officellm.admin_ui.history import StatsHistory
 
 
 class LiveChart(pg.GraphicsLayoutWidget):

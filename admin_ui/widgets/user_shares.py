@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QProgressBar
 
-from admin_ui.snapshot import UserShare
+from officellm.admin_ui.snapshot import UserShare
 
 MAX_ROWS = 8  # the heaviest holders; the rest are summed on one line
 

@@ -11,8 +11,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from app.accounts.usage_writer import FLUSH_INTERVAL_S, UsageWriter
-from app.db import Database
+from officellm.app.accounts.usage_writer import FLUSH_INTERVAL_S, UsageWriter
+from officellm.app.db import Database
 
 logger = logging.getLogger("officellm.server")
 

@@ -25,12 +25,12 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db.column_types import utcnow
-from app.db.database import Database
-from app.db.events import record_event
-from app.db.keys import touch_keys
-from app.db.threads import record_thread
-from app.db.usage import add_usage, usage_on, utc_today
+from officellm.app.db.column_types import utcnow
+from officellm.app.db.database import Database
+from officellm.app.db.events import record_event
+from officellm.app.db.keys import touch_keys
+from officellm.app.db.threads import record_thread
+from officellm.app.db.usage import add_usage, usage_on, utc_today
 
 log = logging.getLogger(__name__)
 

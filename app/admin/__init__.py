@@ -7,9 +7,9 @@ writes never block the event loop.
 
 from fastapi import APIRouter, Depends
 
-from app.admin import activity, keys, live, policies, users, what_if
-from app.admin.access import require_admin
-from app.openai.answers import ERROR_RESPONSES
+from officellm.app.admin import activity, keys, live, policies, users, what_if
+from officellm.app.admin.access import require_admin
+from officellm.app.openai.answers import ERROR_RESPONSES
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)],
                    responses=ERROR_RESPONSES)

@@ -10,10 +10,15 @@ import ipaddress
 
 from fastapi import Request
 
-from app.admission.auth import Authenticator, bearer_token, check_throttle, record_auth_failure
-from app.db import verify_admin_token
-from app.errors import APIError
-from app.serving.state import ServerState
+from officellm.app.admission.auth import (
+    Authenticator,
+    bearer_token,
+    check_throttle,
+    record_auth_failure,
+)
+from officellm.app.db import verify_admin_token
+from officellm.app.errors import APIError
+from officellm.app.serving.state import ServerState
 
 
 def is_loopback(host: str | None) -> bool:

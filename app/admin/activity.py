@@ -7,8 +7,8 @@ from datetime import timedelta
 from fastapi import APIRouter, Query, Request
 from sqlalchemy.orm import Session
 
-from app.admin.errors import answered_errors
-from app.admin.views import (
+from officellm.app.admin.errors import answered_errors
+from officellm.app.admin.views import (
     EventView,
     ThreadView,
     UsageRow,
@@ -16,7 +16,7 @@ from app.admin.views import (
     thread_view,
     usage_view,
 )
-from app.db import (
+from officellm.app.db import (
     ThreadInfo,
     get_effective_policy,
     list_threads,
@@ -25,8 +25,8 @@ from app.db import (
     recent_events,
     utc_today,
 )
-from app.db.column_types import utcnow
-from app.serving.state import ServerState
+from officellm.app.db.column_types import utcnow
+from officellm.app.serving.state import ServerState
 
 router = APIRouter()
 

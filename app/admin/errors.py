@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from app.db import AlreadyExists, NotFound
-from app.errors import APIError
+from officellm.app.db import AlreadyExists, NotFound
+from officellm.app.errors import APIError
 
 
 @contextmanager

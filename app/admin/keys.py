@@ -9,10 +9,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 
-from app.admin.errors import answered_errors
-from app.admin.views import IssuedKeyView, KeyView, issued_key_view, key_view
-from app.db import issue_key, list_keys, revoke_key
-from app.serving.state import ServerState
+from officellm.app.admin.errors import answered_errors
+from officellm.app.admin.views import IssuedKeyView, KeyView, issued_key_view, key_view
+from officellm.app.db import issue_key, list_keys, revoke_key
+from officellm.app.serving.state import ServerState
 
 router = APIRouter()
 

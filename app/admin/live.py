@@ -8,15 +8,15 @@ from dataclasses import asdict
 
 from fastapi import APIRouter, Request
 
-from app.admin.activity import threads_with_caps
-from app.admin.views import ActiveThread, Plan, Stats, UserShareView
-from app.db import get_effective_policy, list_threads
-from app.db.column_types import utcnow
-from app.db.users import user_names
-from app.errors import unavailable
-from app.observability.sharing import user_ids, user_shares
-from app.server_settings import ACTIVE_THREAD_MINUTES
-from app.serving.state import ServerState
+from officellm.app.admin.activity import threads_with_caps
+from officellm.app.admin.views import ActiveThread, Plan, Stats, UserShareView
+from officellm.app.db import get_effective_policy, list_threads
+from officellm.app.db.column_types import utcnow
+from officellm.app.db.users import user_names
+from officellm.app.errors import unavailable
+from officellm.app.observability.sharing import user_ids, user_shares
+from officellm.app.server_settings import ACTIVE_THREAD_MINUTES
+from officellm.app.serving.state import ServerState
 
 router = APIRouter()
 

@@ -8,20 +8,20 @@ from typing import Any
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import Response
 
-from app.admin.errors import answered_errors
-from app.admin.views import PolicyList, PolicyView, policy_view
-from app.db import clear_policy, get_policy, get_user, set_policy
-from app.db.policies import (
+from officellm.app.admin.errors import answered_errors
+from officellm.app.admin.views import PolicyList, PolicyView, policy_view
+from officellm.app.db import clear_policy, get_policy, get_user, set_policy
+from officellm.app.db.policies import (
     INT_FIELDS,
     KV_SHARE_RANGE,
     LIMIT_RANGE,
     list_policy_overrides,
     validate_policy_fields,
 )
-from app.db.tables import ON_LIMIT_CHOICES
-from app.errors import APIError
-from app.policy.scheduling import PRIORITY_CHOICES
-from app.serving.state import ServerState
+from officellm.app.db.tables import ON_LIMIT_CHOICES
+from officellm.app.errors import APIError
+from officellm.app.policy.scheduling import PRIORITY_CHOICES
+from officellm.app.serving.state import ServerState
 
 router = APIRouter()
 

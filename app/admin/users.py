@@ -5,10 +5,17 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from app.admin.errors import answered_errors
-from app.admin.views import UserView, user_view
-from app.db import create_user, list_usage, list_users, set_user_disabled, usage_today, utc_today
-from app.serving.state import ServerState
+from officellm.app.admin.errors import answered_errors
+from officellm.app.admin.views import UserView, user_view
+from officellm.app.db import (
+    create_user,
+    list_usage,
+    list_users,
+    set_user_disabled,
+    usage_today,
+    utc_today,
+)
+from officellm.app.serving.state import ServerState
 
 router = APIRouter()
 

@@ -8,11 +8,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from app.db import EventInfo, KeyInfo, ThreadInfo, UsageDay, UserInfo
-from app.db.policies import StoredPolicy
-from app.db.records import IssuedKey
-from app.policy.types import EffectivePolicy
-from engine import EngineStats, KVPlan
+from officellm.app.db import EventInfo, KeyInfo, ThreadInfo, UsageDay, UserInfo
+from officellm.app.db.policies import StoredPolicy
+from officellm.app.db.records import IssuedKey
+from officellm.app.policy.types import EffectivePolicy
+from officellm.engine import EngineStats, KVPlan
 
 Timestamp = str  # ISO 8601, e.g. 2025-01-11T09:00:00+00:00
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from app.admin.views import WhatIfPlan
-from app.errors import APIError
-from engine import (
+from officellm.app.admin.views import WhatIfPlan
+from officellm.app.errors import APIError
+from officellm.engine import (
     check_kv_cache_dtype,
     dtype_bytes,
     format_plan,

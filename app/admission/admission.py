@@ -26,14 +26,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.accounts.accounts import Accounts
-from app.admission.concurrency import ConcurrencyLimiter
-from app.admission.decision_error import decision_error
-from app.db import get_effective_policy
-from app.errors import APIError, unavailable
-from app.observability.refusals import Refusals
-from app.policy import EffectivePolicy, SchedulingTags, check_daily_quota, scheduling_tags
-from app.principal import Principal
+from officellm.app.accounts.accounts import Accounts
+from officellm.app.admission.concurrency import ConcurrencyLimiter
+from officellm.app.admission.decision_error import decision_error
+from officellm.app.db import get_effective_policy
+from officellm.app.errors import APIError, unavailable
+from officellm.app.observability.refusals import Refusals
+from officellm.app.policy import EffectivePolicy, SchedulingTags, check_daily_quota, scheduling_tags
+from officellm.app.principal import Principal
 
 logger = logging.getLogger("officellm.server")
 

@@ -25,19 +25,23 @@ from typing import Protocol
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from app.admission.forwarded_identity import (
+from officellm.app.admission.forwarded_identity import (
     ForwardedIdentityError,
     Person,
     decide_identity,
 )
-from app.db import Database, authenticate, ensure_user, get_user
-from app.db.errors import NotFound
-from app.db.forwarded_users import add_forwarded_user, find_forwarded_user, forwarded_id_digest
-from app.db.jwt_secrets import SecretUnavailable
-from app.db.keys import KEY_PREFIX
-from app.db.records import AuthenticatedUser
-from app.errors import APIError
-from app.principal import FrontEnd, Principal
+from officellm.app.db import Database, authenticate, ensure_user, get_user
+from officellm.app.db.errors import NotFound
+from officellm.app.db.forwarded_users import (
+    add_forwarded_user,
+    find_forwarded_user,
+    forwarded_id_digest,
+)
+from officellm.app.db.jwt_secrets import SecretUnavailable
+from officellm.app.db.keys import KEY_PREFIX
+from officellm.app.db.records import AuthenticatedUser
+from officellm.app.errors import APIError
+from officellm.app.principal import FrontEnd, Principal
 
 logger = logging.getLogger("officellm.server")
 

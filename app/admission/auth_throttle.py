@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from app.errors import APIError
+from officellm.app.errors import APIError
 
 # Addresses remembered at most; beyond it the stalest are forgotten, so a sweep from many
 # addresses cannot grow memory without bound.

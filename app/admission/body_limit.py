@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import APIError
+from officellm.app.errors import APIError
 
 
 class BodySizeLimit:

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 
-from app.policy.limits import check_concurrency
-from app.policy.types import Decision
+from officellm.app.policy.limits import check_concurrency
+from officellm.app.policy.types import Decision
 
 
 class ConcurrencyLimiter:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.errors import APIError
-from app.policy.types import Decision
+from officellm.app.errors import APIError
+from officellm.app.policy.types import Decision
 
 # The OpenAI error code of each policy refusal (a Decision's reason).
 POLICY_ERROR_CODES = {"max_tokens_per_day": "insufficient_quota",

@@ -28,7 +28,7 @@ from urllib.parse import unquote
 
 import jwt
 
-from app.principal import FrontEnd
+from officellm.app.principal import FrontEnd
 
 # Open WebUI's default header names (open_webui/env.py, FORWARD_USER_INFO_HEADER_*), lower-case
 # as HTTP headers compare.

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.chat.chat_output import ChatOutputReader
-from app.chat.output_constraint import Constraint
-from app.chat.reasoning_parsers import ReasoningParser, reasoning_parser_for
-from app.chat.tool_parsers import TOOL_CALL_PARSERS, detect_tool_call_format
-from app.chat.tools import ToolRequest, tools_system_text
+from officellm.app.chat.chat_output import ChatOutputReader
+from officellm.app.chat.output_constraint import Constraint
+from officellm.app.chat.reasoning_parsers import ReasoningParser, reasoning_parser_for
+from officellm.app.chat.tool_parsers import TOOL_CALL_PARSERS, detect_tool_call_format
+from officellm.app.chat.tools import ToolRequest, tools_system_text
 
 # Forced calls of a model with no known format are written, and read, the Hermes way.
 DEFAULT_CALL_FORMAT = "hermes"

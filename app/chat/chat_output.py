@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.chat.reasoning_parsers import ReasoningParser
-from app.chat.tool_parsers import ToolCall, ToolCallDelta, ToolCallParser
+from officellm.app.chat.reasoning_parsers import ReasoningParser
+from officellm.app.chat.tool_parsers import ToolCall, ToolCallDelta, ToolCallParser
 
 
 @dataclass(frozen=True)

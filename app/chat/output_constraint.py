@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine import StructuredOutputError, StructuredOutputsParams
+from officellm.engine import StructuredOutputError, StructuredOutputsParams
 
 
 class JSONSchemaFormat(BaseModel):

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from app.chat.tag_split import split_at_tag
+from officellm.app.chat.tag_split import split_at_tag
 
 Delta = TypeVar("Delta")
 Step = Callable[[], bool]

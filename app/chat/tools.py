@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine import StructuredOutputError, StructuredOutputsParams, check_json_schema
+from officellm.engine import StructuredOutputError, StructuredOutputsParams, check_json_schema
 
 
 class FunctionDefinition(BaseModel):

@@ -1,4 +1,4 @@
-"""The `officellm` command: one entry point (`app.cli:main`, also `python -m app.cli`), each
+"""The `officellm` command: one entry point (`officellm.app.cli:main`, also `python -m app.cli`), each
 subcommand a module of this package with register(subparsers).
 
 The CLI sits on top: it may import the app, admin_ui and loadgen, and nothing imports it back
@@ -12,14 +12,14 @@ import sys
 
 # Each module has register(subparsers); add new subcommands here.
 COMMAND_MODULES = [
-    "app.cli.plan",
-    "app.cli.serve",
-    "app.cli.db",
-    "app.cli.users",
-    "app.cli.keys",
-    "app.cli.policy",
-    "app.cli.admin",
-    "app.cli.bench",
+    "officellm.app.cli.plan",
+    "officellm.app.cli.serve",
+    "officellm.app.cli.db",
+    "officellm.app.cli.users",
+    "officellm.app.cli.keys",
+    "officellm.app.cli.policy",
+    "officellm.app.cli.admin",
+    "officellm.app.cli.bench",
 ]
 
 

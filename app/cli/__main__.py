@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from app.cli import main
+from officellm.app.cli import main
 
 if __name__ == "__main__":
     main()

@@ -18,6 +18,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from admin_ui.app import main  # Qt is imported only when the console is opened
+    from officellm.admin_ui.app import main  # Qt is imported only when the console is opened
 
     return main(url=args.url, token_file=args.token_file)

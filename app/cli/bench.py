@@ -7,9 +7,9 @@ import asyncio
 import json
 from pathlib import Path
 
-from loadgen import report
-from loadgen.runner import Target, run_bench
-from loadgen.scenarios import SCENARIOS, ScenarioConfig
+from officellm.loadgen import report
+from officellm.loadgen.runner import Target, run_bench
+from officellm.loadgen.scenarios import SCENARIOS, ScenarioConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     report.write(doc, args.out)
     if args.plot is not None:
         try:  # matplotlib is the `bench` extra: only --plot needs it
-            from loadgen import plot
+            from officellm.loadgen import plot
         except ImportError as exc:
             raise ValueError(f"--plot needs matplotlib (pip install 'officellm[bench]'): {exc}") from exc
         plot.plot({args.scenario: doc}, args.plot)

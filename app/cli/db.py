@@ -6,8 +6,8 @@ import argparse
 from datetime import datetime
 from pathlib import Path
 
-from app.db.database import Database
-from app.db.paths import default_db_path
+from officellm.app.db.database import Database
+from officellm.app.db.paths import default_db_path
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:

@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from app.cli.db import add_db_argument, format_time, open_db
-from app.db.keys import issue_key, list_keys, revoke_key
+from officellm.app.cli.db import add_db_argument, format_time, open_db
+from officellm.app.db.keys import issue_key, list_keys, revoke_key
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from engine import format_plan, load_spec, make_plan, parse_memory
+from officellm.engine import format_plan, load_spec, make_plan, parse_memory
 
 
 def register(sub: argparse._SubParsersAction) -> None:

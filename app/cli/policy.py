@@ -6,16 +6,16 @@ import argparse
 import json
 from typing import Any
 
-from app.cli.db import add_db_argument, open_db
-from app.db.policies import (
+from officellm.app.cli.db import add_db_argument, open_db
+from officellm.app.db.policies import (
     POLICY_FIELDS,
     clear_policy,
     get_effective_policy,
     get_policy,
     set_policy,
 )
-from app.db.tables import ON_LIMIT_CHOICES
-from app.policy.scheduling import PRIORITY_CHOICES, PRIORITY_WEIGHTS
+from officellm.app.db.tables import ON_LIMIT_CHOICES
+from officellm.app.policy.scheduling import PRIORITY_CHOICES, PRIORITY_WEIGHTS
 
 _CLEAR_WORDS = ("none", "inherit", "unlimited")
 

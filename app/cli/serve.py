@@ -9,13 +9,13 @@ from pathlib import Path
 
 import uvicorn
 
-from app.db import prepare_database
-from app.db.paths import default_db_path
-from app.profiles import PROFILES, apply_profile
-from app.server import create_app
-from app.server_settings import ServerSettings
-from app.serving.graceful_server import GracefulServer
-from engine import EngineConfig, engine_knobs
+from officellm.app.db import prepare_database
+from officellm.app.db.paths import default_db_path
+from officellm.app.profiles import PROFILES, apply_profile
+from officellm.app.server import create_app
+from officellm.app.server_settings import ServerSettings
+from officellm.app.serving.graceful_server import GracefulServer
+from officellm.engine import EngineConfig, engine_knobs
 
 logger = logging.getLogger("officellm.server")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from app.cli.db import add_db_argument, format_time, open_db
-from app.db.users import create_user, list_users, set_user_disabled
+from officellm.app.cli.db import add_db_argument, format_time, open_db
+from officellm.app.db.users import create_user, list_users, set_user_disabled
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,24 +4,24 @@ Open with `Database(path)`, bring the schema up with `.upgrade()`, and call the 
 functions below with a session (`with db.transaction() as s: ...`).
 """
 
-from app.db.admin_token import ensure_admin_token, reset_admin_token, verify_admin_token
-from app.db.database import Database
-from app.db.errors import AlreadyExists, NotFound
-from app.db.events import recent_events, record_event
-from app.db.install_settings import (
+from officellm.app.db.admin_token import ensure_admin_token, reset_admin_token, verify_admin_token
+from officellm.app.db.database import Database
+from officellm.app.db.errors import AlreadyExists, NotFound
+from officellm.app.db.events import recent_events, record_event
+from officellm.app.db.install_settings import (
     get_setting,
     set_setting,
 )
-from app.db.keys import authenticate, issue_key, list_keys, revoke_key
-from app.db.paths import default_db_path
-from app.db.policies import (
+from officellm.app.db.keys import authenticate, issue_key, list_keys, revoke_key
+from officellm.app.db.paths import default_db_path
+from officellm.app.db.policies import (
     StoredPolicy,
     clear_policy,
     get_effective_policy,
     get_policy,
     set_policy,
 )
-from app.db.records import (
+from officellm.app.db.records import (
     AuthenticatedUser,
     EventInfo,
     IssuedKey,
@@ -30,10 +30,10 @@ from app.db.records import (
     UsageDay,
     UserInfo,
 )
-from app.db.startup import prepare_database
-from app.db.threads import get_thread_state, list_threads, record_thread
-from app.db.usage import add_usage, list_usage, usage_today, utc_today
-from app.db.users import (
+from officellm.app.db.startup import prepare_database
+from officellm.app.db.threads import get_thread_state, list_threads, record_thread
+from officellm.app.db.usage import add_usage, list_usage, usage_today, utc_today
+from officellm.app.db.users import (
     create_user,
     disable_user,
     ensure_user,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from app.db.database import Database
-from app.db.install_settings import ADMIN_TOKEN_HASH, get_setting, set_setting
-from app.db.keys import hash_key
-from app.db.private_file import write_private_file
+from officellm.app.db.database import Database
+from officellm.app.db.install_settings import ADMIN_TOKEN_HASH, get_setting, set_setting
+from officellm.app.db.keys import hash_key
+from officellm.app.db.private_file import write_private_file
 
 ADMIN_TOKEN_PREFIX = "ocl-admin-"
 

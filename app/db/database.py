@@ -9,10 +9,10 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db import migrate
-from app.db.jwt_secrets import JwtSecretStore
-from app.db.paths import admin_token_path, default_db_path, jwt_secrets_dir
-from app.db.sqlite_engine import IMMEDIATE, make_engine
+from officellm.app.db import migrate
+from officellm.app.db.jwt_secrets import JwtSecretStore
+from officellm.app.db.paths import admin_token_path, default_db_path, jwt_secrets_dir
+from officellm.app.db.sqlite_engine import IMMEDIATE, make_engine
 
 
 class Database:

@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.column_types import utcnow
-from app.db.records import EventInfo
-from app.db.tables import Event
+from officellm.app.db.column_types import utcnow
+from officellm.app.db.records import EventInfo
+from officellm.app.db.tables import Event
 
 
 def record_event(session: Session, kind: str, user_id: int | None = None,

@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.events import record_event
-from app.db.records import UserInfo
-from app.db.tables import User
-from app.db.users import user_info, validate_user_name
+from officellm.app.db.events import record_event
+from officellm.app.db.records import UserInfo
+from officellm.app.db.tables import User
+from officellm.app.db.users import user_info, validate_user_name
 
 _NOT_NAME_CHARS = re.compile(r"[^A-Za-z0-9._@-]+")
 _MAX_NAME = 64

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from app.db.tables import Setting
+from officellm.app.db.tables import Setting
 
 ADMIN_TOKEN_HASH = "admin_token_hash"
 

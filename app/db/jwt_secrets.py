@@ -22,7 +22,7 @@ import secrets
 import threading
 from pathlib import Path
 
-from app.db.private_file import write_private_file
+from officellm.app.db.private_file import write_private_file
 
 # HS256 is HMAC-SHA256: a key shorter than the hash's 32 bytes weakens it (RFC 7518 §3.2), and
 # PyJWT warns about one. Open WebUI takes whatever string it is given, so we ask for enough.

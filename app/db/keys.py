@@ -20,12 +20,12 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from app.db.errors import NotFound
-from app.db.events import record_event
-from app.db.jwt_secrets import JwtSecretStore, validate_jwt_secret
-from app.db.records import AuthenticatedUser, IssuedKey, KeyInfo
-from app.db.tables import ApiKey, User
-from app.db.users import UserRef, get_user
+from officellm.app.db.errors import NotFound
+from officellm.app.db.events import record_event
+from officellm.app.db.jwt_secrets import JwtSecretStore, validate_jwt_secret
+from officellm.app.db.records import AuthenticatedUser, IssuedKey, KeyInfo
+from officellm.app.db.tables import ApiKey, User
+from officellm.app.db.users import UserRef, get_user
 
 KEY_PREFIX = "ocl-"
 # "ocl-" + 8 characters (48 random bits) shown to admins: enough to tell keys apart, far too

@@ -13,8 +13,7 @@ from sqlalchemy import Connection, Engine, text
 
 def migrations_dir() -> Path:
     """The directory of the `migrations` package (env.py, script.py.mako, versions/)."""
-    import migrations
-
+    from officellm import migrations
     return Path(migrations.__file__).resolve().parent
 
 

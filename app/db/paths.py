@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from installer.paths import ADMIN_TOKEN_FILENAME, default_data_dir
+from officellm.installer.paths import ADMIN_TOKEN_FILENAME, default_data_dir
 
 DB_FILENAME = "officellm.db"
 JWT_SECRETS_DIRNAME = "jwt_secrets"

@@ -8,11 +8,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.events import record_event
-from app.db.tables import ON_LIMIT_CHOICES, Policy, User
-from app.db.users import UserRef, get_user
-from app.policy.scheduling import DEFAULT_PRIORITY, PRIORITY_CHOICES
-from app.policy.types import EffectivePolicy
+from officellm.app.db.events import record_event
+from officellm.app.db.tables import ON_LIMIT_CHOICES, Policy, User
+from officellm.app.db.users import UserRef, get_user
+from officellm.app.policy.scheduling import DEFAULT_PRIORITY, PRIORITY_CHOICES
+from officellm.app.policy.types import EffectivePolicy
 
 INT_FIELDS = ("max_context_tokens", "max_turns", "max_concurrent_requests", "max_tokens_per_day")
 # A limit is a whole number in this range; the top is SQLite's largest integer (a larger one

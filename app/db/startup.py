@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.db.admin_token import ensure_admin_token
-from app.db.database import Database
-from app.db.policies import get_policy
+from officellm.app.db.admin_token import ensure_admin_token
+from officellm.app.db.database import Database
+from officellm.app.db.policies import get_policy
 
 
 def prepare_database(path: Path | str | None = None) -> tuple[Database, Path | None]:

@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from app.db.column_types import UtcDateTime, utcnow
+from officellm.app.db.column_types import UtcDateTime, utcnow
 
 # Named constraints: SQLite batch migrations (copy-and-move) can only recreate or drop
 # constraints that have names.

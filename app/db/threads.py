@@ -8,11 +8,11 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.orm import Session
 
-from app.db.column_types import utcnow
-from app.db.records import ThreadInfo
-from app.db.tables import Thread, User
-from app.db.users import UserRef, get_user
-from app.policy.types import ThreadState
+from officellm.app.db.column_types import utcnow
+from officellm.app.db.records import ThreadInfo
+from officellm.app.db.tables import Thread, User
+from officellm.app.db.users import UserRef, get_user
+from officellm.app.policy.types import ThreadState
 
 
 def record_thread(session: Session, user_id: int, thread_key: str, turns: int,

@@ -8,9 +8,9 @@ from sqlalchemy import select
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.orm import Session
 
-from app.db.records import UsageDay
-from app.db.tables import Usage
-from app.db.users import UserRef, get_user
+from officellm.app.db.records import UsageDay
+from officellm.app.db.tables import Usage
+from officellm.app.db.users import UserRef, get_user
 
 
 def utc_today(now: datetime | None = None) -> date:

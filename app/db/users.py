@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from app.db.errors import AlreadyExists, NotFound
-from app.db.events import record_event
-from app.db.records import UserInfo
-from app.db.tables import User
+from officellm.app.db.errors import AlreadyExists, NotFound
+from officellm.app.db.events import record_event
+from officellm.app.db.records import UserInfo
+from officellm.app.db.tables import User
 
 # Names appear in CLI arguments, metrics labels and log lines: keep them plain.
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from app.observability.sharing import NameLookup, user_ids, user_shares
-from app.observability.stats_window import StatsWindow
-from engine import AsyncLLM, IterationStats
+from officellm.app.observability.sharing import NameLookup, user_ids, user_shares
+from officellm.app.observability.stats_window import StatsWindow
+from officellm.engine import AsyncLLM, IterationStats
 
 # vLLM's buckets, so that existing dashboards' quantiles mean the same thing.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.accounts.accounts import Accounts
-from app.observability.metrics import ServerMetrics
-from app.policy import Decision
-from app.principal import Principal
+from officellm.app.accounts.accounts import Accounts
+from officellm.app.observability.metrics import ServerMetrics
+from officellm.app.policy import Decision
+from officellm.app.principal import Principal
 
 # Which events-table kind each policy refusal is recorded as (docs/admin_api.md).
 EVENT_KINDS = {"max_tokens_per_day": "quota", "max_concurrent_requests": "concurrency",

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from app.policy.scheduling import by_user_name, user_id_of_key
-from engine import EngineStats
+from officellm.app.policy.scheduling import by_user_name, user_id_of_key
+from officellm.engine import EngineStats
 
 # user ids -> names (a database read; the caller decides on which thread)
 NameLookup = Callable[[Iterable[int]], Mapping[int, str]]

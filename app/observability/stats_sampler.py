@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from app.accounts.accounts import Accounts
-from app.observability.sharing import NameLookup, preemptions_since, user_ids, user_shares
-from app.observability.stats_window import StatsWindow
-from engine import AsyncLLM, EngineStats
+from officellm.app.accounts.accounts import Accounts
+from officellm.app.observability.sharing import NameLookup, preemptions_since, user_ids, user_shares
+from officellm.app.observability.stats_window import StatsWindow
+from officellm.engine import AsyncLLM, EngineStats
 
 logger = logging.getLogger("officellm.server")
 

@@ -12,8 +12,8 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from app.percentiles import percentile
-from engine import EngineStats
+from officellm.app.percentiles import percentile
+from officellm.engine import EngineStats
 
 LATENCY_KINDS = ("ttft", "itl", "e2e")
 # Bounds memory if the window is long and traffic heavy (itl is one sample per token).

@@ -10,10 +10,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import APIError
-from app.openai.answers import ErrorResponse
-from app.openai.protocol import UNION_TAGS
-from app.openai.responses_protocol import UNION_TAGS as RESPONSES_UNION_TAGS
+from officellm.app.errors import APIError
+from officellm.app.openai.answers import ErrorResponse
+from officellm.app.openai.protocol import UNION_TAGS
+from officellm.app.openai.responses_protocol import UNION_TAGS as RESPONSES_UNION_TAGS
 
 logger = logging.getLogger("officellm.server")
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.openai.answers import ChatTokenLogprob, CompletionLogprobs, TopLogprob
-from app.serving.token_text import TokenText
-from engine import Logprob
+from officellm.app.openai.answers import ChatTokenLogprob, CompletionLogprobs, TopLogprob
+from officellm.app.serving.token_text import TokenText
+from officellm.engine import Logprob
 
 
 def _top(entry: dict[int, Logprob], k: int) -> list[tuple[int, Logprob]]:

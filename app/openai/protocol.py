@@ -29,14 +29,14 @@ from pydantic import (
     model_validator,
 )
 
-from app.chat.output_constraint import (
+from officellm.app.chat.output_constraint import (
     Constraint,
     ResponseFormat,
     StructuredOutputsRequest,
     request_constraint,
 )
-from app.chat.tools import ChatTool, ToolChoice, ToolRequest, template_message
-from engine import BOUNDS, SamplingParams, SamplingParamsError, StructuredOutputsParams
+from officellm.app.chat.tools import ChatTool, ToolChoice, ToolRequest, template_message
+from officellm.engine import BOUNDS, SamplingParams, SamplingParamsError, StructuredOutputsParams
 
 # Roles a chat template can render here ("tool": a function's result, after a tool call).
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})

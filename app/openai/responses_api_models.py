@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from app.openai.answers import WireModel
+from officellm.app.openai.answers import WireModel
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]

@@ -13,9 +13,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-from app.chat.chat_output import ChatDeltaParts, ChatMessageParts
-from app.chat.tool_parsers import ToolCallDelta
-from app.openai.responses_api_models import (
+from officellm.app.chat.chat_output import ChatDeltaParts, ChatMessageParts
+from officellm.app.chat.tool_parsers import ToolCallDelta
+from officellm.app.openai.responses_api_models import (
     ContentPartEvent,
     FunctionCallArgumentsDeltaEvent,
     FunctionCallArgumentsDoneEvent,

@@ -28,13 +28,13 @@ from pydantic import (
     model_validator,
 )
 
-from app.chat.output_constraint import (
+from officellm.app.chat.output_constraint import (
     Constraint,
     JSONSchemaFormat,
     ResponseFormat,
     format_constraint,
 )
-from app.chat.tools import (
+from officellm.app.chat.tools import (
     ChatTool,
     FunctionDefinition,
     NamedFunction,
@@ -42,8 +42,8 @@ from app.chat.tools import (
     ToolRequest,
     template_message,
 )
-from app.openai.protocol import bounded
-from engine import SamplingParams, SamplingParamsError, StructuredOutputsParams
+from officellm.app.openai.protocol import bounded
+from officellm.engine import SamplingParams, SamplingParamsError, StructuredOutputsParams
 
 Message = dict[str, Any]
 

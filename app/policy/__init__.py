@@ -7,19 +7,28 @@ prefix-cache salt; the scheduling tags handed to the engine). The request path i
 docs/design.md.
 """
 
-from app.policy.background_tasks import background_task, background_task_policy
-from app.policy.evaluate import count_turns, drop_turns, evaluate
-from app.policy.limits import check_concurrency, check_daily_quota, seconds_until_utc_midnight
-from app.policy.messages import context_limit_message, turn_limit_message
-from app.policy.scheduling import (
+from officellm.app.policy.background_tasks import background_task, background_task_policy
+from officellm.app.policy.evaluate import count_turns, drop_turns, evaluate
+from officellm.app.policy.limits import (
+    check_concurrency,
+    check_daily_quota,
+    seconds_until_utc_midnight,
+)
+from officellm.app.policy.messages import context_limit_message, turn_limit_message
+from officellm.app.policy.scheduling import (
     PRIORITY_CHOICES,
     PRIORITY_WEIGHTS,
     SchedulingTags,
     by_user_name,
     scheduling_tags,
 )
-from app.policy.thread_identity import ChatThread, chat_thread, prefix_cache_salt, thread_key
-from app.policy.types import Decision, EffectivePolicy, ThreadState
+from officellm.app.policy.thread_identity import (
+    ChatThread,
+    chat_thread,
+    prefix_cache_salt,
+    thread_key,
+)
+from officellm.app.policy.types import Decision, EffectivePolicy, ThreadState
 
 __all__ = [
     "PRIORITY_CHOICES",

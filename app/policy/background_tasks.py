@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from app.policy.evaluate import SYSTEM_ROLES
-from app.policy.types import EffectivePolicy
+from officellm.app.policy.evaluate import SYSTEM_ROLES
+from officellm.app.policy.types import EffectivePolicy
 
 TASK_HEADER = "x-openwebui-task"
 PROMPT_TASK = "task_prompt"  # the name of a task recognised by its prompt alone

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.policy.messages import context_limit_message, turn_limit_message
-from app.policy.types import Decision, EffectivePolicy
+from officellm.app.policy.messages import context_limit_message, turn_limit_message
+from officellm.app.policy.types import Decision, EffectivePolicy
 
 Message = dict[str, Any]
 TokenCounter = Callable[[list[Message]], int]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta, timezone
 
-from app.policy.messages import concurrency_message, daily_quota_message
-from app.policy.types import Decision, EffectivePolicy
+from officellm.app.policy.messages import concurrency_message, daily_quota_message
+from officellm.app.policy.types import Decision, EffectivePolicy
 
 
 def seconds_until_utc_midnight(now: datetime | None = None) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from app.policy.types import EffectivePolicy
+from officellm.app.policy.types import EffectivePolicy
 
 Priority = Literal["low", "normal", "high"]
 PRIORITY_CHOICES: tuple[Priority, ...] = ("low", "normal", "high")

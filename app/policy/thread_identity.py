@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.policy.background_tasks import background_task
+from officellm.app.policy.background_tasks import background_task
 
 Message = dict[str, Any]
 

@@ -14,15 +14,15 @@ from typing import Any, Protocol
 from fastapi import Request
 from fastapi.responses import Response
 
-from app.admission.admission import Admission
-from app.admission.auth import get_caller
-from app.chat.chat_formats import ChatPlan
-from app.policy import chat_thread
-from app.principal import Principal
-from app.serving.generation import Choice, ClientGone, Generation, compile_grammar
-from app.serving.prompt import ChatPrompt, Message
-from app.serving.state import ServerState
-from engine import SamplingParams
+from officellm.app.admission.admission import Admission
+from officellm.app.admission.auth import get_caller
+from officellm.app.chat.chat_formats import ChatPlan
+from officellm.app.policy import chat_thread
+from officellm.app.principal import Principal
+from officellm.app.serving.generation import Choice, ClientGone, Generation, compile_grammar
+from officellm.app.serving.prompt import ChatPrompt, Message
+from officellm.app.serving.state import ServerState
+from officellm.engine import SamplingParams
 
 # How many of the oldest turns a thread policy's on_limit=truncate dropped.
 TRUNCATED_HEADER = "X-OfficeLLM-Truncated"

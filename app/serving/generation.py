@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import Request
 
-from app.admission.admission import Admission
-from app.errors import APIError, invalid_value, unavailable
-from app.policy import prefix_cache_salt
-from app.serving.state import ServerState
-from engine import (
+from officellm.app.admission.admission import Admission
+from officellm.app.errors import APIError, invalid_value, unavailable
+from officellm.app.policy import prefix_cache_salt
+from officellm.app.serving.state import ServerState
+from officellm.engine import (
     CompletionOutput,
     EngineDeadError,
     OutputKind,

@@ -11,8 +11,8 @@ from types import FrameType
 
 import uvicorn
 
-from app.admission.admission import AdmissionControl
-from engine import AsyncLLM, LoadFailure
+from officellm.app.admission.admission import AdmissionControl
+from officellm.engine import AsyncLLM, LoadFailure
 
 logger = logging.getLogger("officellm.server")
 

@@ -21,11 +21,11 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from app.admission.admission import Admission
-from app.admission.decision_error import decision_error
-from app.errors import APIError
-from app.observability.refusals import Refusals
-from app.policy import (
+from officellm.app.admission.admission import Admission
+from officellm.app.admission.decision_error import decision_error
+from officellm.app.errors import APIError
+from officellm.app.observability.refusals import Refusals
+from officellm.app.policy import (
     ChatThread,
     Decision,
     EffectivePolicy,
@@ -34,7 +34,7 @@ from app.policy import (
     count_turns,
     evaluate,
 )
-from engine import InputProcessor, PromptTooLongError, apply_chat_template
+from officellm.engine import InputProcessor, PromptTooLongError, apply_chat_template
 
 Message = dict[str, Any]
 

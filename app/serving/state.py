@@ -1,4 +1,4 @@
-"""What the routes share, kept on `app.state.server`."""
+"""What the routes share, kept on `officellm.app.state.server`."""
 
 from __future__ import annotations
 
@@ -7,18 +7,18 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from app.accounts.accounts import Accounts
-from app.admission.admission import AdmissionControl
-from app.admission.auth_throttle import AuthThrottle
-from app.chat.chat_formats import ChatFormats
-from app.errors import APIError, unavailable
-from app.observability.metrics import ServerMetrics
-from app.observability.refusals import Refusals
-from app.observability.stats_window import StatsWindow
-from app.server_settings import ServerSettings
-from app.serving.prompt import LengthLimits, PromptRenderer, Prompts
-from app.serving.token_text import TokenText
-from engine import AsyncLLM, LLMEngine
+from officellm.app.accounts.accounts import Accounts
+from officellm.app.admission.admission import AdmissionControl
+from officellm.app.admission.auth_throttle import AuthThrottle
+from officellm.app.chat.chat_formats import ChatFormats
+from officellm.app.errors import APIError, unavailable
+from officellm.app.observability.metrics import ServerMetrics
+from officellm.app.observability.refusals import Refusals
+from officellm.app.observability.stats_window import StatsWindow
+from officellm.app.server_settings import ServerSettings
+from officellm.app.serving.prompt import LengthLimits, PromptRenderer, Prompts
+from officellm.app.serving.token_text import TokenText
+from officellm.engine import AsyncLLM, LLMEngine
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from kernels.reference import reference
+from officellm.kernels.reference import reference
 
 TOL = {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 3e-2}
 
@@ -67,7 +67,7 @@ def _write_both(tri: Any, k: torch.Tensor, v: torch.Tensor,
 
 
 def _attention(tri: Any, dev: torch.device, dtype: torch.dtype, out: list, smoke: bool) -> None:
-    from kernels.reference.paged_problems import make_problem, reference_output
+    from officellm.kernels.reference.paged_problems import make_problem, reference_output
 
     groups = [(2, 2), (4, 1), (8, 1)] if smoke else [(8, 8), (16, 4), (32, 4)]
     dims = [16, 32] if smoke else [64, 128]
@@ -109,7 +109,7 @@ def _one_byte_caches(tri: Any, dev: torch.device, dtype: torch.dtype, out: list,
                      smoke: bool) -> None:
     """The write kernel's bytes, and decode/prefill attention over a one-byte cache against
     the reference over the values that cache holds."""
-    from kernels.reference.paged_problems import make_problem, reference_output, stored_as
+    from officellm.kernels.reference.paged_problems import make_problem, reference_output, stored_as
 
     hq, hk, d = (4, 2, 16) if smoke else (28, 4, 128)
     t = 5 if smoke else 37
@@ -144,7 +144,7 @@ def _one_byte_caches(tri: Any, dev: torch.device, dtype: torch.dtype, out: list,
 
 def run(device: torch.device, smoke: bool) -> dict:
     """All kernel cases; on a CPU only under TRITON_INTERPRET=1, in fp32/fp16."""
-    from kernels.triton import ops as tri
+    from officellm.kernels.triton import ops as tri
 
     t0 = time.perf_counter()
     dtypes = [torch.float32, torch.float16]

@@ -75,7 +75,7 @@ def write_model_dir(config: Any, out_dir: Path) -> Path:
 @contextmanager
 def weights_from(model: torch.nn.Module):
     """While active, the engine loads its weights from `model` instead of safetensors."""
-    import engine.worker.worker as worker  # where the engine (each rank's Worker) loads weights
+    import officellm.engine.worker.worker as worker  # where the engine (each rank's Worker) loads weights
 
     original = worker.iter_safetensors
     worker.iter_safetensors = lambda _dir: (
@@ -90,7 +90,7 @@ def build_engine(model: torch.nn.Module, model_dir: Path, **config: Any):
     """An LLMEngine over `model`'s weights (config keys as EngineConfig's)."""
     from contextlib import nullcontext
 
-    from engine.llm_engine import LLMEngine
+    from officellm.engine.llm_engine import LLMEngine
 
     # On a GPU, the engine's modules are created there directly: initializing 7B parameters
     # on the host and copying them over would cost tens of seconds of the check's budget.

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from engine.attention.backend import AttentionMetadata
-from engine.attention.torch_backend import PrefillPlan, TorchAttention
+from officellm.engine.attention.backend import AttentionMetadata
+from officellm.engine.attention.torch_backend import PrefillPlan, TorchAttention
 
 # Up to this many query rows a cached-history chunk runs through the chunk kernel.
 CHUNK_KERNEL_MAX_ROWS = 32

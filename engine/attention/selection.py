@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention.backend import AttentionBackend
-from kernels import triton_available
-from kernels.build import cpu_kernels
-from kernels.ops import KernelOps, kernel_ops
+from officellm.engine.attention.backend import AttentionBackend
+from officellm.kernels.build import cpu_kernels
+from officellm.kernels.ops import KernelOps, kernel_ops
+from officellm.kernels.triton import triton_available
 
 BACKENDS = ("torch", "cpu", "triton")
 
@@ -52,13 +52,13 @@ def attention_for(device: torch.device, k_caches: list[torch.Tensor],
     """An attention backend over these caches: TritonAttention, CpuAttention or TorchAttention."""
     name = backend_for(device, backend)
     if name == "triton":
-        from engine.attention.triton_backend import TritonAttention
+        from officellm.engine.attention.triton_backend import TritonAttention
 
         return TritonAttention(k_caches, v_caches, scale)
     if name == "cpu":
-        from engine.attention.cpu_backend import CpuAttention
+        from officellm.engine.attention.cpu_backend import CpuAttention
 
         return CpuAttention(k_caches, v_caches, scale, cpu_kernels.load())
-    from engine.attention.torch_backend import TorchAttention
+    from officellm.engine.attention.torch_backend import TorchAttention
 
     return TorchAttention(k_caches, v_caches, scale)

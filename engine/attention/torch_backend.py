@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.attention.backend import AttentionMetadata
-from kernels.reference import reference
+from officellm.engine.attention.backend import AttentionMetadata
+from officellm.kernels.reference import reference
 
 
 @dataclass

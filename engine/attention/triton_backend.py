@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention.backend import AttentionMetadata
-from kernels.triton import ops as triton_ops
-from kernels.triton.decode_attention import default_num_splits
+from officellm.engine.attention.backend import AttentionMetadata
+from officellm.kernels.triton import ops as triton_ops
+from officellm.kernels.triton.decode_attention import default_num_splits
 
 
 class TritonAttention:

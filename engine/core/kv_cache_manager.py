@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.core.block_pool import BlockPool, KVBlock, hash_block_tokens
-from engine.core.request import Request
+from officellm.engine.core.block_pool import BlockPool, KVBlock, hash_block_tokens
+from officellm.engine.core.request import Request
 
 
 class KVCacheManager:

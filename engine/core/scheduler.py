@@ -9,18 +9,18 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 
-from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.prefill_pacer import PrefillPacer
-from engine.core.request import Request, RequestStatus
-from engine.core.scheduler_output import (
+from officellm.engine.core.kv_cache_manager import KVCacheManager
+from officellm.engine.core.prefill_pacer import PrefillPacer
+from officellm.engine.core.request import Request, RequestStatus
+from officellm.engine.core.scheduler_output import (
     EngineCoreOutput,
     SamplerOutput,
     ScheduledChunk,
     SchedulerOutput,
 )
-from engine.core.scheduling_policy import SchedulingPolicy, make_policy
+from officellm.engine.core.scheduling_policy import SchedulingPolicy, make_policy
 
-logger = logging.getLogger("engine.scheduler")
+logger = logging.getLogger("officellm.engine.scheduler")
 
 NAN_ERROR = "the model produced invalid values (NaN) for this request"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from engine.core.request import Request
+from officellm.engine.core.request import Request
 
 
 @dataclass

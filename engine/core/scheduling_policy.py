@@ -62,8 +62,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.request import Request
+from officellm.engine.core.kv_cache_manager import KVCacheManager
+from officellm.engine.core.request import Request
 
 SCHEDULING_POLICIES = ("fcfs", "priority", "fair")
 # The policies under which the prefix cache evicts from the key with the largest footprint

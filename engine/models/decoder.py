@@ -16,15 +16,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.distributed.parallel_state import ParallelState
-from engine.loading.gguf_tensors import QuantizedTensor
-from engine.loading.model_spec import ModelSpec
-from engine.models import packed_linear
-from engine.models.parallel_linear import ColumnParallelLinear, RowParallelLinear
-from engine.models.quantized_linear import QuantizedWeight, QuantMatmul, QuantPack
-from engine.models.rotary import RotaryTable
-from engine.models.shard_plan import ShardPlan
-from engine.models.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
+from officellm.engine.distributed.parallel_state import ParallelState
+from officellm.engine.loading.gguf_tensors import QuantizedTensor
+from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.models import packed_linear
+from officellm.engine.models.parallel_linear import ColumnParallelLinear, RowParallelLinear
+from officellm.engine.models.quantized_linear import QuantizedWeight, QuantMatmul, QuantPack
+from officellm.engine.models.rotary import RotaryTable
+from officellm.engine.models.shard_plan import ShardPlan
+from officellm.engine.models.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
 
 
 class DecoderLayer(nn.Module):

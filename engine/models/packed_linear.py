@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.cpu_features import CpuFeatures, cpu_features
+from officellm.kernels.cpu_features import CpuFeatures, cpu_features
 
 # The batch size oneDNN picks the packed layout for; any number of rows works with it.
 BATCH_HINT = 16

@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from engine.distributed.parallel_state import ParallelState
-from engine.models import packed_linear
-from engine.models.quantized_linear import QuantizedWeight
+from officellm.engine.distributed.parallel_state import ParallelState
+from officellm.engine.models import packed_linear
+from officellm.engine.models.quantized_linear import QuantizedWeight
 
 
 class ColumnParallelLinear(nn.Linear):

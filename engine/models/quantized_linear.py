@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.loading.gguf_tensors import QuantizedTensor
-from kernels.reference import quant_reference
+from officellm.engine.loading.gguf_tensors import QuantizedTensor
+from officellm.kernels.reference import quant_reference
 
 QuantMatmul = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 # (GGUF rows, type) -> the same weight in the layout the matmul reads fastest (or the rows).

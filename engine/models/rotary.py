@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.loading.model_spec import ModelSpec
+from officellm.engine.loading.model_spec import ModelSpec
 
 
 def _default_inv_freq(spec: ModelSpec) -> torch.Tensor:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.loading.model_spec import ModelSpec
+from officellm.engine.loading.model_spec import ModelSpec
 
 
 class TensorParallelSplitError(ValueError):

@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.distributed.parallel_state import ParallelState
-from engine.models import packed_linear
-from engine.models.quantized_linear import QuantizedWeight
-from engine.models.shard_plan import ShardPlan
+from officellm.engine.distributed.parallel_state import ParallelState
+from officellm.engine.models import packed_linear
+from officellm.engine.models.quantized_linear import QuantizedWeight
+from officellm.engine.models.shard_plan import ShardPlan
 
 
 class VocabParallelEmbedding(nn.Module):

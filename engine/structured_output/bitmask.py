@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.core.request import Request
+from officellm.engine.core.request import Request
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engine.structured_output.json_schema_support import check_json_schema
-from engine.structured_output.params import StructuredOutputError, StructuredOutputsParams
+from officellm.engine.structured_output.json_schema_support import check_json_schema
+from officellm.engine.structured_output.params import StructuredOutputError, StructuredOutputsParams
 
 if TYPE_CHECKING:
     import xgrammar as xgr

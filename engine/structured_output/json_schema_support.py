@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.structured_output.params import StructuredOutputError
+from officellm.engine.structured_output.params import StructuredOutputError
 
 # Validation keywords xgrammar does not enforce.
 UNSUPPORTED_KEYWORDS = frozenset({

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from engine.attention.backend import AttentionBackend, AttentionMetadata
+from officellm.engine.attention.backend import AttentionBackend, AttentionMetadata
 
-logger = logging.getLogger("engine.worker.cuda_graphs")
+logger = logging.getLogger("officellm.engine.worker.cuda_graphs")
 
 
 def capture_sizes(max_batch: int) -> list[int]:

@@ -1,6 +1,6 @@
 """Executors: how the engine core runs a scheduled step on the model's ranks.
 
-`UniprocExecutor` runs it in this process; `engine.worker.multiproc_executor`'s
+`UniprocExecutor` runs it in this process; `officellm.engine.worker.multiproc_executor`'s
 `MultiprocExecutor` runs it on every tensor-parallel rank, this process being rank 0.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from engine.core.scheduler_output import SamplerOutput, SchedulerOutput
-from engine.structured_output.bitmask import GrammarBitmask
-from engine.worker.model_runner import ModelRunner
+from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
+from officellm.engine.structured_output.bitmask import GrammarBitmask
+from officellm.engine.worker.model_runner import ModelRunner
 
 
 class Executor(Protocol):

@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from engine.attention import selection as kernels_ops
-from engine.attention.backend import AttentionMetadata
-from engine.config import format_gib
-from engine.loading.model_spec import ModelSpec
+from officellm.engine.attention import selection as kernels_ops
+from officellm.engine.attention.backend import AttentionMetadata
+from officellm.engine.config import format_gib
+from officellm.engine.loading.model_spec import ModelSpec
 
-logger = logging.getLogger("engine.worker.memory_profiling")
+logger = logging.getLogger("officellm.engine.worker.memory_profiling")
 
 
 @dataclass

@@ -9,18 +9,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from engine.attention import selection as kernels_ops
-from engine.attention.backend import AttentionBackend, AttentionMetadata
-from engine.core.request import Request
-from engine.core.scheduler_output import SamplerOutput, SchedulerOutput
-from engine.loading.model_spec import ModelSpec
-from engine.structured_output.bitmask import GrammarBitmask
-from engine.worker.sampler import Sampler
-from engine.worker.sampling_metadata import SamplingMetadata
-from kernels.reference.reference import cache_row_width
+from officellm.engine.attention import selection as kernels_ops
+from officellm.engine.attention.backend import AttentionBackend, AttentionMetadata
+from officellm.engine.core.request import Request
+from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
+from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.structured_output.bitmask import GrammarBitmask
+from officellm.engine.worker.sampler import Sampler
+from officellm.engine.worker.sampling_metadata import SamplingMetadata
+from officellm.kernels.reference.reference import cache_row_width
 
 if TYPE_CHECKING:
-    from engine.worker.cuda_graphs import DecodeGraphs
+    from officellm.engine.worker.cuda_graphs import DecodeGraphs
 
 
 @dataclass
@@ -171,7 +171,7 @@ class ModelRunner:
                               use_graphs: bool = True) -> None:
         """Capture CUDA graphs for decode steps of up to max_batch sequences (CUDA only;
         use_graphs=False runs the same padded path eagerly, for tests)."""
-        from engine.worker.cuda_graphs import DecodeGraphs
+        from officellm.engine.worker.cuda_graphs import DecodeGraphs
 
         graphs = DecodeGraphs(self.model, self.attention, max_batch,
                               -(-max_model_len // self.block_size), self.null_block,

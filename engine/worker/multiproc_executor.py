@@ -21,19 +21,26 @@ from typing import Any
 
 import torch.distributed as dist
 
-from engine.config import EngineConfig
-from engine.core.scheduler_output import SamplerOutput, SchedulerOutput
-from engine.distributed.parallel_state import (
+from officellm.engine.config import EngineConfig
+from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
+from officellm.engine.distributed.parallel_state import (
     ParallelState,
     init_parallel_state,
     rendezvous_store,
 )
-from engine.structured_output.bitmask import GrammarBitmask
-from engine.worker.model_runner import ModelRunner, StepBatch
-from engine.worker.tp_worker import SCRUB, SHUTDOWN, STEP, WorkerArgs, started_key, worker_main
-from engine.worker.worker import rank_device
+from officellm.engine.structured_output.bitmask import GrammarBitmask
+from officellm.engine.worker.model_runner import ModelRunner, StepBatch
+from officellm.engine.worker.tp_worker import (
+    SCRUB,
+    SHUTDOWN,
+    STEP,
+    WorkerArgs,
+    started_key,
+    worker_main,
+)
+from officellm.engine.worker.worker import rank_device
 
-logger = logging.getLogger("engine.worker.executor")
+logger = logging.getLogger("officellm.engine.worker.executor")
 
 # Seconds a worker gets to leave after the shutdown message, then after SIGTERM.
 JOIN_TIMEOUT = 5.0

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 
 import torch
 
-from engine.core.scheduler_output import Logprob, SamplerOutput
-from engine.structured_output.bitmask import GrammarBitmask
-from engine.worker.sampling_metadata import SamplingMetadata, SamplingRow
+from officellm.engine.core.scheduler_output import Logprob, SamplerOutput
+from officellm.engine.structured_output.bitmask import GrammarBitmask
+from officellm.engine.worker.sampling_metadata import SamplingMetadata, SamplingRow
 
 
 class Sampler:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from engine.core.request import Request, RequestParams
+from officellm.engine.core.request import Request, RequestParams
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from engine.config import EngineConfig
-from engine.distributed.parallel_state import init_parallel_state, join_store
-from engine.kv_plan import KVCacheTooSmallError
-from engine.worker.sampling_metadata import SamplingMetadata
-from engine.worker.worker import Worker, rank_device
+from officellm.engine.config import EngineConfig
+from officellm.engine.distributed.parallel_state import init_parallel_state, join_store
+from officellm.engine.kv_plan import KVCacheTooSmallError
+from officellm.engine.worker.sampling_metadata import SamplingMetadata
+from officellm.engine.worker.worker import Worker, rank_device
 
-logger = logging.getLogger("engine.worker.tp_worker")
+logger = logging.getLogger("officellm.engine.worker.tp_worker")
 
 # The messages rank 0 broadcasts: (STEP, StepBatch), (SCRUB, block ids), (SHUTDOWN, None).
 STEP, SCRUB, SHUTDOWN = "step", "scrub", "shutdown"

@@ -16,18 +16,18 @@ from pathlib import Path
 
 import torch
 
-from engine.attention import selection as kernels_ops
-from engine.config import EngineConfig, format_gib
-from engine.distributed.parallel_state import ParallelState
-from engine.dtype_choice import resolve_dtype
-from engine.kv_cache_dtype import kv_bytes_per_token, resolve_kv_cache_dtype
-from engine.kv_plan import KVCacheTooSmallError, size_pool
-from engine.loading.model_loader import gguf_source, iter_safetensors, load_config_dict
-from engine.loading.model_spec import ModelSpec
-from engine.models import packed_linear
-from engine.models.decoder import DecoderModel
-from engine.models.quantized_linear import QuantizedWeight
-from engine.weight_quantization import (
+from officellm.engine.attention import selection as kernels_ops
+from officellm.engine.config import EngineConfig, format_gib
+from officellm.engine.distributed.parallel_state import ParallelState
+from officellm.engine.dtype_choice import resolve_dtype
+from officellm.engine.kv_cache_dtype import kv_bytes_per_token, resolve_kv_cache_dtype
+from officellm.engine.kv_plan import KVCacheTooSmallError, size_pool
+from officellm.engine.loading.model_loader import gguf_source, iter_safetensors, load_config_dict
+from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.models import packed_linear
+from officellm.engine.models.decoder import DecoderModel
+from officellm.engine.models.quantized_linear import QuantizedWeight
+from officellm.engine.weight_quantization import (
     MatmulPair,
     blocks_max_rows,
     gguf_blocks,
@@ -36,9 +36,9 @@ from engine.weight_quantization import (
     resolve_quantization,
     time_matmuls,
 )
-from engine.worker.model_runner import ModelRunner
-from kernels.cpu_features import cpu_features
-from kernels.reference import quant_reference
+from officellm.engine.worker.model_runner import ModelRunner
+from officellm.kernels.cpu_features import cpu_features
+from officellm.kernels.reference import quant_reference
 
 logger = logging.getLogger("engine")
 
@@ -200,7 +200,7 @@ class Worker:
         if cfg.kv_cache_memory is not None:
             return int(cfg.kv_cache_memory), "--kv-cache-memory"
         if self.device.type == "cuda":
-            from engine.worker.memory_profiling import profile_cuda
+            from officellm.engine.worker.memory_profiling import profile_cuda
 
             profile = profile_cuda(self.model, self.spec, self.dtype, self.device,
                                    self.weight_bytes, cfg.gpu_memory_utilization,
@@ -219,7 +219,7 @@ class Worker:
         if (self.device.type != "cuda" or self.backend != "triton" or cfg.enforce_eager
                 or self.parallel.world_size > 1):
             return 0
-        from engine.worker.cuda_graphs import capture_sizes
+        from officellm.engine.worker.cuda_graphs import capture_sizes
 
         return capture_sizes(cfg.max_num_seqs)[-1]
 

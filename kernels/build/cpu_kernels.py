@@ -25,8 +25,8 @@ from typing import Any
 
 import platformdirs
 
-from kernels.build.extension_cache import ExtensionBuild, SourceFile
-from kernels.cpu_features import CpuFeatures, cpu_features
+from officellm.kernels.build.extension_cache import ExtensionBuild, SourceFile
+from officellm.kernels.cpu_features import CpuFeatures, cpu_features
 
 logger = logging.getLogger("officellm.kernels")
 

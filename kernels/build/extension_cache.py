@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from kernels.build.ninja_file import NinjaBuild
+from officellm.kernels.build.ninja_file import NinjaBuild
 
 logger = logging.getLogger("officellm.kernels")
 

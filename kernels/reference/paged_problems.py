@@ -63,7 +63,7 @@ def make_problem(seqs: list[tuple[int, int]], hq: int, hk: int, head_dim: int,
 
 
 def reference_output(p: PagedProblem) -> torch.Tensor:
-    from kernels.reference import reference
+    from officellm.kernels.reference import reference
 
     return reference.paged_attention(p.q.cpu(), p.k_cache.cpu(), p.v_cache.cpu(),
                                      p.block_tables.cpu(), p.seq_lens.cpu(),
@@ -76,7 +76,7 @@ def stored_as(p: PagedProblem, cache_dtype: torch.dtype) -> tuple[PagedProblem, 
     storage reads back, in q's dtype, for the reference)."""
     import dataclasses
 
-    from kernels.reference import reference
+    from officellm.kernels.reference import reference
 
     def store(cache: torch.Tensor) -> torch.Tensor:
         if cache_dtype == torch.int8:

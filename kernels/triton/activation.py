@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
+
 import triton
 import triton.language as tl
-
-from kernels.triton.util import check_last_dim_contiguous
+from officellm.kernels.triton.util import check_last_dim_contiguous
 
 BLOCK = 1024
 

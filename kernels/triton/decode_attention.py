@@ -12,11 +12,15 @@ from __future__ import annotations
 import functools
 
 import torch
+
 import triton
 import triton.language as tl
-
-from kernels.triton.attention_tile import LOG2E, attend_kv_tiles
-from kernels.triton.util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
+from officellm.kernels.triton.attention_tile import LOG2E, attend_kv_tiles
+from officellm.kernels.triton.util import (
+    check_cache_rows,
+    check_last_dim_contiguous,
+    next_power_of_2,
+)
 
 MAX_SPLITS = 16
 

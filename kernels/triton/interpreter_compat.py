@@ -35,6 +35,7 @@ def patch_scalar_index() -> None:
 def _patch_fp8_conversion(interpreter) -> None:  # type: ignore[no-untyped-def]
     import numpy as np
     import torch
+
     import triton.language as tl
 
     fp8 = {tl.float8e4nv: torch.float8_e4m3fn, tl.float8e5: torch.float8_e5m2}

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import torch
+
 import triton
 import triton.language as tl
-
-from kernels.reference.reference import FP8_DTYPES
-from kernels.triton.util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
+from officellm.kernels.reference.reference import FP8_DTYPES
+from officellm.kernels.triton.util import (
+    check_cache_rows,
+    check_last_dim_contiguous,
+    next_power_of_2,
+)
 
 
 @triton.jit

@@ -4,12 +4,12 @@ TRITON_INTERPRET=1) does."""
 
 from __future__ import annotations
 
-from kernels.triton.activation import silu_and_mul
-from kernels.triton.decode_attention import paged_decode_attention
-from kernels.triton.kv_cache import write_kv_cache
-from kernels.triton.norm import fused_add_rms_norm, rms_norm
-from kernels.triton.prefill_attention import paged_prefill_attention
-from kernels.triton.rotary import apply_rotary
+from officellm.kernels.triton.activation import silu_and_mul
+from officellm.kernels.triton.decode_attention import paged_decode_attention
+from officellm.kernels.triton.kv_cache import write_kv_cache
+from officellm.kernels.triton.norm import fused_add_rms_norm, rms_norm
+from officellm.kernels.triton.prefill_attention import paged_prefill_attention
+from officellm.kernels.triton.rotary import apply_rotary
 
 # The reference's varlen entry point: the prefill kernel handles any mix of query lengths.
 paged_attention = paged_prefill_attention

@@ -10,11 +10,15 @@ softmax. This step's keys must already be in the cache (write_kv_cache first).
 from __future__ import annotations
 
 import torch
+
 import triton
 import triton.language as tl
-
-from kernels.triton.attention_tile import LOG2E, attend_kv_tiles
-from kernels.triton.util import check_cache_rows, check_last_dim_contiguous, next_power_of_2
+from officellm.kernels.triton.attention_tile import LOG2E, attend_kv_tiles
+from officellm.kernels.triton.util import (
+    check_cache_rows,
+    check_last_dim_contiguous,
+    next_power_of_2,
+)
 
 
 @triton.jit

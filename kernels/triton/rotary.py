@@ -8,10 +8,10 @@ multiply-adds.
 from __future__ import annotations
 
 import torch
+
 import triton
 import triton.language as tl
-
-from kernels.triton.util import check_last_dim_contiguous, next_power_of_2
+from officellm.kernels.triton.util import check_last_dim_contiguous, next_power_of_2
 
 
 @triton.jit

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from admin_ui.admin_client import AdminClient, AdminError
-from admin_ui.console_settings import REMOTE, ConsoleSettings
-from admin_ui.local_server import LocalServer
-from admin_ui.main_window import MainWindow
-from admin_ui.models.record_table import RECORD_ROLE
-from admin_ui.widgets.status_banner import UP
+from officellm.admin_ui.admin_client import AdminClient, AdminError
+from officellm.admin_ui.console_settings import REMOTE, ConsoleSettings
+from officellm.admin_ui.local_server import LocalServer
+from officellm.admin_ui.main_window import MainWindow
+from officellm.admin_ui.models.record_table import RECORD_ROLE
+from officellm.admin_ui.widgets.status_banner import UP
 from tests.support.server_process import REPO, SMALL_POOL_FLAGS, ServerProcess
 
 openai = pytest.importorskip("openai")

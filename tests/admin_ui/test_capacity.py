@@ -16,17 +16,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import uvicorn
 
-from admin_ui.admin_client import AdminClient
-from admin_ui.capacity import Plan, WhatIf
-from admin_ui.session import AdminSession
-from admin_ui.tabs.capacity import (
+from officellm.admin_ui.admin_client import AdminClient
+from officellm.admin_ui.capacity import Plan, WhatIf
+from officellm.admin_ui.session import AdminSession
+from officellm.admin_ui.tabs.capacity import (
     NOT_CONNECTED,
     WHAT_IF_KV_DTYPES,
     WHAT_IF_NOT_CONNECTED,
     CapacityTab,
 )
-from app.server import create_app
-from app.server_settings import ServerSettings
+from officellm.app.server import create_app
+from officellm.app.server_settings import ServerSettings
 
 PLAN = {"model": "Qwen2.5-7B-Instruct", "bytes_per_token": 57344, "kv_cache_dtype": "bfloat16",
         "kv_cache_tokens": 197520,
@@ -170,7 +170,7 @@ def admin_server(tmp_path_factory) -> Iterator[AdminServer]:
 
 
 def test_the_what_if_kv_dtypes_are_the_servers(admin_server):
-    from engine.kv_cache_dtype import check_kv_cache_dtype
+    from officellm.engine.kv_cache_dtype import check_kv_cache_dtype
 
     client = AdminClient(admin_server.base_url, admin_server.token)
     try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from admin_ui.diagnosis import (
+from officellm.admin_ui.diagnosis import (
     LONG_PREFILL_TOKENS,
     OK,
     WARNING,
@@ -13,7 +13,7 @@ from admin_ui.diagnosis import (
     slow_first_word,
     steady_batching,
 )
-from admin_ui.snapshot import StatsSnapshot
+from officellm.admin_ui.snapshot import StatsSnapshot
 from tests.admin_ui.samples import stats_json, user_json
 
 

@@ -9,10 +9,10 @@ import os
 import pytest
 from PySide6.QtCore import Qt
 
-from admin_ui.console_settings import LOCAL, ConsoleSettings
-from admin_ui.local_server import LocalServer, last_line
-from admin_ui.main_window import MainWindow
-from admin_ui.widgets.status_banner import DOWN
+from officellm.admin_ui.console_settings import LOCAL, ConsoleSettings
+from officellm.admin_ui.local_server import LocalServer, last_line
+from officellm.admin_ui.main_window import MainWindow
+from officellm.admin_ui.widgets.status_banner import DOWN
 from tests.support.server_process import REPO, free_port, port_answers
 
 START_TIMEOUT_MS = 180_000  # a fresh box dequantizes the GGUF and builds the kernels first

@@ -12,12 +12,12 @@ import time
 import pytest
 from PySide6.QtCore import Qt
 
-from admin_ui.admin_client import AdminClient, AdminError
-from admin_ui.console_settings import LOCAL, ConsoleSettings, read_token_file
-from admin_ui.local_server import LaunchConfig, LocalServer, ServerRecord, read_log_tail
-from admin_ui.main_window import MainWindow
-from admin_ui.widgets.status_banner import DOWN, UP
-from loadgen.server_wait import wait_until_healthy
+from officellm.admin_ui.admin_client import AdminClient, AdminError
+from officellm.admin_ui.console_settings import LOCAL, ConsoleSettings, read_token_file
+from officellm.admin_ui.local_server import LaunchConfig, LocalServer, ServerRecord, read_log_tail
+from officellm.admin_ui.main_window import MainWindow
+from officellm.admin_ui.widgets.status_banner import DOWN, UP
+from officellm.loadgen.server_wait import wait_until_healthy
 from tests.support.server_process import REPO, SMALL_POOL_FLAGS, free_port, port_answers
 
 START_TIMEOUT_MS = 180_000
@@ -41,7 +41,7 @@ def server_pythonpath():
 def test_launch_config_argv():
     cfg = LaunchConfig(model="/m/x.gguf", port=9001, extra_flags="--max-model-len 4096 --dtype 'float32'")
     argv = cfg.argv()
-    assert argv[1:] == ["-m", "app.cli", "serve", "/m/x.gguf", "--host", "127.0.0.1", "--port",
+    assert argv[1:] == ["-m", "officellm.app.cli", "serve", "/m/x.gguf", "--host", "127.0.0.1", "--port",
                         "9001", "--max-model-len", "4096", "--dtype", "float32"]
     assert cfg.base_url == "http://127.0.0.1:9001"
     assert cfg.admin_token_path() == cfg.resolved_data_dir() / "admin_token"

@@ -8,10 +8,10 @@ import time
 
 from PySide6.QtCore import QTimer
 
-from admin_ui.console_settings import REMOTE, ConsoleSettings
-from admin_ui.local_server import LocalServer
-from admin_ui.main_window import MainWindow
-from admin_ui.widgets.status_banner import DOWN
+from officellm.admin_ui.console_settings import REMOTE, ConsoleSettings
+from officellm.admin_ui.local_server import LocalServer
+from officellm.admin_ui.main_window import MainWindow
+from officellm.admin_ui.widgets.status_banner import DOWN
 
 
 def test_hung_server_does_not_freeze_the_window(qtbot, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from admin_ui.policy_values import PolicyError, PolicyForm, form_to_policy
+from officellm.admin_ui.policy_values import PolicyError, PolicyForm, form_to_policy
 
 
 def test_round_trip_default():
@@ -55,7 +55,7 @@ def test_kv_share_outside_zero_to_one_is_named(value):
 def test_policies_tab_round_trips_priority_and_kv_share(qtbot):
     from PySide6.QtCore import QObject, Signal
 
-    from admin_ui.tabs.policies import PoliciesTab
+    from officellm.admin_ui.tabs.policies import PoliciesTab
 
     class Session(QObject):  # only what the tab touches before it talks to a server
         changed = Signal()

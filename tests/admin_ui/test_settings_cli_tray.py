@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings
 
-from admin_ui.console_settings import REMOTE, ConsoleSettings
-from admin_ui.local_server import LocalServer
-from admin_ui.main_window import MainWindow
-from admin_ui.tray import ConsoleTray
+from officellm.admin_ui.console_settings import REMOTE, ConsoleSettings
+from officellm.admin_ui.local_server import LocalServer
+from officellm.admin_ui.main_window import MainWindow
+from officellm.admin_ui.tray import ConsoleTray
 
 
 def test_settings_round_trip(tmp_path):
@@ -22,7 +22,7 @@ def test_settings_round_trip(tmp_path):
 
 
 def test_cli_registers_admin():
-    from app.cli import admin, build_parser
+    from officellm.app.cli import admin, build_parser
 
     args = build_parser().parse_args(["admin", "--url", "http://h:8000", "--token-file", "/t"])
     assert args.func is admin.run and args.url == "http://h:8000" and args.token_file == "/t"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from admin_ui.history import StatsHistory
-from admin_ui.snapshot import StatsSnapshot
+from officellm.admin_ui.history import StatsHistory
+from officellm.admin_ui.snapshot import StatsSnapshot
 from tests.admin_ui.samples import stats_json, thread_json
 
 

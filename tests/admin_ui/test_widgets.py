@@ -5,14 +5,14 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
-from admin_ui.history import StatsHistory
-from admin_ui.models.record_table import RECORD_ROLE
-from admin_ui.poller import StatsPoller
-from admin_ui.snapshot import StatsSnapshot
-from admin_ui.tabs.dashboard import DashboardTab
-from admin_ui.tabs.diagnosis import DiagnosisTab
-from admin_ui.tabs.threads import ThreadsTab
-from admin_ui.widgets.key_dialog import KeyDialog
+from officellm.admin_ui.history import StatsHistory
+from officellm.admin_ui.models.record_table import RECORD_ROLE
+from officellm.admin_ui.poller import StatsPoller
+from officellm.admin_ui.snapshot import StatsSnapshot
+from officellm.admin_ui.tabs.dashboard import DashboardTab
+from officellm.admin_ui.tabs.diagnosis import DiagnosisTab
+from officellm.admin_ui.tabs.threads import ThreadsTab
+from officellm.admin_ui.widgets.key_dialog import KeyDialog
 from tests.admin_ui.samples import stats_json, thread_json, user_json
 from tests.support.server_process import free_port
 
@@ -107,8 +107,8 @@ def test_poller_reports_an_unreachable_server_without_blocking(qtbot):
 
 
 def test_relative_times_and_event_rows():
-    from admin_ui.format import ago
-    from admin_ui.models.events_model import EventRow
+    from officellm.admin_ui.format import ago
+    from officellm.admin_ui.models.events_model import EventRow
 
     assert ago("2026-11-30T10:00:00+00:00", now=1796032800 + 75) == "1 min ago"
     assert ago(100.0, now=112.0) == "12 s ago"
@@ -120,7 +120,7 @@ def test_relative_times_and_event_rows():
 
 
 def test_cap_colors():
-    from admin_ui.widgets.cap_bar_delegate import level_color
+    from officellm.admin_ui.widgets.cap_bar_delegate import level_color
 
     assert level_color(0.2) == "#4cae4c"
     assert level_color(0.85) == "#f0ad4e"

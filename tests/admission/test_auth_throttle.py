@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.admission import auth_throttle
-from app.admission.auth_throttle import AuthThrottle
-from app.errors import APIError
+from officellm.app.admission import auth_throttle
+from officellm.app.admission.auth_throttle import AuthThrottle
+from officellm.app.errors import APIError
 
 
 class Clock:

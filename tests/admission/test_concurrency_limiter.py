@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from app.admission.concurrency import ConcurrencyLimiter
+from officellm.app.admission.concurrency import ConcurrencyLimiter
 
 
 def test_concurrency_limiter_counts_per_user() -> None:

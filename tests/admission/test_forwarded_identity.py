@@ -14,11 +14,11 @@ from urllib.parse import quote
 import jwt
 import pytest
 
-from app.admission.forwarded_identity import (
+from officellm.app.admission.forwarded_identity import (
     ForwardedIdentityError,
     decide_identity,
 )
-from app.principal import FrontEnd
+from officellm.app.principal import FrontEnd
 
 SECRET = "a-secret-of-more-than-thirty-two-characters"
 PLAIN = FrontEnd(key_id=1, user_id=10, name="open-webui")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.db.database import Database
+from officellm.app.db.database import Database
 
 
 @pytest.fixture

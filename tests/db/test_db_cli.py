@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from app.db.database import Database
-from app.db.keys import authenticate
-from app.db.migrate import head_revision
-from app.db.policies import get_effective_policy
+from officellm.app.cli import main
+from officellm.app.db.database import Database
+from officellm.app.db.keys import authenticate
+from officellm.app.db.migrate import head_revision
+from officellm.app.db.policies import get_effective_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,7 +103,7 @@ def test_installed_entry_point_runs_as_a_process(tmp_path: Path) -> None:
     db_path = tmp_path / "sub.db"
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     for argv in (["users", "add", "carol"], ["keys", "issue", "carol"]):
-        proc = subprocess.run([sys.executable, "-m", "app.cli", *argv, "--db", str(db_path)],
+        proc = subprocess.run([sys.executable, "-m", "officellm.app.cli", *argv, "--db", str(db_path)],
                               env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
         assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("ocl-")

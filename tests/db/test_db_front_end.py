@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from app.db.database import Database
-from app.db.forwarded_users import (
+from officellm.app.db.database import Database
+from officellm.app.db.forwarded_users import (
     add_forwarded_user,
     find_forwarded_user,
     forwarded_id_digest,
     plain_user_name,
 )
-from app.db.jwt_secrets import SecretUnavailable
-from app.db.keys import authenticate, issue_key, list_keys, revoke_key
-from app.db.users import create_user, list_users
+from officellm.app.db.jwt_secrets import SecretUnavailable
+from officellm.app.db.keys import authenticate, issue_key, list_keys, revoke_key
+from officellm.app.db.users import create_user, list_users
 
 SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978"
 

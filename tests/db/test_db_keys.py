@@ -8,12 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from app.db.admin_token import ensure_admin_token, reset_admin_token, verify_admin_token
-from app.db.database import Database
-from app.db.errors import AlreadyExists, NotFound
-from app.db.events import recent_events
-from app.db.keys import KEY_PREFIX, authenticate, hash_key, issue_key, list_keys, revoke_key
-from app.db.users import create_user, disable_user, set_user_disabled
+from officellm.app.db.admin_token import ensure_admin_token, reset_admin_token, verify_admin_token
+from officellm.app.db.database import Database
+from officellm.app.db.errors import AlreadyExists, NotFound
+from officellm.app.db.events import recent_events
+from officellm.app.db.keys import (
+    KEY_PREFIX,
+    authenticate,
+    hash_key,
+    issue_key,
+    list_keys,
+    revoke_key,
+)
+from officellm.app.db.users import create_user, disable_user, set_user_disabled
 
 
 def _file_bytes(db: Database) -> bytes:
@@ -130,7 +137,7 @@ def test_admin_token(db: Database) -> None:
 
 
 def test_prepare_database_at_first_and_later_starts(db_path: Path) -> None:
-    from app.db.startup import prepare_database
+    from officellm.app.db.startup import prepare_database
 
     db, token_file = prepare_database(db_path)
     assert token_file is not None and token_file.exists() and db.is_at_head()

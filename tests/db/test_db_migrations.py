@@ -10,9 +10,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from app.db.database import Database
-from app.db.migrate import head_revision
-from app.db.tables import Base
+from officellm.app.db.database import Database
+from officellm.app.db.migrate import head_revision
+from officellm.app.db.tables import Base
 
 ALL_TABLES = {"users", "api_keys", "policies", "threads", "usage", "events", "settings"}
 
@@ -94,8 +94,8 @@ def test_data_written_at_0001_survives_upgrade(db_path: Path) -> None:
     con.close()
 
     # And the ORM reads the upgraded rows correctly.
-    from app.db.policies import get_effective_policy
-    from app.db.users import list_users
+    from officellm.app.db.policies import get_effective_policy
+    from officellm.app.db.users import list_users
 
     with db.session() as s:
         assert [(u.name, u.disabled) for u in list_users(s)] == [("alice", False), ("bob", True)]
@@ -151,8 +151,8 @@ def test_data_written_at_0002_survives_0003(db_path: Path) -> None:
     assert [row[:-2] for row in after["api_keys"]] == before["api_keys"]
     assert [row[-2:] for row in after["api_keys"]] == [(0, None), (0, None)]
 
-    from app.db.keys import list_keys
-    from app.db.users import list_users
+    from officellm.app.db.keys import list_keys
+    from officellm.app.db.users import list_users
 
     with db.session() as s:
         assert [(u.name, u.via) for u in list_users(s)] == [("alice", None), ("bob", None)]
@@ -171,7 +171,7 @@ def test_data_written_at_0002_survives_0003(db_path: Path) -> None:
 
 
 def test_downgrade_to_base_and_up_again(db: Database) -> None:
-    from app.db.users import create_user
+    from officellm.app.db.users import create_user
 
     with db.transaction() as s:
         create_user(s, "carol")
@@ -209,8 +209,8 @@ def test_schema_comparison_notices_a_difference(db: Database) -> None:
 
 
 def test_0004_scheduling_adds_priority_and_kv_share_and_downgrades_cleanly(db_path: Path) -> None:
-    from app.db.policies import get_effective_policy, set_policy
-    from app.db.users import create_user
+    from officellm.app.db.policies import get_effective_policy, set_policy
+    from officellm.app.db.users import create_user
 
     db = Database(db_path)
     db.upgrade("0003_front_end_keys")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.db.database import Database
-from app.db.errors import NotFound
-from app.db.policies import (
+from officellm.app.db.database import Database
+from officellm.app.db.errors import NotFound
+from officellm.app.db.policies import (
     StoredPolicy,
     clear_policy,
     get_effective_policy,
@@ -14,8 +14,8 @@ from app.db.policies import (
     merge_policies,
     set_policy,
 )
-from app.db.users import create_user
-from app.policy.types import EffectivePolicy
+from officellm.app.db.users import create_user
+from officellm.app.policy.types import EffectivePolicy
 
 
 def test_fresh_default_is_unlimited(db: Database) -> None:

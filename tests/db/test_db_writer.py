@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from app.accounts.usage_writer import UsageWriter
-from app.db.database import Database
-from app.db.events import recent_events
-from app.db.keys import issue_key, list_keys
-from app.db.policies import get_policy, set_policy
-from app.db.threads import get_thread_state, list_threads
-from app.db.usage import list_usage, usage_today
-from app.db.users import create_user, get_user
+from officellm.app.accounts.usage_writer import UsageWriter
+from officellm.app.db.database import Database
+from officellm.app.db.events import recent_events
+from officellm.app.db.keys import issue_key, list_keys
+from officellm.app.db.policies import get_policy, set_policy
+from officellm.app.db.threads import get_thread_state, list_threads
+from officellm.app.db.usage import list_usage, usage_today
+from officellm.app.db.users import create_user, get_user
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from app.db.private_file import write_private_file
+from officellm.app.db.private_file import write_private_file
 
 
 def test_the_file_is_its_owners_only_and_nothing_is_left_beside_it(tmp_path: Path) -> None:

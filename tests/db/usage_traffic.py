@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from app.accounts.usage_writer import UsageWriter
-from app.db.database import Database
+from officellm.app.accounts.usage_writer import UsageWriter
+from officellm.app.db.database import Database
 
 
 def main(path: str) -> None:

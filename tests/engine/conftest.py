@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import LLM
-from engine.llm import apply_chat_template
-from engine.loading.model_loader import eos_token_ids
+from officellm.engine import LLM
+from officellm.engine.llm import apply_chat_template
+from officellm.engine.loading.model_loader import eos_token_ids
 from tests.support.hf_reference import hf_greedy, load_hf_model
 
 CHATS = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine import SamplingParams
+from officellm.engine import SamplingParams
 from tests.engine.conftest import make_llm
 
 LONG = SamplingParams(temperature=0, max_tokens=200, ignore_eos=True)

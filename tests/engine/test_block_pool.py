@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from engine.core.block_pool import BlockPool, hash_block_tokens
-from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.request import Request
-from engine.sampling_params import SamplingParams
+from officellm.engine.core.block_pool import BlockPool, hash_block_tokens
+from officellm.engine.core.kv_cache_manager import KVCacheManager
+from officellm.engine.core.request import Request
+from officellm.engine.sampling_params import SamplingParams
 
 
 def _req(rid: str, tokens: list[int], salt: str | None = None) -> Request:

@@ -14,7 +14,7 @@ SHOW = "import os; print(*(os.environ.get(v, '-') for v in {vars!r}))"
 # The engine starts in EngineCore (rank 0, before its first matmul and before any worker
 # process, which inherits the environment).
 START = ("import os, engine, torch; " + SHOW + "; "
-         "engine.LLM({model!r}, device='cpu', dtype='float32', max_model_len=256, "
+         "officellm.engine.LLM({model!r}, device='cpu', dtype='float32', max_model_len=256, "
          "kv_cache_memory='8MiB', quantization='none'); " + SHOW)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.detokenizer import IncrementalDetokenizer
+from officellm.engine.detokenizer import IncrementalDetokenizer
 
 
 def _stream(tok, ids, stop=()):

@@ -3,7 +3,7 @@ under fair and fcfs, though the two schedule (and preempt) differently."""
 
 from __future__ import annotations
 
-from engine import OutputKind, SamplingParams
+from officellm.engine import OutputKind, SamplingParams
 from tests.engine.conftest import MAX_NEW, make_llm
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_NEW)

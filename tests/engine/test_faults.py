@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from engine import SamplingParams
+from officellm.engine import SamplingParams
 from tests.engine.conftest import POISON, make_llm
 
 PARAMS = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)

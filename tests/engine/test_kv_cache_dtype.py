@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
-from engine import SamplingParams
-from engine.config import EngineConfig
-from engine.kv_cache_dtype import resolve_kv_cache_dtype
+from officellm.engine import SamplingParams
+from officellm.engine.config import EngineConfig
+from officellm.engine.kv_cache_dtype import resolve_kv_cache_dtype
 from tests.engine.conftest import make_llm
 
 MAX_NEW = 24
@@ -124,7 +124,7 @@ def test_auto_stores_the_compute_dtype_where_it_is_16_bits_or_on_triton():
 
 
 def test_auto_stores_a_float32_models_cache_in_bfloat16_on_the_cpu_and_says_so(caplog):
-    with caplog.at_level(logging.INFO, logger="engine.kv_cache_dtype"):
+    with caplog.at_level(logging.INFO, logger="officellm.engine.kv_cache_dtype"):
         for backend in ("cpu", "torch"):
             assert resolve_kv_cache_dtype("auto", torch.float32, backend) == torch.bfloat16
     assert "kv_cache_dtype auto -> bfloat16: a float32 model on the cpu backend" in caplog.text
@@ -156,7 +156,7 @@ def test_a_cache_dtype_the_kernels_cannot_read_is_refused(requested, compute, ba
 
 def test_serve_refuses_an_unsupported_cache_at_start_with_the_supported_list(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "app.cli", "serve", "--kv-cache-dtype", "fp8_inc",
+        [sys.executable, "-m", "officellm.app.cli", "serve", "--kv-cache-dtype", "fp8_inc",
          "--db", str(tmp_path / "x.db")], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert ("kv_cache_dtype 'fp8_inc' is not supported by this build's kernels; use one of "

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine import SamplingParams
-from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.prefill_pacer import PrefillPacer
-from engine.core.request import EngineCoreRequest, Request, RequestStatus
-from engine.core.scheduler import Scheduler
-from engine.core.scheduler_output import SamplerOutput
+from officellm.engine import SamplingParams
+from officellm.engine.core.kv_cache_manager import KVCacheManager
+from officellm.engine.core.prefill_pacer import PrefillPacer
+from officellm.engine.core.request import EngineCoreRequest, Request, RequestStatus
+from officellm.engine.core.scheduler import Scheduler
+from officellm.engine.core.scheduler_output import SamplerOutput
 from tests.engine.test_scheduling_policy import BLOCK, add, make_scheduler, run_to_end, step
 
 

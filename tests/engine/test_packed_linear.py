@@ -19,10 +19,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine import SamplingParams
-from engine.dtype_choice import resolve_dtype
-from engine.models import packed_linear
-from kernels.cpu_features import OVERRIDE_ENV, cpu_features
+from officellm.engine import SamplingParams
+from officellm.engine.dtype_choice import resolve_dtype
+from officellm.engine.models import packed_linear
+from officellm.kernels.cpu_features import OVERRIDE_ENV, cpu_features
 from tests.engine.conftest import make_llm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ def test_under_onednns_own_avx2_cap_the_engine_loads_and_generates(smollm2_dir, 
 
 def test_auto_says_in_the_log_why_it_chose_float32(monkeypatch, caplog):
     monkeypatch.setenv(OVERRIDE_ENV, "avx2")
-    with caplog.at_level(logging.INFO, logger="engine.dtype_choice"):
+    with caplog.at_level(logging.INFO, logger="officellm.engine.dtype_choice"):
         resolve_dtype("auto", CPU, None)
     assert "dtype auto -> float32: this CPU (avx2 fma" in caplog.text
     assert "has no bf16 matrix instructions" in caplog.text

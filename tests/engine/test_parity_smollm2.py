@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from engine import SamplingParams
+from officellm.engine import SamplingParams
 from tests.engine.conftest import MAX_NEW, make_llm
 from tests.support.hf_reference import assert_all_match, compare_greedy
 
@@ -53,7 +53,7 @@ def test_preemption_keeps_output_identical(smollm2_dir, chat_prompt_ids, smollm2
     # 24 blocks of 16 tokens: 8 chats of ~100 tokens each cannot all stay resident.
     pool = 24 * 16 * 46080
     llm = make_llm(smollm2_dir, kv_cache_memory=pool, enable_prefix_caching=False)
-    with caplog.at_level(logging.WARNING, logger="engine.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="officellm.engine.scheduler"):
         outputs = llm.generate(chat_prompt_ids, GREEDY)
     assert_all_match(outputs, smollm2_refs)
     assert llm.llm_engine.stats().num_preemptions_total > 0

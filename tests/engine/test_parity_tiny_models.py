@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine import SamplingParams
-from engine.loading.model_loader import eos_token_ids
-from engine.loading.model_spec import ModelSpec
+from officellm.engine import SamplingParams
+from officellm.engine.loading.model_loader import eos_token_ids
+from officellm.engine.loading.model_spec import ModelSpec
 from tests.engine.conftest import make_llm
 from tests.support.hf_reference import compare_greedy, hf_greedy, load_hf_model
 from tests.support.tiny_models import build_tiny_model
@@ -61,7 +61,7 @@ def test_tiny_model_under_preemption(tiny, chat_prompt_ids):
 def test_unsupported_architecture_is_refused_with_the_list(tmp_path):
     import json
 
-    from engine.loading.model_spec import ModelSpec, UnsupportedModelError
+    from officellm.engine.loading.model_spec import ModelSpec, UnsupportedModelError
 
     with pytest.raises(UnsupportedModelError, match="qwen3") as exc:
         ModelSpec.from_config_dict({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import SamplingParams
-from engine.core.prefill_pacer import PrefillPacer
+from officellm.engine import SamplingParams
+from officellm.engine.core.prefill_pacer import PrefillPacer
 from tests.engine.conftest import MAX_NEW, make_llm
 from tests.support.hf_reference import assert_all_match
 

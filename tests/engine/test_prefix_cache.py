@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine import SamplingParams
-from engine.llm import apply_chat_template
+from officellm.engine import SamplingParams
+from officellm.engine.llm import apply_chat_template
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from engine import SamplingParams
+from officellm.engine import SamplingParams
 from tests.support.hf_reference import hf_greedy
 
 PROMPT = "The three most useful things to keep on an office desk are"
@@ -137,9 +137,9 @@ def test_frequency_penalty_reduces_repeats(smollm2_llm):
 def test_frequency_and_presence_penalties_follow_openais_formula(frequency, presence):
     """OpenAI: logit[j] -= c[j] * frequency_penalty + (c[j] > 0) * presence_penalty, with c[j]
     the count of j among the tokens generated so far (the prompt's tokens do not count)."""
-    from engine.core.request import Request
-    from engine.worker.sampler import Sampler
-    from engine.worker.sampling_metadata import SamplingMetadata
+    from officellm.engine.core.request import Request
+    from officellm.engine.worker.sampler import Sampler
+    from officellm.engine.worker.sampling_metadata import SamplingMetadata
 
     params = SamplingParams(frequency_penalty=frequency, presence_penalty=presence)
     req = Request("r", [0, 1, 1, 5], params, eos_token_ids=frozenset())
@@ -163,7 +163,7 @@ def test_invalid_sampling_params_are_refused(bad):
 
 
 def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
-    from engine.worker.sampler import Sampler
+    from officellm.engine.worker.sampler import Sampler
 
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
     params = [SamplingParams(top_p=0.8)]
@@ -173,9 +173,9 @@ def test_sampler_top_p_keeps_the_smallest_set_reaching_p():
 
 def _sample_many(params: SamplingParams, probs: list[float], draws: int) -> torch.Tensor:
     """Token counts of `draws` samples from one row of logits log(probs)."""
-    from engine.core.request import Request
-    from engine.worker.sampler import Sampler
-    from engine.worker.sampling_metadata import SamplingMetadata
+    from officellm.engine.core.request import Request
+    from officellm.engine.worker.sampler import Sampler
+    from officellm.engine.worker.sampling_metadata import SamplingMetadata
 
     sampler = Sampler(seed=1)
     logits = torch.log(torch.tensor([probs] * draws, dtype=torch.float32))

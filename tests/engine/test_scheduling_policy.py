@@ -10,11 +10,11 @@ from collections.abc import Callable
 
 import pytest
 
-from engine import SamplingParams
-from engine.core.kv_cache_manager import KVCacheManager
-from engine.core.request import EngineCoreRequest, Request, RequestStatus
-from engine.core.scheduler import Scheduler
-from engine.core.scheduler_output import SamplerOutput, SchedulerOutput
+from officellm.engine import SamplingParams
+from officellm.engine.core.kv_cache_manager import KVCacheManager
+from officellm.engine.core.request import EngineCoreRequest, Request, RequestStatus
+from officellm.engine.core.scheduler import Scheduler
+from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 
 BLOCK = 4
 
@@ -164,7 +164,7 @@ def test_fair_victim_counts_blocks_per_weight():
 
 
 def test_preemption_warning_names_the_key_and_why(caplog):
-    with caplog.at_level("WARNING", logger="engine.scheduler"):
+    with caplog.at_level("WARNING", logger="officellm.engine.scheduler"):
         sched, _ = _full_pool("fair")
     message = next(r.getMessage() for r in caplog.records if "Preempted" in r.getMessage())
     assert "of key 'heavy'" in message
@@ -394,7 +394,7 @@ def test_fcfs_paces_every_prompt_alike():
 
 @pytest.mark.parametrize(("policy", "chunk"), [("fcfs", 20), ("fair", 5)])
 def test_a_heavy_keys_chunk_beside_a_light_keys_decode_is_sized_by_the_policy(policy, chunk):
-    from engine.core.prefill_pacer import PrefillPacer
+    from officellm.engine.core.prefill_pacer import PrefillPacer
 
     pacer = PrefillPacer(2.0, min_chunk=4)
     # 20 ms a step + 2 ms a row (a decode or a prompt token): a 10-decode step costs 40 ms,

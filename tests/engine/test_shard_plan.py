@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.kv_plan import load_spec
-from engine.loading.model_spec import ModelSpec
-from engine.models.shard_plan import ShardPlan, TensorParallelSplitError
+from officellm.engine.kv_plan import load_spec
+from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.models.shard_plan import ShardPlan, TensorParallelSplitError
 
 
 def spec(heads: int, kv_heads: int, vocab: int = 100, intermediate: int = 64) -> ModelSpec:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engine.kv_plan import (
+from officellm.engine.kv_plan import (
     KVCacheTooSmallError,
     format_plan,
     load_spec,
@@ -62,7 +62,7 @@ def test_plan_with_an_int8_kv_cache_counts_each_rows_scale():
 
 def test_plan_cli_takes_the_kv_cache_dtype():
     out = subprocess.run(
-        [sys.executable, "-m", "app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
+        [sys.executable, "-m", "officellm.app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
          "--kv-cache-dtype", "fp8_e4m3"], capture_output=True, text=True, check=True).stdout
     assert "KV cache per token: 28,672 bytes (2 x layers x kv_heads x head_dim x 1 B, fp8_e4m3)" in out
 
@@ -85,7 +85,7 @@ def test_plan_counts_the_largest_share_of_an_uneven_split():
 
 
 def test_plan_refuses_a_split_the_engine_cannot_run():
-    from engine.models.shard_plan import TensorParallelSplitError
+    from officellm.engine.models.shard_plan import TensorParallelSplitError
 
     spec, name = load_spec("SmolLM2-135M-Instruct")  # 9 heads over 3 KV heads
     with pytest.raises(TensorParallelSplitError, match="across 4 ranks"):
@@ -94,7 +94,7 @@ def test_plan_refuses_a_split_the_engine_cannot_run():
 
 def test_plan_cli_prints_per_gpu_numbers_under_tensor_parallelism():
     out = subprocess.run(
-        [sys.executable, "-m", "app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
+        [sys.executable, "-m", "officellm.app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
          "--max-model-len", "32768", "--tensor-parallel-size", "2"],
         capture_output=True, text=True, check=True).stdout
     assert "(tensor parallel 2)" in out and "KV cache per token: 28,672 bytes per GPU" in out
@@ -103,7 +103,7 @@ def test_plan_cli_prints_per_gpu_numbers_under_tensor_parallelism():
 
 def test_plan_cli_prints_the_arithmetic():
     out = subprocess.run(
-        [sys.executable, "-m", "app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
+        [sys.executable, "-m", "officellm.app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
          "--max-model-len", "32768"], capture_output=True, text=True, check=True).stdout
     assert "57,344" in out and "Maximum concurrency for 32,768 tokens per request" in out
 
@@ -146,7 +146,7 @@ def test_without_max_model_len_the_largest_fitting_length_is_used(smollm2_dir, c
 
 
 def test_prompt_too_long_is_refused_in_vllm_wording(smollm2_dir):
-    from engine import PromptTooLongError, SamplingParams
+    from officellm.engine import PromptTooLongError, SamplingParams
 
     llm = make_llm(smollm2_dir, kv_cache_memory="16MiB", max_model_len=128)
     with pytest.raises(PromptTooLongError, match=(
@@ -159,9 +159,9 @@ def test_prompt_too_long_is_refused_in_vllm_wording(smollm2_dir):
 def test_under_tensor_parallelism_the_pool_is_sized_by_the_smallest_rank(caplog):
     import torch
 
-    from engine.config import EngineConfig
-    from engine.distributed.parallel_state import ParallelState
-    from engine.worker.worker import Worker
+    from officellm.engine.config import EngineConfig
+    from officellm.engine.distributed.parallel_state import ParallelState
+    from officellm.engine.worker.worker import Worker
 
     class TwoRanks(ParallelState):
         """Rank 0 of two, whose rank 1 reports half rank 0's budget."""

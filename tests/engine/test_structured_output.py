@@ -15,8 +15,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from engine import SamplingParams
-from engine.structured_output import StructuredOutputError, StructuredOutputsParams
+from officellm.engine import SamplingParams
+from officellm.engine.structured_output import StructuredOutputError, StructuredOutputsParams
 from tests.engine.conftest import make_llm
 
 
@@ -136,7 +136,7 @@ def test_seeded_samples_under_a_grammar_are_valid_and_reproducible(smollm2_llm, 
 def test_a_grammar_that_admits_no_token_ends_the_request_with_stop(smollm2_llm, prompts, caplog):
     # After "no" only EOS is grammatical, and min_tokens forbids EOS: nothing is allowed.
     params = greedy(StructuredOutputsParams(choice=["no"]), min_tokens=5)
-    with caplog.at_level(logging.WARNING, logger="engine.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="officellm.engine.scheduler"):
         out = smollm2_llm.generate(prompts[1], params)[0].outputs[0]
     assert (out.text, out.finish_reason) == ("no", "stop")
     assert "grammar admits no token" in caplog.text

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import LLM, SamplingParams
-from engine.kv_plan import make_plan
-from engine.loading.model_spec import ModelSpec
-from engine.worker.tp_worker import SCRUB
+from officellm.engine import LLM, SamplingParams
+from officellm.engine.kv_plan import make_plan
+from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.worker.tp_worker import SCRUB
 from tests.engine.conftest import POISON, make_llm
 from tests.support.hf_reference import compare_greedy_outputs
 from tests.support.tiny_models import build_tiny_model
@@ -52,7 +52,7 @@ def test_grammar_masks_on_rank_0_constrain_a_tensor_parallel_engine(tiny_pair, c
     """The workers never see the bitmask: rank 0 applies it to the gathered logits."""
     import re
 
-    from engine.structured_output import StructuredOutputsParams
+    from officellm.engine.structured_output import StructuredOutputsParams
 
     tp2, tp1 = tiny_pair
     pattern = r"[a-z]{3,8}-[0-9]{2}"

@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine import SamplingParams
-from engine.worker.multiproc_executor import WorkerDiedError
+from officellm.engine import SamplingParams
+from officellm.engine.worker.multiproc_executor import WorkerDiedError
 from tests.engine.conftest import make_llm
 from tests.support.processes import gone, wait_gone
 from tests.support.tiny_models import build_tiny_model
@@ -42,7 +42,7 @@ def spawned_children() -> list[psutil.Process]:
 
 
 def test_an_impossible_split_is_refused_before_any_worker_starts(tiny_dir):
-    from engine.models.shard_plan import TensorParallelSplitError
+    from officellm.engine.models.shard_plan import TensorParallelSplitError
 
     before = {c.pid for c in spawned_children()}
     with pytest.raises(TensorParallelSplitError, match="across 3 ranks"):
@@ -51,7 +51,7 @@ def test_an_impossible_split_is_refused_before_any_worker_starts(tiny_dir):
 
 
 def test_a_start_up_error_leaves_no_worker(tiny_dir):
-    from engine.kv_plan import KVCacheTooSmallError
+    from officellm.engine.kv_plan import KVCacheTooSmallError
 
     before = {c.pid for c in spawned_children()}
     with pytest.raises(KVCacheTooSmallError, match="max_model_len=1,024"):
@@ -71,7 +71,7 @@ def test_close_stops_every_worker(tiny_dir):
 # The engine in its own process: print the worker pids, then wait to be killed.
 ENGINE_SCRIPT = textwrap.dedent("""
     import sys
-    from engine import LLM
+    from officellm.engine import LLM
 
     if __name__ == "__main__":
         llm = LLM(sys.argv[1], dtype="float32", kv_cache_dtype="float32", kv_cache_memory="4MiB",

@@ -12,19 +12,19 @@ import numpy as np
 import pytest
 import torch
 
-from engine import SamplingParams, weight_quantization
-from engine.loading.gguf_tensors import QuantizedTensor, read_quantized
-from engine.loading.model_loader import bundled_model_path, iter_safetensors
-from engine.models.parallel_linear import ColumnParallelLinear
-from engine.models.quantized_linear import QuantizedWeight
-from engine.weight_quantization import (
+from officellm.engine import SamplingParams, weight_quantization
+from officellm.engine.loading.gguf_tensors import QuantizedTensor, read_quantized
+from officellm.engine.loading.model_loader import bundled_model_path, iter_safetensors
+from officellm.engine.models.parallel_linear import ColumnParallelLinear
+from officellm.engine.models.quantized_linear import QuantizedWeight
+from officellm.engine.weight_quantization import (
     MatmulPair,
     MatmulTiming,
     blocks_max_rows,
     gguf_blocks,
     resolve_quantization,
 )
-from kernels.reference import quant_reference
+from officellm.kernels.reference import quant_reference
 from tests.engine.conftest import make_llm
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, logprobs=2)
@@ -77,7 +77,7 @@ def test_the_gguf_blocks_dequantize_to_the_converted_checkpoint(smollm2_dir):
 def test_k_quant_blocks_dequantize_as_transformers_converts_them(k_quant_gguf):
     """Q4_K and Q6_K read by our reader and reference, against transformers' (gguf-py's)
     dequantization of the same file."""
-    from engine.loading.model_loader import resolve_model_dir
+    from officellm.engine.loading.model_loader import resolve_model_dir
     from tests.support.k_quant_gguf import HEADS, KV_HEADS
 
     blocks = read_quantized(k_quant_gguf, HEADS, KV_HEADS)
@@ -215,7 +215,7 @@ def test_a_weight_kept_both_ways_runs_blocks_up_to_its_batch_size_and_dense_abov
 
 
 def test_an_unknown_quantization_is_refused_with_the_choices():
-    from engine.config import EngineConfig
+    from officellm.engine.config import EngineConfig
 
     with pytest.raises(ValueError, match="auto, gguf, int8, int4, none"):
         EngineConfig(quantization="awq")
@@ -237,7 +237,7 @@ def test_a_gguf_type_without_a_kernel_is_dequantized_with_one_warning(tmp_path, 
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with caplog.at_level(logging.WARNING, logger="engine.weight_quantization"):
+    with caplog.at_level(logging.WARNING, logger="officellm.engine.weight_quantization"):
         blocks = gguf_blocks(path, 2, 2)
     assert list(blocks) == ["model.layers.0.self_attn.k_proj.weight"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

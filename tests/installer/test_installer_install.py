@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.server_wait import wait_until_healthy
+from officellm.loadgen.server_wait import wait_until_healthy
 from tests.installer.installer_helpers import INSTALLER, REPO_ROOT, make_sandbox_env, run
 
 pytestmark = pytest.mark.slow

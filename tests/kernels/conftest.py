@@ -22,7 +22,7 @@ if importlib.util.find_spec("triton") is None:  # the dev extra installs it; say
     collect_ignore = [p.name for p in Path(__file__).parent.glob("test_*.py")
                       if not p.name.startswith("test_cpu_")]
 elif os.environ["TRITON_INTERPRET"] == "1":
-    from kernels.triton.interpreter_compat import patch_scalar_index
+    from officellm.kernels.triton.interpreter_compat import patch_scalar_index
 
     patch_scalar_index()
 
@@ -41,8 +41,8 @@ def cpu_build_levels() -> list[tuple[str, object]]:
     """(test id, kernels.build.cpu_kernels.BuildLevel): this CPU's own build of the C++ kernels and
     each lower one it can be forced to (OFFICELLM_CPU_ISA), so an AVX-512 machine also tests
     the AVX2 and portable code; a level this CPU lacks is not listed."""
-    from kernels.build import cpu_kernels
-    from kernels.cpu_features import cpu_features
+    from officellm.kernels.build import cpu_kernels
+    from officellm.kernels.cpu_features import cpu_features
 
     native = cpu_kernels.build_level()
     levels: list[tuple[str, object]] = [("native", native)]

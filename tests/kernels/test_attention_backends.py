@@ -9,14 +9,19 @@ import numpy as np
 import pytest
 import torch
 
-from engine.attention import selection as kernels_ops
-from engine.attention.backend import AttentionMetadata
-from engine.attention.cpu_backend import CHUNK_KERNEL_MAX_ROWS
-from engine.loading.model_spec import ModelSpec
-from engine.worker.model_runner import ModelRunner, StepBatch
-from engine.worker.sampling_metadata import SamplingMetadata
-from kernels.reference import reference
-from kernels.reference.paged_problems import PagedProblem, make_problem, reference_output, stored_as
+from officellm.engine.attention import selection as kernels_ops
+from officellm.engine.attention.backend import AttentionMetadata
+from officellm.engine.attention.cpu_backend import CHUNK_KERNEL_MAX_ROWS
+from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.worker.model_runner import ModelRunner, StepBatch
+from officellm.engine.worker.sampling_metadata import SamplingMetadata
+from officellm.kernels.reference import reference
+from officellm.kernels.reference.paged_problems import (
+    PagedProblem,
+    make_problem,
+    reference_output,
+    stored_as,
+)
 from tests.kernels.conftest import DTYPES, close
 
 # Decodes first (one past a block boundary, exact boundary, a first token), then a fresh

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 import torch
 
-from kernels.build import cpu_kernels
-from kernels.reference.paged_problems import make_problem, reference_output, stored_as
+from officellm.kernels.build import cpu_kernels
+from officellm.kernels.reference.paged_problems import make_problem, reference_output, stored_as
 from tests.kernels.conftest import close, cpu_build_levels
 
 # (context length, chunk rows): one row; a chunk inside one block; chunks that start and end

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 import torch
 
-from kernels.build import cpu_kernels
-from kernels.reference.paged_problems import make_problem, reference_output, stored_as
-from kernels.reference.reference import to_cache_dtype
+from officellm.kernels.build import cpu_kernels
+from officellm.kernels.reference.paged_problems import make_problem, reference_output, stored_as
+from officellm.kernels.reference.reference import to_cache_dtype
 from tests.kernels.conftest import close, cpu_build_levels
 
 # Odd lengths, exact block boundaries (16, 32), one token, one past a boundary, a long one.

@@ -1,4 +1,4 @@
-"""kernels.cpu_features: the CPU's flags, lowered by OFFICELLM_CPU_ISA or oneDNN's own cap."""
+"""officellm.kernels.cpu_features: the CPU's flags, lowered by OFFICELLM_CPU_ISA or oneDNN's own cap."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from kernels.cpu_features import cpu_features
+from officellm.kernels.cpu_features import cpu_features
 
 SAPPHIRE_RAPIDS = frozenset({"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512cd", "avx512bw",
                              "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16", "avx512_fp16",
@@ -78,7 +78,7 @@ def test_the_bf16_pack_answer_agrees_with_onednns_own(monkeypatch):
 
     if not hasattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported"):
         pytest.skip("this torch cannot say whether its oneDNN supports bf16")
-    probe = ("import json, torch; from kernels.cpu_features import cpu_features; "
+    probe = ("import json, torch; from officellm.kernels.cpu_features import cpu_features; "
              "print(json.dumps([cpu_features().can_pack_bf16, "
              "torch.ops.mkldnn._is_mkldnn_bf16_supported()]))")
     repo = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_without_proc_cpuinfo_torchs_probe_answers(monkeypatch, tmp_path):
     """Not Linux: torch's capability probe (AVX512 / AVX2 / none); no bf16 compute claimed."""
     import torch
 
-    import kernels.cpu_features as cf
+    import officellm.kernels.cpu_features as cf
 
     monkeypatch.setattr(cf, "CPUINFO", tmp_path / "no-cpuinfo")
     f = cpu_features({})

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.build import cpu_kernels
-from kernels.ops import kernel_ops
-from kernels.reference import reference
+from officellm.kernels.build import cpu_kernels
+from officellm.kernels.ops import kernel_ops
+from officellm.kernels.reference import reference
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.build import cpu_kernels
-from kernels.reference import quant_reference as qr
+from officellm.kernels.build import cpu_kernels
+from officellm.kernels.reference import quant_reference as qr
 from tests.kernels.conftest import cpu_build_levels
 
 FORMATS = [qr.Q8_0, qr.Q4_0, qr.Q4_1, qr.Q4_K, qr.Q6_K]

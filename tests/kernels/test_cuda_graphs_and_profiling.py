@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.kv_plan import KVCacheTooSmallError, size_pool
-from engine.loading.model_spec import ModelSpec
-from engine.models.decoder import DecoderModel
-from engine.worker.cuda_graphs import capture_sizes
-from engine.worker.memory_profiling import MemoryProfile, kv_budget_bytes, run_dummy_step
-from kernels.reference import reference
+from officellm.engine.kv_plan import KVCacheTooSmallError, size_pool
+from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.models.decoder import DecoderModel
+from officellm.engine.worker.cuda_graphs import capture_sizes
+from officellm.engine.worker.memory_profiling import MemoryProfile, kv_budget_bytes, run_dummy_step
+from officellm.kernels.reference import reference
 
 
 def test_capture_sizes_cover_every_batch():

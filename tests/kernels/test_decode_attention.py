@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.reference.paged_problems import make_problem, reference_output
-from kernels.triton.decode_attention import default_num_splits, paged_decode_attention
+from officellm.kernels.reference.paged_problems import make_problem, reference_output
+from officellm.kernels.triton.decode_attention import default_num_splits, paged_decode_attention
 from tests.kernels.conftest import DTYPES, close
 
 # Odd lengths, exact block boundaries (16, 32), one token, and one past a boundary.

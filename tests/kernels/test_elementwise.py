@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.reference import reference
-from kernels.triton import ops as tri
+from officellm.kernels.reference import reference
+from officellm.kernels.triton import ops as tri
 from tests.kernels.conftest import DTYPES, close
 
 

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from engine import LLM, SamplingParams
-from engine.attention.triton_backend import TritonAttention
+from officellm.engine import LLM, SamplingParams
+from officellm.engine.attention.triton_backend import TritonAttention
 from tests.support.tiny_models import build_tiny_model
 
 MAX_NEW = 4
@@ -53,13 +53,13 @@ def torch_tokens(tiny_qwen3, prompts):
 def test_triton_backend_matches_torch_backend(tiny_qwen3, prompts, torch_tokens):
     engine, tokens = _generate(tiny_qwen3, prompts, "triton", max_num_batched_tokens=16)
     assert isinstance(engine.engine_core.runner.attention, TritonAttention)
-    assert engine.engine_core.model.ops.rms_norm.__module__ == "kernels.triton.norm"
+    assert engine.engine_core.model.ops.rms_norm.__module__ == "officellm.kernels.triton.norm"
     assert tokens == torch_tokens
 
 
 def test_padded_decode_graph_path_matches(tiny_qwen3, prompts, torch_tokens, monkeypatch):
     """3 decodes padded to a batch of 4: padding rows must neither write nor disturb."""
-    from engine.worker.cuda_graphs import DecodeGraphs
+    from officellm.engine.worker.cuda_graphs import DecodeGraphs
 
     runs = []
     original = DecodeGraphs.run

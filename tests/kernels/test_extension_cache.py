@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.build.extension_cache import ExtensionBuild, SourceFile, compiler_target
+from officellm.kernels.build.extension_cache import ExtensionBuild, SourceFile, compiler_target
 
 ANSWER_SOURCE = textwrap.dedent("""\
     #include <Python.h>
@@ -44,7 +44,7 @@ WRAPPER = textwrap.dedent("""\
 LOAD_SCRIPT = textwrap.dedent("""\
     import sys
     from pathlib import Path
-    from kernels.build.extension_cache import ExtensionBuild, SourceFile
+    from officellm.kernels.build.extension_cache import ExtensionBuild, SourceFile
     cache, source, compiler = sys.argv[1:4]
     build = ExtensionBuild(prefix="answer", sources=(SourceFile(Path(source)),), cflags=("-O1",),
                            ldflags=(), cache_dir=Path(cache), compiler=compiler)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.reference.paged_problems import make_problem, reference_output
-from kernels.triton.prefill_attention import paged_prefill_attention
+from officellm.kernels.reference.paged_problems import make_problem, reference_output
+from officellm.kernels.triton.prefill_attention import paged_prefill_attention
 from tests.kernels.conftest import DTYPES, close
 
 # One launch, every kind of sequence: a fresh odd-length prefill, a chunk after a cached

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.observability.stats_window import StatsWindow
-from app.percentiles import percentile
-from loadgen import server_metrics, summary
-from loadgen.budget import Budget
-from loadgen.client import RequestRecord
+from officellm.app.observability.stats_window import StatsWindow
+from officellm.app.percentiles import percentile
+from officellm.loadgen import server_metrics, summary
+from officellm.loadgen.budget import Budget
+from officellm.loadgen.client import RequestRecord
 
 
 def test_percentile_interpolates_like_numpy() -> None:
@@ -115,8 +115,8 @@ def test_parse_counters_sums_vllm_names() -> None:
 
 
 def test_noisy_neighbour_gives_the_heavy_user_its_own_key() -> None:
-    from loadgen.runner import Target
-    from loadgen.scenarios import ScenarioConfig
+    from officellm.loadgen.runner import Target
+    from officellm.loadgen.scenarios import ScenarioConfig
 
     config = ScenarioConfig("noisy-neighbour", users=3, heavy_requests=4)
     target = Target("http://x", api_key="shared", heavy_api_key="heavy",

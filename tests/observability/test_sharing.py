@@ -8,11 +8,11 @@ from dataclasses import replace
 
 from prometheus_client import generate_latest
 
-from app.observability.metrics import ServerMetrics
-from app.observability.sharing import preemptions_since, user_ids, user_shares
-from app.policy import EffectivePolicy, scheduling_tags
-from engine.output_processor import IterationStats
-from engine.stats import EngineStats
+from officellm.app.observability.metrics import ServerMetrics
+from officellm.app.observability.sharing import preemptions_since, user_ids, user_shares
+from officellm.app.policy import EffectivePolicy, scheduling_tags
+from officellm.engine.output_processor import IterationStats
+from officellm.engine.stats import EngineStats
 
 STATS = EngineStats(
     num_blocks_total=100, num_blocks_used=80, num_blocks_cached=0, kv_cache_usage=0.8,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.observability.stats_window import StatsWindow
-from app.percentiles import percentile
-from engine import EngineStats
+from officellm.app.observability.stats_window import StatsWindow
+from officellm.app.percentiles import percentile
+from officellm.engine import EngineStats
 
 
 def stats(prompt: int, generated: int, preemptions: int) -> EngineStats:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from app.chat.reasoning_parsers import ParsedReasoning, ReasoningParser
-from app.chat.tool_parsers import ParsedToolOutput, StreamDelta, ToolCall, ToolCallParser
+from officellm.app.chat.reasoning_parsers import ParsedReasoning, ReasoningParser
+from officellm.app.chat.tool_parsers import ParsedToolOutput, StreamDelta, ToolCall, ToolCallParser
 
 
 def chunkings(text: str) -> Iterable[list[str]]:

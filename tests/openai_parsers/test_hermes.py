@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from app.chat.tool_parsers import ParsedToolOutput, StreamDelta
-from app.chat.tool_parsers.hermes import HermesToolParser
+from officellm.app.chat.tool_parsers import ParsedToolOutput, StreamDelta
+from officellm.app.chat.tool_parsers.hermes import HermesToolParser
 from tests.openai_parsers.streams import assemble_tool_deltas, tool_deltas
 
 PARSER = HermesToolParser()

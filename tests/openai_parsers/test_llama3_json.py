@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.chat.tool_parsers import ParsedToolOutput
-from app.chat.tool_parsers.llama3_json import Llama3JsonToolParser
+from officellm.app.chat.tool_parsers import ParsedToolOutput
+from officellm.app.chat.tool_parsers.llama3_json import Llama3JsonToolParser
 
 PARSER = Llama3JsonToolParser()
 CALL = '{"name": "get_weather", "parameters": {"city": "Paris"}}'

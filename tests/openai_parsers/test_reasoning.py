@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.chat.reasoning_parsers import (
+from officellm.app.chat.reasoning_parsers import (
     REASONING_PARSERS,
     ParsedReasoning,
     ReasoningDelta,

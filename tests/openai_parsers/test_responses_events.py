@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.chat.chat_output import ChatOutputReader
-from app.chat.reasoning_parsers import reasoning_parser_for
-from app.chat.tool_parsers import TOOL_CALL_PARSERS
-from app.openai.responses_api_models import (
+from officellm.app.chat.chat_output import ChatOutputReader
+from officellm.app.chat.reasoning_parsers import reasoning_parser_for
+from officellm.app.chat.tool_parsers import TOOL_CALL_PARSERS
+from officellm.app.openai.responses_api_models import (
     InputTokensDetails,
     OutputTokensDetails,
     PlainTextFormat,
@@ -19,7 +19,7 @@ from app.openai.responses_api_models import (
     ResponseUsage,
     TextConfigEcho,
 )
-from app.openai.responses_output import ResponseEventWriter, output_items
+from officellm.app.openai.responses_output import ResponseEventWriter, output_items
 from tests.openai_parsers.streams import chunkings
 
 READER = ChatOutputReader(reasoning_parser_for("qwen3"), TOOL_CALL_PARSERS["hermes"])

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from app.chat.reasoning_parsers import REASONING_PARSERS
-from app.chat.tool_parsers import TOOL_CALL_PARSERS
+from officellm.app.chat.reasoning_parsers import REASONING_PARSERS
+from officellm.app.chat.tool_parsers import TOOL_CALL_PARSERS
 from tests.openai_parsers.recorded import REASONING_OUTPUTS, TOOL_OUTPUTS, ToolOutput
 from tests.openai_parsers.streams import (
     chunkings,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.chat.tool_parsers import TOOL_CALL_PARSERS, parser_for
+from officellm.app.chat.tool_parsers import TOOL_CALL_PARSERS, parser_for
 
 # Excerpts of the real chat templates: the lines that teach the model its call format.
 QWEN25_TEMPLATE = (

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from app.chat.chat_formats import ChatFormats
-from app.chat.output_constraint import Constraint
-from app.chat.tools import ChatTool, NamedToolChoice, ToolRequest, template_message
-from engine.structured_output import StructuredOutputsParams
+from officellm.app.chat.chat_formats import ChatFormats
+from officellm.app.chat.output_constraint import Constraint
+from officellm.app.chat.tools import ChatTool, NamedToolChoice, ToolRequest, template_message
+from officellm.engine.structured_output import StructuredOutputsParams
 
 WEATHER = ChatTool.model_validate({"type": "function", "function": {
     "name": "get_weather", "parameters": {"type": "object", "properties": {

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.db import Database
+from officellm.app.db import Database
 from tests.policy.helpers import Admin, Office
 from tests.support.server_process import ServerProcess
 

@@ -10,7 +10,7 @@ import httpx
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.llm import apply_chat_template
+from officellm.engine.llm import apply_chat_template
 from tests.support.server_process import ServerProcess
 
 TIMEOUT = 120.0

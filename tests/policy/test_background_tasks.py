@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.policy import EffectivePolicy, background_task, background_task_policy
+from officellm.app.policy import EffectivePolicy, background_task, background_task_policy
 
 SYSTEM = {"role": "system", "content": "You are the office assistant."}
 

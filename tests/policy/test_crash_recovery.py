@@ -11,8 +11,8 @@ from pathlib import Path
 
 import openai
 
-from app.accounts.usage_writer import FLUSH_INTERVAL_S
-from app.db import Database, list_usage
+from officellm.app.accounts.usage_writer import FLUSH_INTERVAL_S
+from officellm.app.db import Database, list_usage
 from tests.policy.helpers import TIMEOUT, Admin, Office, chat
 from tests.support.server_process import ServerProcess
 

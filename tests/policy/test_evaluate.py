@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.policy.evaluate import count_turns, drop_turns, evaluate
-from app.policy.types import EffectivePolicy
+from officellm.app.policy.evaluate import count_turns, drop_turns, evaluate
+from officellm.app.policy.types import EffectivePolicy
 
 
 def words(messages: list[dict]) -> int:
@@ -142,7 +142,7 @@ def test_drop_turns_keeps_system_messages_and_the_latest_exchange() -> None:
 # --- the real tokenizer and chat template the engine uses -------------------------------
 
 def test_truncate_with_smollm2_chat_template(smollm2_tokenizer) -> None:
-    from engine.llm import apply_chat_template
+    from officellm.engine.llm import apply_chat_template
 
     def count(m: list[dict]) -> int:
         return len(apply_chat_template(smollm2_tokenizer, m, add_generation_prompt=True))

@@ -17,7 +17,7 @@ import jwt
 import openai
 import pytest
 
-from app.policy.messages import turn_limit_message
+from officellm.app.policy.messages import turn_limit_message
 from tests.policy.helpers import Office, chat, metric
 
 MODEL = "SmolLM2-135M-Instruct.Q4_1"

@@ -11,8 +11,8 @@ import sys
 import openai
 import pytest
 
-from app.db import Database
-from app.db.migrate import head_revision
+from officellm.app.db import Database
+from officellm.app.db.migrate import head_revision
 from tests.policy.conftest import OLD_USER
 from tests.policy.helpers import Office, chat
 from tests.support.server_process import REPO
@@ -27,7 +27,7 @@ def ask(client: openai.OpenAI, turns: int):
 
 def cli(*argv: str) -> str:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=REPO, env=env,
+    out = subprocess.run([sys.executable, "-m", "officellm.app.cli", *argv], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout

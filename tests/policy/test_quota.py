@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from app.policy.limits import check_daily_quota, seconds_until_utc_midnight
-from app.policy.types import EffectivePolicy
+from officellm.app.policy.limits import check_daily_quota, seconds_until_utc_midnight
+from officellm.app.policy.types import EffectivePolicy
 
 
 def test_seconds_until_utc_midnight() -> None:

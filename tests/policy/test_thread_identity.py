@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.policy.thread_identity import chat_thread, prefix_cache_salt, thread_key
+from officellm.app.policy.thread_identity import chat_thread, prefix_cache_salt, thread_key
 
 SYSTEM = {"role": "system", "content": "You are helpful."}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from app.policy import drop_turns
+from officellm.app.policy import drop_turns
 from tests.policy.helpers import Office, chat, count_tokens, metric
 
 MODEL = "SmolLM2-135M-Instruct.Q4_1"

@@ -9,9 +9,9 @@
 
 from __future__ import annotations
 
-from app.cli import main
-from engine.core.scheduler import Scheduler
-from engine.detokenizer import IncrementalDetokenizer
+from officellm.app.cli import main
+from officellm.engine.core.scheduler import Scheduler
+from officellm.engine.detokenizer import IncrementalDetokenizer
 
 DETOKENIZER_FAULT = 778
 SCHEDULER_FAULT = 779

@@ -41,7 +41,7 @@ def model(client: openai.OpenAI) -> str:
 @pytest.fixture(scope="session")
 def reference_llm():
     """The offline engine, same dtype and pool: greedy replies must match the server's."""
-    from engine import LLM
+    from officellm.engine import LLM
 
     return LLM(dtype="float32", quantization="none", kv_cache_dtype="float32",
                kv_cache_memory="256MiB",

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 
-import engine.llm_engine
-import engine.worker.tp_worker
-from app.cli import main
+import officellm.engine.llm_engine
+import officellm.engine.worker.tp_worker
+from officellm.app.cli import main
 
 BUG_MESSAGE = "injected load fault"
 FAULT = os.environ.get("FAILING_SERVE_FAULT", "")
@@ -30,9 +30,9 @@ def _worker_cannot_start(port, world_size):  # type: ignore[no-untyped-def]
 
 
 if FAULT == "bug":
-    engine.llm_engine.resolve_model_dir = _bug  # type: ignore[assignment]
+    officellm.engine.llm_engine.resolve_model_dir = _bug  # type: ignore[assignment]
 elif FAULT == "tp-worker":
-    engine.worker.tp_worker.join_store = _worker_cannot_start  # type: ignore[assignment]
+    officellm.engine.worker.tp_worker.join_store = _worker_cannot_start  # type: ignore[assignment]
 
 if __name__ == "__main__":
     main()

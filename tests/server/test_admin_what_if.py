@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.server import create_app
-from app.server_settings import ServerSettings
-from engine.config import parse_memory
-from engine.kv_plan import format_plan, load_spec, make_plan
+from officellm.app.server import create_app
+from officellm.app.server_settings import ServerSettings
+from officellm.engine.config import parse_memory
+from officellm.engine.kv_plan import format_plan, load_spec, make_plan
 from tests.support.openai_errors import openai_error
 
 QWEN = {"model": "Qwen2.5-7B-Instruct", "memory": "80GiB"}

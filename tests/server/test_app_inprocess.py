@@ -10,12 +10,12 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.admission.auth import DatabaseAuthenticator, DeskAuthenticator
-from app.cli import build_parser
-from app.cli.serve import settings_from_args
-from app.db import Database, create_user, disable_user, issue_key, revoke_key
-from app.server import create_app
-from app.server_settings import ServerSettings
+from officellm.app.admission.auth import DatabaseAuthenticator, DeskAuthenticator
+from officellm.app.cli import build_parser
+from officellm.app.cli.serve import settings_from_args
+from officellm.app.db import Database, create_user, disable_user, issue_key, revoke_key
+from officellm.app.server import create_app
+from officellm.app.server_settings import ServerSettings
 
 VLLM_NAMES = {
     "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",

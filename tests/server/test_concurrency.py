@@ -8,7 +8,7 @@ import time
 import httpx
 import openai
 
-from engine import SamplingParams
+from officellm.engine import SamplingParams
 from tests.support.server_api import TIMEOUT, sample, scrape
 from tests.support.server_process import ServerProcess
 

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from app.cli.serve import EXIT_LOAD_FAILED
-from app.server import create_app
-from app.server_settings import ServerSettings
-from engine import EngineState, LoadFailure
-from engine.kv_plan import KVCacheTooSmallError
+from officellm.app.cli.serve import EXIT_LOAD_FAILED
+from officellm.app.server import create_app
+from officellm.app.server_settings import ServerSettings
+from officellm.engine import EngineState, LoadFailure
+from officellm.engine.kv_plan import KVCacheTooSmallError
 from tests.server.failing_serve import BUG_MESSAGE
 from tests.support.server_process import ServerProcess
 

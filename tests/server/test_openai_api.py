@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from engine import SamplingParams
+from officellm.engine import SamplingParams
 from tests.support.openai_errors import openai_error as _error
 from tests.support.server_api import CHAT, TIMEOUT, sample, scrape
 from tests.support.server_process import ServerProcess

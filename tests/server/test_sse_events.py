@@ -7,7 +7,7 @@ import json
 import httpx
 from pydantic import BaseModel
 
-from app.openai.sse import sse
+from officellm.app.openai.sse import sse
 
 # Legal raw in a JSON string, but line ends to str.splitlines() (and so to httpx's aiter_lines).
 SPLITLINES_BREAKS = "\x85\u2028\u2029"

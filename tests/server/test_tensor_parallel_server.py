@@ -8,7 +8,7 @@ import re
 import openai
 import pytest
 
-from engine import SamplingParams
+from officellm.engine import SamplingParams
 from tests.support.processes import wait_gone
 from tests.support.server_process import ServerProcess
 

@@ -17,7 +17,7 @@ import torch
 
 
 def pack_error() -> str | None:
-    from engine.models import packed_linear
+    from officellm.engine.models import packed_linear
 
     try:
         packed_linear.pack(torch.zeros(32, 32, dtype=torch.bfloat16))
@@ -27,8 +27,8 @@ def pack_error() -> str | None:
 
 
 def main(model_dir: str, prompts_json: str, max_tokens: int = 16) -> dict:
-    from engine import LLM, SamplingParams
-    from engine.models import packed_linear
+    from officellm.engine import LLM, SamplingParams
+    from officellm.engine.models import packed_linear
 
     prompts = json.loads(prompts_json)
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.reference import quant_reference as qr
+from officellm.kernels.reference import quant_reference as qr
 
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS = 256, 512, 2, 4, 2
 HEAD_DIM = HIDDEN // HEADS

@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app.db.paths import DB_FILENAME, admin_token_path
-from loadgen.local_server import Server, free_port
+from officellm.app.db.paths import DB_FILENAME, admin_token_path
+from officellm.loadgen.local_server import Server, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-officellm-test"
@@ -56,7 +56,7 @@ class ServerProcess:
 
     def __init__(self, *flags: str, api_key: str | None = API_KEY, db: Path | None = None,
                  data_dir: Path | None = None, env: dict[str, str] | None = None,
-                 module: str = "app.cli") -> None:
+                 module: str = "officellm.app.cli") -> None:
         self.api_key = api_key
         self.data_dir = data_dir
         self._tmp_dir = (tempfile.mkdtemp(prefix="officellm-db-")

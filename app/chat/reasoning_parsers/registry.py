@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.chat.reasoning_parsers.base import ReasoningParser
-from app.chat.reasoning_parsers.think import ThinkReasoningParser
+from officellm.app.chat.reasoning_parsers.base import ReasoningParser
+from officellm.app.chat.reasoning_parsers.think import ThinkReasoningParser
 
 REASONING_PARSERS: dict[str, ReasoningParser] = {
     "qwen3": ThinkReasoningParser(opened_in_prompt=False),

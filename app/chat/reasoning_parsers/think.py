@@ -8,8 +8,8 @@ model was cut short while thinking: everything after the opening is reasoning.
 
 from __future__ import annotations
 
-from app.chat.reasoning_parsers.base import ParsedReasoning, ReasoningDelta
-from app.chat.stream_machine import StreamStateMachine
+from officellm.app.chat.reasoning_parsers.base import ParsedReasoning, ReasoningDelta
+from officellm.app.chat.stream_machine import StreamStateMachine
 
 OPEN, CLOSE = "<think>", "</think>"
 

@@ -1,6 +1,6 @@
 """Tool call parsers: a model's text turned into OpenAI's `content` and `tool_calls`."""
 
-from app.chat.tool_parsers.base import (
+from officellm.app.chat.tool_parsers.base import (
     ParsedToolOutput,
     StreamDelta,
     ToolCall,
@@ -8,7 +8,7 @@ from app.chat.tool_parsers.base import (
     ToolCallParser,
     ToolCallStream,
 )
-from app.chat.tool_parsers.registry import (
+from officellm.app.chat.tool_parsers.registry import (
     TOOL_CALL_PARSERS,
     detect_tool_call_format,
     parser_for,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.chat.tool_parsers.base import StreamDelta, ToolCallDelta, new_call_id
+from officellm.app.chat.tool_parsers.base import StreamDelta, ToolCallDelta, new_call_id
 
 
 def visible_content(text: str) -> str | None:

@@ -12,10 +12,15 @@ format has no way to escape it), or at the end of the output when the model was 
 
 from __future__ import annotations
 
-from app.chat.stream_machine import StreamStateMachine
-from app.chat.tool_parsers.base import ParsedToolOutput, StreamDelta, ToolCall, new_call_id
-from app.chat.tool_parsers.deltas import DeltaBuilder, visible_content
-from app.chat.tool_parsers.json_call import (
+from officellm.app.chat.stream_machine import StreamStateMachine
+from officellm.app.chat.tool_parsers.base import (
+    ParsedToolOutput,
+    StreamDelta,
+    ToolCall,
+    new_call_id,
+)
+from officellm.app.chat.tool_parsers.deltas import DeltaBuilder, visible_content
+from officellm.app.chat.tool_parsers.json_call import (
     CallHeader,
     ObjectScanner,
     Unmatched,

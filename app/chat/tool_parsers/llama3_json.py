@@ -11,10 +11,15 @@ opens no call header is content from that `{` on.
 
 from __future__ import annotations
 
-from app.chat.stream_machine import StreamStateMachine
-from app.chat.tool_parsers.base import ParsedToolOutput, StreamDelta, ToolCall, new_call_id
-from app.chat.tool_parsers.deltas import DeltaBuilder, visible_content
-from app.chat.tool_parsers.json_call import (
+from officellm.app.chat.stream_machine import StreamStateMachine
+from officellm.app.chat.tool_parsers.base import (
+    ParsedToolOutput,
+    StreamDelta,
+    ToolCall,
+    new_call_id,
+)
+from officellm.app.chat.tool_parsers.deltas import DeltaBuilder, visible_content
+from officellm.app.chat.tool_parsers.json_call import (
     WHITESPACE,
     CallHeader,
     ObjectScanner,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from app.chat.tool_parsers.base import ToolCallParser
-from app.chat.tool_parsers.hermes import START, HermesToolParser
-from app.chat.tool_parsers.llama3_json import PYTHON_TAG, Llama3JsonToolParser
+from officellm.app.chat.tool_parsers.base import ToolCallParser
+from officellm.app.chat.tool_parsers.hermes import START, HermesToolParser
+from officellm.app.chat.tool_parsers.llama3_json import PYTHON_TAG, Llama3JsonToolParser
 
 TOOL_CALL_PARSERS: dict[str, ToolCallParser] = {
     "hermes": HermesToolParser(),

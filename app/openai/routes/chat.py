@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.admission.auth import get_principal
-from app.chat.chat_formats import ChatPlan
-from app.chat.chat_output import ChatDeltaParts, ChatMessageParts
-from app.errors import invalid_value
-from app.openai.answers import (
+from officellm.app.admission.auth import get_principal
+from officellm.app.chat.chat_formats import ChatPlan
+from officellm.app.chat.chat_output import ChatDeltaParts, ChatMessageParts
+from officellm.app.errors import invalid_value
+from officellm.app.openai.answers import (
     ERROR_RESPONSES,
     AssistantMessage,
     ChatChoice,
@@ -30,16 +30,16 @@ from app.openai.answers import (
     Usage,
     sse_description,
 )
-from app.openai.error_handlers import error_response
-from app.openai.logprobs import chat_logprobs
-from app.openai.protocol import ChatCompletionRequest
-from app.openai.sse import DONE, SSEResponse, sse
-from app.principal import Principal
-from app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
-from app.serving.generation import Choice, Generation, RequestFailed
-from app.serving.prompt import ChatPrompt
-from app.serving.state import ServerState, admitted_server
-from engine import EngineDeadError
+from officellm.app.openai.error_handlers import error_response
+from officellm.app.openai.logprobs import chat_logprobs
+from officellm.app.openai.protocol import ChatCompletionRequest
+from officellm.app.openai.sse import DONE, SSEResponse, sse
+from officellm.app.principal import Principal
+from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
+from officellm.app.serving.generation import Choice, Generation, RequestFailed
+from officellm.app.serving.prompt import ChatPrompt
+from officellm.app.serving.state import ServerState, admitted_server
+from officellm.engine import EngineDeadError
 
 router = APIRouter(responses=ERROR_RESPONSES)
 

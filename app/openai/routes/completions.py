@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.admission.auth import get_caller, get_principal
-from app.errors import invalid_value
-from app.openai.answers import (
+from officellm.app.admission.auth import get_caller, get_principal
+from officellm.app.errors import invalid_value
+from officellm.app.openai.answers import (
     ERROR_RESPONSES,
     Completion,
     CompletionChoice,
@@ -19,14 +19,20 @@ from app.openai.answers import (
     Usage,
     sse_description,
 )
-from app.openai.error_handlers import error_response
-from app.openai.logprobs import completion_logprobs
-from app.openai.protocol import CompletionRequest
-from app.openai.sse import DONE, SSEResponse, sse
-from app.principal import Principal
-from app.serving.generation import Choice, ClientGone, Generation, RequestFailed, compile_grammar
-from app.serving.state import ServerState, admitted_server
-from engine import EngineDeadError
+from officellm.app.openai.error_handlers import error_response
+from officellm.app.openai.logprobs import completion_logprobs
+from officellm.app.openai.protocol import CompletionRequest
+from officellm.app.openai.sse import DONE, SSEResponse, sse
+from officellm.app.principal import Principal
+from officellm.app.serving.generation import (
+    Choice,
+    ClientGone,
+    Generation,
+    RequestFailed,
+    compile_grammar,
+)
+from officellm.app.serving.state import ServerState, admitted_server
+from officellm.engine import EngineDeadError
 
 router = APIRouter(responses=ERROR_RESPONSES)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from app.admission.auth import get_principal
-from app.openai.answers import ERROR_RESPONSES, ModelCard, ModelList
-from app.principal import Principal
-from app.serving.state import ServerState, admitted_server
+from officellm.app.admission.auth import get_principal
+from officellm.app.openai.answers import ERROR_RESPONSES, ModelCard, ModelList
+from officellm.app.principal import Principal
+from officellm.app.serving.state import ServerState, admitted_server
 
 router = APIRouter(responses=ERROR_RESPONSES)
 

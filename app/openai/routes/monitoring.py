@@ -7,10 +7,10 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from app.admission.auth import get_principal
-from app.errors import APIError
-from app.principal import Principal
-from app.serving.state import ServerState, get_server
+from officellm.app.admission.auth import get_principal
+from officellm.app.errors import APIError
+from officellm.app.principal import Principal
+from officellm.app.serving.state import ServerState, get_server
 
 router = APIRouter()
 

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from app.admission.auth import get_principal
-from app.chat.chat_formats import ChatPlan
-from app.chat.chat_output import ChatDeltaParts, ChatMessageParts
-from app.errors import invalid_value
-from app.openai.answers import ERROR_RESPONSES
-from app.openai.responses_api_models import (
+from officellm.app.admission.auth import get_principal
+from officellm.app.chat.chat_formats import ChatPlan
+from officellm.app.chat.chat_output import ChatDeltaParts, ChatMessageParts
+from officellm.app.errors import invalid_value
+from officellm.app.openai.answers import ERROR_RESPONSES
+from officellm.app.openai.responses_api_models import (
     FunctionToolChoiceEcho,
     FunctionToolEcho,
     InputTokensDetails,
@@ -30,15 +30,19 @@ from app.openai.responses_api_models import (
     TextConfigEcho,
     event_stream_description,
 )
-from app.openai.responses_output import ResponseEventWriter, output_items, response_status
-from app.openai.responses_protocol import FunctionToolChoice, ResponsesRequest, UnsupportedField
-from app.openai.sse import SSEResponse, sse
-from app.principal import Principal
-from app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
-from app.serving.generation import Choice, Generation, RequestFailed
-from app.serving.prompt import ChatPrompt
-from app.serving.state import ServerState, admitted_server
-from engine import EngineDeadError, SamplingParams
+from officellm.app.openai.responses_output import ResponseEventWriter, output_items, response_status
+from officellm.app.openai.responses_protocol import (
+    FunctionToolChoice,
+    ResponsesRequest,
+    UnsupportedField,
+)
+from officellm.app.openai.sse import SSEResponse, sse
+from officellm.app.principal import Principal
+from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
+from officellm.app.serving.generation import Choice, Generation, RequestFailed
+from officellm.app.serving.prompt import ChatPrompt
+from officellm.app.serving.state import ServerState, admitted_server
+from officellm.engine import EngineDeadError, SamplingParams
 
 router = APIRouter(responses=ERROR_RESPONSES)
 

@@ -17,18 +17,18 @@ import time
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from app.admission.auth import get_caller, get_principal
-from app.errors import APIError, invalid_value
-from app.openai.answers import ERROR_RESPONSES, DetokenizeResponse, TokenizeResponse
-from app.openai.protocol import (
+from officellm.app.admission.auth import get_caller, get_principal
+from officellm.app.errors import APIError, invalid_value
+from officellm.app.openai.answers import ERROR_RESPONSES, DetokenizeResponse, TokenizeResponse
+from officellm.app.openai.protocol import (
     DetokenizeRequest,
     TokenizeChatRequest,
     TokenizeCompletionRequest,
     TokenizeRequest,
 )
-from app.principal import Principal
-from app.serving.prompt import PromptRenderer
-from app.serving.state import ServerState, admitted_server
+from officellm.app.principal import Principal
+from officellm.app.serving.prompt import PromptRenderer
+from officellm.app.serving.state import ServerState, admitted_server
 
 access_log = logging.getLogger("officellm.access")
 
