@@ -15,8 +15,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-# Every folder of ours is installed as a sub-package of `officellm` (docs/design.md, "Package
-# layout"); the rules speak of folders, so an arrow's target drops that prefix.
+# Every folder of ours is installed as a sub-package of `officellm` (docs/design.md
+# §12); the rules speak of folders, so an arrow's target drops that prefix.
 NAMESPACE = "officellm."
 
 

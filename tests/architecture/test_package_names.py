@@ -1,4 +1,4 @@
-"""Our packages' import names (docs/design.md, "Package layout"): everything of ours is a
+"""Our packages' import names (docs/design.md §12): everything of ours is a
 sub-package of `officellm`, so no folder of this repository takes a generic top-level name
 that another distribution owns (Hugging Face's `kernels`, which transformers imports)."""
 
