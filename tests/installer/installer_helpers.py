@@ -7,6 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import platformdirs
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALLER = REPO_ROOT / "installer"
 
@@ -20,6 +22,10 @@ def _real_pip_cache_dir() -> str:
     return os.path.join(base, "pip")
 
 
+def _real_officellm_cache_dir() -> str:
+    return os.environ.get("OFFICELLM_CACHE_DIR") or platformdirs.user_cache_dir("officellm")
+
+
 def make_sandbox_env(tmp_path: Path) -> dict[str, str]:
     """An environment whose HOME and XDG dirs live under tmp_path, so an install test writes
     nothing into the real home, and never talks to the real systemd user manager."""
@@ -31,9 +37,15 @@ def make_sandbox_env(tmp_path: Path) -> dict[str, str]:
         XDG_CONFIG_HOME=str(home / ".config"),
         XDG_CACHE_HOME=str(home / ".cache"),
         PIP_CACHE_DIR=_real_pip_cache_dir(),
+        # The machine's officellm cache too, as pip's: the CPU kernels are keyed by their
+        # sources, flags, compiler, CPU and torch (kernels/build/extension_cache.py), so the
+        # install loads the ones this checkout built instead of compiling them again (minutes on
+        # two cores); test_extension_cache covers a build. uninstall.sh --purge removes
+        # XDG_CACHE_HOME's officellm folder, which stays the sandbox's.
+        OFFICELLM_CACHE_DIR=_real_officellm_cache_dir(),
         OFFICELLM_NO_SYSTEMCTL="1",
     )
-    for var in ("OFFICELLM_BIN_DIR", "OFFICELLM_DATA_DIR", "OFFICELLM_CACHE_DIR", "DISPLAY"):
+    for var in ("OFFICELLM_BIN_DIR", "OFFICELLM_DATA_DIR", "DISPLAY"):
         env.pop(var, None)
     # pip's per-user config (e.g. find-links to local torch wheels) lives under the real HOME.
     real_home = Path(os.path.expanduser("~"))
