@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from officellm.engine.attention import selection as kernels_ops
+from officellm.engine.attention import selection
 from officellm.engine.attention.backend import AttentionMetadata
 from officellm.engine.config import format_gib
 from officellm.engine.loading.model_spec import ModelSpec
@@ -94,7 +94,7 @@ def run_dummy_step(model: Any, spec: ModelSpec, dtype: torch.dtype, device: torc
     shape = (1, block_size, model.plan.num_kv_heads, spec.head_dim)  # only the null block
     k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
     v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
-    attention = kernels_ops.attention_for(device, k_caches, v_caches, spec.head_dim ** -0.5,
+    attention = selection.attention_for(device, k_caches, v_caches, spec.head_dim ** -0.5,
                                           backend)
     attention.set_metadata(dummy_step(spec, num_tokens, block_size, 0, device, decode))
     if model.rotary is None or model.rotary.cos.shape[0] < num_tokens:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from officellm.engine.attention import selection as kernels_ops
+from officellm.engine.attention import selection
 from officellm.engine.attention.backend import AttentionBackend, AttentionMetadata
 from officellm.engine.core.request import Request
 from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
@@ -74,7 +74,7 @@ class ModelRunner:
                          for _ in range(spec.num_layers)]
         self.v_caches = [torch.zeros(shape, dtype=kv_dtype, device=device)
                          for _ in range(spec.num_layers)]
-        self.attention: AttentionBackend = kernels_ops.attention_for(
+        self.attention: AttentionBackend = selection.attention_for(
             device, self.k_caches, self.v_caches, spec.head_dim ** -0.5, attention_backend)
         self.decode_graphs: DecodeGraphs | None = None  # once captured
         self.sampler = Sampler(seed)

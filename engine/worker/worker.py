@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from officellm.engine.attention import selection as kernels_ops
+from officellm.engine.attention import selection
 from officellm.engine.config import EngineConfig, format_gib
 from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.dtype_choice import resolve_dtype
@@ -110,12 +110,12 @@ class Worker:
         self.spec = ModelSpec.from_config_dict(load_config_dict(model_dir))
         self.dtype = resolve_dtype(config.dtype, self.device, self.spec.torch_dtype,
                                    self.spec.hidden_size, self.spec.intermediate_size)
-        self.backend = kernels_ops.backend_for(self.device, config.attention_backend)
+        self.backend = selection.backend_for(self.device, config.attention_backend)
         self.kv_dtype = resolve_kv_cache_dtype(
             config.kv_cache_dtype, self.dtype, self.backend,
             torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None)
         self.model = DecoderModel(self.spec, self.dtype,
-                                  kernels_ops.ops_for(self.device, self.backend), parallel)
+                                  selection.ops_for(self.device, self.backend), parallel)
         self.model.to(self.device)
         self.model.load_weights(iter_safetensors(model_dir))
         packs = (self.backend == "cpu" and self.dtype == torch.bfloat16

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from officellm.engine.attention import selection as kernels_ops
+from officellm.engine.attention import selection
 from officellm.engine.attention.backend import AttentionMetadata
 from officellm.engine.attention.cpu_backend import CHUNK_KERNEL_MAX_ROWS
 from officellm.engine.loading.model_spec import ModelSpec
@@ -62,7 +62,7 @@ def run_backend(name: str, p: PagedProblem) -> torch.Tensor:
                                   d, p.q.dtype)
     v = reference.read_cache_rows(p.v_cache.view(-1, hk, p.v_cache.shape[-1])[md.slot_mapping],
                                   d, p.q.dtype)
-    backend = kernels_ops.attention_for(p.q.device, [p.k_cache], [p.v_cache], p.scale, name)
+    backend = selection.attention_for(p.q.device, [p.k_cache], [p.v_cache], p.scale, name)
     backend.set_metadata(md)
     return backend.forward(0, p.q, k, v)
 
