@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from alembic import command
@@ -12,9 +13,13 @@ from sqlalchemy import Connection, Engine, text
 
 
 def migrations_dir() -> Path:
-    """The directory of the `migrations` package (env.py, script.py.mako, versions/)."""
-    from officellm import migrations
-    return Path(migrations.__file__).resolve().parent
+    """The directory of the `migrations` package (env.py, script.py.mako, versions/).
+
+    Found, not imported: Alembic loads env.py from it by path, and env.py imports app.db, so
+    an import here would make app.db and migrations import each other."""
+    spec = importlib.util.find_spec("officellm.migrations")
+    assert spec is not None and spec.submodule_search_locations, "officellm.migrations is missing"
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
 def alembic_config(url: str | None = None) -> Config:
