@@ -31,7 +31,7 @@ def dtype_bytes(dtype: str) -> int:
 
 def shipped_configs() -> list[str]:
     """Names of the model configs shipped in engine/model_configs/."""
-    root = resources.files("engine") / "model_configs"
+    root = resources.files("officellm.engine") / "model_configs"
     return sorted(p.name.removesuffix(".json") for p in root.iterdir() if p.name.endswith(".json"))
 
 
@@ -50,7 +50,7 @@ def load_spec(model: str) -> tuple[ModelSpec, str]:
     names = {n.lower(): n for n in shipped_configs()}
     key = model.lower().split("/")[-1]
     if key in names:
-        text = (resources.files("engine") / "model_configs" / f"{names[key]}.json").read_text()
+        text = (resources.files("officellm.engine") / "model_configs" / f"{names[key]}.json").read_text()
         return ModelSpec.from_config_dict(json.loads(text)), names[key]
     raise FileNotFoundError(
         f"No model {model!r}: give a model directory, a config.json, a .gguf, or one of the "

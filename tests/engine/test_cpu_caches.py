@@ -13,7 +13,7 @@ VARS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 SHOW = "import os; print(*(os.environ.get(v, '-') for v in {vars!r}))"
 # The engine starts in EngineCore (rank 0, before its first matmul and before any worker
 # process, which inherits the environment).
-START = ("import os, engine, torch; " + SHOW + "; "
+START = ("import os, officellm.engine, torch; " + SHOW + "; "
          "officellm.engine.LLM({model!r}, device='cpu', dtype='float32', max_model_len=256, "
          "kv_cache_memory='8MiB', quantization='none'); " + SHOW)
 
