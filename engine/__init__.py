@@ -1,6 +1,6 @@
 """officellm's paged inference engine (no HTTP, users or SQL in here).
 
-This module is the engine's public API: app/ imports from `engine` alone, never from a
+This module is the engine's public API: app/ imports from `officellm.engine` alone, never a
 submodule (tests/architecture/test_engine_front_door.py), so everything below may move
 without the server noticing. Importing it has no side effect; the engine bounds oneDNN's CPU
 caches when it starts (engine/cpu_caches.py).

@@ -19,7 +19,7 @@ START = ("import os, officellm.engine, torch; " + SHOW + "; "
 
 
 def capacities(model_dir: Path, **preset: str) -> list[list[str]]:
-    """The capacities after `import engine`, then after the engine started."""
+    """The capacities after `import officellm.engine`, then after the engine started."""
     env = {k: v for k, v in os.environ.items() if k not in VARS} | preset
     env["PYTHONPATH"] = str(REPO)
     code = START.format(vars=VARS, model=str(model_dir))
