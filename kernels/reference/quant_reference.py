@@ -28,6 +28,8 @@ two are equal bit for bit.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 QK = 32  # weights per block, the unit of the matmul
@@ -179,29 +181,52 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return q, d, lanes[..., 0]
 
 
+def _levels(weight: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """unpack's result as the matmul reads it: the integers as float32 [nb * segments, width,
+    N], the segment scales [nb * segments, 1, N], the offsets [N, nb]. Kept per weight tensor:
+    an engine on this reference calls it for every layer at every step, on weights that do
+    not change, and unpacking the packed layout costs more than the matmul."""
+    key = (id(weight), fmt)
+    cached = _LEVELS.get(key)
+    if cached is not None and cached[0]() is weight:
+        return cached[1]
+    qw, dw, mw = unpack(weight, fmt)
+    n, nb, segments = qw.shape[0], dw.shape[1], dw.shape[-1]
+    levels = qw.float().reshape(n, nb * segments, QK // segments).permute(1, 2, 0).contiguous()
+    scales = dw.reshape(n, nb * segments).t().unsqueeze(1).contiguous()
+    # Keyed by identity (a tensor's == is elementwise); the entry goes with its tensor.
+    alive = weakref.ref(weight, lambda _: _LEVELS.pop(key, None))
+    _LEVELS[key] = alive, (levels, scales, mw)
+    return levels, scales, mw
+
+
+_LEVELS: dict[tuple[int, int], tuple[weakref.ref, tuple]] = {}
+
+
 def quant_matmul(x: torch.Tensor, weight: torch.Tensor, fmt: int) -> torch.Tensor:
     """y = x W^T [M, N] for x [M, K] and `weight` uint8 [N, K / GROUP_WEIGHTS * GROUP_BYTES]
     (rows of `fmt` groups, or their packed layout): computed in float32, returned in x's
     dtype."""
     dtype, x = x.dtype, x.float()
     qx, dx, sx = quantize_rows(x)
-    qw, dw, mw = unpack(weight, fmt)
+    lw, dw, mw = _levels(weight, fmt)
     m, nb = dx.shape
-    n, segments = qw.shape[0], dw.shape[-1]
-    width = QK // segments
-    # Each segment's dot is an integer below 2^20 (its partial sums too): exact in float32.
-    lx = qx.float().reshape(m, nb, segments, width)
-    lw = qw.float().reshape(n, nb, segments, width)
-    y = torch.zeros(m, n)
-    for b in range(nb):
-        for s in range(segments):
-            dots = lx[:, b, s] @ lw[:, b, s].t()  # [M, N]
-            scale = dw[:, b, s].unsqueeze(0) * dx[:, b].unsqueeze(1)  # d_w * d_x
-            y = y + dots * scale
+    segments = lw.shape[0] // nb
+    # Each segment's dot is an integer below 2^20 (its partial sums too): exact in float32,
+    # so all segments' dots may come from one batched matmul. The scaled dots are then added
+    # one segment after another, the kernel's order.
+    lx = qx.float().reshape(m, nb * segments, QK // segments).transpose(0, 1)
+    dots = torch.bmm(lx, lw)  # [nb * segments, M, N]
+    scale = dw * dx.t().repeat_interleave(segments, dim=0).unsqueeze(-1)  # d_w * d_x
+    scaled = dots * scale
+    y = torch.zeros(m, lw.shape[-1])
+    for part in scaled:
+        y = y + part
     if fmt in WITH_OFFSET:
-        offset = torch.zeros(m, n)
-        for b in range(nb):
-            offset = offset + mw[:, b].unsqueeze(0) * sx[:, b].unsqueeze(1)
+        terms = mw.t().unsqueeze(1) * sx.t().unsqueeze(-1)  # [nb, M, N]
+        offset = torch.zeros(m, lw.shape[-1])
+        for term in terms:
+            offset = offset + term
         y = y + offset
     return y.to(dtype)
 
