@@ -24,16 +24,26 @@ def _engine_core(model_dir, **kwargs):
                     **kwargs).llm_engine.engine_core
 
 
-def _tokens_agreeing(model_dir, prompts, backend: str, kv_dtype: str) -> list[int]:
+def _greedy_tokens(model_dir, prompts, backend: str, kv_dtype: str) -> list[list[int]]:
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True)
+    llm = make_llm(model_dir, kv_cache_dtype=kv_dtype, attention_backend=backend)
+    return [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+
+
+@pytest.fixture(scope="module")
+def float32_tokens(smollm2_dir, chat_prompt_ids) -> dict[str, list[list[int]]]:
+    """Per attention backend, the greedy tokens over a float32 cache (computed once)."""
+    return {backend: _greedy_tokens(smollm2_dir, chat_prompt_ids, backend, "float32")
+            for backend in ("cpu", "torch")}
+
+
+def _tokens_agreeing(model_dir, prompts, float32_tokens, backend: str, kv_dtype: str
+                     ) -> list[int]:
     """Per prompt, how many greedy tokens over a `kv_dtype` cache equal the float32 cache's
     before the first difference."""
-    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True)
-    outs = {}
-    for name in ("float32", kv_dtype):
-        llm = make_llm(model_dir, kv_cache_dtype=name, attention_backend=backend)
-        outs[name] = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
-    return [next((i for i, (a, b) in enumerate(zip(ref, ours)) if a != b), MAX_NEW)
-            for ref, ours in zip(outs["float32"], outs[kv_dtype], strict=True)]
+    ours = _greedy_tokens(model_dir, prompts, backend, kv_dtype)
+    return [next((i for i, (a, b) in enumerate(zip(ref, tokens)) if a != b), MAX_NEW)
+            for ref, tokens in zip(float32_tokens[backend], ours, strict=True)]
 
 
 @pytest.mark.parametrize("kv_dtype", ["float16", "bfloat16"])
@@ -49,10 +59,10 @@ def test_a_16_bit_cache_halves_the_bytes_per_token_and_doubles_the_pool(smollm2_
 
 @pytest.mark.parametrize("backend", ["cpu", "torch"])
 def test_greedy_output_over_a_16_bit_cache_follows_the_float32_one(smollm2_dir, chat_prompt_ids,
-                                                                   backend):
+                                                                   float32_tokens, backend):
     """Not equal token for token (16-bit keys move the logits by more than the near-tie
     rule's 1e-4), but a cache read wrongly would derail every answer within a few tokens."""
-    agreed = _tokens_agreeing(smollm2_dir, chat_prompt_ids, backend, "float16")
+    agreed = _tokens_agreeing(smollm2_dir, chat_prompt_ids, float32_tokens, backend, "float16")
     assert sum(agreed) / len(agreed) >= MAX_NEW / 2, agreed
 
 
@@ -101,13 +111,15 @@ def test_an_int8_cache_counts_each_rows_scale(smollm2_dir):
 @pytest.mark.parametrize("backend", ["cpu", "torch"])
 @pytest.mark.parametrize("kv_dtype", ["fp8_e4m3", "int8"])
 def test_greedy_output_over_a_one_byte_cache_follows_the_float32_one(smollm2_dir,
-                                                                     chat_prompt_ids, backend,
+                                                                     chat_prompt_ids,
+                                                                     float32_tokens, backend,
                                                                      kv_dtype):
     """One byte per value moves the logits more than 16 bits do, so answers drift from the
     float32 cache's sooner; a cache read or written wrongly (a bad conversion, a lost scale,
     a NaN, a lost block) derails every answer at once. The quality cost is measured by
     benchmarks/kv_cache_quality.py, not asserted here."""
-    agreed = _tokens_agreeing(smollm2_dir, chat_prompt_ids, backend, kv_dtype)
+    agreed = _tokens_agreeing(smollm2_dir, chat_prompt_ids, float32_tokens, backend,
+                              kv_dtype)
     assert sum(agreed) / len(agreed) >= 4, agreed
 
 
