@@ -25,7 +25,7 @@ CHATS = [
      {"role": "assistant", "content": "Hello! How can I help you today?"},
      {"role": "user", "content": "Tell me a fun fact about octopuses."}],
 ]
-MAX_NEW = 64
+MAX_NEW = 32  # long enough for near-ties and EOS to show, short enough for CI
 POISON = 777  # a token whose embedding is NaN in the poisoned model
 
 
