@@ -7,7 +7,7 @@ file mixes them) runs one kernel call per run of rows of one type.
 
 A weight can also be kept both ways (`max_rows`): blocks for batches of up to that many rows
 of x, where reading fewer bytes wins, and the layer's dense weight for larger ones, where
-arithmetic decides and a float matmul can be the faster (engine/weight_quantization.py
+arithmetic decides and a float matmul can be the faster (engine/worker/quantization_choice.py
 measures where).
 
 A kernel may read the blocks faster in a layout of its own (`pack`: the C++ kernel's groups

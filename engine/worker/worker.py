@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -26,17 +25,9 @@ from officellm.engine.loading.model_loader import gguf_source, iter_safetensors,
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
-from officellm.engine.models.quantized_linear import QuantizedWeight
-from officellm.engine.weight_quantization import (
-    MatmulPair,
-    blocks_max_rows,
-    gguf_blocks,
-    measured_pairs,
-    quantize_at_load,
-    resolve_quantization,
-    time_matmuls,
-)
+from officellm.engine.weight_quantization import gguf_blocks, quantize_at_load, resolve_quantization
 from officellm.engine.worker.model_runner import ModelRunner
+from officellm.engine.worker.quantization_choice import blocks_reach, rows_in_words
 from officellm.kernels.cpu_features import cpu_features
 from officellm.kernels.reference import quant_reference
 
@@ -88,11 +79,6 @@ def check_devices(device: str, world_size: int) -> None:
     if torch.device(device).type == "cuda" and world_size > torch.cuda.device_count():
         raise ValueError(f"--tensor-parallel-size {world_size} needs {world_size} GPUs; this "
                          f"machine has {torch.cuda.device_count()}.")
-
-
-def _rows(n: int) -> str:
-    """'1 row', '16 rows': batch sizes in the start-up log."""
-    return f"{n} row{'s' if n != 1 else ''}"
 
 
 class Worker:
@@ -149,50 +135,18 @@ class Worker:
         else:
             blocks = quantize_at_load(iter_safetensors(model_dir), method)
         matmul, pack = self.model.ops.quant_matmul, self.model.ops.quant_pack
-        max_rows = (self._blocks_reach(blocks, matmul, pack, packs)
+        max_rows = (blocks_reach(self.model, blocks, matmul, pack, packs, self.dtype)
                     if self.config.quantization == "auto" else None)
         if max_rows == 0:
             return "dense"
         kept = self.model.keep_quantized(blocks, matmul, max_rows, pack)
         formats = ", ".join(sorted({quant_reference.NAMES[b.fmt] for b in blocks.values()}))
-        reach = _rows(max_rows) if max_rows is not None else ""
+        reach = rows_in_words(max_rows) if max_rows is not None else ""
         logger.info("Weights kept quantized (%s): %d matmuls read GGUF blocks (%s)%s",
                     method, kept, formats, "" if max_rows is None else
                     f" for batches of up to {reach}, their dense weights for larger")
         return (f"in blocks ({method})" if max_rows is None else
                 f"dense, and in blocks ({method}) up to {reach}")
-
-    def _blocks_reach(self, blocks: dict, matmul, pack, packs: bool) -> int | None:
-        """auto's measurement (engine/weight_quantization.py): the layers' matmuls, dense
-        (as they would run) vs blocks (in the kernel's layout); the largest batch to run over
-        blocks."""
-        pairs = measured_pairs(self._matmul_pairs(blocks, matmul, pack, packs))
-        if not pairs:
-            return None  # no layer's matmul to compare: the file's own blocks (head, table)
-        timings = time_matmuls(pairs, self.dtype)
-        max_rows = blocks_max_rows(timings)
-        choice = ("gguf" if max_rows is None else "none" if max_rows == 0
-                  else f"gguf up to {_rows(max_rows)}, none above")
-        logger.info("quantization auto -> %s: the layers' matmuls measured here from memory, "
-                    "GGUF blocks vs dense (%s%s): %s", choice,
-                    str(self.dtype).removeprefix("torch."),
-                    ", packed for oneDNN" if packs else "",
-                    "; ".join(f"{_rows(t.rows)} {t.blocks_ms:.2f} vs {t.dense_ms:.2f} ms"
-                              for t in timings))
-        return max_rows
-
-    def _matmul_pairs(self, blocks: dict, matmul, pack, packs: bool) -> Iterator[MatmulPair]:
-        """Each layer's matmuls whose weights are all in `blocks`, in layer order."""
-        for module, names in self.model.layer_matmuls():
-            found = [blocks.get(n) for n in names]
-            if all(t is not None for t in found):
-                weight = module.weight
-                packed = packed_linear.pack(weight) if packs else None
-                yield MatmulPair(
-                    weight.shape[1],
-                    lambda x, w=weight, p=packed: packed_linear.linear(x, w, None, p),
-                    QuantizedWeight.fuse(found, matmul, pack=pack),
-                    weight.numel() * weight.element_size())
 
     def kv_budget(self) -> tuple[int, str]:
         """Bytes this rank can give its KV pool, and the flag that sets it."""

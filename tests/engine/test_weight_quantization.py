@@ -12,18 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from officellm.engine import SamplingParams, weight_quantization
+from officellm.engine import SamplingParams
 from officellm.engine.loading.gguf_tensors import QuantizedTensor, read_quantized
 from officellm.engine.loading.model_loader import bundled_model_path, iter_safetensors
 from officellm.engine.models.parallel_linear import ColumnParallelLinear
 from officellm.engine.models.quantized_linear import QuantizedWeight
-from officellm.engine.weight_quantization import (
-    MatmulPair,
-    MatmulTiming,
-    blocks_max_rows,
-    gguf_blocks,
-    resolve_quantization,
-)
+from officellm.engine.weight_quantization import gguf_blocks, resolve_quantization
+from officellm.engine.worker import quantization_choice
+from officellm.engine.worker.quantization_choice import MatmulPair, MatmulTiming, blocks_max_rows
 from officellm.kernels.reference import quant_reference
 from tests.engine.conftest import make_llm
 
@@ -194,11 +190,11 @@ def test_auto_runs_blocks_up_to_the_largest_batch_where_they_clearly_win(timings
 
 
 def test_auto_measures_as_many_layers_as_outgrow_twice_the_last_level_cache(monkeypatch):
-    monkeypatch.setattr(weight_quantization, "last_level_cache_bytes", lambda: 16 * MIB)
+    monkeypatch.setattr(quantization_choice, "last_level_cache_bytes", lambda: 16 * MIB)
     pairs = [MatmulPair(32, torch.nn.Identity(), torch.nn.Identity(), 10 * MIB)
              for _ in range(10)]
-    assert len(weight_quantization.measured_pairs(iter(pairs))) == 4  # 40 MiB > 2 x 16
-    assert len(weight_quantization.measured_pairs(iter(pairs[:2]))) == 2  # all there are
+    assert len(quantization_choice.measured_pairs(iter(pairs))) == 4  # 40 MiB > 2 x 16
+    assert len(quantization_choice.measured_pairs(iter(pairs[:2]))) == 2  # all there are
 
 
 def test_a_weight_kept_both_ways_runs_blocks_up_to_its_batch_size_and_dense_above():
