@@ -11,6 +11,12 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist the workers share the cores: each worker's in-process engines get their
+# share (OpenMP threads of two workers spinning on the same two cores ran each step several
+# times slower than one thread each).
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(
+        1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 _LIVE_ENGINES: weakref.WeakSet = weakref.WeakSet()
 
