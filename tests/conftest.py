@@ -39,6 +39,16 @@ def _track_engines() -> None:
 _track_engines()
 
 
+# Each worker may hold a few float32 engines and a transformers model (2-3 GiB): more
+# workers than this would trade memory for little.
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per core, at most MAX_WORKERS."""
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_kv_blocks():
     """After every test, every engine in this process holds no request and no block."""
