@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,9 +66,11 @@ class ChatClient:
     extra: dict[str, Any] = field(default_factory=dict)
     user_keys: dict[int, str] = field(default_factory=dict)
 
-    async def chat(self, record: RequestRecord, messages: list[dict[str, str]]) -> RequestRecord:
-        """Stream one reply into `record` (filled in place and returned); never raises for
-        server or transport errors: they land in record.error so one failure does not stop a run.
+    async def chat(self, record: RequestRecord, messages: list[dict[str, str]],
+                   on_first_token: Callable[[], None] | None = None) -> RequestRecord:
+        """Stream one reply into `record` (filled in place and returned), calling
+        `on_first_token` when its first token arrives; never raises for server or transport
+        errors: they land in record.error so one failure does not stop a run.
         """
         body = {"model": self.model, "messages": messages, "max_tokens": record.max_tokens,
                 "stream": True, "stream_options": {"include_usage": True}, **self.extra}
@@ -87,7 +90,10 @@ class ChatClient:
                     data = line[5:].strip()
                     if data == "[DONE]":
                         break
+                    waiting = record.first_token is None
                     self._on_chunk(record, json.loads(data), parts, time.perf_counter())
+                    if waiting and record.first_token is not None and on_first_token:
+                        on_first_token()
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
             record.error = f"{type(exc).__name__}: {exc}"
         record.end = time.perf_counter()

@@ -98,9 +98,9 @@ class Run:
     async def send(self, record: RequestRecord, messages: list[dict[str, str]]) -> RequestRecord:
         # Appended before sending, so a request cut off by the time limit is still reported.
         self.records.append(record)
-        await self.client.chat(record, messages)
-        if record.first_token is not None and record.kind == "chat":
-            self.chat_streaming.set()
+        # A chat mid-answer is what long-doc's paste waits for: its first token, not its end.
+        streaming = self.chat_streaming.set if record.kind == "chat" else None
+        await self.client.chat(record, messages, on_first_token=streaming)
         return record
 
 
