@@ -101,8 +101,8 @@ def test_burst_sends_all_users_at_once(server: ServerProcess, tmp_path: Path) ->
 
 def test_long_doc_measures_chat_itl_around_the_paste(server: ServerProcess,
                                                      tmp_path: Path) -> None:
-    # The paste goes in at the chats' first token; 10 s leaves the chats turns after its
-    # prefill too (ITL without a paste), even on a loaded machine.
+    # The paste goes in at a chat's first token; 10 s leaves the chats turns after its
+    # prefill as well (ITL without a paste), even on a loaded machine.
     doc = bench(server, tmp_path, "--scenario", "long-doc", "--users", "2", "--duration", "10",
                 "--max-tokens", "24", "--doc-tokens", "600")
     check_consistent(doc)
