@@ -27,6 +27,7 @@ from officellm.engine.kv_plan import (
 )
 from officellm.engine.llm import LLM, apply_chat_template
 from officellm.engine.llm_engine import LLMEngine
+from officellm.engine.loading.tokenizer import load_tokenizer
 from officellm.engine.output_processor import IterationStats, OutputKind
 from officellm.engine.outputs import CompletionOutput, RequestOutput
 from officellm.engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
@@ -46,7 +47,7 @@ __all__ = [
     # Requests in: sampling, structured outputs, prompts
     "SamplingParams", "SamplingParamsError", "BOUNDS",
     "StructuredOutputsParams", "StructuredOutputError", "check_json_schema",
-    "InputProcessor", "PromptTooLongError", "apply_chat_template",
+    "InputProcessor", "PromptTooLongError", "apply_chat_template", "load_tokenizer",
     # Results out
     "RequestOutput", "CompletionOutput", "Logprob", "OutputKind",
     # Observability

@@ -12,6 +12,7 @@ from officellm.engine.loading.model_loader import (
     model_display_name,
     resolve_model_dir,
 )
+from officellm.engine.loading.tokenizer import load_tokenizer
 from officellm.engine.output_processor import OutputKind, OutputProcessor
 from officellm.engine.outputs import RequestOutput
 from officellm.engine.sampling_params import SamplingParams
@@ -33,9 +34,7 @@ class LLMEngine:
         config = config or EngineConfig(**kwargs)
         self.config = config
         self.model_dir = resolve_model_dir(config.model)
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
+        self.tokenizer = load_tokenizer(self.model_dir)
         self.model_name = model_display_name(self.model_dir)
         self.engine_core = EngineCore(config, self.model_dir,
                                       frozenset(eos_token_ids(self.model_dir, self.tokenizer)))

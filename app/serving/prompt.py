@@ -34,7 +34,12 @@ from officellm.app.policy import (
     count_turns,
     evaluate,
 )
-from officellm.engine import InputProcessor, PromptTooLongError, apply_chat_template
+from officellm.engine import (
+    InputProcessor,
+    PromptTooLongError,
+    apply_chat_template,
+    load_tokenizer,
+)
 
 Message = dict[str, Any]
 
@@ -55,9 +60,7 @@ class PromptRenderer:
     """
 
     def __init__(self, model_dir: Path) -> None:
-        from transformers import AutoTokenizer
-
-        self._tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self._tokenizer = load_tokenizer(model_dir)
         self._lock = threading.Lock()
         self._special: tuple[list[int], list[int]] | None = None  # with_special_tokens'
 
