@@ -12,9 +12,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from officellm.engine.loading.gguf_layout import read_layout
 from officellm.kernels.reference import quant_reference
 
 logger = logging.getLogger("officellm.engine.loading.gguf_tensors")
@@ -58,14 +58,11 @@ def read_quantized(path: Path, num_heads: int, num_kv_heads: int) -> GgufWeights
     llama.cpp's converter permutes the rows of a Llama's q and k projections (its rotary
     layout); transformers undoes that on load, and so do we, on whole rows of blocks.
     """
-    import gguf
-
-    reader = gguf.GGUFReader(str(path))
-    arch_field = reader.fields.get("general.architecture")
-    arch = bytes(arch_field.parts[arch_field.data[0]]).decode() if arch_field else ""
+    layout = read_layout(path)
+    arch = str(layout.metadata.get("general.architecture", ""))
     tensors: dict[str, QuantizedTensor] = {}
     unsupported: dict[str, list[str]] = {}
-    for t in reader.tensors:
+    for t in layout.tensors:
         name = _hf_name(t.name)
         if name is None:
             continue
@@ -74,10 +71,9 @@ def read_quantized(path: Path, num_heads: int, num_kv_heads: int) -> GgufWeights
             if t.tensor_type.name not in ("F32", "F16", "BF16"):
                 unsupported.setdefault(t.tensor_type.name, []).append(name)
             continue
-        data = torch.from_numpy(np.array(t.data, dtype=np.uint8))  # a copy: the reader maps the file
-        rows = int(t.shape[1]) if len(t.shape) > 1 else 1
-        data = data.reshape(rows, -1)
-        q = QuantizedTensor(fmt, data, int(t.shape[0]))
+        rows = t.shape[1] if len(t.shape) > 1 else 1
+        data = torch.from_numpy(layout.tensor_bytes(t)).reshape(rows, -1)
+        q = QuantizedTensor(fmt, data, t.shape[0])
         if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = num_heads if "q_proj" in name else num_kv_heads
             q = q.take_rows(_unpermute_rows(q.rows, heads))

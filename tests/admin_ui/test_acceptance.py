@@ -116,8 +116,8 @@ def test_1_dashboard_kv_running_and_preemptions(qtbot, window, server, admin):
     qtbot.waitUntil(lambda: window.banner.state == UP, timeout=10_000)
     client = user_client(admin, server, "loadgen")
     before = admin.stats()["engine"]["num_preemptions_total"]
-    # 3 x ~230 tokens > the pool's 352 tokens: the scheduler has to preempt.
-    load = Load(client, 3, max_tokens=200)
+    # 3 x ~150 tokens > the pool's 352 tokens: the scheduler has to preempt.
+    load = Load(client, 3, max_tokens=120)
     qtbot.waitUntil(lambda: admin.stats()["engine"]["num_running"] > 0, timeout=60_000)
     qtbot.waitUntil(lambda: window.dashboard.values["running"].text() not in ("—", "0")
                     and window.dashboard.gauge.value() > 0, timeout=ONE_REFRESH_MS)
@@ -208,7 +208,7 @@ def test_5_screenshots_of_every_tab(qtbot, window, server, admin, tmp_path):
             r = client.chat.completions.create(model=model, messages=msgs, max_tokens=20)
             msgs += [{"role": "assistant", "content": r.choices[0].message.content},
                      {"role": "user", "content": "More, please."}]
-    load = Load(client, 3, max_tokens=120)
+    load = Load(client, 3, max_tokens=60)
     qtbot.waitUntil(lambda: window.last_snapshot is not None
                     and window.last_snapshot.engine.num_running >= 2, timeout=60_000)
     qtbot.wait(3000)  # a few more points on the live chart

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
+from filelock import FileLock
 
 from officellm.engine import LLM
 from officellm.engine.llm import apply_chat_template
 from officellm.engine.loading.model_loader import eos_token_ids
-from tests.support.hf_reference import hf_greedy, load_hf_model
+from tests.support.hf_reference import HFGreedy, hf_greedy, load_hf_model
 
 CHATS = [
     [{"role": "user", "content": "What is the capital of France?"}],
@@ -40,9 +43,27 @@ def smollm2_hf(smollm2_dir: Path):
 
 
 @pytest.fixture(scope="session")
-def smollm2_refs(smollm2_hf, smollm2_dir, smollm2_tokenizer, chat_prompt_ids):
-    eos = eos_token_ids(smollm2_dir, smollm2_tokenizer)
-    return [hf_greedy(smollm2_hf, ids, MAX_NEW, eos) for ids in chat_prompt_ids]
+def smollm2_refs(request, tmp_path_factory, smollm2_dir, smollm2_tokenizer,
+                 chat_prompt_ids) -> list[HFGreedy]:
+    """transformers' greedy replies to CHATS, computed once per run: pytest-xdist's workers
+    share them through a file in the run's temporary directory (each worker spent ~25 s of
+    float32 generation on the same chats)."""
+
+    def compute() -> list[HFGreedy]:
+        hf = request.getfixturevalue("smollm2_hf")
+        eos = eos_token_ids(smollm2_dir, smollm2_tokenizer)
+        return [hf_greedy(hf, ids, MAX_NEW, eos) for ids in chat_prompt_ids]
+
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return compute()  # the parent of a lone run's basetemp outlives the run: no file
+    shared = tmp_path_factory.getbasetemp().parent / "smollm2_refs.pt"
+    with FileLock(f"{shared}.lock"):
+        if shared.is_file():
+            saved = torch.load(shared)
+            return [HFGreedy(ids, list(lps)) for ids, lps in saved]
+        refs = compute()
+        torch.save([(r.token_ids, torch.stack(r.logprobs)) for r in refs], shared)
+        return refs
 
 
 def make_llm(model_dir: Path, **kwargs) -> LLM:

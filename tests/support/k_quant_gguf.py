@@ -4,7 +4,9 @@ The bundled SmolLM2 cannot stand in: its hidden size (576) is no multiple of 256
 llama.cpp itself stores it without K-quants. This file is the usual download's mix
 (Q4_K_M: Q4_K for most matmuls, Q6_K for the value and down projections and the embedding)
 on a 2-layer Llama with hidden size 256, random weights, and the bundled model's tokenizer
-(so transformers can load it and a chat template applies). The quantizers round each
+cut to its first VOCAB tokens and the merges among them (so transformers can load it and a
+chat template applies; gguf-py decodes a file's tokens and merges one by one, and with the
+whole vocabulary transformers' conversion of this file took a minute). The quantizers round each
 weight to the nearest level of simple per-block scales (kernels/reference/quant_reference.py's
 quantizers): valid blocks in llama.cpp's layout, not llama.cpp's search for the best scales.
 """
@@ -18,6 +20,7 @@ import torch
 from officellm.kernels.reference import quant_reference as qr
 
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS = 256, 512, 2, 4, 2
+VOCAB = 1024  # the special tokens, the 256 bytes and the first merges
 HEAD_DIM = HIDDEN // HEADS
 # Each layer's matmuls and their types: layer 1's fused q/k/v holds three types.
 LAYER_TYPES = [
@@ -35,7 +38,14 @@ def write_k_quant_gguf(path: Path, tokenizer_gguf: Path, seed: int = 0) -> Path:
     from gguf import GGMLQuantizationType as T
 
     source = gguf.GGUFReader(str(tokenizer_gguf))
-    vocab = len(source.fields["tokenizer.ggml.tokens"].data)
+    tokens = source.fields["tokenizer.ggml.tokens"].contents()[:VOCAB]
+    kept = set(tokens)
+    cut = {"tokenizer.ggml.tokens": tokens,
+           "tokenizer.ggml.token_type": source.fields["tokenizer.ggml.token_type"].contents()[:VOCAB],
+           "tokenizer.ggml.merges": [m for m in source.fields["tokenizer.ggml.merges"].contents()
+                                     if m.replace(" ", "") in kept
+                                     and all(part in kept for part in m.split(" "))]}
+    vocab = len(tokens)
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("k-quant test model")
     writer.add_context_length(2048)
@@ -51,7 +61,7 @@ def write_k_quant_gguf(path: Path, tokenizer_gguf: Path, seed: int = 0) -> Path:
     for name, field in source.fields.items():
         if name.startswith("tokenizer."):
             sub = field.types[1] if len(field.types) > 1 else None
-            writer.add_key_value(name, field.contents(), field.types[0], sub)
+            writer.add_key_value(name, cut.get(name, field.contents()), field.types[0], sub)
 
     gen = torch.Generator().manual_seed(seed)
 
