@@ -17,13 +17,17 @@ LOG2E = 1.4426950408889634  # scores are scaled by scale * LOG2E so the kernels 
 
 @triton.jit
 def _load_rows(cache_ptr, row, d, head_dim, nmask, kv_mask, INT8: tl.constexpr):
-    """The tile's cache rows starting at element offsets `row`: values, or int8 times scale."""
+    """The tile's cache rows starting at element offsets `row`: values, or int8 times scale
+    (float32). The else is needed: after a returning constexpr branch the compiler still
+    reads the code below it, and two returns of two types do not compile (the interpreter,
+    running plain Python, never noticed)."""
     x = tl.load(cache_ptr + row[:, None] + d[None, :], mask=kv_mask, other=0.0)
     if INT8:
         scale_ptr = (cache_ptr + row + head_dim).to(tl.pointer_type(tl.float32))
         scale = tl.load(scale_ptr, mask=nmask, other=0.0)
         return x.to(tl.float32) * scale[:, None]
-    return x
+    else:
+        return x
 
 
 @triton.jit

@@ -78,6 +78,14 @@ def _tile_shape(group: int, max_query_len: int) -> tuple[int, int]:
     return block_q, block_g
 
 
+def _key_tile(q_dtype: torch.dtype, cache_bytes: int, head_dim: int) -> int:
+    """Keys per tile: 64, or 32 where a tile of 64 outgrows the GPU at head size 128 and up
+    (kernels/triton/compile_check.py measured it): float32 queries need 115 KB of shared
+    memory (Ada has 99 KB), and a one-byte cache's converted tiles spilled registers on
+    sm_80 and sm_89."""
+    return 32 if head_dim >= 128 and (q_dtype == torch.float32 or cache_bytes == 1) else 64
+
+
 def paged_prefill_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -87,7 +95,7 @@ def paged_prefill_attention(
     query_start_loc: torch.Tensor,
     scale: float,
     max_query_len: int | None = None,
-    block_n: int = 64,
+    block_n: int | None = None,
 ) -> torch.Tensor:
     """Same contract as kernels.reference.reference.paged_attention. max_query_len (the longest
     sequence's query count) sizes the grid; it is read from query_start_loc if not given,
@@ -105,13 +113,14 @@ def paged_prefill_attention(
     if max_query_len is None:
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
     block_q, block_g = _tile_shape(group, max_query_len)
+    int8 = check_cache_rows(k_cache, v_cache, d)
+    block_n = block_n or _key_tile(q.dtype, k_cache.element_size(), d)
     tiles = triton.cdiv(max_query_len, block_q)
     _prefill_kernel[(bsz * tiles, hk)](
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out,
         q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
         scale * LOG2E, group, hk, d, tiles,
         PAGE=page, BLOCK_Q=block_q, BLOCK_G=block_g, BLOCK_D=max(16, next_power_of_2(d)),
-        BLOCK_N=block_n, IEEE=q.dtype == torch.float32,
-        INT8=check_cache_rows(k_cache, v_cache, d), num_warps=4,
+        BLOCK_N=block_n, IEEE=q.dtype == torch.float32, INT8=int8, num_warps=4,
     )
     return out

@@ -1,0 +1,261 @@
+"""Every Triton kernel variant the engine launches, compiled for a CUDA GPU on a machine that
+has none: `python -m officellm.kernels.triton.compile_check --arch 80,89,90`.
+
+The kernel tests run the kernels under Triton's interpreter, which executes them as Python:
+a kernel that no GPU compiler accepts passes every one of them (the int8 KV tile returned
+two types from one function for months). Here the kernels' own wrappers are called, as the
+engine calls them, with CPU tensors of the shapes and dtypes a GPU run would give them, while
+Triton believes it drives a GPU of the given compute capability: each launch compiles the
+variant (Triton to PTX to a cubin with the ptxas Triton ships) and then does not run. ptxas
+run once more with -v reports each variant's registers and spills; the shared memory a
+variant needs is checked against the architecture's limit per block.
+
+Needs TRITON_INTERPRET unset (a kernel decorated under the interpreter cannot be compiled):
+run it as its own process, as tests/kernels/test_triton_compiles.py does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+import torch
+
+# Shared memory one block may use (bytes), by compute capability: A100 (8.0), Ada (8.9), Hopper.
+MAX_SHARED = {80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+# (query heads, KV heads, head size): Qwen2.5-7B-Instruct's (the main case) and SmolLM2-135M's.
+HEAD_LAYOUTS = {"qwen2.5-7b": (28, 4, 128), "smollm2-135m": (9, 3, 64)}
+QUERY_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# The caches a query dtype meets (--kv-cache-dtype): its own, the one-byte ones, and a float32
+# model's 16-bit caches.
+ONE_BYTE_CACHES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
+DECODE_SPLITS = (1, 2, 4, 8, 16)  # every split count default_num_splits can choose
+PREFILL_QUERY_TOKENS = (1, 2, 1024, 8192)
+PAGE = 16
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One compiled kernel variant and what ptxas says of it."""
+
+    case: str  # the wrapper call that launched it
+    kernel: str
+    arch: int
+    shared: int
+    registers: int
+    spill_bytes: int
+    error: str = ""
+
+
+def caches_for(q_dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    """The KV-cache dtypes a model computing in q_dtype can store."""
+    own = (torch.bfloat16, torch.float16) if q_dtype == torch.float32 else ()
+    return (q_dtype, *own, *ONE_BYTE_CACHES)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class _StandInDriver:
+    """What Triton's JIT asks of the active driver before it compiles, for a GPU absent."""
+
+    def __init__(self, target) -> None:  # type: ignore[no-untyped-def]
+        self.target = target
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return 0
+
+    def get_current_target(self):  # type: ignore[no-untyped-def]
+        return self.target
+
+    def get_active_torch_device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def is_active(self) -> bool:
+        return True
+
+
+@contextlib.contextmanager
+def _compiling_for(arch: int) -> Iterator[list[tuple[str, object]]]:
+    """Within: every kernel launch compiles for sm_`arch` and returns without running; the
+    list collects (kernel name, compiled kernel)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    compiled: list[tuple[str, object]] = []
+    original = JITFunction.run
+
+    def compile_only(self, *args, grid, warmup, **kwargs):  # type: ignore[no-untyped-def]
+        kernel = original(self, *args, grid=grid, warmup=True, **kwargs)
+        compiled.append((self.fn.__name__, kernel))
+        return kernel
+
+    JITFunction.run = compile_only  # type: ignore[method-assign]
+    # Not reset afterwards: on a machine without a GPU there is no driver to go back to.
+    driver.set_active(_StandInDriver(GPUTarget("cuda", arch, 32)))
+    try:
+        yield compiled
+    finally:
+        JITFunction.run = original  # type: ignore[method-assign]
+
+
+def _cache(blocks: int, hk: int, d: int, dtype: torch.dtype) -> torch.Tensor:
+    width = d + 4 if dtype == torch.int8 else d
+    return torch.zeros(blocks, PAGE, hk, width, dtype=dtype)
+
+
+# How much of the matrix a run compiles (each variant takes ~3 s on a small CPU):
+# smoke: the attention kernels over an int8 cache with bf16 queries (the CI default run);
+# standard: every kernel x query dtype x cache dtype, Qwen2.5-7B's heads, 1 and 4 splits,
+# prefill of 1 and 1,024 tokens (~80 variants); full: also SmolLM2's heads, every split
+# count and 2 and 8,192 tokens.
+LEVELS = ("smoke", "standard", "full")
+
+
+def _cases(level: str) -> Iterator[tuple[str, object]]:
+    """(description, a call of one wrapper) for each variant of `level` (LEVELS)."""
+    from officellm.kernels.triton import ops
+
+    full, smoke = level == "full", level == "smoke"
+    layouts = HEAD_LAYOUTS if full else dict(list(HEAD_LAYOUTS.items())[:1])
+    splits = DECODE_SPLITS if full else (4,) if smoke else (1, 4)
+    prefill = PREFILL_QUERY_TOKENS if full else (1024,) if smoke else (1, 1024)
+    for layout, (hq, hk, d) in layouts.items():
+        for q_dtype in (torch.bfloat16,) if smoke else QUERY_DTYPES:
+            if smoke:
+                yield from _attention_cases(ops, layout, hq, hk, d, q_dtype, torch.int8,
+                                            splits, prefill)
+                continue
+            x = torch.zeros(4, hq * d, dtype=q_dtype)
+            yield (f"rms_norm {layout} {_name(q_dtype)}",
+                   lambda x=x: ops.fused_add_rms_norm(x, x.clone(), x[0].clone(), 1e-6))
+            gate_up = torch.zeros(4, 2 * 18944 if layout == "qwen2.5-7b" else 2 * 1536,
+                                  dtype=q_dtype)
+            yield f"silu_and_mul {layout} {_name(q_dtype)}", lambda g=gate_up: ops.silu_and_mul(g)
+            qk = torch.zeros(4, hq + hk, d, dtype=q_dtype)
+            cos = torch.zeros(4, d, dtype=q_dtype)
+            yield (f"rotary {layout} {_name(q_dtype)}",
+                   lambda qk=qk, cos=cos, h=hq: ops.apply_rotary(qk[:, :h], qk[:, h:], cos, cos))
+            for cache_dtype in caches_for(q_dtype):
+                kv = torch.zeros(4, hk, d, dtype=q_dtype)
+                kc, vc = _cache(64, hk, d, cache_dtype), _cache(64, hk, d, cache_dtype)
+                slots = torch.arange(4, dtype=torch.long)
+                yield (f"write_kv_cache {layout} q {_name(q_dtype)} cache {_name(cache_dtype)}",
+                       lambda kv=kv, kc=kc, vc=vc, s=slots: ops.write_kv_cache(kv, kv, kc, vc, s))
+                yield from _attention_cases(ops, layout, hq, hk, d, q_dtype, cache_dtype,
+                                            splits, prefill)
+
+
+def _attention_cases(ops, layout: str, hq: int, hk: int, d: int, q_dtype: torch.dtype,  # type: ignore[no-untyped-def]
+                     cache_dtype: torch.dtype, splits: tuple[int, ...],
+                     prefill: tuple[int, ...]) -> Iterator[tuple[str, object]]:
+    tag = f"{layout} q {_name(q_dtype)} cache {_name(cache_dtype)}"
+    kc, vc = _cache(64, hk, d, cache_dtype), _cache(64, hk, d, cache_dtype)
+    tables = torch.zeros(4, 64, dtype=torch.int32)
+    lens = torch.full((4,), 100, dtype=torch.int32)
+    q1 = torch.zeros(4, hq, d, dtype=q_dtype)
+    for n in splits:
+        yield (f"decode {tag} splits {n}",
+               lambda n=n: ops.paged_decode_attention(q1, kc, vc, tables, lens, 0.1,
+                                                      num_splits=n))
+    for tokens in prefill:
+        qp = torch.zeros(tokens, hq, d, dtype=q_dtype)
+        starts = torch.tensor([0, tokens], dtype=torch.int32)
+        yield (f"prefill {tag} {tokens} tokens",
+               lambda qp=qp, s=starts, n=tokens:
+               ops.paged_prefill_attention(qp, kc, vc, tables[:1], torch.tensor([n]), s, 0.1,
+                                           max_query_len=n))
+
+
+def _ptxas_report(ptx: str, arch: str) -> tuple[int, int]:
+    """(registers, spill bytes) of the PTX's kernel, from Triton's own ptxas with -v."""
+    from triton import knobs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        out = subprocess.run([knobs.nvidia.ptxas.path, "-v", f"-arch={arch}", src,
+                              "-o", os.path.join(tmp, "k.cubin")],
+                             capture_output=True, text=True, check=True)
+    text = out.stdout + out.stderr
+    registers = max((int(r) for r in re.findall(r"Used (\d+) registers", text)), default=0)
+    spills = sum(int(a) + int(b) for a, b in
+                 re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text))
+    return registers, spills
+
+
+def compile_variants(arch: int, level: str = "standard") -> list[Variant]:
+    """Compile the variants of `level` (LEVELS) for compute capability `arch` (80, 89, 90);
+    a variant that does not compile is reported with its error, not raised."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise RuntimeError("TRITON_INTERPRET is set: kernels decorated for the interpreter "
+                           "cannot be compiled; run this in a process of its own without it")
+    variants: list[Variant] = []
+    seen: set[tuple[str, str]] = set()
+    with _compiling_for(arch) as compiled:
+        for case, call in _cases(level):
+            before = len(compiled)
+            try:
+                call()  # type: ignore[operator]
+            except Exception as exc:  # noqa: BLE001 - reported per variant, the rest go on
+                variants.append(Variant(case, "?", arch, 0, 0, 0,
+                                        f"{type(exc).__name__}: {str(exc).splitlines()[0]}"))
+                continue
+            for name, kernel in compiled[before:]:
+                ptx = kernel.asm["ptx"]  # type: ignore[attr-defined]
+                if (name, ptx) in seen:
+                    continue
+                seen.add((name, ptx))
+                target = re.search(r"\.target (sm_\w+)", ptx)
+                registers, spills = _ptxas_report(ptx, target.group(1) if target else f"sm_{arch}")
+                variants.append(Variant(case, name, arch,
+                                        int(kernel.metadata.shared),  # type: ignore[attr-defined]
+                                        registers, spills))
+    return variants
+
+
+def problems(variants: list[Variant]) -> list[str]:
+    """What fails the check: a variant that did not compile, needs more shared memory than
+    its architecture has, or spills registers with 16-bit queries (the serving dtypes)."""
+    found = []
+    for v in variants:
+        if v.error:
+            found.append(f"sm_{v.arch} {v.case}: {v.error}")
+        elif v.shared > MAX_SHARED[v.arch]:
+            found.append(f"sm_{v.arch} {v.case} {v.kernel}: {v.shared} B of shared memory, "
+                         f"over {MAX_SHARED[v.arch]}")
+        elif v.spill_bytes and "float16" in v.case.split(" cache")[0]:  # bf16 or fp16 queries
+            found.append(f"sm_{v.arch} {v.case} {v.kernel}: spills {v.spill_bytes} B")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", default="80,89,90", help="compute capabilities, e.g. 80,89,90")
+    parser.add_argument("--level", choices=LEVELS, default="standard",
+                        help="how much of the variant matrix (see LEVELS)")
+    args = parser.parse_args(argv)
+    variants = [v for arch in args.arch.split(",")
+                for v in compile_variants(int(arch), level=args.level)]
+    json.dump({"variants": [asdict(v) for v in variants], "problems": problems(variants)},
+              sys.stdout, indent=1)
+    print()
+    return 1 if problems(variants) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The Triton kernels compile for the GPUs officellm serves on (sm_80, sm_89, sm_90), on this
+machine without one: the interpreter the other kernel tests use runs a kernel as Python, so
+a kernel no GPU compiler accepts passed them all (the int8 KV tile did).
+kernels/triton/compile_check.py runs in a process of its own (the kernels here are decorated
+for the interpreter); see it for how."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.server_process import REPO
+
+pytest.importorskip("triton")
+ARCHS = (80, 89, 90)
+
+
+def _compile_check(level: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run(
+        [sys.executable, "-m", "officellm.kernels.triton.compile_check",
+         "--arch", ",".join(map(str, ARCHS)), "--level", level],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=1800)
+    assert out.stdout, out.stderr[-4000:]
+    report = json.loads(out.stdout)
+    report["returncode"] = out.returncode
+    return report
+
+
+def test_the_attention_kernels_over_an_int8_cache_compile_for_every_target():
+    report = _compile_check("smoke")
+    assert report["problems"] == [] and report["returncode"] == 0
+    compiled = {(v["arch"], v["kernel"]) for v in report["variants"]}
+    assert compiled == {(arch, kernel) for arch in ARCHS
+                        for kernel in ("_decode_kernel", "_merge_kernel", "_prefill_kernel")}
+
+
+@pytest.mark.slow
+def test_every_kernel_variant_compiles_fits_and_16_bit_queries_do_not_spill():
+    report = _compile_check("standard")
+    assert report["problems"] == [], report["problems"]
+    kernels = {v["kernel"] for v in report["variants"]}
+    assert kernels == {"_decode_kernel", "_merge_kernel", "_prefill_kernel", "_write_kv_kernel",
+                       "_rms_norm_kernel", "_silu_and_mul_kernel", "_rotary_kernel"}
