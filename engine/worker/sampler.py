@@ -82,14 +82,17 @@ class Sampler:
             row = logits[i]
             if p.repetition_penalty != 1.0:
                 # As transformers: over prompt and output, divide positive logits, multiply negative.
-                seen = torch.tensor(sorted(set(requests[i].all_token_ids)), dtype=torch.long)
-                seen = seen[seen < vocab]
+                # Filtered here, not by a mask on the device (which would wait for the GPU).
+                seen = torch.tensor(sorted(t for t in set(requests[i].all_token_ids) if t < vocab),
+                                    dtype=torch.long, device=logits.device)
                 vals = row[seen]
                 row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
             if (p.presence_penalty or p.frequency_penalty) and requests[i].output_token_ids:
                 # As OpenAI: over generated tokens only.
-                out = torch.tensor(requests[i].output_token_ids, dtype=torch.long)
-                counts = torch.zeros(vocab, dtype=logits.dtype).scatter_add_(
+                # Built where the logits are (a GPU's): a host tensor here failed on CUDA.
+                out = torch.tensor(requests[i].output_token_ids, dtype=torch.long,
+                                   device=logits.device)
+                counts = torch.zeros(vocab, dtype=logits.dtype, device=logits.device).scatter_add_(
                     0, out, torch.ones_like(out, dtype=logits.dtype)
                 )
                 row -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(logits.dtype)

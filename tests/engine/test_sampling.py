@@ -6,6 +6,8 @@ from collections import Counter
 
 import pytest
 import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from officellm.engine import SamplingParams
 from tests.support.hf_reference import hf_greedy
@@ -151,6 +153,37 @@ def test_frequency_and_presence_penalties_follow_openais_formula(frequency, pres
     out = Sampler._apply_penalties(logits, SamplingMetadata.from_requests([req]).rows)
     torch.testing.assert_close(out[0], expected, rtol=0, atol=1e-6)
     assert torch.equal(logits, torch.linspace(-3.0, 4.0, 8).unsqueeze(0))  # input untouched
+
+
+class _RefuseMixedDevices(TorchDispatchMode):
+    """CUDA's rule on any device: an op may not mix tensors of two devices (a 0-dim host
+    tensor, a scalar, excepted). The meta device, which is lenient, stands in for a GPU."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        tensors = [a for a in pytree.tree_leaves((args, kwargs or {}))
+                   if isinstance(a, torch.Tensor) and not (a.device.type == "cpu" and a.dim() == 0)]
+        devices = {t.device.type for t in tensors}
+        if len(devices) > 1:
+            raise RuntimeError(f"{func} mixes devices {sorted(devices)}")
+        return func(*args, **(kwargs or {}))
+
+
+def test_penalties_are_built_on_the_logits_device():
+    """On a GPU the logits are on the device: the penalties' counts and indices must be too
+    (they were built on the host, and every request with a penalty failed on CUDA)."""
+    from officellm.engine.core.request import Request
+    from officellm.engine.worker.sampler import Sampler
+    from officellm.engine.worker.sampling_metadata import SamplingMetadata
+
+    params = SamplingParams(frequency_penalty=0.5, presence_penalty=0.5, repetition_penalty=1.2)
+    req = Request("r", [0, 1, 1, 5, 99], params, eos_token_ids=frozenset())  # 99: past vocab
+    for token in (2, 3, 3):
+        req.append_output_token(token)
+    rows = SamplingMetadata.from_requests([req]).rows
+    logits = torch.zeros(1, 8, device="meta")
+    with _RefuseMixedDevices():
+        out = Sampler._apply_penalties(logits, rows)
+    assert out.device.type == "meta" and out.shape == (1, 8)
 
 
 @pytest.mark.parametrize("bad", [
