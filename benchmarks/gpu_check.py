@@ -73,9 +73,13 @@ def _large_model_phase(args, report: dict, device: torch.device) -> None:
         _section(report, "e_startup", start)
         if "engine" not in box:
             return
-        bw = bandwidth.copy_bandwidth(device, 2 * 1024**3 if device.type == "cuda" else 2**26)
-        _section(report, "c_decode", lambda: decode_speed.run(
-            box["engine"], args.batches, args.context, args.steps, bw))
+        if "c" in args.sections:
+            bw = bandwidth.copy_bandwidth(device, 2 * 1024**3 if device.type == "cuda"
+                                          else 2**26)
+            _section(report, "c_decode", lambda: decode_speed.run(
+                box["engine"], args.batches, args.context, args.steps, bw))
+        if "d" not in args.sections:
+            return
 
         prompts = throughput.workload(args.requests, args.prompt_len, cfg.vocab_size)
         d: dict = {"requests": args.requests, "prompt_len": args.prompt_len,

@@ -50,8 +50,8 @@ def _replay_seconds(engine, batch: int, iters: int) -> float | None:
 
 def measure(engine, batch: int, context: int, steps: int, bandwidth: float) -> dict:
     """Prefill `batch` requests of `context` tokens, then time `steps` decode steps."""
-    dev = engine.device
-    prompts = random_prompts(batch, context, engine.spec.vocab_size, seed=batch)
+    dev = engine.engine_core.device
+    prompts = random_prompts(batch, context, engine.engine_core.spec.vocab_size, seed=batch)
     # Early requests decode while later ones prefill: none may finish before the timing.
     params = SamplingParams(temperature=0, max_tokens=engine.max_model_len - context - 1,
                             ignore_eos=True)

@@ -81,7 +81,7 @@ def run(device: torch.device, smoke: bool) -> dict:
                                   kv_cache_memory="2GiB", max_model_len=1024, max_num_seqs=16)
             ours = _engine_greedy(engine, prompts, max_new)
             report[str(dtype).removeprefix("torch.")] = {
-                **_compare(ours, ref), "backend": engine.backend,
+                **_compare(ours, ref), "backend": engine.engine_core.backend,
                 "cuda_graphs": engine.engine_core.runner.decode_graphs is not None}
             del engine, hf
             free_cuda()

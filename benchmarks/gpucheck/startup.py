@@ -41,5 +41,5 @@ def summarize(engine, lines: list[str], seconds: float) -> dict:
         "max_model_len": s.max_model_len,
         "max_concurrency_at_32k": s.kv_cache_tokens / 32768,
         "cuda_graphs": engine.engine_core.runner.decode_graphs is not None,
-        "backend": engine.backend,
+        "backend": engine.engine_core.backend,
     }

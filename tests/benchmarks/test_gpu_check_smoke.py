@@ -1,0 +1,43 @@
+"""benchmarks/gpu_check.sh, the one script a lent GPU runs, runs green in its CPU smoke mode:
+it cannot rot between GPU sessions (the pipeline refactor once left three of its sections
+calling engine attributes that were gone, unnoticed until a GPU was lent)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SECTIONS = ("a_kernels", "b_parity", "c_decode", "d_throughput", "e_startup")
+
+
+def _smoke(tmp_path: Path, sections: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--sections", sections],
+                          cwd=REPO, env=dict(env, OUT=str(tmp_path), OMP_NUM_THREADS="1"),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads((tmp_path / "gpu_check_cpu_smoke.json").read_text())
+    assert (tmp_path / "gpu_check_cpu_smoke.md").is_file()
+    return report
+
+
+def test_the_engine_sections_run_green_without_a_gpu(tmp_path: Path) -> None:
+    """Start-up and decode: the sections that drive the engine's own API (~10 s; parity and
+    the throughput race with transformers take a minute: the slow run)."""
+    report = _smoke(tmp_path, "ce")
+    assert report["e_startup"]["kv_cache_tokens"] > 0
+    assert report["c_decode"]["rows"]
+    assert not any("error" in report[key] for key in ("c_decode", "e_startup"))
+    assert "d_throughput" not in report  # a section not asked for is not run
+
+
+@pytest.mark.slow
+def test_every_section_runs_green_without_a_gpu(tmp_path: Path) -> None:
+    report = _smoke(tmp_path, "abcde")
+    assert report["a_kernels"]["all_ok"] and report["b_parity"]["float32"]["identical"]
+    assert not any("error" in report[key] for key in SECTIONS)
