@@ -8,19 +8,19 @@ from pathlib import Path
 import torch
 
 
-def _common(vocab: int) -> dict:
+def _common(vocab: int, layers: int) -> dict:
     return dict(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024,
         rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, pad_token_id=2,
     )
 
 
-def tiny_config(kind: str, vocab: int):
-    """A 3-layer GQA config (8 query heads over 2 KV heads) of the given family."""
+def tiny_config(kind: str, vocab: int, layers: int = 3):
+    """A GQA config (8 query heads over 2 KV heads, 3 layers unless told) of the given family."""
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
-    c = _common(vocab)
+    c = _common(vocab, layers)
     if kind == "llama":
         return LlamaConfig(**c, head_dim=8, tie_word_embeddings=False, rope_theta=500000.0,
                            rope_scaling={"rope_type": "llama3", "factor": 8.0,
@@ -34,13 +34,15 @@ def tiny_config(kind: str, vocab: int):
     raise ValueError(kind)
 
 
-def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
-    """Save a random-weight model of `kind` with the tokenizer of `tokenizer_dir`."""
+def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 0,
+                     layers: int = 3) -> Path:
+    """Save a random-weight model of `kind` (`layers` deep) with the tokenizer of
+    `tokenizer_dir`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     torch.manual_seed(seed)
-    cfg = tiny_config(kind, len(tok))
+    cfg = tiny_config(kind, len(tok), layers)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     # Larger weights than the default init give peaked, decisive distributions, so greedy
     # parity is about the engine, not about ties between near-uniform logits.
