@@ -5,7 +5,7 @@ gguf-py's GGUFReader decodes every metadata value into numpy views as it opens a
 view per string: the tokenizer's 49,152 tokens and as many merges in the bundled SmolLM2
 took 6.6 s, on every start of a server whose `--quantization auto` reads the blocks. This
 walks the same layout (GGUF v2 and v3: gguf-py's constants name the types) and skips a
-string array by its lengths alone: a few hundred milliseconds.
+string array by its lengths alone: 0.04 s for the same file.
 """
 
 from __future__ import annotations

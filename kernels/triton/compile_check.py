@@ -3,8 +3,9 @@ has none: `python -m officellm.kernels.triton.compile_check --arch 80,89,90`.
 
 The kernel tests run the kernels under Triton's interpreter, which executes them as Python:
 a kernel that no GPU compiler accepts passes every one of them (the int8 KV tile returned
-two types from one function for months). Here the kernels' own wrappers are called, as the
-engine calls them, with CPU tensors of the shapes and dtypes a GPU run would give them, while
+two types from one function until this check compiled it). Here the kernels' own wrappers
+are called, as the engine calls them, with CPU tensors of the shapes and dtypes a GPU run
+would give them, while
 Triton believes it drives a GPU of the given compute capability: each launch compiles the
 variant (Triton to PTX to a cubin with the ptxas Triton ships) and then does not run. ptxas
 run once more with -v reports each variant's registers and spills; the shared memory a

@@ -10,10 +10,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.support.server_process import REPO
+REPO = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("triton")
 ARCHS = (80, 89, 90)
