@@ -5,11 +5,10 @@ The kernel tests run the kernels under Triton's interpreter, which executes them
 a kernel that no GPU compiler accepts passes every one of them (the int8 KV tile returned
 two types from one function until this check compiled it). Here the kernels' own wrappers
 are called, as the engine calls them, with CPU tensors of the shapes and dtypes a GPU run
-would give them, while
-Triton believes it drives a GPU of the given compute capability: each launch compiles the
-variant (Triton to PTX to a cubin with the ptxas Triton ships) and then does not run. ptxas
-run once more with -v reports each variant's registers and spills; the shared memory a
-variant needs is checked against the architecture's limit per block.
+would give them, while Triton believes it drives a GPU of the given compute capability:
+each launch compiles the variant (Triton to PTX to a cubin with the ptxas Triton ships) and
+then does not run. ptxas run once more with -v reports each variant's registers and spills;
+the shared memory a variant needs is checked against the architecture's limit per block.
 
 Needs TRITON_INTERPRET unset (a kernel decorated under the interpreter cannot be compiled):
 run it as its own process, as tests/kernels/test_triton_compiles.py does.
