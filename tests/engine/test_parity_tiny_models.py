@@ -10,7 +10,7 @@ from officellm.engine.loading.model_loader import eos_token_ids
 from officellm.engine.loading.model_spec import ModelSpec
 from tests.engine.conftest import make_llm
 from tests.support.hf_reference import compare_greedy, hf_greedy, load_hf_model
-from tests.support.tiny_models import build_tiny_model
+from tests.support.tiny_models import shared_tiny_model
 
 MAX_NEW = 24
 
@@ -18,7 +18,7 @@ MAX_NEW = 24
 @pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
 def tiny(request, tmp_path_factory, smollm2_dir, chat_prompt_ids):
     kind = request.param
-    model_dir = build_tiny_model(kind, tmp_path_factory.mktemp(kind), smollm2_dir)
+    model_dir = shared_tiny_model(kind, tmp_path_factory, smollm2_dir)
     hf = load_hf_model(model_dir)
     # Prompts longer than the llama3 config's original 128 positions exercise the scaling.
     prompts = [ids + ids[: 150 - len(ids)] if i % 2 else ids for i, ids in enumerate(chat_prompt_ids[:4])]

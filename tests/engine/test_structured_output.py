@@ -86,10 +86,10 @@ def test_mixed_batch_gives_each_request_its_output_alone(smollm2_dir, prompts):
     specs = [PET, None, StructuredOutputsParams(regex=r"[A-Z]{3}-[0-9]{4}"), None,
              StructuredOutputsParams(json_object=True), None]
     batch_prompts = [prompts[i % len(prompts)] for i in range(len(specs))]
-    params = [greedy(s, max_tokens=30) for s in specs]
+    params = [greedy(s, max_tokens=20) for s in specs]
     alone_llm = make_llm(smollm2_dir)
     alone = [texts(alone_llm, [p], q)[0] for p, q in zip(batch_prompts, params)]
-    # 12 blocks of 16 tokens for six ~70-token sequences: preemption is certain.
+    # 12 blocks of 16 tokens for six ~60-token sequences: preemption is certain.
     tight = make_llm(smollm2_dir, kv_cache_memory=12 * 16 * 46080, max_num_batched_tokens=48,
                      enable_prefix_caching=False)
     batched = texts(tight, batch_prompts, params)

@@ -17,7 +17,7 @@ from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.worker.tp_worker import SCRUB
 from tests.engine.conftest import POISON, make_llm
 from tests.support.hf_reference import compare_greedy_outputs
-from tests.support.tiny_models import build_tiny_model
+from tests.support.tiny_models import shared_tiny_model
 
 MAX_NEW = 16
 GREEDY = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True, logprobs=2)
@@ -31,7 +31,7 @@ def assert_same_greedy(tp2: LLM, tp1: LLM, prompts: list[list[int]]) -> None:
 
 @pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
 def tiny_dir(request, tmp_path_factory, smollm2_dir) -> Path:
-    return build_tiny_model(request.param, tmp_path_factory.mktemp(request.param), smollm2_dir)
+    return shared_tiny_model(request.param, tmp_path_factory, smollm2_dir)
 
 
 @pytest.fixture(scope="module")

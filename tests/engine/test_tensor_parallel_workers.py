@@ -18,14 +18,14 @@ from officellm.engine import SamplingParams
 from officellm.engine.worker.multiproc_executor import WorkerDiedError
 from tests.engine.conftest import make_llm
 from tests.support.processes import gone, wait_gone
-from tests.support.tiny_models import build_tiny_model
+from tests.support.tiny_models import shared_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory, smollm2_dir) -> Path:
-    return build_tiny_model("llama", tmp_path_factory.mktemp("llama"), smollm2_dir)
+    return shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
 
 
 def spawned_children() -> list[psutil.Process]:

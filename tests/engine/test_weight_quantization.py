@@ -131,10 +131,10 @@ def test_greedy_over_blocks_equals_the_torch_reference_token_for_token(
 
 @pytest.mark.parametrize("method,fmt", [("int8", quant_reference.Q8_0),
                                         ("int4", quant_reference.Q4_1)])
-def test_a_safetensors_model_is_quantized_at_load(tmp_path, smollm2_dir, method, fmt):
-    from tests.support.tiny_models import build_tiny_model
+def test_a_safetensors_model_is_quantized_at_load(tmp_path_factory, smollm2_dir, method, fmt):
+    from tests.support.tiny_models import shared_tiny_model
 
-    model_dir = build_tiny_model("llama", tmp_path / "tiny", smollm2_dir)
+    model_dir = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
     llm = make_llm(model_dir, quantization=method)
     weights = _quantized_weights(llm)
     # 3 layers x 4 matmuls, the untied head and the embedding table.

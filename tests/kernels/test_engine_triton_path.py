@@ -11,7 +11,7 @@ import pytest
 
 from officellm.engine import LLM, SamplingParams
 from officellm.engine.attention.triton_backend import TritonAttention
-from tests.support.tiny_models import build_tiny_model
+from tests.support.tiny_models import shared_tiny_model
 
 MAX_NEW = 4
 
@@ -20,7 +20,7 @@ MAX_NEW = 4
 def tiny_qwen3(tmp_path_factory, smollm2_dir):
     # Qwen3 has q/k norms, so the strided [T, H, D] RMSNorm path runs as well. One layer:
     # every kernel runs in each, and the interpreter's cost is per layer (3 took 75 s).
-    return build_tiny_model("qwen3", tmp_path_factory.mktemp("qwen3"), smollm2_dir, layers=1)
+    return shared_tiny_model("qwen3", tmp_path_factory, smollm2_dir, layers=1)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tiny_models import build_tiny_model
+from tests.support.tiny_models import shared_tiny_model
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -16,4 +16,4 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Path:
     """A 3-layer random-weight Llama with SmolLM2's tokenizer and chat template."""
-    return build_tiny_model("llama", tmp_path_factory.mktemp("tiny-llama"), smollm2_dir)
+    return shared_tiny_model("llama", tmp_path_factory, smollm2_dir)

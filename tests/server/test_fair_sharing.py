@@ -16,14 +16,14 @@ from tests.policy.helpers import Admin, Office, metric
 from tests.support.server_process import SMALL_POOL_FLAGS, ServerProcess
 
 FLOOD = 6  # requests the flooding user sends at once
-REPLY = 60  # tokens per flood reply: with a ~45-token prompt, 7 blocks of 16
+REPLY = 40  # tokens per flood reply: with a ~45-token prompt, 6 blocks of 16
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 
 
 @pytest.fixture(scope="module")
 def office() -> Iterator[tuple[ServerProcess, Admin]]:
     # 11 blocks of 16 tokens (8 MiB at 46,080 B/token) and two running sequences: two of the
-    # flood's ~105-token requests do not fit together, so the engine preempts; the other four
+    # flood's ~85-token requests do not fit together, so the engine preempts; the other four
     # wait.
     srv = ServerProcess(*SMALL_POOL_FLAGS, "--kv-cache-memory", "8MiB", "--max-model-len", "160",
                         "--max-num-seqs", "2", api_key=None)
@@ -136,7 +136,7 @@ def test_a_priority_change_reaches_the_engine_with_the_next_request(office) -> N
         return [line for line in srv.output().splitlines()
                 if f"of key '{uid}' by recompute" in line]
 
-    two_at_once(200)  # two ~105-token requests in 11 blocks: boss's newer one is preempted
+    two_at_once(200)  # two ~85-token requests in 11 blocks: boss's newer one is preempted
     seen = len(warnings())
     assert seen > 0 and all("weight 1)" in w for w in warnings())
     admin.request("PUT", "/policies/users/boss", json={"priority": "high"})

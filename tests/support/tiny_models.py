@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
+from filelock import FileLock
 
 
 def _common(vocab: int, layers: int) -> dict:
@@ -60,6 +63,24 @@ def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 
         if src.is_file() and not (out_dir / extra).exists():
             shutil.copy(src, out_dir / extra)
     return out_dir
+
+
+def shared_tiny_model(kind: str, tmp_path_factory: pytest.TempPathFactory,
+                      tokenizer_dir: Path, layers: int = 3) -> Path:
+    """build_tiny_model's model (seed 0), built once per test run and shared by every test and
+    pytest-xdist worker that asks for the same kind and depth (each build costs seconds of
+    transformers' import and init; four test files use the same llama). Read-only: a test that
+    changes the files (poison_token) builds its own."""
+    base = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        base = base.parent  # the workers' common directory for this run
+    target = base / f"shared-tiny-{kind}-{layers}"
+    with FileLock(f"{target}.lock"):
+        if not target.is_dir():  # a complete build only: it is renamed into place
+            partial = base / f"{target.name}.partial-{os.getpid()}"
+            build_tiny_model(kind, partial, tokenizer_dir, layers=layers)
+            partial.rename(target)
+    return target
 
 
 def poison_token(model_dir: Path, token: int) -> Path:
