@@ -11,6 +11,8 @@ implements engine.attention.AttentionBackend.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from officellm.engine.attention.backend import AttentionBackend
@@ -19,6 +21,8 @@ from officellm.kernels.ops import KernelOps, kernel_ops
 from officellm.kernels.triton import triton_available
 
 BACKENDS = ("torch", "cpu", "triton")
+
+logger = logging.getLogger(__name__)
 
 
 def backend_for(device: torch.device, requested: str | None = None) -> str:
@@ -32,8 +36,14 @@ def backend_for(device: torch.device, requested: str | None = None) -> str:
             raise ValueError("The cpu backend needs a CPU device and a C++ compiler to build "
                              "its kernel; use the torch backend.")
         return requested
-    if device.type == "cuda" and triton_available():
-        return "triton"
+    if device.type == "cuda":
+        if triton_available():
+            return "triton"
+        # Silently serving a GPU office at a fraction of its speed would look like a slow GPU.
+        logger.warning("Triton cannot be imported: this CUDA GPU runs the torch reference path "
+                       "(attention over gathered pages, no CUDA graphs), several times slower "
+                       "than the Triton kernels; install them with pip install 'officellm[gpu]'.")
+        return "torch"
     if device.type == "cpu" and cpu_kernels.load() is not None:
         return "cpu"
     return "torch"

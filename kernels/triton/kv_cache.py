@@ -21,7 +21,7 @@ def _write_kv_kernel(
     n_heads, head_dim,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, LIMIT: tl.constexpr, INT8: tl.constexpr,
 ):
-    tok = tl.program_id(0)
+    tok = tl.program_id(0).to(tl.int64)  # 64-bit offsets: tokens * stride may pass 2**31
     slot = tl.load(slot_ptr + tok).to(tl.int64)
     heads = tl.arange(0, BLOCK_H)[:, None]
     cols = tl.arange(0, BLOCK_D)[None, :]

@@ -22,7 +22,7 @@ def _rms_norm_kernel(
     HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
 ):
     # A row is addressed by two strides so that [T, H, D] views (q/k heads) need no copy.
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: rows * stride may pass 2**31
     r0 = row // n_inner
     r1 = row % n_inner
     cols = tl.arange(0, BLOCK)

@@ -41,7 +41,7 @@ def _rotary_kernel(
     n_q_heads, n_k_heads, half,
     BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    tok = tl.program_id(0)
+    tok = tl.program_id(0).to(tl.int64)  # 64-bit offsets: tokens * stride may pass 2**31
     cols = tl.arange(0, BLOCK_D)[None, :]
     cmask = cols < half
     # cos/sin are rounded to the activation dtype first, as the reference's `.to(q.dtype)`.

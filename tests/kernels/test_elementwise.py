@@ -121,3 +121,54 @@ def test_write_kv_cache_into_an_int8_cache_stores_the_reference_rows(device):
         torch.testing.assert_close(ours[..., d:].contiguous().view(torch.float32),
                                    ref[..., d:].contiguous().view(torch.float32))
     assert kc_ref.view(-1, hk, d + 4)[4, 0].eq(0).all()  # the zero row, scale included
+
+
+# Rows 2**30 elements apart, so the last row starts past 2**31: a kernel computing
+# `row * stride` in 32 bits wraps there (as the MLP input of Qwen2.5-7B does at ~57k tokens in
+# one step). The storage is allocated but never filled: only the rows in use get pages.
+FAR = 2**30
+
+
+def _far_rows(device, *tail: int, rows: int = 3) -> torch.Tensor:
+    """A [rows, *tail] float16 view whose rows are FAR elements apart, filled at random."""
+    inner = [1]
+    for size in reversed(tail[1:]):
+        inner.insert(0, inner[0] * size)
+    base = torch.empty(FAR * (rows - 1) + int(torch.tensor(tail).prod()), dtype=torch.float16,
+                       device=device)
+    view = base.as_strided((rows, *tail), (FAR, *inner))
+    view.copy_(torch.randn(rows, *tail, dtype=torch.float16, device=device))
+    return view
+
+
+def test_silu_and_mul_reads_rows_past_2_31_elements(device):
+    x = _far_rows(device, 2 * 48)
+    close(tri.silu_and_mul(x), reference.silu_and_mul(x.contiguous()), torch.float16)
+
+
+def test_rms_norm_reads_rows_past_2_31_elements(device):
+    x = _far_rows(device, 64)
+    w = torch.randn(64, dtype=torch.float16, device=device)
+    close(tri.rms_norm(x, w, 1e-6), reference.rms_norm(x.contiguous(), w, 1e-6), torch.float16)
+
+
+def test_rotary_reads_tokens_past_2_31_elements(device):
+    q = _far_rows(device, 4, 16)
+    k = torch.randn(3, 2, 16, dtype=torch.float16, device=device)
+    cos, sin = torch.randn(3, 16, device=device), torch.randn(3, 16, device=device)
+    q_out, k_out = tri.apply_rotary(q, k, cos, sin)
+    q_ref, k_ref = reference.apply_rotary(q.contiguous(), k, cos, sin)
+    close(q_out, q_ref, torch.float16)
+    close(k_out, k_ref, torch.float16)
+
+
+def test_write_kv_cache_reads_tokens_past_2_31_elements(device):
+    k = _far_rows(device, 2, 16)
+    v = torch.randn(3, 2, 16, dtype=torch.float16, device=device)
+    kc = torch.zeros(2, 4, 2, 16, dtype=torch.float16, device=device)
+    vc = torch.zeros_like(kc)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    slots = torch.tensor([1, 6, 3], device=device)
+    tri.write_kv_cache(k, v, kc, vc, slots)
+    reference.write_kv_cache(k.contiguous(), v, kc_ref, vc_ref, slots)
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
