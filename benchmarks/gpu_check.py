@@ -31,6 +31,20 @@ def _elapsed() -> float:
     return time.perf_counter() - START
 
 
+def _save(report: dict) -> Path:
+    """Write the JSON and the summary as they stand: after every section, so a check cut
+    short by its time limit still leaves what it measured."""
+    from benchmarks.gpucheck.report import summary
+
+    meta = report["meta"]
+    meta["seconds"] = _elapsed()
+    out_dir = Path(meta["out_dir"])
+    name = "gpu_check" if torch.cuda.is_available() else "gpu_check_cpu_smoke"
+    (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2, default=str))
+    (out_dir / f"{name}.md").write_text(summary(report) + "\n")
+    return out_dir / f"{name}.json"
+
+
 def _section(report: dict, key: str, fn) -> None:  # type: ignore[no-untyped-def]
     """Run one section; an exception is recorded in the report, and the check goes on."""
     print(f"[{_elapsed():6.1f} s] {key} ...", flush=True)
@@ -41,6 +55,7 @@ def _section(report: dict, key: str, fn) -> None:  # type: ignore[no-untyped-def
         report[key] = {"error": f"{type(exc).__name__}: {exc}"}
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+    _save(report)
 
 
 def _large_model_phase(args, report: dict, device: torch.device) -> None:
@@ -65,10 +80,14 @@ def _large_model_phase(args, report: dict, device: torch.device) -> None:
         box: dict = {}
 
         def start() -> dict:
+            # transformers' copy of the weights stays on the GPU for (d): the plan is given
+            # the memory that was free, as `officellm plan --memory` would be.
+            held = startup.memory_held(device)
             t0 = time.perf_counter()
             with startup.capture_engine_logs() as lines:
                 box["engine"] = build_engine(hf, model_dir, **engine_kw)
-            return startup.summarize(box["engine"], lines, time.perf_counter() - t0)
+            return startup.summarize(box["engine"], lines, time.perf_counter() - t0, device,
+                                     held)
 
         _section(report, "e_startup", start)
         if "engine" not in box:
@@ -146,7 +165,8 @@ def main() -> int:
         "device": torch.cuda.get_device_name(device) if cuda else f"CPU ({platform.machine()})",
         "smoke": args.smoke, "python": platform.python_version(), "torch": torch.__version__,
         "triton": triton_version, "transformers": transformers.__version__,
-        "time": time.strftime("%Y-%m-%d %H:%M:%S"), "args": vars(args)}}
+        "time": time.strftime("%Y-%m-%d %H:%M:%S"), "args": vars(args),
+        "out_dir": str(out_dir)}}
 
     if "a" in args.sections:
         from benchmarks.gpucheck import kernel_check
@@ -170,15 +190,11 @@ def main() -> int:
             if key in report and "error" not in report[key]:
                 report[key]["note"] = "CPU smoke test: not a GPU measurement"
 
-    report["meta"]["seconds"] = _elapsed()
     from benchmarks.gpucheck.report import summary
 
-    text = summary(report)
-    name = "gpu_check" if cuda else "gpu_check_cpu_smoke"
-    (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2, default=str))
-    (out_dir / f"{name}.md").write_text(text + "\n")
-    print(text, flush=True)
-    print(f"wrote {out_dir / (name + '.json')} and .md", flush=True)
+    written = _save(report)
+    print(summary(report), flush=True)
+    print(f"wrote {written} and .md", flush=True)
     failed = (not report.get("a_kernels", {}).get("all_ok", True)) or \
         (report.get("b_parity", {}).get("ok") is False) or \
         any("error" in report.get(k, {}) for k in ("a_kernels", "b_parity", "c_decode",

@@ -11,5 +11,7 @@ elif [[ -x .venv/bin/python ]]; then PY=.venv/bin/python
 else PY=python3; fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export TOKENIZERS_PARALLELISM=false
+# The GPU machine has no network and the check needs none: no Hub lookups, no waiting on them.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # A hard stop just under 8 minutes, beyond the script's own 440 s deadline.
 exec timeout -k 5 470 "$PY" -u benchmarks/gpu_check.py "$@"

@@ -65,8 +65,12 @@ def _throughput(d: dict) -> list[str]:
 
 
 def _startup(e: dict) -> list[str]:
+    ratio = e.get("pool_vs_plan")
     return ["(e) start-up lines:"] + [f"    {line}" for line in e["log"]] + [
-        f"    max concurrency at 32k tokens: {e['max_concurrency_at_32k']:.2f}x"]
+        f"    max concurrency at 32k tokens: {e['max_concurrency_at_32k']:.2f}x",
+        f"    KV pool vs `officellm plan --memory {e['plan_memory_bytes'] / 2**30:.1f}GiB`: "
+        f"{e['kv_cache_tokens']:,} / {e['plan_pool_tokens']:,} tokens = "
+        f"{_fmt(ratio, '.3f')} (target within 5 %)"]
 
 
 def summary(report: dict) -> str:

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from officellm.kernels.build.extension_cache import ExtensionBuild, SourceFile
 from officellm.kernels.cpu_features import CpuFeatures, cpu_features
 
@@ -116,7 +114,18 @@ def _build(level: BuildLevel) -> Any | None:
 def kernel_build(level: BuildLevel, compiler: str = "c++") -> ExtensionBuild:
     """The build of this package's kernels at `level`, in the user cache
     (OFFICELLM_CACHE_DIR overrides)."""
-    root = Path(os.environ.get("OFFICELLM_CACHE_DIR") or platformdirs.user_cache_dir("officellm"))
     return ExtensionBuild(prefix="officellm_cpu_kernels", sources=SOURCES,
                           cflags=(*CFLAGS, *level.isa_flags), ldflags=("-fopenmp",),
-                          cache_dir=root / "cpu_kernels", compiler=compiler, headers=HEADERS)
+                          cache_dir=_cache_root() / "cpu_kernels", compiler=compiler,
+                          headers=HEADERS)
+
+
+def _cache_root() -> Path:
+    configured = os.environ.get("OFFICELLM_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    # Imported here: a GPU machine never builds these kernels and may lack platformdirs.
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("officellm"))
+

@@ -31,6 +31,9 @@ def test_the_engine_sections_run_green_without_a_gpu(tmp_path: Path) -> None:
     the throughput race with transformers take a minute: the slow run)."""
     report = _smoke(tmp_path, "ce")
     assert report["e_startup"]["kv_cache_tokens"] > 0
+    # On the CPU the pool is a fixed --kv-cache-memory: the plan for weights + that memory
+    # must give the same pool, within a block per layer's rounding.
+    assert report["e_startup"]["pool_vs_plan"] == pytest.approx(1.0, abs=0.05)
     assert report["c_decode"]["rows"]
     assert not any("error" in report[key] for key in ("c_decode", "e_startup"))
     assert "d_throughput" not in report  # a section not asked for is not run
@@ -41,3 +44,20 @@ def test_every_section_runs_green_without_a_gpu(tmp_path: Path) -> None:
     report = _smoke(tmp_path, "abcde")
     assert report["a_kernels"]["all_ok"] and report["b_parity"]["float32"]["identical"]
     assert not any("error" in report[key] for key in SECTIONS)
+
+
+def test_each_section_is_saved_as_soon_as_it_ends(tmp_path: Path) -> None:
+    """A check cut short by its time limit keeps what it measured before."""
+    import benchmarks.gpu_check as gpu_check
+
+    def saved() -> tuple[dict, str]:
+        (json_file,) = tmp_path.glob("*.json")
+        return json.loads(json_file.read_text()), json_file.with_suffix(".md").read_text()
+
+    report = {"meta": {"device": "test", "smoke": True, "out_dir": str(tmp_path)}}
+    gpu_check._section(report, "a_kernels", lambda: {"skipped": "not in this test"})
+    assert saved()[0]["a_kernels"] == {"skipped": "not in this test"}
+    gpu_check._section(report, "b_parity", lambda: 1 / 0)  # a failing section is saved too
+    data, text = saved()
+    assert data["b_parity"] == {"error": "ZeroDivisionError: division by zero"}
+    assert "ERROR ZeroDivisionError" in text
