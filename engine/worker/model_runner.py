@@ -15,6 +15,7 @@ from officellm.engine.core.request import Request
 from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.structured_output.bitmask import GrammarBitmask
+from officellm.engine.worker.host_to_device import stage_int64, to_device
 from officellm.engine.worker.sampler import Sampler
 from officellm.engine.worker.sampling_metadata import SamplingMetadata
 from officellm.kernels.reference.reference import cache_row_width
@@ -116,48 +117,44 @@ class ModelRunner:
         return batch, SamplingMetadata.from_requests(sampling)
 
     def inputs_for(self, batch: StepBatch, sampling: SamplingMetadata) -> StepInputs:
-        """The tensors of one forward pass (on any rank)."""
-        dev = self.device
-        return StepInputs(
-            input_ids=torch.from_numpy(batch.token_ids).to(dev),
-            positions=torch.from_numpy(batch.positions).to(dev),
-            logits_indices=torch.tensor(batch.logits_indices, dtype=torch.long, device=dev),
-            metadata=self._attention_metadata(batch),
-            sampling=sampling,
-        )
-
-    def _attention_metadata(self, batch: StepBatch) -> AttentionMetadata:
-        """The step's attention metadata: one tensor per field, built from numpy."""
-        q_lens = np.asarray(batch.query_lens, dtype=np.int32)
-        qsl = np.zeros(len(q_lens) + 1, dtype=np.int32)
+        """The tensors of one forward pass (on any rank): staged in one host buffer and copied
+        to the device once, without waiting for it (engine/worker/host_to_device.py)."""
+        q_lens = np.asarray(batch.query_lens, dtype=np.int64)
+        qsl = np.zeros(len(q_lens) + 1, dtype=np.int64)
         np.cumsum(q_lens, out=qsl[1:])
+        seq_lens = np.asarray(batch.context_lens, dtype=np.int64)
+        tables = self._pad_tables(batch.block_tables)
+        ids, positions, logits_indices, slots, seq_lens_t, qsl_t, tables_t = stage_int64(
+            [batch.token_ids, batch.positions, np.asarray(batch.logits_indices, dtype=np.int64),
+             batch.slot_mapping, seq_lens, qsl, tables], self.device)
         # The scheduler puts running decodes first; a one-token chunk after a prefill (a
         # clipped chunk, a prompt whose prefix is cached) simply runs as a prefill.
         longer = np.flatnonzero(q_lens != 1)
         num_decodes = int(longer[0]) if longer.size else len(q_lens)
-        seq_lens = np.asarray(batch.context_lens, dtype=np.int32)
-        dev = self.device
-        return AttentionMetadata(
-            slot_mapping=torch.from_numpy(batch.slot_mapping).to(dev),
-            block_tables=self._pad_tables(batch.block_tables),
-            seq_lens=torch.from_numpy(seq_lens).to(dev),
-            query_start_loc=torch.from_numpy(qsl).to(dev),
+        metadata = AttentionMetadata(
+            slot_mapping=slots,
+            block_tables=tables_t.view(tables.shape),
+            # The kernels read 32-bit lengths: converted on the device, after the one copy.
+            seq_lens=seq_lens_t.to(torch.int32),
+            query_start_loc=qsl_t.to(torch.int32),
             num_decodes=num_decodes,
             max_query_len=int(q_lens.max()) if q_lens.size else 0,
             seq_lens_host=seq_lens.tolist(),
             query_start_loc_host=qsl.tolist(),
         )
+        return StepInputs(input_ids=ids, positions=positions, logits_indices=logits_indices,
+                          metadata=metadata, sampling=sampling)
 
     def scrub_blocks(self, block_ids: list[int]) -> None:
         """Zero blocks a failed request wrote (they may hold NaN that a later reader's masked
         tail would turn into NaN output)."""
-        idx = torch.tensor(block_ids, dtype=torch.long, device=self.device)
+        idx = to_device(block_ids, torch.long, self.device)
         for cache in self.k_caches + self.v_caches:
             # Through the bytes: torch has no fp8 index_fill_, and zero is all-zero bytes in
             # every cache dtype.
             cache.view(torch.uint8).index_fill_(0, idx, 0)
 
-    def _pad_tables(self, tables: list[list[int]]) -> torch.Tensor:
+    def _pad_tables(self, tables: list[list[int]]) -> np.ndarray:
         """[B, longest table] int64, padded with the null block."""
         lens = np.fromiter(map(len, tables), dtype=np.int64, count=len(tables))
         width = int(lens.max()) if len(tables) else 0
@@ -165,7 +162,7 @@ class ModelRunner:
         # One vectorized scatter instead of a row copy per sequence.
         out[np.arange(width) < lens[:, None]] = np.fromiter(
             itertools.chain.from_iterable(tables), dtype=np.int64, count=int(lens.sum()))
-        return torch.from_numpy(out).to(self.device)
+        return out
 
     def capture_decode_graphs(self, max_batch: int, max_model_len: int,
                               use_graphs: bool = True) -> None:

@@ -8,6 +8,7 @@ import torch
 
 from officellm.engine.core.scheduler_output import Logprob, SamplerOutput
 from officellm.engine.structured_output.bitmask import GrammarBitmask
+from officellm.engine.worker.host_to_device import to_device
 from officellm.engine.worker.sampling_metadata import SamplingMetadata, SamplingRow
 
 
@@ -17,6 +18,11 @@ class Sampler:
     Each seeded request owns a torch.Generator, and draws its noise from it alone, so its
     tokens are the same whatever else shares the batch. Logprobs are those of the raw model
     distribution (before penalties and temperature), as vLLM returns by default.
+
+    On a GPU the host reads the device once per step, for the sampled tokens and the rows
+    that held NaN together (plus the logprobs' values when asked for): every decision taken
+    before that is made from the host's own knowledge of the batch or done on the device
+    for all rows, and per-row parameters go up through host_to_device.
     """
 
     def __init__(self, seed: int = 0) -> None:
@@ -43,9 +49,15 @@ class Sampler:
         (after the raw logprobs are taken, so those stay the model's own)."""
         requests = sampling.rows
         num_rows, vocab = logits.shape
-        nan_rows = torch.isnan(logits).any(dim=-1)
-        invalid = nan_rows.tolist()
-        if any(invalid):
+        # A row holding NaN fails its request. Its max is NaN exactly then: one reduction,
+        # 4-16x cheaper on a CPU than isnan().any() (8.4 -> 1.7 ms at 64 x 49k).
+        nan_rows = logits.amax(dim=-1).isnan()
+        if logits.device.type == "cpu":
+            # Asking is free here, and a copy of every row is not (12 MB at 64 x 49k).
+            if bool(nan_rows.any()):
+                logits = logits.masked_fill(nan_rows.unsqueeze(1), 0.0)
+        else:
+            # On a GPU asking would wait for the step's kernels: zero the NaN rows, if any.
             logits = logits.masked_fill(nan_rows.unsqueeze(1), 0.0)
         params = [r.params for r in requests]
         want_logprobs = [p.logprobs for p in params]
@@ -63,10 +75,12 @@ class Sampler:
             tokens = logits.argmax(dim=-1)
         else:
             tokens = self._sample(logits, requests, greedy)
-        token_list = tokens.tolist()
+        # The step's one read of the device: the tokens and the NaN flags in one transfer.
+        token_list, nan_list = torch.stack((tokens, nan_rows.to(tokens.dtype))).tolist()
+        invalid = [bool(x) for x in nan_list]
         lp_out: list[dict[int, Logprob] | None] = [None] * num_rows
         if raw_logprobs is not None:
-            lp_out = self._gather_logprobs(raw_logprobs, token_list, want_logprobs)
+            lp_out = self._gather_logprobs(raw_logprobs, tokens, token_list, want_logprobs)
         return SamplerOutput(token_list, lp_out, invalid)
 
     # -- logits processing -------------------------------------------------------------
@@ -83,15 +97,14 @@ class Sampler:
             if p.repetition_penalty != 1.0:
                 # As transformers: over prompt and output, divide positive logits, multiply negative.
                 # Filtered here, not by a mask on the device (which would wait for the GPU).
-                seen = torch.tensor(sorted(t for t in set(requests[i].all_token_ids) if t < vocab),
-                                    dtype=torch.long, device=logits.device)
+                seen = to_device(sorted(t for t in set(requests[i].all_token_ids) if t < vocab),
+                                 torch.long, logits.device)
                 vals = row[seen]
                 row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
             if (p.presence_penalty or p.frequency_penalty) and requests[i].output_token_ids:
                 # As OpenAI: over generated tokens only.
                 # Built where the logits are (a GPU's): a host tensor here failed on CUDA.
-                out = torch.tensor(requests[i].output_token_ids, dtype=torch.long,
-                                   device=logits.device)
+                out = to_device(requests[i].output_token_ids, torch.long, logits.device)
                 counts = torch.zeros(vocab, dtype=logits.dtype, device=logits.device).scatter_add_(
                     0, out, torch.ones_like(out, dtype=logits.dtype)
                 )
@@ -113,20 +126,20 @@ class Sampler:
             if not r.params.ignore_eos:
                 banned |= set(r.eos_token_ids)
             if banned:
-                logits[i, sorted(banned)] = float("-inf")
+                logits[i, to_device(sorted(banned), torch.long, logits.device)] = float("-inf")
         return logits
 
     def _sample(self, logits: torch.Tensor, requests: list[SamplingRow], greedy: list[bool]) -> torch.Tensor:
         params = [r.params for r in requests]
         device = logits.device
-        temps = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)],
-                             device=device, dtype=torch.float32)
+        temps = to_device([1.0 if g else p.temperature for p, g in zip(params, greedy)],
+                          torch.float32, device)
         scaled = logits / temps.unsqueeze(1)
         need_sort = any(p.top_k > 0 or p.top_p < 1.0 for p in params)
         if need_sort:
             scaled = self._top_k_top_p(scaled, params)
         if any(p.min_p > 0 for p in params):
-            min_p = torch.tensor([p.min_p for p in params], device=device).unsqueeze(1)
+            min_p = to_device([p.min_p for p in params], torch.float32, device).unsqueeze(1)
             probs = scaled.softmax(-1)
             scaled = scaled.masked_fill(probs < min_p * probs.max(-1, keepdim=True).values, float("-inf"))
         probs = scaled.softmax(-1)
@@ -143,7 +156,7 @@ class Sampler:
         cdf = probs.cumsum(dim=-1)
         total = cdf[:, -1:]
         # Strictly inside the mass: u * total can round up to total when u is near 1.
-        target = torch.minimum(uniforms.to(device).unsqueeze(1) * total,
+        target = torch.minimum(to_device(uniforms, torch.float32, device).unsqueeze(1) * total,
                                torch.nextafter(total, torch.zeros_like(total)))
         # right=True: the first token whose cumulative mass exceeds the target, so tokens of
         # zero probability (masked by top-k/top-p/min-p) are never chosen.
@@ -152,20 +165,18 @@ class Sampler:
         # overflowed) has no CDF to search: it takes its most likely token.
         mass = total.squeeze(1)
         broken = ~torch.isfinite(mass) | (mass <= 0)
-        if bool(broken.any()):
-            sampled = torch.where(broken, logits.argmax(dim=-1), sampled)
         sampled = sampled.clamp_(max=logits.shape[1] - 1)
-        greedy_t = torch.tensor(greedy, device=device)
-        if greedy_t.any():
-            sampled = torch.where(greedy_t, logits.argmax(dim=-1), sampled)
-        return sampled
+        # Greedy rows and broken rows take the argmax; chosen on the device for every row
+        # (asking the device whether any row is broken would be a wait).
+        take_argmax = broken | to_device(greedy, torch.bool, device)
+        return torch.where(take_argmax, logits.argmax(dim=-1), sampled)
 
     @staticmethod
     def _top_k_top_p(scaled: torch.Tensor, params) -> torch.Tensor:
         vocab = scaled.shape[1]
         device = scaled.device
-        top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
-        top_p = torch.tensor([p.top_p for p in params], device=device, dtype=torch.float32)
+        top_k = to_device([p.top_k if p.top_k > 0 else vocab for p in params], torch.long, device)
+        top_p = to_device([p.top_p for p in params], torch.float32, device)
         sorted_logits, sorted_idx = scaled.sort(dim=-1, descending=True)
         ranks = torch.arange(vocab, device=device).unsqueeze(0)
         remove = ranks >= top_k.unsqueeze(1)
@@ -177,14 +188,16 @@ class Sampler:
         return torch.empty_like(scaled).scatter_(1, sorted_idx, sorted_logits)
 
     @staticmethod
-    def _gather_logprobs(raw: torch.Tensor, tokens: list[int], want: list[int | None]):
+    def _gather_logprobs(raw: torch.Tensor, token_t: torch.Tensor, tokens: list[int],
+                         want: list[int | None]):
+        """Per row, the chosen token's logprob and rank and the top `want[i]` (None: none);
+        `token_t` holds `tokens` where `raw` is."""
         out: list[dict[int, Logprob] | None] = []
         max_k = max(k or 0 for k in want)
         top_vals = top_idx = None
         if max_k:
             top_vals, top_idx = raw.topk(max_k, dim=-1)
-        tok_t = torch.tensor(tokens, device=raw.device).unsqueeze(1)
-        chosen = raw.gather(1, tok_t).squeeze(1)
+        chosen = raw.gather(1, token_t.unsqueeze(1)).squeeze(1)
         ranks = (raw > chosen.unsqueeze(1)).sum(-1) + 1
         chosen_l, ranks_l = chosen.tolist(), ranks.tolist()
         tv = top_vals.tolist() if top_vals is not None else None

@@ -186,6 +186,49 @@ def test_penalties_are_built_on_the_logits_device():
     assert out.device.type == "meta" and out.shape == (1, 8)
 
 
+class _CountDeviceReads(TorchDispatchMode):
+    """The meta device stands in for a GPU the host would have to wait for: each copy of a
+    meta tensor to the host, or read of one of its values, is such a wait. Counted, and
+    answered with zeros (a meta tensor holds no values)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if src is not None and src.device.type == "meta":
+            if func is torch.ops.aten._local_scalar_dense.default:
+                self.reads.append(str(func))
+                return False if src.dtype == torch.bool else 0
+            if func is torch.ops.aten._to_copy.default and \
+                    torch.device(kwargs.get("device", "meta")).type == "cpu":
+                self.reads.append(str(func))
+                return torch.zeros(src.shape, dtype=kwargs.get("dtype") or src.dtype)
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(temperature=0),
+    SamplingParams(temperature=0.8, top_k=20, top_p=0.9),
+    SamplingParams(temperature=1.0, seed=3),
+], ids=["greedy", "top-k-top-p", "seeded"])
+def test_the_sampler_waits_for_the_device_once_a_step(params):
+    """On a GPU every host read of a device value waits for the whole step's kernels: the
+    common paths read the device once, the sampled tokens (the NaN rows come with them)."""
+    from officellm.engine.core.request import Request
+    from officellm.engine.worker.sampler import Sampler
+    from officellm.engine.worker.sampling_metadata import SamplingMetadata
+
+    requests = [Request(f"r{i}", [1, 2, 3], params, eos_token_ids=frozenset()) for i in range(3)]
+    logits = torch.zeros(3, 50, device="meta")
+    with _CountDeviceReads() as mode:
+        out = Sampler()(logits, SamplingMetadata.from_requests(requests))
+    assert mode.reads == ["aten._to_copy.default"]
+    assert out.token_ids == [0, 0, 0] and out.invalid == [False, False, False]
+
+
 @pytest.mark.parametrize("bad", [
     {"temperature": -0.1}, {"top_p": 0.0}, {"top_p": 1.5}, {"max_tokens": 0}, {"n": 0},
     {"logprobs": 21}, {"min_tokens": 5, "max_tokens": 2}, {"repetition_penalty": 0.0},

@@ -130,6 +130,25 @@ def test_runner_builds_one_block_table_format():
     assert md.num_decodes == 2 and md.max_query_len == 1
 
 
+def test_a_steps_integer_inputs_reach_the_device_in_one_copy():
+    """Token ids, positions, sampled rows, slots, lengths and block tables are staged in one
+    host buffer: on a GPU one asynchronous copy a step, not seven host-waiting ones."""
+    runner = _runner()
+    batch = StepBatch(
+        token_ids=np.arange(6), positions=np.array([9, 2, 3, 4, 5, 6]),
+        slot_mapping=np.arange(6) + 20, query_lens=[1, 1, 4], context_lens=[10, 3, 7],
+        block_tables=[[4, 5, 6], [1], [2, 3]], logits_indices=[0, 1, 5])
+    inputs = runner.inputs_for(batch, SamplingMetadata())
+    md = inputs.metadata
+    staged = [inputs.input_ids, inputs.positions, inputs.logits_indices, md.slot_mapping,
+              md.block_tables]
+    assert len({t.untyped_storage().data_ptr() for t in staged}) == 1
+    assert inputs.input_ids.tolist() == list(range(6))
+    assert inputs.positions.tolist() == [9, 2, 3, 4, 5, 6]
+    assert inputs.logits_indices.tolist() == [0, 1, 5]
+    assert md.slot_mapping.tolist() == list(range(20, 26))
+
+
 def test_mixed_batch_takes_both_cpu_prefill_paths():
     """The mixed batch must keep a cached-history chunk on each side of the CPU backend's
     chunk-kernel limit, or the backend test above stops covering one of them."""
