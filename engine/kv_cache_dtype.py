@@ -28,6 +28,7 @@ import torch
 from officellm.engine.dtype_choice import NAMES
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.kernels.reference.reference import INT8_SCALE_BYTES
+from officellm.kernels.triton import E4M3_MIN_CAPABILITY
 
 FP8_NAMES = {"fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn,
              "fp8_e5m2": torch.float8_e5m2}
@@ -73,7 +74,7 @@ def resolve_kv_cache_dtype(requested: str, compute: torch.dtype, backend: str,
         dtype = ONE_BYTE_NAMES[name]
         # Triton converts to and from e4m3 only on GPUs with fp8 units (Ada, Hopper: sm_89+).
         if (dtype == torch.float8_e4m3fn and backend == "triton" and cuda_capability
-                and cuda_capability < (8, 9)):
+                and cuda_capability < E4M3_MIN_CAPABILITY):
             raise ValueError(
                 f"kv_cache_dtype {requested!r} needs a GPU of compute capability 8.9 or newer "
                 f"(this one is {cuda_capability[0]}.{cuda_capability[1]}); use int8, fp8_e5m2 "

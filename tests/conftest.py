@@ -52,6 +52,54 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 
 
+# The files that took longest on two cores (setup + tests, seconds, from `pytest
+# --durations=0`, 2026-12-05), handed to the xdist workers first; every other file follows in
+# collection order. xdist's own order (most tests first, --no-loadscope-reorder in pyproject
+# turns it off) left the long one- and two-test files (a crash-and-restart, a flood) for last,
+# and one worker ran them for minutes while the other sat idle. Longest first, the last files
+# handed out are short and the two finish together. A stale entry costs nothing but order.
+LONGEST_FILES = (
+    "tests/engine/test_kv_cache_dtype.py",  # 102 s
+    "tests/engine/test_tensor_parallel.py",  # 85
+    "tests/engine/test_parity_smollm2.py",  # 83
+    "tests/server/test_fair_sharing.py",  # 81
+    "tests/engine/test_structured_output.py",  # 81
+    "tests/admin_ui/test_acceptance.py",  # 72
+    "tests/engine/test_sampling.py",  # 69
+    "tests/server/test_responses_api.py",  # 68
+    "tests/server/test_tool_calls.py",  # 65
+    "tests/server/test_openai_api.py",  # 63
+    "tests/loadgen/test_bench_live.py",  # 63
+    "tests/kernels/test_attention_backends.py",  # 59
+    "tests/server/test_structured_outputs.py",  # 54
+    "tests/engine/test_prefill_pacing.py",  # 51
+    "tests/engine/test_weight_quantization.py",  # 42
+    "tests/engine/test_tensor_parallel_workers.py",  # 41
+    "tests/server/test_shutdown.py",  # 40
+    "tests/reliability/test_bad_input.py",  # 39
+    "tests/server/test_failed_start.py",  # 36
+    "tests/engine/test_fair_scheduling_outputs.py",  # 32
+    "tests/policy/test_crash_recovery.py",  # 29 (76 in a slow run)
+    "tests/policy/test_front_end_people.py",  # 29
+    "tests/engine/test_packed_linear.py",  # 26
+    "tests/server/test_kv_cache_dtype_server.py",  # 26
+    "tests/kernels/test_engine_triton_path.py",  # 25
+    "tests/engine/test_startup_and_plan.py",  # 25
+    "tests/admin_ui/test_local_server.py",  # 23
+    "tests/policy/test_live_policy.py",  # 22
+    "tests/kernels/test_extension_cache.py",  # 22
+    "tests/engine/test_prefix_cache.py",  # 21
+    "tests/server/test_concurrency.py",  # 21
+    "tests/kernels/test_triton_compiles.py",  # 11 (39 with a cold Triton cache)
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first (LONGEST_FILES), each file's tests kept together and in order."""
+    rank = {path: i for i, path in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 def _holds_anything(engine) -> bool:  # type: ignore[no-untyped-def]
     core = engine.engine_core
     pool = core.kv.pool

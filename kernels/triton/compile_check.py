@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from officellm.kernels.triton import E4M3_MIN_CAPABILITY
+
 # Shared memory one block may use (bytes), by compute capability: A100 (8.0), Ada (8.9), Hopper.
 MAX_SHARED = {80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 # (query heads, KV heads, head size): Qwen2.5-7B-Instruct's (the main case) and SmolLM2-135M's.
@@ -55,10 +57,13 @@ class Variant:
     error: str = ""
 
 
-def caches_for(q_dtype: torch.dtype) -> tuple[torch.dtype, ...]:
-    """The KV-cache dtypes a model computing in q_dtype can store."""
+def caches_for(q_dtype: torch.dtype, arch: int) -> tuple[torch.dtype, ...]:
+    """The KV-cache dtypes a model computing in q_dtype can store on compute capability
+    `arch` (no e4m3 below E4M3_MIN_CAPABILITY: the engine refuses it there)."""
     own = (torch.bfloat16, torch.float16) if q_dtype == torch.float32 else ()
-    return (q_dtype, *own, *ONE_BYTE_CACHES)
+    one_byte = tuple(c for c in ONE_BYTE_CACHES if c != torch.float8_e4m3fn
+                     or divmod(arch, 10) >= E4M3_MIN_CAPABILITY)
+    return (q_dtype, *own, *one_byte)
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -125,7 +130,7 @@ def _cache(blocks: int, hk: int, d: int, dtype: torch.dtype) -> torch.Tensor:
 LEVELS = ("smoke", "standard", "full")
 
 
-def _cases(level: str) -> Iterator[tuple[str, object]]:
+def _cases(level: str, arch: int) -> Iterator[tuple[str, object]]:
     """(description, a call of one wrapper) for each variant of `level` (LEVELS)."""
     from officellm.kernels.triton import ops
 
@@ -149,7 +154,7 @@ def _cases(level: str) -> Iterator[tuple[str, object]]:
             cos = torch.zeros(4, d, dtype=q_dtype)
             yield (f"rotary {layout} {_name(q_dtype)}",
                    lambda qk=qk, cos=cos, h=hq: ops.apply_rotary(qk[:, :h], qk[:, h:], cos, cos))
-            for cache_dtype in caches_for(q_dtype):
+            for cache_dtype in caches_for(q_dtype, arch):
                 kv = torch.zeros(4, hk, d, dtype=q_dtype)
                 kc, vc = _cache(64, hk, d, cache_dtype), _cache(64, hk, d, cache_dtype)
                 slots = torch.arange(4, dtype=torch.long)
@@ -207,7 +212,7 @@ def compile_variants(arch: int, level: str = "standard") -> list[Variant]:
     variants: list[Variant] = []
     seen: set[tuple[str, str]] = set()
     with _compiling_for(arch) as compiled:
-        for case, call in _cases(level):
+        for case, call in _cases(level, arch):
             before = len(compiled)
             try:
                 call()  # type: ignore[operator]

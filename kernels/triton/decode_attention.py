@@ -113,6 +113,13 @@ def default_num_splits(batch: int, kv_heads: int, device: torch.device) -> int:
     return min(MAX_SPLITS, next_power_of_2(want))
 
 
+def _key_tile(q_dtype: torch.dtype, head_dim: int) -> int:
+    """Keys per tile: 64, or 16 for float32 queries at head size 128 and up, where a tile of
+    64 spilled 15 KB of registers per thread on sm_90 (16: none over a float32 cache, 0.5 KB
+    over a 16-bit one; kernels/triton/compile_check.py)."""
+    return 16 if q_dtype == torch.float32 and head_dim >= 128 else 64
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -121,7 +128,7 @@ def paged_decode_attention(
     seq_lens: torch.Tensor,
     scale: float,
     num_splits: int | None = None,
-    block_n: int = 64,
+    block_n: int | None = None,
 ) -> torch.Tensor:
     """q [B, Hq, D], one query per sequence, attending to its seq_lens[b] cached tokens
     (its own included) through block_tables[b]. Same result as the reference with
@@ -151,7 +158,7 @@ def paged_decode_attention(
         q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
         scale * LOG2E, group, hk, d,
         PAGE=page, NUM_SPLITS=splits, BLOCK_G=max(16, next_power_of_2(group)),
-        BLOCK_D=block_d, BLOCK_N=block_n, IEEE=q.dtype == torch.float32,
+        BLOCK_D=block_d, BLOCK_N=block_n or _key_tile(q.dtype, d), IEEE=q.dtype == torch.float32,
         INT8=check_cache_rows(k_cache, v_cache, d), num_warps=4,
     )
     if splits > 1:

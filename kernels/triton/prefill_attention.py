@@ -5,6 +5,12 @@ tokens: a program owns BLOCK_Q query tokens of one sequence times the query head
 head (GQA packing: the group's heads become extra rows of the tile, so each K/V tile is read
 once per group), and streams that sequence's keys from the paged cache with an online
 softmax. This step's keys must already be in the cache (write_kv_cache first).
+
+The grid is sized by the step's total query tokens, as vLLM's is: T // BLOCK_Q + B programs,
+sequence b's tiles starting at program qsl[b] // BLOCK_Q + b, and each program finds its
+sequence by a binary search over query_start_loc. Sized by B x the longest sequence's tiles,
+a mixed step (hundreds of decodes beside one long chunk) launched thousands of programs
+that had nothing to do.
 """
 
 from __future__ import annotations
@@ -25,13 +31,23 @@ from officellm.kernels.triton.util import (
 def _prefill_kernel(
     q_ptr, kc_ptr, vc_ptr, bt_ptr, seq_lens_ptr, qsl_ptr, out_ptr,
     stride_qt, stride_qh, stride_bt, stride_ot, stride_oh,
-    scale_log2, group, kv_heads, head_dim, tiles_per_seq,
+    scale_log2, group, kv_heads, head_dim, num_seqs,
     PAGE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, INT8: tl.constexpr,
 ):
     BLOCK_M: tl.constexpr = BLOCK_Q * BLOCK_G
-    b = tl.program_id(0) // tiles_per_seq
-    tile = tl.program_id(0) % tiles_per_seq
+    pid = tl.program_id(0)
+    # The last sequence whose first tile is at or before this program.
+    lo = num_seqs * 0
+    hi = num_seqs - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tl.load(qsl_ptr + mid) // BLOCK_Q + mid <= pid:
+            lo = mid
+        else:
+            hi = mid - 1
+    b = lo
+    tile = pid - (tl.load(qsl_ptr + b) // BLOCK_Q + b)
     kvh = tl.program_id(1)
     q_start = tl.load(qsl_ptr + b)
     q_len = tl.load(qsl_ptr + b + 1) - q_start
@@ -51,7 +67,7 @@ def _prefill_kernel(
     q = tl.load(q_ptr + q_off, mask=qmask, other=0.0)
 
     # Keys up to the tile's last query position; a tile past the sequence's end does nothing
-    # (programs are launched for the longest sequence's tile count).
+    # (a sequence gets up to one program more than its tiles).
     tile_live = tile * BLOCK_Q < q_len
     kv_end = tl.minimum(seq_len, prefix + (tile + 1) * BLOCK_Q)
     kv_end = tl.where(tile_live, kv_end, 0)
@@ -67,10 +83,10 @@ def _prefill_kernel(
     tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=qmask)
 
 
-def _tile_shape(group: int, max_query_len: int) -> tuple[int, int]:
-    """(BLOCK_Q, BLOCK_G): about 64 rows per program, fewer tokens when groups are wide."""
+def _tile_shape(group: int, max_query_len: int, rows: int = 64) -> tuple[int, int]:
+    """(BLOCK_Q, BLOCK_G): about `rows` rows per program, fewer tokens when groups are wide."""
     block_g = next_power_of_2(group)
-    block_q = max(1, 64 // block_g)
+    block_q = max(1, rows // block_g)
     # Short queries (decodes inside a mixed step) waste less with a smaller tile.
     block_q = min(block_q, next_power_of_2(max(1, max_query_len)))
     while block_q * block_g < 16:  # tl.dot needs at least 16 rows
@@ -78,12 +94,23 @@ def _tile_shape(group: int, max_query_len: int) -> tuple[int, int]:
     return block_q, block_g
 
 
+def _rows(q_dtype: torch.dtype, head_dim: int) -> int:
+    """Query rows per program: 64, or 32 for float32 queries at head size 128 and up (with
+    _key_tile's 16 keys: no spill over a float32 cache on sm_90, 1 KB over a 16-bit one,
+    where 64 x 32 spilled 35 KB per thread; kernels/triton/compile_check.py)."""
+    return 32 if q_dtype == torch.float32 and head_dim >= 128 else 64
+
+
 def _key_tile(q_dtype: torch.dtype, cache_bytes: int, head_dim: int) -> int:
-    """Keys per tile: 64, or 32 where a tile of 64 outgrows the GPU at head size 128 and up
-    (kernels/triton/compile_check.py measured it): float32 queries need 115 KB of shared
-    memory (Ada has 99 KB), and a one-byte cache's converted tiles spilled registers on
-    sm_80 and sm_89."""
-    return 32 if head_dim >= 128 and (q_dtype == torch.float32 or cache_bytes == 1) else 64
+    """Keys per tile: 64, or fewer where a tile of 64 outgrows the GPU at head size 128 and
+    up (kernels/triton/compile_check.py measured it): float32 queries need 115 KB of shared
+    memory at 64 (Ada has 99 KB) and spill at 32, and a one-byte cache's converted tiles
+    spilled registers on sm_80 and sm_89."""
+    if head_dim < 128:
+        return 64
+    if q_dtype == torch.float32:
+        return 16
+    return 32 if cache_bytes == 1 else 64
 
 
 def paged_prefill_attention(
@@ -112,14 +139,13 @@ def paged_prefill_attention(
         return out
     if max_query_len is None:
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
-    block_q, block_g = _tile_shape(group, max_query_len)
+    block_q, block_g = _tile_shape(group, max_query_len, _rows(q.dtype, d))
     int8 = check_cache_rows(k_cache, v_cache, d)
     block_n = block_n or _key_tile(q.dtype, k_cache.element_size(), d)
-    tiles = triton.cdiv(max_query_len, block_q)
-    _prefill_kernel[(bsz * tiles, hk)](
+    _prefill_kernel[(t // block_q + bsz, hk)](
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, out,
         q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
-        scale * LOG2E, group, hk, d, tiles,
+        scale * LOG2E, group, hk, d, bsz,
         PAGE=page, BLOCK_Q=block_q, BLOCK_G=block_g, BLOCK_D=max(16, next_power_of_2(d)),
         BLOCK_N=block_n, IEEE=q.dtype == torch.float32, INT8=int8, num_warps=4,
     )
