@@ -76,10 +76,27 @@ def _gguf_cache_key(path: Path) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
+def _complete(model_dir: Path) -> bool:
+    return (model_dir / "model.safetensors").is_file() and (model_dir / "config.json").is_file()
+
+
 def _gguf_to_cached_dir(path: Path, cache_root: Path) -> Path:
     target = cache_root / "gguf" / f"{path.stem}-{_gguf_cache_key(path)}"
-    if (target / "model.safetensors").is_file() and (target / "config.json").is_file():
+    if _complete(target):
         return target
+    # Two processes starting at once on a fresh cache (two test workers, the console's server
+    # and a CLI) convert one at a time: the second finds the first's result. Without the lock
+    # the second replaced the directory while the first's engine was reading it.
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{target}.lock"):
+        if _complete(target):
+            return target
+        return _convert_gguf(path, target)
+
+
+def _convert_gguf(path: Path, target: Path) -> Path:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
