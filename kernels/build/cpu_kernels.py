@@ -128,4 +128,3 @@ def _cache_root() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("officellm"))
-

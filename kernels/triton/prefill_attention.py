@@ -38,7 +38,7 @@ def _prefill_kernel(
     BLOCK_M: tl.constexpr = BLOCK_Q * BLOCK_G
     pid = tl.program_id(0)
     # The last sequence whose first tile is at or before this program.
-    lo = num_seqs * 0
+    lo = num_seqs * 0  # a 32-bit scalar like hi: a loop-carried variable keeps one type
     hi = num_seqs - 1
     while lo < hi:
         mid = (lo + hi + 1) // 2

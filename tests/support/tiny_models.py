@@ -69,7 +69,7 @@ def shared_tiny_model(kind: str, tmp_path_factory: pytest.TempPathFactory,
                       tokenizer_dir: Path, layers: int = 3) -> Path:
     """build_tiny_model's model (seed 0), built once per test run and shared by every test and
     pytest-xdist worker that asks for the same kind and depth (each build costs seconds of
-    transformers' import and init; four test files use the same llama). Read-only: a test that
+    transformers' import and init; five test files use the same llama). Read-only: a test that
     changes the files (poison_token) builds its own."""
     base = tmp_path_factory.getbasetemp()
     if "PYTEST_XDIST_WORKER" in os.environ:
