@@ -1,6 +1,8 @@
 """The app's one error type: an error answered to the client in OpenAI's shape,
-{"error": {"message", "type", "param", "code"}}, raised by any layer (admission, serving, the
-routes, the admin API) and answered by the handlers app/openai/error_handlers.py installs.
+{"error": {"message", "type", "param", "code"}}, or on Anthropic's routes (ANTHROPIC_PATHS) in
+Anthropic's, {"type": "error", "error": {"type", "message"}}; raised by any layer (admission,
+serving, the routes, the admin API) and answered by the handlers app/error_handlers.py
+installs.
 
 A leaf: it imports nothing of the app, so every layer may raise it without depending on the
 protocol models (app/openai/answers.py's ErrorResponse documents the same body for OpenAPI).
@@ -24,6 +26,26 @@ _TYPES = {
     500: "internal_server_error",
     503: "service_unavailable_error",
 }
+
+
+# Anthropic's error type for each status (its API reference, "Errors").
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+}
+# The routes whose clients (Anthropic's SDKs, Claude Code) read Anthropic's error shape.
+ANTHROPIC_PATHS = "/v1/messages"
+
+
+def speaks_anthropic(path: str) -> bool:
+    """Whether a request to `path` is answered in Anthropic's shapes."""
+    return path == ANTHROPIC_PATHS or path.startswith(ANTHROPIC_PATHS + "/")
 
 
 class APIError(Exception):
@@ -50,9 +72,22 @@ class APIError(Exception):
             error["detail"] = self.message
         return {"error": error}
 
+    def anthropic_body(self) -> dict[str, Any]:
+        """The body in Anthropic's shape: {"type": "error", "error": {"type", "message"}}."""
+        kind = _ANTHROPIC_TYPES.get(self.status, "api_error" if self.status >= 500
+                                    else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": self.message}}
+
     def response(self, for_front_end: bool = False) -> JSONResponse:
         return JSONResponse(self.body(for_front_end), status_code=self.status,
                             headers=self.headers)
+
+    def response_for(self, path: str, for_front_end: bool = False) -> JSONResponse:
+        """The answer to a request for `path`, in its API's shape."""
+        if speaks_anthropic(path):
+            return JSONResponse(self.anthropic_body(), status_code=self.status,
+                                headers=self.headers)
+        return self.response(for_front_end)
 
 
 def invalid_value(exc: ValueError, param: str | None = None) -> APIError:

@@ -19,15 +19,16 @@ from officellm.app.admission.admission import AdmissionControl
 from officellm.app.admission.auth import ForwardedPeople, make_authenticator
 from officellm.app.admission.auth_throttle import AuthThrottle
 from officellm.app.admission.body_limit import BodySizeLimit
+from officellm.app.anthropic.routes import router as anthropic_router
 from officellm.app.db import Database, prepare_database
 from officellm.app.db.column_types import utcnow
 from officellm.app.db.threads import active_thread_counts
 from officellm.app.db.users import user_names
+from officellm.app.error_handlers import install_error_handlers
 from officellm.app.observability.metrics import ServerMetrics
 from officellm.app.observability.refusals import Refusals
 from officellm.app.observability.stats_sampler import run_sampler
 from officellm.app.observability.stats_window import StatsWindow
-from officellm.app.openai.error_handlers import install_error_handlers
 from officellm.app.openai.routes import chat, completions, models, monitoring, responses, tokenize
 from officellm.app.server_settings import ACTIVE_THREAD_MINUTES, ServerSettings
 from officellm.app.serving.state import ServerState
@@ -116,5 +117,6 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
                            allow_headers=["Authorization", "Content-Type", "X-Thread-Id"])
     for module in (chat, completions, responses, models, tokenize, monitoring):
         app.include_router(module.router)
+    app.include_router(anthropic_router)
     app.include_router(admin_router)
     return app

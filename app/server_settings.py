@@ -19,6 +19,9 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     served_model_name: list[str] = field(default_factory=list)  # empty = the engine's name
+    # Glob patterns (`--model-alias 'claude-*'`): requests naming a model that matches one are
+    # served by the served model, so a client with fixed model names (Claude Code) works.
+    model_aliases: list[str] = field(default_factory=list)
     # Static keys (`--api-key`), accepted beside the database's per-user keys; key i (from 1)
     # is the user "key<i>", created in the database on first use of the flag.
     api_keys: list[str] = field(default_factory=list)

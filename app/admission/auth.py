@@ -160,6 +160,15 @@ def bearer_token(request: Request) -> str | None:
     return token.strip()
 
 
+def api_key(request: Request) -> str | None:
+    """The caller's key: `Authorization: Bearer <key>` (OpenAI's clients), else `x-api-key`
+    (Anthropic's clients and Claude Code send their key there)."""
+    token = bearer_token(request)
+    if token is None:
+        token = (request.headers.get("x-api-key") or "").strip() or None
+    return token
+
+
 def client_address(request: Request) -> str | None:
     """The peer's IP address as uvicorn saw it (the throttle's key)."""
     return request.client.host if request.client else None
@@ -183,7 +192,8 @@ def record_auth_failure(request: Request) -> None:
 
 
 def unauthorized() -> APIError:
-    return APIError(401, "Incorrect or missing API key. Send 'Authorization: Bearer <key>'.",
+    return APIError(401, "Incorrect or missing API key. Send 'Authorization: Bearer <key>' "
+                         "(or 'x-api-key: <key>').",
                     code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
@@ -195,7 +205,7 @@ async def get_principal(request: Request) -> Principal:
     """
     check_throttle(request)
     authenticator: Authenticator = request.app.state.authenticator
-    token = bearer_token(request)
+    token = api_key(request)
     principal = await run_in_threadpool(authenticator.authenticate, token)
     if principal is None:
         if token is not None:  # a guess; a missing key guesses nothing
@@ -204,7 +214,7 @@ async def get_principal(request: Request) -> Principal:
     if principal.key_id is not None:
         request.app.state.server.accounts.touch_key(principal.key_id)
     if principal.front_end is not None:
-        # Front ends show error bodies their own way: app/openai/error_handlers.py reads this.
+        # Front ends show error bodies their own way: app/error_handlers.py reads this.
         request.state.front_end = True
     return principal
 

@@ -29,7 +29,7 @@ class BodySizeLimit:
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._too_large().response()(scope, receive, send)
+            await self._too_large().response_for(scope["path"])(scope, receive, send)
             return
         if declared is not None:
             await self.app(scope, receive, send)
@@ -44,7 +44,7 @@ class BodySizeLimit:
                 break
             total += len(message.get("body", b""))
             if total > self.max_bytes:
-                await self._too_large().response()(scope, receive, send)
+                await self._too_large().response_for(scope["path"])(scope, receive, send)
                 return
             if not message.get("more_body", False):
                 break

@@ -47,6 +47,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                 help=f"{knob.metadata['help']} (default: {knob.default})")
     p.add_argument("--served-model-name", nargs="+", default=None,
                    help="name(s) clients use for the model (default: the model's own)")
+    p.add_argument("--model-alias", action="append", default=[], metavar="PATTERN",
+                   help="also answer requests for model names matching this glob (repeatable), "
+                        "e.g. 'claude-*' so Claude Code's default model names reach the served "
+                        "model")
     p.add_argument("--api-key", action="append", default=[], metavar="KEY",
                    help="also accept this static bearer key (repeatable), as user key<N>, "
                         "beside the per-user keys of `officellm keys issue`")
@@ -97,6 +101,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
     s = ServerSettings(engine=EngineConfig(model=args.model, **flags),
                        host=args.host, port=args.port,
                        served_model_name=list(args.served_model_name or []),
+                       model_aliases=list(args.model_alias),
                        api_keys=list(args.api_key), shutdown_timeout=args.shutdown_timeout,
                        max_request_bytes=args.max_request_bytes,
                        max_waiting_requests=args.max_waiting_requests,

@@ -16,6 +16,8 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_seri
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
+from officellm.app.errors import APIError
+
 
 class WireModel(BaseModel):
     """A JSON object whose fields named in `omit_unset` are left out unless the code that built
@@ -273,6 +275,11 @@ class ErrorResponse(WireModel):
     """Every error, in OpenAI's shape (also the last event of a stream that fails)."""
 
     error: ErrorDetail
+
+
+def error_response(error: APIError) -> ErrorResponse:
+    """The error as its protocol model: the last event of a stream that fails."""
+    return ErrorResponse.model_validate(error.body())
 
 
 # For a router's `responses=`: every 4xx and 5xx is an ErrorResponse (never FastAPI's 422).

@@ -10,7 +10,7 @@ Checked once each: pydantic checks types (finite numbers included) and the rules
 OpenAI's own (temperature <= 2, at least one message); the ranges of the sampling fields are
 SamplingParams' (engine/sampling_params.BOUNDS), enforced when sampling_params() builds it and
 only shown here, in the JSON schema, so clients and fuzzers see them. Pydantic's errors become
-400s in app/openai/error_handlers.py; a SamplingParamsError becomes one in the route, its field as
+400s in app/error_handlers.py; a SamplingParamsError becomes one in the route, its field as
 `param`.
 """
 
@@ -313,7 +313,7 @@ TokenizeRequest = Annotated[
                                        "the two."),
 ]
 # Pydantic puts the form's tag in the path of an error inside it: no field of the request,
-# so app/openai/error_handlers.py leaves it out of `param`.
+# so app/error_handlers.py leaves it out of `param`.
 UNION_TAGS = frozenset({"TokenizeCompletionRequest", "TokenizeChatRequest"})
 
 

@@ -183,7 +183,7 @@ Input = Annotated[
     _text_or_list(("InputText", "InputItems")),
 ]
 # Pydantic puts these tags in the path of an error inside their branch: no field of the
-# request, so app/openai/error_handlers.py leaves them out of `param`.
+# request, so app/error_handlers.py leaves them out of `param`.
 UNION_TAGS = frozenset({"ContentText", "ContentParts", "InputText", "InputItems",
                         *(model.__name__ for model in _ITEM_TYPES.values())})
 

@@ -61,8 +61,7 @@ async def start_chat(server: ServerState, request: Request, admission: Admission
     thread = chat_thread(principal.user_id, messages, request.headers,
                          None if principal.front_end is not None else user)
     prompt = await server.prompts.chat(admission, messages, thread, add_generation_prompt,
-                                       {**(template_kwargs or {}), **plan.template_kwargs},
-                                       params.max_tokens)
+                                       {**(template_kwargs or {}), **plan.template_kwargs})
     if prompt.decision.action == "notify":
         return ChatStart(prompt, None)  # the engine never runs: nothing to count
     assert prompt.token_ids is not None

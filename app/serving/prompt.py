@@ -7,7 +7,10 @@ sentence from one source:
   1. the user's thread limits (max_context_tokens, max_turns) with their on_limit: reject
      (400), notify (a normal reply saying so), truncate (drop the oldest turns that fit);
      app.policy.evaluate, sentences in app.policy.messages;
-  2. the model's max_model_len, in vLLM's words (engine.input_processor);
+  2. the model's max_model_len, in vLLM's words (engine.input_processor): the prompt must
+     leave room for one token; a max_tokens past the window is not refused but clamped to
+     the room left (generation stops at the window, finish_reason "length"), as clients that
+     always send a large max_tokens (Anthropic's, agents) expect;
   3. the server's --max-context-tokens, always a refusal (app.policy.messages).
 The engine then receives token ids.
 """
@@ -164,7 +167,7 @@ class LengthDecision:
 
 def decide_length(policy: EffectivePolicy | None, messages: list[Message] | None,
                   measure: _MeasuredMessages | None, token_ids: list[int] | None,
-                  limits: LengthLimits, max_tokens: int | None) -> LengthDecision:
+                  limits: LengthLimits) -> LengthDecision:
     """Every length rule of a prompt, in one place (blocking: renders). A chat passes its
     `messages` and their `measure`; a completion its `token_ids`. Raises ValueError for a
     prompt the model cannot read at all (empty, ids outside the vocabulary)."""
@@ -182,7 +185,7 @@ def decide_length(policy: EffectivePolicy | None, messages: list[Message] | None
         token_ids = measure.ids(messages)
     assert token_ids is not None
     try:
-        limits.model.check_prompt(token_ids, max_tokens)
+        limits.model.check_prompt(token_ids)
     except PromptTooLongError as exc:
         return LengthDecision(Decision("reject", message=str(exc), status=400,
                                        reason=MODEL_LENGTH))
@@ -216,15 +219,13 @@ class Prompts:
         self.refusals = refusals
 
     async def chat(self, admission: Admission, messages: list[Message], thread: ChatThread,
-                   add_generation_prompt: bool, template_kwargs: dict[str, Any],
-                   max_tokens: int | None) -> ChatPrompt:
+                   add_generation_prompt: bool, template_kwargs: dict[str, Any]) -> ChatPrompt:
         """The prompt of a chat request; raises the APIError of a refusal. A front end's
         background task is held to background_task_policy: it is no turn of its chat."""
         measure = _MeasuredMessages(self.renderer, add_generation_prompt, template_kwargs)
         policy = (background_task_policy(admission.policy) if thread.task is not None
                   else admission.policy)
-        outcome = await self._decide(admission, "messages", policy, messages, measure,
-                                     None, max_tokens)
+        outcome = await self._decide(admission, "messages", policy, messages, measure, None)
         d = outcome.decision
         if d.reason not in (None, MODEL_LENGTH, SERVER_CAP):  # the policy fired
             detail = {"thread_key": thread.key, "turns": d.turns, "tokens": d.prompt_tokens,
@@ -239,20 +240,19 @@ class Prompts:
                 raise decision_error(d)
         return ChatPrompt(d, outcome.token_ids, thread.key, count_turns(messages))
 
-    async def completion(self, admission: Admission, prompt: str | list[int],
-                         max_tokens: int | None) -> list[int]:
+    async def completion(self, admission: Admission, prompt: str | list[int]) -> list[int]:
         """The token ids of one completion prompt; raises the APIError of a refusal."""
         ids = await run_in_threadpool(self.renderer.encode, prompt)
-        outcome = await self._decide(admission, "prompt", None, None, None, ids, max_tokens)
+        outcome = await self._decide(admission, "prompt", None, None, None, ids)
         assert outcome.token_ids is not None
         return outcome.token_ids
 
     async def _decide(self, admission: Admission, param: str, policy: EffectivePolicy | None,
                       messages: list[Message] | None, measure: _MeasuredMessages | None,
-                      ids: list[int] | None, max_tokens: int | None) -> LengthDecision:
+                      ids: list[int] | None) -> LengthDecision:
         try:
             outcome = await run_in_threadpool(decide_length, policy, messages, measure, ids,
-                                              self.limits, max_tokens)
+                                              self.limits)
         except ValueError as exc:
             self.refusals.server_limit(admission.principal, INVALID)
             raise APIError(400, str(exc), param=param) from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import time
 from dataclasses import dataclass, field
 
@@ -99,9 +100,12 @@ class ServerState:
             raise unavailable(self.async_engine.unavailable_reason(), retry)
 
     def resolve_model(self, requested: str | None) -> str:
-        """The served name for `requested` (None = the default); 404 for an unknown model."""
+        """The served name for `requested` (None = the default, or a name matching one of
+        --model-alias's patterns); 404 for an unknown model."""
         names = self.served_model_names
         if requested is None or requested == "":
+            return names[0]
+        if any(fnmatch.fnmatchcase(requested, p) for p in self.settings.model_aliases):
             return names[0]
         if requested not in names:
             raise APIError(404, f"The model `{requested}` does not exist.", param="model",

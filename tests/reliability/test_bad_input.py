@@ -1,7 +1,10 @@
-"""Bad input by hand: each gets a clear 4xx in OpenAI's shape, never a crash, and none of it
-reaches the engine as a fault (the log stays free of ERRORs, the server stays healthy).
+"""Bad input by hand: each gets a clear 4xx in its API's shape (OpenAI's, Anthropic's on
+/v1/messages), never a crash, and none of it reaches the engine as a fault (the log stays free
+of ERRORs, the server stays healthy). And one thing that is not bad input: a max_tokens past
+the context window, which runs to the window.
 
-One real server with a 1 MiB body limit (--max-request-bytes) over a tiny model.
+One real server with a 1 MiB body limit (--max-request-bytes) over a tiny model, 256 tokens of
+context.
 """
 
 from __future__ import annotations
@@ -14,20 +17,22 @@ import httpx
 import pytest
 
 from tests.reliability.probes import error_lines
-from tests.support.openai_errors import openai_error
+from tests.support.openai_errors import anthropic_error, openai_error
 from tests.support.server_process import ServerProcess
 
 LIMIT = 1024 * 1024
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 RESPONSES = "/v1/responses"
+MESSAGES = "/v1/messages"
+WINDOW = 256
 USER = [{"role": "user", "content": "hi"}]
 JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
-    with ServerProcess(str(tiny_model_dir), "--max-model-len", "256",
+    with ServerProcess(str(tiny_model_dir), "--max-model-len", str(WINDOW),
                        "--max-request-bytes", str(LIMIT)) as srv:
         yield srv
 
@@ -83,7 +88,6 @@ def test_nan_and_infinity_in_numbers_get_400(server: ServerProcess, field: str,
     (CHAT, {"messages": USER, "max_tokens": 0}, "max_tokens must be at least 1, got 0"),
     (CHAT, {"messages": USER, "max_completion_tokens": 0},
      "max_completion_tokens must be at least 1, got 0"),
-    (CHAT, {"messages": USER, "max_tokens": 10**30}, "maximum context length is 256 tokens"),
     (CHAT, {"messages": USER, "n": 17}, "n must be between 1 and 16, got 17"),
     (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 21},
      "top_logprobs must be between 0 and 20, got 21"),
@@ -102,7 +106,7 @@ def test_nan_and_infinity_in_numbers_get_400(server: ServerProcess, field: str,
     (COMPLETIONS, {"prompt": [-1]}, "Prompt token ids must be in"),
     (CHAT, [1, 2], "valid dictionary"),
 ], ids=["negative-max-tokens", "zero-max-tokens", "zero-max-completion-tokens",
-        "huge-max-tokens", "n-over-16",
+        "n-over-16",
         "top-logprobs-over-20", "completion-logprobs-over-20", "empty-messages",
         "messages-not-a-list", "message-without-role", "image-content", "seed-over-64-bits",
         "huge-top-k", "min-tokens-over-max", "empty-prompt", "empty-nested-prompt",
@@ -110,6 +114,42 @@ def test_nan_and_infinity_in_numbers_get_400(server: ServerProcess, field: str,
 def test_out_of_range_values_get_a_clear_400(server: ServerProcess, path: str, body: object,
                                              fragment: str) -> None:
     assert fragment in openai_error(post(server, path, body), 400)["message"]
+
+
+def test_anthropic_bad_input_gets_a_400_in_anthropics_shape(server: ServerProcess) -> None:
+    message = anthropic_error(post_raw(server, MESSAGES, b'{"max_tokens": 1, "messages": ['),
+                              400, "invalid_request_error")
+    assert "not valid JSON" in message
+
+
+def test_a_max_tokens_past_the_window_runs_to_the_window(server: ServerProcess) -> None:
+    """Clamped to the room the prompt leaves, not refused: clients that always send a large
+    max_tokens (Anthropic's, agents) are served; finish_reason "length" says it was cut."""
+    r = post(server, CHAT, {"messages": USER, "max_tokens": 10**30, "ignore_eos": True,
+                            "temperature": 0})
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+    assert usage["prompt_tokens"] + usage["completion_tokens"] == WINDOW
+
+
+def test_anthropic_says_the_window_stopped_it(server: ServerProcess) -> None:
+    r = post(server, MESSAGES, {"messages": USER, "max_tokens": 32000, "temperature": 0})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    usage = body["usage"]
+    assert body["stop_reason"] == "model_context_window_exceeded"
+    assert usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["output_tokens"] \
+        == WINDOW
+
+
+def test_a_prompt_over_the_window_is_still_refused(server: ServerProcess) -> None:
+    long = [{"role": "user", "content": "word " * (2 * WINDOW)}]
+    err = openai_error(post(server, CHAT, {"messages": long, "max_tokens": 1}), 400)
+    assert err["code"] == "context_length_exceeded"
+    message = anthropic_error(post(server, MESSAGES, {"messages": long, "max_tokens": 1}), 400,
+                              "invalid_request_error")
+    assert f"maximum context length is {WINDOW} tokens" in message
 
 
 def _schema_bounds(server: ServerProcess, model: str) -> dict[str, tuple[str, dict]]:
@@ -152,12 +192,15 @@ def _edges(kind: str, bounds: dict) -> list[tuple[float, bool]]:
     # max_tokens means nothing here (it is ignored): max_output_tokens keeps answers short.
     (RESPONSES, "ResponsesRequest", {"input": "hi", "max_output_tokens": 1},
      {"temperature", "top_p", "max_output_tokens"}),
-], ids=["chat", "completions", "responses"])
+    (MESSAGES, "MessagesRequest", {"messages": USER},
+     {"temperature", "top_p", "top_k", "max_tokens"}),
+], ids=["chat", "completions", "responses", "messages"])
 def test_the_documented_bounds_are_the_enforced_ones(server: ServerProcess, path: str,
                                                      model: str, base: dict,
                                                      expected: set[str]) -> None:
     """What /openapi.json shows is what the server does: a value on a documented bound is
-    accepted, one just past it is a 400 naming the field in `param` and in the message."""
+    accepted, one just past it is a 400 naming the field in the message (and in OpenAI's
+    `param`)."""
     fields = _schema_bounds(server, model)
     assert set(fields) == expected
     wrong = []
@@ -168,8 +211,9 @@ def test_the_documented_bounds_are_the_enforced_ones(server: ServerProcess, path
             if valid:
                 if r.status_code != 200:
                     wrong.append(f"{name}={value}: {r.status_code} {r.text[:200]}")
-            elif r.status_code != 400 or r.json()["error"]["param"] != name \
-                    or name not in r.json()["error"]["message"]:
+            elif r.status_code != 400 or name not in r.json()["error"]["message"] \
+                    or (path != MESSAGES and r.json()["error"]["param"] != name):
+                # Anthropic's error shape has no `param`: the message names the field.
                 wrong.append(f"{name}={value}: {r.status_code} {r.text[:200]}")
     assert wrong == []
 

@@ -1,7 +1,7 @@
 """Fuzzing from the server's own OpenAPI schema (schemathesis): valid and schema-violating
-requests to every public and admin operation (the OpenAI routes, vLLM's /tokenize and
-/detokenize, /health, /metrics, /admin/). No answer is a 5xx, and every error is in
-OpenAI's shape.
+requests to every public and admin operation (the OpenAI routes, Anthropic's /v1/messages and
+count_tokens, vLLM's /tokenize and /detokenize, /health, /metrics, /admin/). No answer is a
+5xx, and every error is in its API's shape (Anthropic's on /v1/messages, else OpenAI's).
 
 Bounded for CI: EXAMPLES requests per operation and mode, against a tiny model whose
 --max-model-len (128) caps what a fuzzed max_tokens can cost. The counts (examples tried,
@@ -24,14 +24,15 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from tests.reliability.probes import admin_for
-from tests.support.openai_errors import is_openai_error
+from tests.support.openai_errors import is_anthropic_error, is_openai_error
 from tests.support.server_process import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = 40  # per operation and mode: ~1,000 requests, about a minute on two cores
-# The public API: OpenAI's routes and vLLM's tokenizer routes beside them.
+# The public API: OpenAI's and Anthropic's routes, and vLLM's tokenizer routes beside them.
 PUBLIC = ("/v1/", "/tokenize", "/detokenize")
+ANTHROPIC = "/v1/messages"
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ class FuzzReport:
         self.failures += other.failures
         self.operations += other.operations
 
-    def check(self, label: str, status: int, content: bytes) -> None:
+    def check(self, label: str, path: str, status: int, content: bytes) -> None:
         self.tried += 1
         self.by_status[status] = self.by_status.get(status, 0) + 1
         if status >= 500:
@@ -66,7 +67,11 @@ class FuzzReport:
                 body = json.loads(content)
             except ValueError:
                 body = None
-            if not is_openai_error(body):
+            if path.startswith(ANTHROPIC):
+                if not is_anthropic_error(body):
+                    self.failures.append(f"{label}: {status} not in Anthropic's shape: "
+                                         f"{content[:300]!r}")
+            elif not is_openai_error(body):
                 self.failures.append(f"{label}: {status} not in OpenAI's shape: {content[:300]!r}")
 
 
@@ -97,9 +102,13 @@ def reach_the_engine(case: schemathesis.Case) -> None:
     if not (isinstance(body, dict) and case.path.startswith(PUBLIC)):
         return
     body.pop("model", None)
+    if isinstance(body.get("max_tokens"), int):
+        body["max_tokens"] = min(body["max_tokens"], 8)
+    if case.path.startswith(ANTHROPIC):  # its unknown fields are refused: add none
+        return
     for key in (*TOOL_FIELDS, *STATEFUL_FIELDS):
         body.pop(key, None)
-    for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
+    for key in ("max_completion_tokens", "max_output_tokens"):
         if isinstance(body.get(key), int):
             body[key] = min(body[key], 8)
     body["min_tokens"] = 0
@@ -121,7 +130,7 @@ def fuzz_operation(server: ServerProcess, operation: Any, mode: GenerationMode,
         if mode is GenerationMode.POSITIVE:
             reach_the_engine(case)
         response = case.call(base_url=server.base_url, headers=headers, timeout=60)
-        report.check(label, response.status_code, response.content)
+        report.check(label, operation.path, response.status_code, response.content)
 
     try:
         run()
@@ -155,11 +164,12 @@ def _record(report: FuzzReport, name: str, record_property) -> None:
         print("  FAILURE", failure)
 
 
-def test_the_public_api_never_answers_5xx_and_errors_are_openai_shaped(
+def test_the_public_api_never_answers_5xx_and_errors_are_in_their_apis_shape(
         server: ServerProcess, record_property) -> None:
     report = fuzz(server, PUBLIC, server.headers)
     _record(report, "public", record_property)
-    assert {"POST /v1/responses", "POST /tokenize", "POST /detokenize"} <= set(report.operations)
+    assert {"POST /v1/responses", "POST /v1/messages", "POST /v1/messages/count_tokens",
+            "POST /tokenize", "POST /detokenize"} <= set(report.operations)
     assert report.tried >= EXAMPLES * len(report.operations)
     assert report.failures == []
     assert report.by_status.get(200, 0) >= EXAMPLES  # the engine really ran fuzzed requests

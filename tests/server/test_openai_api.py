@@ -117,13 +117,6 @@ def _chat_prompt_over_the_context(server, client, model) -> None:
     assert err["message"].endswith("input tokens. Please reduce the length of the input messages.")
 
 
-def _max_tokens_over_the_context(server, client, model) -> None:
-    err = _error(httpx.post(_chat_url(server), json={"model": model, "messages": CHAT,
-                                                     "max_tokens": 100000},
-                            headers=server.headers, timeout=TIMEOUT), 400)
-    assert "However, you requested" in err["message"] and "in the completion" in err["message"]
-
-
 def _completions_prompt_over_the_context(server, client, model) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
         client.completions.create(model=model, prompt="hello " * 7000, max_tokens=4)
@@ -184,7 +177,6 @@ def _wrong_api_key(server, client, model) -> None:
 
 BAD_REQUESTS = {
     "chat-prompt-over-the-context": _chat_prompt_over_the_context,
-    "max-tokens-over-the-context": _max_tokens_over_the_context,
     "completions-prompt-over-the-context": _completions_prompt_over_the_context,
     "malformed-json": _malformed_json,
     "temperature-not-a-number": _temperature_not_a_number,

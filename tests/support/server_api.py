@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,3 +26,17 @@ def scrape(server: ServerProcess) -> dict[tuple[str, tuple], float]:
 
 def sample(metrics: dict, name: str, **labels: str) -> float:
     return metrics.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def scrape_idle(server: ServerProcess, timeout: float = 10.0) -> dict[tuple[str, tuple], float]:
+    """/metrics once the engine runs and queues nothing: a request answered early (a stop
+    string matched on the event loop) may still have a step in flight whose token the engine
+    counts after the answer went out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        metrics = scrape(server)
+        busy = sum(v for (name, _), v in metrics.items()
+                   if name in ("vllm:num_requests_running", "vllm:num_requests_waiting"))
+        if busy == 0 or time.monotonic() > deadline:
+            return metrics
+        time.sleep(0.05)

@@ -28,9 +28,9 @@ from officellm.app.openai.answers import (
     ToolCall,
     ToolCallDelta,
     Usage,
+    error_response,
     sse_description,
 )
-from officellm.app.openai.error_handlers import error_response
 from officellm.app.openai.logprobs import chat_logprobs
 from officellm.app.openai.protocol import ChatCompletionRequest
 from officellm.app.openai.sse import DONE, SSEResponse, sse

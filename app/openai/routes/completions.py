@@ -17,9 +17,9 @@ from officellm.app.openai.answers import (
     CompletionChunk,
     CompletionLogprobs,
     Usage,
+    error_response,
     sse_description,
 )
-from officellm.app.openai.error_handlers import error_response
 from officellm.app.openai.logprobs import completion_logprobs
 from officellm.app.openai.protocol import CompletionRequest
 from officellm.app.openai.sse import DONE, SSEResponse, sse
@@ -58,7 +58,7 @@ async def completions(body: CompletionRequest, request: Request,
         raise invalid_value(exc, "prompt") from exc
     async with server.admission.admit(principal, "completions",
                                       len(prompts) * params.n) as admission:
-        ids = [await server.prompts.completion(admission, p, params.max_tokens) for p in prompts]
+        ids = [await server.prompts.completion(admission, p) for p in prompts]
         try:
             grammar = await compile_grammar(server, params, request)
         except ClientGone:

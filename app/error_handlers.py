@@ -1,5 +1,6 @@
-"""Every error answered in OpenAI's shape (app/errors.py's APIError), FastAPI's own included:
-a validation error is a 400 naming its field, not FastAPI's 422 with its own body."""
+"""Every error answered in its API's shape (app/errors.py's APIError: OpenAI's, Anthropic's on
+/v1/messages), FastAPI's own included: a validation error is a 400 naming its field, not
+FastAPI's 422 with its own body."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from officellm.app.anthropic.protocol import UNION_TAGS as ANTHROPIC_UNION_TAGS
 from officellm.app.errors import APIError
-from officellm.app.openai.answers import ErrorResponse
 from officellm.app.openai.protocol import UNION_TAGS
 from officellm.app.openai.responses_protocol import UNION_TAGS as RESPONSES_UNION_TAGS
 
@@ -32,9 +33,12 @@ NOT_JSON = "The request body is not valid JSON."
 _FASTAPI_BODY_ERROR = "There was an error parsing the body"
 
 
-def error_response(error: APIError) -> ErrorResponse:
-    """The error as its protocol model: the last event of a stream that fails."""
-    return ErrorResponse.model_validate(error.body())
+# Union branch names pydantic puts in an error's path: no field of any request.
+_UNION_TAGS = UNION_TAGS | RESPONSES_UNION_TAGS | ANTHROPIC_UNION_TAGS
+
+
+def _answer(request: Request, error: APIError) -> JSONResponse:
+    return error.response_for(request.url.path, for_front_end(request))
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -43,7 +47,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
         return "Invalid request.", None
     first = errors[0]
     loc = [str(p) for p in first.get("loc", ())
-           if p != "body" and p not in UNION_TAGS and p not in RESPONSES_UNION_TAGS]
+           if p != "body" and p not in _UNION_TAGS]
     if first.get("type") == "json_invalid":
         return NOT_JSON, None
     param = ".".join(loc) or None
@@ -55,17 +59,17 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Make every error, FastAPI's own included, answer in OpenAI's shape."""
+    """Make every error, FastAPI's own included, answer in its API's shape."""
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return exc.response(for_front_end(request))
+        return _answer(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # OpenAI answers 400, not FastAPI's 422 with its own body.
+        # OpenAI and Anthropic answer 400, not FastAPI's 422 with its own body.
         message, param = _validation_message(exc)
-        return APIError(400, message, param=param).response(for_front_end(request))
+        return _answer(request, APIError(400, message, param=param))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -76,10 +80,10 @@ def install_error_handlers(app: FastAPI) -> None:
                       "hundred levels deep)."
         else:
             message = str(exc.detail)
-        return APIError(exc.status_code, message, headers=getattr(exc, "headers", None)
-                        ).response(for_front_end(request))
+        return _answer(request, APIError(exc.status_code, message,
+                                         headers=getattr(exc, "headers", None)))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("Unhandled error in %s %s", request.method, request.url.path)
-        return APIError(500, "Internal server error.").response(for_front_end(request))
+        return _answer(request, APIError(500, "Internal server error."))

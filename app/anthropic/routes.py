@@ -1,0 +1,214 @@
+"""POST /v1/messages and POST /v1/messages/count_tokens: Anthropic's Messages API on the chat
+pipeline, so Claude Code and Anthropic's SDKs are admitted, capped, metered and shared like any
+chat (docs/clients.md, "Claude Code").
+
+Authentication is the same key, sent as `x-api-key` (or `Authorization: Bearer`); the
+`anthropic-version` and `anthropic-beta` headers and the `beta=true` query are accepted: the
+answer's shapes do not depend on them. Errors are in Anthropic's shape on these paths
+(app/errors.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from officellm.app.admission.auth import get_caller, get_principal
+from officellm.app.anthropic.answers import (
+    CountTokensResponse,
+    ErrorDetail,
+    ErrorEvent,
+    MessageObject,
+    StreamEvent,
+    Usage,
+)
+from officellm.app.anthropic.message_output import (
+    MessageEventWriter,
+    Stop,
+    whole_message,
+)
+from officellm.app.anthropic.protocol import CountTokensRequest, MessagesRequest
+from officellm.app.chat.chat_formats import ChatPlan
+from officellm.app.chat.chat_output import ChatDeltaParts, ChatMessageParts
+from officellm.app.errors import invalid_value
+from officellm.app.openai.sse import SSEResponse, sse
+from officellm.app.principal import Principal
+from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
+from officellm.app.serving.generation import Choice, Generation, RequestFailed
+from officellm.app.serving.prompt import ChatPrompt
+from officellm.app.serving.state import ServerState, admitted_server
+from officellm.engine import CompletionOutput, EngineDeadError
+
+access_log = logging.getLogger("officellm.access")
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorEvent, "description": "A client error, in Anthropic's shape"},
+    "5XX": {"model": ErrorEvent, "description": "A server error, in Anthropic's shape"},
+}
+router = APIRouter(responses=_ERRORS)
+
+
+def _read(server: ServerState, body: CountTokensRequest | MessagesRequest
+          ) -> tuple[ChatPlan, list[dict[str, Any]], str]:
+    """The plan, the template messages and the served model's name of a conversation;
+    APIError 400 for what cannot be served, 404 for an unknown model."""
+    try:
+        plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
+    except ValueError as exc:
+        raise invalid_value(exc) from exc
+    model = server.resolve_model(body.model)
+    try:
+        messages = plan.messages(body.template_messages())
+    except ValueError as exc:
+        raise invalid_value(exc, "messages") from exc
+    return plan, messages, model
+
+
+@router.post("/v1/messages", response_model=MessageObject)
+async def create_message(body: MessagesRequest, request: Request,
+                         principal: Principal = Depends(get_principal),
+                         server: ServerState = Depends(admitted_server)) -> Response:
+    """Anthropic's Messages API, streaming or not: the chat route's admission, prompt,
+    length rules, tools, output constraint and engine, answered as a message (or its events)."""
+
+    def read() -> ChatInput:
+        plan, messages, model = _read(server, body)
+        try:
+            params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
+        except ValueError as exc:
+            raise invalid_value(exc) from exc
+        return ChatInput(messages, plan, params, model)
+
+    kwargs = body.template_kwargs()
+    call = ChatCall("messages", f"msg_{uuid.uuid4().hex}", body.user, body.stream,
+                    add_generation_prompt=not body.continues_answer, template_kwargs=kwargs)
+    engine = server.async_engine.engine
+    assert engine is not None  # admitted_server: the engine is ready
+    return await run_chat(server, request, principal, call, read,
+                          lambda chat: _MessageAnswer(body, chat, engine.max_model_len))
+
+
+@router.post("/v1/messages/count_tokens", response_model=CountTokensResponse)
+async def count_tokens(body: CountTokensRequest, request: Request,
+                       principal: Principal = Depends(get_principal),
+                       server: ServerState = Depends(admitted_server)) -> CountTokensResponse:
+    """The prompt tokens /v1/messages would send the engine for this conversation (before
+    any truncation its user's thread policy applies). Like /tokenize, no admission: it is a
+    tokenizer call on a worker thread, spending no quota."""
+    t0 = time.monotonic()
+    principal = await get_caller(request, principal, None)
+    _plan, messages, _model = _read(server, body)
+    kwargs = body.template_kwargs()
+    try:
+        ids = await run_in_threadpool(server.prompts.renderer.render, messages,
+                                      not body.continues_answer,
+                                      {**kwargs, **_plan.template_kwargs})
+    except ValueError as exc:
+        raise invalid_value(exc, "messages") from exc
+    # Never the text: only its size, like a generation's access line.
+    access_log.info("count_tokens user=%s status=200 tokens=%d duration=%.3fs",
+                    principal.user, len(ids), time.monotonic() - t0)
+    return CountTokensResponse(input_tokens=len(ids))
+
+
+@dataclass(frozen=True)
+class _MessageAnswer:
+    """A message, its events, or a policy's notice as the answer."""
+
+    body: MessagesRequest
+    chat: ChatInput
+    max_model_len: int  # a generation that reached it stopped at the window
+
+    def _message(self, message_id: str, usage: Usage) -> MessageObject:
+        return MessageObject(id=message_id, model=self.chat.model, content=[], usage=usage)
+
+    def notice(self, prompt: ChatPrompt) -> Response:
+        """on_limit=notify: a normal answer carrying the policy's sentence, so clients that
+        hide errors still show it. No engine call, so no tokens are used."""
+        text = prompt.decision.message or ""
+        usage = Usage(input_tokens=0, output_tokens=0)
+        message = self._message(f"msg_{uuid.uuid4().hex}", usage)
+        stop = Stop("end_turn")
+        if not self.body.stream:
+            parts = ChatMessageParts(text, None, [])
+            return JSONResponse(whole_message(message, parts, stop, True).model_dump())
+
+        async def events() -> AsyncIterator[str]:
+            writer = MessageEventWriter(message, show_thinking=True)
+            yield _events([*writer.start(usage), *writer.feed(ChatDeltaParts(content=text)),
+                           *writer.finish(stop, usage)])
+        return SSEResponse(events(), on_close=lambda: None)
+
+    def stream(self, gen: Generation, headers: dict[str, str] | None) -> Response:
+        message = self._message(gen.request_id, _usage(gen))
+        return SSEResponse(_stream(gen, self, message), on_close=gen.close, headers=headers)
+
+    def whole(self, gen: Generation, choices: list[Choice],
+              headers: dict[str, str] | None) -> Response:
+        output = choices[0].output
+        parts = self.chat.plan.reader.message(output.text)
+        stop = self.stop(gen, output, bool(parts.tool_calls))
+        message = whole_message(self._message(gen.request_id, _usage(gen)), parts, stop,
+                                self.body.shows_thinking)
+        return JSONResponse(message.model_dump(), headers=headers)
+
+
+    def stop(self, gen: Generation, output: CompletionOutput, called: bool) -> Stop:
+        window_full = gen.num_prompt_tokens + gen.num_completion_tokens >= self.max_model_len
+        return Stop.of(output, list(self.body.stop_sequences or []), called, window_full)
+
+
+def _usage(gen: Generation) -> Usage:
+    """What the engine counted: the prompt split into computed and prefix-cache-read
+    tokens (Anthropic's input_tokens and cache_read_input_tokens), and the output."""
+    cached = gen.num_cached_tokens
+    return Usage(input_tokens=gen.num_prompt_tokens - cached,
+                 output_tokens=gen.num_completion_tokens, cache_read_input_tokens=cached)
+
+
+def _events(events: Iterable[StreamEvent]) -> str:
+    return "".join(sse(e, e.type) for e in events)
+
+
+async def _stream(gen: Generation, answer: _MessageAnswer,
+                  message: MessageObject) -> AsyncIterator[str]:
+    """message_start once the engine has taken the prompt (its usage then says how much of
+    it the prefix cache held), the blocks' events as the text comes, then message_delta and
+    message_stop; an engine failure after the headers is the last event, `error`."""
+    writer = MessageEventWriter(message, answer.body.shows_thinking)
+    reader = answer.chat.plan.reader.stream()
+    started = False
+    last: CompletionOutput | None = None
+    try:
+        async for step in gen.choices():
+            events: list[StreamEvent] = []
+            if not started:
+                started = True
+                events += writer.start(_usage(gen))
+            for c in step:
+                o = c.output
+                # Tokens held back (partial UTF-8, a tag not yet decided) come later.
+                if o.text:
+                    events += writer.feed(reader.feed(o.text))
+                if o.finish_reason is not None:
+                    events += writer.feed(reader.finish())
+                    last = o
+            if events:
+                yield _events(events)
+    except (RequestFailed, EngineDeadError) as exc:
+        error = gen.failure_error(exc)
+        body_error = error.anthropic_body()["error"]
+        yield _events([ErrorEvent(error=ErrorDetail(**body_error))])
+        return
+    if not started:
+        yield _events(writer.start(_usage(gen)))
+    stop = answer.stop(gen, last, writer.called) if last is not None else Stop("end_turn")
+    yield _events(writer.finish(stop, _usage(gen)))
