@@ -23,16 +23,27 @@ COMMAND_MODULES = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand, or of `command`'s alone (each module registers the
+    subcommand of its own name)."""
     parser = argparse.ArgumentParser(prog="officellm", description="One LLM shared by an office.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+        if command is None or name.rpartition(".")[2] == command:
+            importlib.import_module(name).register(sub)
     return parser
 
 
+def _command(argv: list[str]) -> str | None:
+    """The subcommand `argv` names, if it names one: only its module is imported, so
+    `officellm keys list` does not wait for `serve`'s imports (torch, ~3 s)."""
+    names = {name.rpartition(".")[2] for name in COMMAND_MODULES}
+    return argv[0] if argv and argv[0] in names else None
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(_command(argv)).parse_args(argv)
     try:
         code = args.func(args)
     except (FileNotFoundError, ValueError) as exc:

@@ -168,3 +168,20 @@ def test_a_short_jwt_secret_is_refused_by_the_cli(capsys, db_path: Path, tmp_pat
     code, _, err = run(capsys, db_path, "keys", "issue", "open-webui", "--forwarded-users",
                        "--jwt-secret-file", str(secret_file))
     assert code == 2 and "openssl rand -hex 32" in err
+
+
+def test_a_database_command_imports_neither_torch_nor_the_server(tmp_path: Path) -> None:
+    """`officellm users|keys|policy|db` load only their own module: an admin's command answers
+    in about a second, not after `serve`'s imports (torch and the engine, several seconds)."""
+    probe = ("import sys\n"
+             "from officellm.app.cli import main\n"
+             "try:\n"
+             f"    main(['users', 'add', 'dave', '--db', {str(tmp_path / 'p.db')!r}])\n"
+             "except SystemExit as exc:\n"
+             "    assert exc.code == 0, exc.code\n"
+             "print(sorted(m for m in ('torch', 'officellm.engine', 'officellm.app.server')\n"
+             "             if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]"

@@ -53,7 +53,7 @@ GREEDY = {"temperature": 0}
 
 def create(claude: anthropic.Anthropic, model: str, **kw) -> Message:
     kw.setdefault("messages", [{"role": "user", "content": ASK}])
-    kw.setdefault("max_tokens", 24)
+    kw.setdefault("max_tokens", 12)
     kw["extra_body"] = {**GREEDY, **kw.get("extra_body", {})}
     return claude.messages.create(model=model, **kw)
 
@@ -81,7 +81,7 @@ def test_the_answer_is_the_chat_routes_for_the_same_conversation(claude, client,
     system = "Answer in one short sentence."
     m = create(claude, model, system=system)
     chat = client.chat.completions.create(
-        model=model, temperature=0, max_tokens=24,
+        model=model, temperature=0, max_tokens=12,
         messages=[{"role": "system", "content": system}, {"role": "user", "content": ASK}])
     assert text_of(m) == chat.choices[0].message.content
     assert m.usage.output_tokens == chat.usage.completion_tokens
@@ -120,7 +120,7 @@ def test_usage_is_what_the_engine_counted(server, claude, model) -> None:
 
 def test_a_streamed_message_assembles_to_the_whole_one(claude, model) -> None:
     whole = create(claude, model)
-    with claude.messages.stream(model=model, max_tokens=24, extra_body=GREEDY,
+    with claude.messages.stream(model=model, max_tokens=12, extra_body=GREEDY,
                                 messages=[{"role": "user", "content": ASK}]) as stream:
         streamed = stream.get_final_message()
     assert text_of(streamed) == text_of(whole)
@@ -157,9 +157,15 @@ def test_the_stream_is_anthropics_event_sequence(server, model) -> None:
 
 # -- tools ---------------------------------------------------------------------------------
 
-def test_a_named_tool_is_called_with_input_matching_its_schema(claude, model) -> None:
-    m = create(claude, model, messages=[{"role": "user", "content": CALC}], tools=[ADD],
-               tool_choice={"type": "tool", "name": "add"}, max_tokens=80)
+@pytest.fixture(scope="module")
+def add_call(claude, model) -> Message:
+    """The answer to CALC with the add tool forced by name (one call, shared by two tests)."""
+    return create(claude, model, messages=[{"role": "user", "content": CALC}], tools=[ADD],
+                  tool_choice={"type": "tool", "name": "add"}, max_tokens=80)
+
+
+def test_a_named_tool_is_called_with_input_matching_its_schema(add_call) -> None:
+    m = add_call
     (call,) = [b for b in m.content if b.type == "tool_use"]
     assert call.name == "add" and call.id.startswith("toolu_")
     AddArgs.model_validate(call.input)
@@ -178,9 +184,8 @@ def test_a_streamed_call_assembles_to_the_whole_calls_input(claude, model) -> No
     assert streamed.stop_reason == "tool_use"
 
 
-def test_a_tool_result_turn_is_answered_in_text(claude, model) -> None:
-    call = create(claude, model, messages=[{"role": "user", "content": CALC}], tools=[ADD],
-                  tool_choice={"type": "tool", "name": "add"}, max_tokens=80)
+def test_a_tool_result_turn_is_answered_in_text(claude, model, add_call) -> None:
+    call = add_call
     use = next(b for b in call.content if b.type == "tool_use")
     m = create(claude, model, tools=[ADD], tool_choice={"type": "none"}, messages=[
         {"role": "user", "content": CALC},
