@@ -16,7 +16,7 @@ from officellm.engine.config import EngineConfig
 from officellm.engine.kv_cache_dtype import resolve_kv_cache_dtype
 from tests.engine.conftest import make_llm
 
-MAX_NEW = 24
+MAX_NEW = 16  # a cache read wrongly derails an answer within a few tokens
 
 
 def _engine_core(model_dir, **kwargs):
