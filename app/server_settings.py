@@ -9,6 +9,10 @@ from officellm.engine import EngineConfig
 # A thread counts as active (/admin/stats, officellm:active_threads) while its user is
 # plausibly still reading or typing.
 ACTIVE_THREAD_MINUTES = 15
+# max_tokens of a request that sends none, when the model's generation_config names none: a
+# long answer, and a bound on a small model that would otherwise write to the end of its
+# context (minutes on a CPU) for a front end that never sends max_tokens (Open WebUI).
+DEFAULT_MAX_TOKENS = 2048
 
 
 @dataclass
@@ -48,3 +52,6 @@ class ServerSettings:
     enable_auto_tool_choice: bool = True
     tool_call_parser: str = "auto"
     reasoning_parser: str = "auto"
+    # max_tokens of a request that sends none: None = the model's generation_config
+    # max_new_tokens, else DEFAULT_MAX_TOKENS; 0 = no default (up to the context window).
+    default_max_tokens: int | None = None

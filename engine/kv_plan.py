@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
@@ -152,6 +153,30 @@ class KVCacheTooSmallError(RuntimeError):
     """One request of max_model_len tokens does not fit in the KV pool."""
 
 
+# vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN, under our prefix: the operator knows the model was
+# extended (or accepts answers that degrade past its window).
+ALLOW_LONG_MAX_MODEL_LEN = "OFFICELLM_ALLOW_LONG_MAX_MODEL_LEN"
+
+
+def check_max_model_len(spec: ModelSpec, max_model_len: int | None) -> None:
+    """ValueError for a max_model_len beyond the window the model was trained on, unless
+    ALLOW_LONG_MAX_MODEL_LEN is 1: positions past it were never seen, and answers there
+    degrade without any error to say so."""
+    window = spec.max_position_embeddings
+    if max_model_len is None or max_model_len <= window:
+        return
+    if os.environ.get(ALLOW_LONG_MAX_MODEL_LEN) == "1":
+        logger.warning("max_model_len %s is beyond the model's trained window of %s tokens "
+                       "(%s=1): answers past it may degrade", f"{max_model_len:,}",
+                       f"{window:,}", ALLOW_LONG_MAX_MODEL_LEN)
+        return
+    raise ValueError(f"--max-model-len {max_model_len:,} is beyond the {window:,} tokens this "
+                     f"model was trained on (max_position_embeddings in its config.json); "
+                     f"positions past them give answers that degrade without an error. Use "
+                     f"--max-model-len {window:,} or less, or set {ALLOW_LONG_MAX_MODEL_LEN}=1 "
+                     f"if the model was extended or you accept that.")
+
+
 def size_pool(
     spec: ModelSpec,
     available_bytes: int,
@@ -166,6 +191,7 @@ def size_pool(
     without one, the model's maximum is used if it fits, else the largest length that does.
     per_token: the KV cache's bytes per token on one rank (engine.kv_cache_dtype).
     """
+    check_max_model_len(spec, max_model_len)
     num_blocks = max(0, available_bytes) // (per_token * block_size)
     pool_tokens = num_blocks * block_size
     if max_model_len is None:

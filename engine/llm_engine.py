@@ -9,6 +9,7 @@ from officellm.engine.engine_core import EngineCore
 from officellm.engine.input_processor import InputProcessor
 from officellm.engine.loading.model_loader import (
     eos_token_ids,
+    generation_max_new_tokens,
     model_display_name,
     resolve_model_dir,
 )
@@ -36,6 +37,8 @@ class LLMEngine:
         self.model_dir = resolve_model_dir(config.model)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.model_name = model_display_name(self.model_dir)
+        # The model's default answer length (generation_config's max_new_tokens), or None.
+        self.max_new_tokens = generation_max_new_tokens(self.model_dir)
         self.engine_core = EngineCore(config, self.model_dir,
                                       frozenset(eos_token_ids(self.model_dir, self.tokenizer)))
         self.max_model_len = self.engine_core.max_model_len

@@ -16,7 +16,8 @@ from officellm.app.chat.reasoning_parsers import ReasoningParser, reasoning_pars
 from officellm.app.chat.tool_parsers import TOOL_CALL_PARSERS, detect_tool_call_format
 from officellm.app.chat.tools import ToolRequest, tools_system_text
 
-# Forced calls of a model with no known format are written, and read, the Hermes way.
+# A model whose template teaches no format of its own is taught the Hermes one: its calls,
+# forced or of its own accord, are written and read that way.
 DEFAULT_CALL_FORMAT = "hermes"
 
 
@@ -45,13 +46,16 @@ class ChatPlan:
 
 @dataclass(frozen=True)
 class ChatFormats:
-    """The served model's tool-call format (None: it has none the server can read), the
-    format forced calls use, its reasoning parser, and whether its template renders tools."""
+    """The served model's tool-call format (None: its template teaches none the server can
+    read), the format forced calls use, its reasoning parser, whether its template renders
+    tools, and whether a model without a format of its own is taught the generic one (the
+    default: --tool-call-parser auto; `none` turns tool calling off)."""
 
     tool_format: str | None
     reasoning: ReasoningParser | None
     template_renders_tools: bool
     enable_auto_tool_choice: bool
+    generic_tool_calls: bool = True
 
     @classmethod
     def resolve(cls, chat_template: str | None, tool_call_parser: str, reasoning_parser: str,
@@ -65,16 +69,24 @@ class ChatFormats:
         if reasoning_parser == "auto":
             reasoning_parser = "qwen3" if "<think>" in template else "none"
         reasoning = None if reasoning_parser == "none" else reasoning_parser_for(reasoning_parser)
-        return cls(tool_format, reasoning, "tools" in template, enable_auto_tool_choice)
+        return cls(tool_format, reasoning, "tools" in template, enable_auto_tool_choice,
+                   generic_tool_calls=tool_call_parser != "none")
 
     @property
-    def forced_format(self) -> str:
+    def call_format(self) -> str:
+        """The format calls are written (forced ones by a grammar) and read in."""
         return self.tool_format or DEFAULT_CALL_FORMAT
 
     def plan(self, tools: ToolRequest | None, constraint: Constraint | None) -> ChatPlan:
         """The plan of a request with these tools and this output constraint. ValueError
         (a 400) for what cannot be honoured: a forced call together with a constraint, or
-        tool_choice auto on a model with no tool-call format (or with auto choice off)."""
+        tool_choice auto with auto choice off or tool calling off (--tool-call-parser none).
+
+        A model whose template teaches no tool format (the bundled SmolLM2) is taught the
+        generic one, as llama.cpp's server does: a system message lists the tools and says
+        how a call is written (the format forced calls use); the reply is read as calls when
+        it writes them, else as text. So a front end that attaches tools to every message
+        (Open WebUI's built-in tools) gets answers, not a 400."""
         if tools is None:
             return ChatPlan(constraint, ChatOutputReader(self.reasoning),
                             kind=constraint.kind if constraint else None)
@@ -83,23 +95,23 @@ class ChatFormats:
                 raise ValueError("A forced tool_choice and an output constraint "
                                  "(response_format or text.format, structured_outputs or "
                                  "guided_*) cannot both apply; send one of them.")
-            fmt = self.forced_format
+            fmt = self.call_format
             constraint = Constraint(tools.grammar(fmt), f"tool_{tools.choice}")
         elif not self.enable_auto_tool_choice:
             raise ValueError("tool_choice 'auto' is off on this server (started with "
                              "--no-enable-auto-tool-choice); use tool_choice 'required' or "
                              "name a function.")
-        elif self.tool_format is None:
-            raise ValueError("This model's chat template has no tool support and no tool-call "
-                             "parser applies, so the model cannot call tools of its own accord "
-                             "(tool_choice 'auto'); use tool_choice 'required' or name a "
-                             "function, or start the server with --tool-call-parser hermes or "
-                             "llama3_json.")
+        elif self.tool_format is None and not self.generic_tool_calls:
+            raise ValueError("Tool calling is off on this server (started with "
+                             "--tool-call-parser none), so the model cannot call tools of its "
+                             "own accord (tool_choice 'auto'); use tool_choice 'required' or "
+                             "name a function.")
         else:
-            fmt = self.tool_format
+            fmt = self.call_format
         reader = ChatOutputReader(self.reasoning, TOOL_CALL_PARSERS[fmt])
         kind = constraint.kind if constraint is not None and tools.forced else "tool_auto"
-        if self.template_renders_tools:
+        if self.template_renders_tools and self.tool_format is not None:
+            # The template teaches the model its own format, which `fmt` reads.
             return ChatPlan(constraint, reader, {"tools": tools.template_tools()}, kind=kind)
-        return ChatPlan(constraint, reader, system_text=tools_system_text(tools.tools),
+        return ChatPlan(constraint, reader, system_text=tools_system_text(tools.tools, fmt),
                         kind=kind)

@@ -147,8 +147,15 @@ def template_message(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "tool_calls": out}
 
 
-def tools_system_text(tools: list[ChatTool]) -> str:
-    """What a model whose chat template ignores tools is told of them, in a system message,
-    so that a forced call is informed by the tools' descriptions and not only valid."""
+def tools_system_text(tools: list[ChatTool], parser_name: str) -> str:
+    """What a model whose chat template teaches no tool format is told of the tools, in a
+    system message: each function and its arguments' schema, and how a call is written in
+    `parser_name`'s format (the one its reply is read with, and a forced call's grammar
+    writes)."""
     listing = json.dumps([t.function.model_dump(exclude_none=True) for t in tools])
-    return f"You can call these functions (JSON schema of each one's arguments): {listing}"
+    fmt = CALL_FORMATS[parser_name]
+    example = fmt.begin.format(name="NAME") + "ARGUMENTS" + fmt.end
+    return (f"You can call these functions (JSON schema of each one's arguments): {listing}\n"
+            f"To call one, reply with {example}, with the function's name for NAME and a JSON "
+            "object of its arguments for ARGUMENTS. When no function helps, reply in plain "
+            "text.")

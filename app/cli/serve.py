@@ -13,7 +13,7 @@ from officellm.app.db import prepare_database
 from officellm.app.db.paths import default_db_path
 from officellm.app.profiles import PROFILES, apply_profile
 from officellm.app.server import create_app
-from officellm.app.server_settings import ServerSettings
+from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
 from officellm.app.serving.graceful_server import GracefulServer
 from officellm.engine import EngineConfig, engine_knobs
 
@@ -80,7 +80,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                       "read by --tool-call-parser (default: on)")
     p.add_argument("--tool-call-parser", choices=["auto", "hermes", "llama3_json", "none"],
                    default="auto", help="how the model writes tool calls: hermes (Qwen2.5, "
-                   "Qwen3), llama3_json (Llama 3.1/3.2), auto (from the chat template), none")
+                   "Qwen3), llama3_json (Llama 3.1/3.2), auto (from the chat template; a "
+                   "template without a format is taught hermes), none (no tool calling)")
+    p.add_argument("--default-max-tokens", type=int, default=None, metavar="N",
+                   help="max_tokens of a request that sends none (Open WebUI sends none): "
+                        "default the model's generation_config max_new_tokens, else "
+                        f"{DEFAULT_MAX_TOKENS}; 0: up to the context window")
     p.add_argument("--reasoning-parser", choices=["auto", "qwen3", "deepseek_r1", "none"],
                    default="auto", help="move a reasoning model's thinking into "
                    "reasoning_content: auto (qwen3 when the chat template writes <think>)")
@@ -109,6 +114,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        auth_failure_limit=args.auth_failure_limit,
                        enable_auto_tool_choice=args.enable_auto_tool_choice,
                        tool_call_parser=args.tool_call_parser,
+                       default_max_tokens=args.default_max_tokens,
                        reasoning_parser=args.reasoning_parser,
                        no_auth=args.no_auth, admin_remote=args.admin_remote,
                        db_path=str(args.db) if args.db is not None else None)
@@ -118,6 +124,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
         s.max_context_tokens = args.max_context_tokens or None
     if args.max_waiting_requests < 0:
         raise ValueError("--max-waiting-requests must be 0 or more.")
+    if args.default_max_tokens is not None and args.default_max_tokens < 0:
+        raise ValueError("--default-max-tokens must be 0 (up to the context window) or more.")
     lines = apply_profile(s, args.profile, explicit)
     return s, lines
 

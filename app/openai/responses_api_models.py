@@ -10,7 +10,7 @@ stores nothing.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -42,12 +42,16 @@ class OutputFunctionCall(WireModel):
     """A call of one of the request's function tools, for the client to run; its result
     goes back as a function_call_output input item with the same `call_id`."""
 
+    omit_unset: ClassVar[frozenset[str]] = frozenset({"namespace"})
+
     type: Literal["function_call"] = "function_call"
     id: str
     call_id: str
     name: str
     arguments: str = Field(description="JSON text of the arguments object.")
     status: ItemStatus
+    namespace: str | None = Field(None, description="A namespace tool's function: its "
+                                                    "namespace (sent only then).")
 
 
 class ReasoningTextPart(WireModel):
@@ -107,6 +111,13 @@ class FunctionToolEcho(WireModel):
     strict: bool | None
 
 
+class NamespaceToolEcho(WireModel):
+    type: Literal["namespace"] = "namespace"
+    name: str
+    description: str | None
+    tools: list[FunctionToolEcho]
+
+
 class FunctionToolChoiceEcho(WireModel):
     type: Literal["function"] = "function"
     name: str
@@ -159,7 +170,7 @@ class ResponseObject(WireModel):
     temperature: float
     text: TextConfigEcho
     tool_choice: Literal["none", "auto", "required"] | FunctionToolChoiceEcho
-    tools: list[FunctionToolEcho]
+    tools: list[FunctionToolEcho | NamespaceToolEcho]
     top_p: float
     truncation: Literal["disabled"] = "disabled"
     usage: ResponseUsage | None = None

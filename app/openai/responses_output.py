@@ -39,6 +39,7 @@ from officellm.app.openai.responses_api_models import (
     ResponseStreamEvent,
     ResponseUsage,
 )
+from officellm.app.openai.responses_protocol import NAMESPACE_SEPARATOR
 
 
 def item_id(prefix: str) -> str:
@@ -56,8 +57,29 @@ def response_status(finish_reason: str | None) -> tuple[ResponseStatus, Incomple
     return "completed", None
 
 
-def output_items(parts: ChatMessageParts, incomplete: bool) -> list[OutputItem]:
-    """The output items of a whole reply."""
+def split_call_name(name: str, namespaces: frozenset[str]) -> tuple[str, str | None]:
+    """A called `namespace.function` as (function, namespace) when `namespace` is one of the
+    request's namespaces, else (name, None)."""
+    namespace, sep, function = name.partition(NAMESPACE_SEPARATOR)
+    if sep and function and namespace in namespaces:
+        return function, namespace
+    return name, None
+
+
+def _function_call(item_id_: str, call_id: str, name: str, arguments: str,
+                   status: ItemStatus, namespaces: frozenset[str]) -> OutputFunctionCall:
+    function, namespace = split_call_name(name, namespaces)
+    call = OutputFunctionCall(id=item_id_, call_id=call_id, name=function, arguments=arguments,
+                              status=status)
+    if namespace is not None:
+        call.namespace = namespace  # set, so sent (WireModel.omit_unset)
+    return call
+
+
+def output_items(parts: ChatMessageParts, incomplete: bool,
+                 namespaces: frozenset[str] = frozenset()) -> list[OutputItem]:
+    """The output items of a whole reply (calls of a namespace's functions named apart from
+    it, by `namespaces`)."""
     items: list[OutputItem] = []
     if parts.reasoning:
         items.append(OutputReasoning(id=item_id("rs"), status="completed",
@@ -65,8 +87,7 @@ def output_items(parts: ChatMessageParts, incomplete: bool) -> list[OutputItem]:
     if parts.content or not (items or parts.tool_calls):
         items.append(OutputMessage(id=item_id("msg"), status="completed",
                                    content=[OutputText(text=parts.content or "")]))
-    items += [OutputFunctionCall(id=item_id("fc"), call_id=t.id, name=t.name,
-                                 arguments=t.arguments, status="completed")
+    items += [_function_call(item_id("fc"), t.id, t.name, t.arguments, "completed", namespaces)
               for t in parts.tool_calls]
     if incomplete:
         items[-1].status = "incomplete"
@@ -92,9 +113,12 @@ class ResponseEventWriter:
     output_items() gives for the whole text, since the reader's deltas assemble to its
     whole reading."""
 
-    def __init__(self, response: ResponseObject) -> None:
-        """`response`: the response in progress (status in_progress, no output, no usage)."""
+    def __init__(self, response: ResponseObject,
+                 namespaces: frozenset[str] = frozenset()) -> None:
+        """`response`: the response in progress (status in_progress, no output, no usage);
+        `namespaces`: the request's, which its calls' names are split by."""
         self._response = response
+        self._namespaces = namespaces
         self._sequence = 0
         self._items: list[OutputItem] = []  # the items done
         self._open: _OpenItem | None = None
@@ -191,8 +215,9 @@ class ResponseEventWriter:
         events: list[ResponseStreamEvent] = []
         where = {"item_id": item.id, "output_index": item.output_index}
         if item.kind == "function_call":
+            name = split_call_name(item.name, self._namespaces)[0]
             events.append(FunctionCallArgumentsDoneEvent(
-                sequence_number=self._next(), name=item.name, arguments=item.text, **where))
+                sequence_number=self._next(), name=name, arguments=item.text, **where))
         else:
             done = ReasoningTextDoneEvent if item.kind == "reasoning" else OutputTextDoneEvent
             events.append(done(sequence_number=self._next(), content_index=0, text=item.text,
@@ -210,12 +235,11 @@ class ResponseEventWriter:
         return ContentPartEvent(type=kind, sequence_number=self._next(), item_id=item.id,
                                 output_index=item.output_index, content_index=0, part=part)
 
-    @staticmethod
-    def _item(item: _OpenItem, status: ItemStatus, empty: bool = False) -> OutputItem:
+    def _item(self, item: _OpenItem, status: ItemStatus, empty: bool = False) -> OutputItem:
         """The item as it stands: `empty` for its first event (no content yet)."""
         if item.kind == "function_call":
-            return OutputFunctionCall(id=item.id, call_id=item.call_id, name=item.name,
-                                      arguments="" if empty else item.text, status=status)
+            return _function_call(item.id, item.call_id, item.name,
+                                  "" if empty else item.text, status, self._namespaces)
         if item.kind == "reasoning":
             return OutputReasoning(id=item.id, status=status,
                                    content=[] if empty else [ReasoningTextPart(text=item.text)])

@@ -23,6 +23,8 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     Tag,
     field_validator,
     model_validator,
@@ -55,6 +57,8 @@ _SAMPLING_NAMES = {"max_tokens": "max_output_tokens"}
 # this server, and it does not return them. The rest (reasoning.encrypted_content, which
 # Codex sends, and the hosted tools' results) is about output this server never makes.
 _UNSUPPORTED_INCLUDES = frozenset({"message.output_text.logprobs"})
+# Between a namespace's name and its function's, in the name the model sees and calls.
+NAMESPACE_SEPARATOR = "."
 
 
 class UnsupportedField(ValueError):
@@ -123,6 +127,14 @@ class FunctionCallItem(BaseModel):
     call_id: str
     name: str
     arguments: str  # JSON text of the arguments object
+    namespace: str | None = None  # a namespace tool's function: its namespace
+
+    @property
+    def called_name(self) -> str:
+        """The name the model called it by (`namespace.name` inside a namespace)."""
+        if self.namespace is None:
+            return self.name
+        return f"{self.namespace}{NAMESPACE_SEPARATOR}{self.name}"
 
 
 class FunctionCallOutputItem(BaseModel):
@@ -192,25 +204,59 @@ UNION_TAGS = frozenset({"ContentText", "ContentParts", "InputText", "InputItems"
 
 class FunctionTool(FunctionDefinition):
     """A function tool in the Responses API's flat shape: {"type": "function", "name",
-    "description", "parameters", "strict"}. The client runs it; the server has no tools of
-    its own (web search, file search, code interpreter, computer use, MCP) to run."""
+    "description", "parameters", "strict"}. The client runs it."""
 
     type: Literal["function"]
     parameters: dict[str, Any] | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _functions_only(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("type", "function") != "function":
-            raise ValueError(f"Tool type {data['type']!r} is not supported: this server runs no "
-                             "hosted tools; give function tools (type 'function'), which the "
-                             "client runs.")
-        return data
-
-    def chat_tool(self) -> ChatTool:
-        """The same function as a chat completions tool."""
+    def chat_tool(self, namespace: str | None = None) -> ChatTool:
+        """The same function as a chat completions tool (named `namespace.name` inside a
+        namespace, so the model tells it from a tool of the same name elsewhere)."""
         fields = self.model_dump(exclude={"type"}, exclude_none=True)
+        if namespace is not None:
+            fields["name"] = f"{namespace}{NAMESPACE_SEPARATOR}{self.name}"
         return ChatTool(type="function", function=FunctionDefinition(**fields))
+
+
+class NamespaceTool(BaseModel):
+    """Function tools grouped under a name (Codex's `multi_agent_v1`): the model sees each as
+    `namespace.name`; its calls come back as function_call items naming the function and its
+    namespace apart, as OpenAI's do."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["namespace"]
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")
+    description: str | None = None
+    tools: list[FunctionTool]
+
+    def chat_tools(self) -> list[ChatTool]:
+        return [t.chat_tool(self.name) for t in self.tools]
+
+
+# Tools OpenAI runs on its side (or a client runs with a schema only OpenAI's models know):
+# this server cannot run them, and clients send them as optional extras (Codex sends
+# web_search with every request), so a request carrying them is served without them, with
+# one log line (app/openai/routes/responses.py) and a word in docs/clients.md.
+HOSTED_TOOL_TYPES = frozenset({
+    "web_search", "web_search_preview", "web_search_2025_08_26",
+    "web_search_preview_2025_03_11", "file_search", "code_interpreter", "image_generation",
+    "computer_use_preview", "computer_use", "mcp", "local_shell", "shell", "apply_patch"})
+
+
+def _tool_type(tool: Any) -> str | None:
+    if isinstance(tool, dict):
+        kind = tool.get("type", "function")
+        return {"function": "FunctionTool", "namespace": "NamespaceTool"}.get(kind)
+    return type(tool).__name__ if isinstance(tool, FunctionTool | NamespaceTool) else None
+
+
+ResponsesTool = Annotated[
+    Annotated[FunctionTool, Tag("FunctionTool")] | Annotated[NamespaceTool, Tag("NamespaceTool")],
+    Discriminator(_tool_type, custom_error_type="tool",
+                  custom_error_message="Each tool is an object: a function tool or a namespace "
+                                       "of them."),
+]
 
 
 class FunctionToolChoice(BaseModel):
@@ -271,7 +317,7 @@ class ResponsesRequest(BaseModel):
     model: str | None = None
     input: Input
     instructions: str | None = None
-    tools: list[FunctionTool] | None = None
+    tools: list[ResponsesTool] | None = None
     tool_choice: ResponsesToolChoice | None = None  # None: "auto"
     parallel_tool_calls: bool = True
     text: TextConfig | None = None
@@ -292,7 +338,7 @@ class ResponsesRequest(BaseModel):
     prompt: dict[str, Any] | None = None
     background: bool | None = None
     truncation: Literal["auto", "disabled"] | None = None
-
+    _skipped_tools: list[str] = PrivateAttr(default_factory=list)  # _skip_hosted_tools
     @field_validator("input", mode="before")
     @classmethod
     def _known_items(cls, value: Any) -> Any:
@@ -307,6 +353,34 @@ class ResponsesRequest(BaseModel):
                                      "send message, function_call, function_call_output and "
                                      "reasoning items.")
         return value
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _skip_hosted_tools(cls, data: Any, handler: ModelWrapValidatorHandler[ResponsesRequest]
+                           ) -> ResponsesRequest:
+        """Hosted tools leave `tools` for `skipped_tools` (they are optional extras this server
+        cannot run); any other type but function and namespace is a 400 naming it."""
+        if not isinstance(data, dict) or not isinstance(data.get("tools"), list):
+            return handler(data)
+        kept, skipped = [], []
+        for i, tool in enumerate(data["tools"]):
+            kind = tool.get("type", "function") if isinstance(tool, dict) else None
+            if kind in HOSTED_TOOL_TYPES:
+                skipped.append(kind)
+            elif isinstance(kind, str) and kind not in ("function", "namespace"):
+                raise ValueError(f"Tool type {kind!r} (tools.{i}) is not supported: give "
+                                 "function tools (or namespaces of them), which the client "
+                                 "runs.")
+            else:
+                kept.append(tool)
+        request = handler({**data, "tools": kept})
+        request._skipped_tools = skipped
+        return request
+
+    @property
+    def skipped_tools(self) -> list[str]:
+        """The types of the hosted tools the request carried, left out."""
+        return self._skipped_tools
 
     @field_validator("tool_choice", mode="before")
     @classmethod
@@ -364,7 +438,7 @@ class ResponsesRequest(BaseModel):
                 out.append(message)
             elif isinstance(item, FunctionCallItem):
                 call = {"id": item.call_id, "type": "function",
-                        "function": {"name": item.name, "arguments": item.arguments}}
+                        "function": {"name": item.called_name, "arguments": item.arguments}}
                 if out and out[-1]["role"] == "assistant":
                     out[-1].setdefault("tool_calls", []).append(call)
                 else:
@@ -384,8 +458,19 @@ class ResponsesRequest(BaseModel):
         choice = self.tool_choice
         if isinstance(choice, FunctionToolChoice):
             choice = NamedToolChoice(type="function", function=NamedFunction(name=choice.name))
-        return ToolRequest.of([t.chat_tool() for t in self.tools or []], choice,
-                              self.parallel_tool_calls)
+        return ToolRequest.of(self.chat_tools(), choice, self.parallel_tool_calls)
+
+    def chat_tools(self) -> list[ChatTool]:
+        """Every function the model may call, a namespace's by their `namespace.name`."""
+        out: list[ChatTool] = []
+        for tool in self.tools or []:
+            out += tool.chat_tools() if isinstance(tool, NamespaceTool) else [tool.chat_tool()]
+        return out
+
+    @property
+    def namespaces(self) -> frozenset[str]:
+        """The names of the request's namespaces (its calls' names are split by them)."""
+        return frozenset(t.name for t in self.tools or [] if isinstance(t, NamespaceTool))
 
     def output_constraint(self) -> Constraint | None:
         """What text.format asks the output to be (None: free text)."""

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import Request
@@ -71,6 +71,11 @@ class Generation:
         self.server = server
         self.request_id = request_id
         self.prompt_token_ids = prompts
+        if params.max_tokens is None and server.default_max_tokens is not None:
+            # The one place a request without max_tokens gets the server's default, whatever
+            # its route (a max_tokens past the window still stops at the window).
+            params = replace(params, max_tokens=max(server.default_max_tokens,
+                                                    params.min_tokens))
         self.params = params
         self.admission = admission
         self.principal = admission.principal

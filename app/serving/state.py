@@ -16,7 +16,7 @@ from officellm.app.errors import APIError, unavailable
 from officellm.app.observability.metrics import ServerMetrics
 from officellm.app.observability.refusals import Refusals
 from officellm.app.observability.stats_window import StatsWindow
-from officellm.app.server_settings import ServerSettings
+from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
 from officellm.app.serving.prompt import LengthLimits, PromptRenderer, Prompts
 from officellm.app.serving.token_text import TokenText
 from officellm.engine import AsyncLLM, LLMEngine
@@ -47,6 +47,18 @@ class ServerState:
             return list(self.settings.served_model_name)
         engine = self.async_engine.engine
         return [engine.model_name] if engine is not None else []
+
+    @property
+    def default_max_tokens(self) -> int | None:
+        """max_tokens for a request that sends none: --default-max-tokens, else the model's
+        generation_config max_new_tokens, else DEFAULT_MAX_TOKENS; None (the flag's 0): up
+        to the context window."""
+        configured = self.settings.default_max_tokens
+        if configured is not None:
+            return configured or None
+        engine = self.async_engine.engine
+        own = engine.max_new_tokens if engine is not None else None
+        return own or DEFAULT_MAX_TOKENS
 
     @property
     def model_name(self) -> str | None:

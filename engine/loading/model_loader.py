@@ -173,6 +173,16 @@ def model_display_name(model_dir: Path) -> str:
     return model_dir.name
 
 
+def generation_max_new_tokens(model_dir: Path) -> int | None:
+    """The model's own default answer length (generation_config.json max_new_tokens), if
+    it names one."""
+    gen_path = model_dir / "generation_config.json"
+    if not gen_path.is_file():
+        return None
+    value = json.loads(gen_path.read_text()).get("max_new_tokens")
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
 def eos_token_ids(model_dir: Path, tokenizer) -> set[int]:
     """EOS ids from generation_config.json and the tokenizer (a chat model's end-of-turn)."""
     ids: set[int] = set()

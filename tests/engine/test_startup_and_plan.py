@@ -9,12 +9,15 @@ import sys
 import pytest
 
 from officellm.engine.kv_plan import (
+    ALLOW_LONG_MAX_MODEL_LEN,
     KVCacheTooSmallError,
+    check_max_model_len,
     format_plan,
     load_spec,
     make_plan,
     shipped_configs,
 )
+from officellm.engine.loading.model_spec import ModelSpec
 from tests.engine.conftest import make_llm
 
 
@@ -184,3 +187,24 @@ def test_under_tensor_parallelism_the_pool_is_sized_by_the_smallest_rank(caplog)
     assert "Rank 0: available KV cache memory: 2.00 GiB" in caplog.text
     assert "Rank 1: available KV cache memory: 1.00 GiB" in caplog.text
     assert "KV cache pool per rank: the minimum over 2 ranks, 1.00 GiB" in caplog.text
+
+
+def test_a_max_model_len_beyond_the_trained_window_is_refused_with_the_way_out(smollm2_dir,
+                                                                             monkeypatch):
+    monkeypatch.delenv(ALLOW_LONG_MAX_MODEL_LEN, raising=False)
+    with pytest.raises(ValueError, match=f"--max-model-len 32,768 is beyond the 8,192 tokens "
+                                         f".*{ALLOW_LONG_MAX_MODEL_LEN}=1"):
+        make_llm(smollm2_dir, max_model_len=32768)
+
+
+def test_the_long_window_is_served_when_the_operator_allows_it(monkeypatch):
+    spec = ModelSpec.from_config_dict({"model_type": "llama", "num_hidden_layers": 2,
+                                       "hidden_size": 64, "intermediate_size": 128,
+                                       "num_attention_heads": 4, "vocab_size": 100,
+                                       "max_position_embeddings": 8192})
+    monkeypatch.setenv(ALLOW_LONG_MAX_MODEL_LEN, "1")
+    check_max_model_len(spec, 32768)  # allowed, with a warning
+    monkeypatch.setenv(ALLOW_LONG_MAX_MODEL_LEN, "0")
+    with pytest.raises(ValueError, match="beyond the 8,192 tokens"):
+        check_max_model_len(spec, 32768)
+    check_max_model_len(spec, 8192)

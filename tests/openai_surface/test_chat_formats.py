@@ -63,9 +63,32 @@ def test_the_tools_text_joins_an_existing_system_message():
     assert len(messages) == 2 and messages[0]["content"].startswith("Be brief.\n\n")
 
 
-def test_auto_on_a_model_without_a_format_is_refused():
-    with pytest.raises(ValueError, match="no tool support and no tool-call parser"):
-        formats(PLAIN_TEMPLATE).plan(tools(), None)
+def test_auto_on_a_model_without_a_format_teaches_the_generic_one():
+    plan = formats(PLAIN_TEMPLATE).plan(tools(), None)
+    assert plan.constraint is None and plan.kind == "tool_auto" and plan.template_kwargs == {}
+    assert "get_weather" in plan.system_text
+    assert 'reply with <tool_call>\n{"name": "NAME", "arguments": ARGUMENTS}\n</tool_call>' \
+        in plan.system_text
+
+
+def test_the_generic_format_reads_a_reply_that_calls_and_one_that_does_not():
+    reader = formats(PLAIN_TEMPLATE).plan(tools(), None).reader
+    called = reader.message('<tool_call>\n{"name": "get_weather", "arguments": '
+                            '{"city": "Paris"}}\n</tool_call>')
+    assert [(c.name, c.arguments) for c in called.tool_calls] == [
+        ("get_weather", '{"city": "Paris"}')]
+    answered = reader.message("It is sunny in Paris.")
+    assert answered.content == "It is sunny in Paris." and answered.tool_calls == []
+
+
+def test_a_template_that_renders_tools_in_no_known_format_gets_the_generic_one():
+    plan = formats("{% if tools %}{{ tools }}{% endif %}").plan(tools(), None)
+    assert plan.template_kwargs == {} and "ARGUMENTS" in plan.system_text
+
+
+def test_auto_is_refused_when_tool_calling_is_off():
+    with pytest.raises(ValueError, match="--tool-call-parser none"):
+        formats(PLAIN_TEMPLATE, parser="none").plan(tools(), None)
 
 
 def test_auto_is_refused_when_the_server_turned_it_off():

@@ -13,12 +13,17 @@ from tests.support.server_process import TEST_THREADS, ServerProcess
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# The shared server's --default-max-tokens: short, as a CI box decodes slowly.
+DEFAULT_MAX_TOKENS = 40
+
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[ServerProcess]:
     """`officellm serve` on a free port with an API key, ready to answer; Claude Code's model
-    names (claude-*) are served by the model, as docs/clients.md tells the admin to set up."""
-    srv = ServerProcess("--model-alias", "claude-*")
+    names (claude-*) are served by the model, as docs/clients.md tells the admin to set up; a
+    request without max_tokens gets DEFAULT_MAX_TOKENS."""
+    srv = ServerProcess("--model-alias", "claude-*",
+                        "--default-max-tokens", str(DEFAULT_MAX_TOKENS))
     try:
         srv.wait_ready()
         yield srv

@@ -7,6 +7,7 @@ import openai
 import pytest
 
 from officellm.engine import SamplingParams
+from tests.server.conftest import DEFAULT_MAX_TOKENS
 from tests.support.openai_errors import openai_error as _error
 from tests.support.server_api import CHAT, TIMEOUT, sample, scrape
 from tests.support.server_process import ServerProcess
@@ -74,6 +75,15 @@ def test_completions_greedy_matches_engine(client, model, reference_llm) -> None
     stream = client.completions.create(model=model, prompt=prompt, temperature=0, max_tokens=12,
                                        stream=True)
     assert "".join(c.choices[0].text for c in stream) == ref.outputs[0].text
+
+
+def test_a_request_without_max_tokens_gets_the_servers_default(client, model) -> None:
+    """Front ends such as Open WebUI send no max_tokens: the server's --default-max-tokens
+    (DEFAULT_MAX_TOKENS on the shared server) bounds the answer."""
+    chat = client.chat.completions.create(model=model, messages=CHAT, temperature=0,
+                                          extra_body={"ignore_eos": True})
+    assert (chat.usage.completion_tokens, chat.choices[0].finish_reason) == (
+        DEFAULT_MAX_TOKENS, "length")
 
 
 def test_n_seed_logprobs_and_stop(client, model) -> None:

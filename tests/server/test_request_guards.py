@@ -38,13 +38,6 @@ def refuse_a_chunked_body_over_the_limit(server: ServerProcess) -> dict:
         "Content-Type": "application/json"}, timeout=TIMEOUT), 413)
 
 
-def refuse_tools(server: ServerProcess, model: str) -> dict:
-    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {}}}]
-    return _error(httpx.post(_chat_url(server), json={"model": model, "messages": CHAT,
-                                                      "tools": tools},
-                             headers=server.headers, timeout=TIMEOUT), 400)
-
-
 def refuse_role(server: ServerProcess, model: str, role: str) -> dict:
     messages = CHAT + [{"role": role, "content": "hello"}]
     return _error(httpx.post(_chat_url(server), json={"model": model, "messages": messages},
@@ -61,14 +54,6 @@ def test_a_chunked_body_over_the_limit_gets_413(server: ServerProcess) -> None:
     assert "larger than this server's limit" in err["message"]
 
 
-def test_auto_tool_choice_on_a_model_without_tool_support_is_refused_plainly(
-        server: ServerProcess, model: str) -> None:
-    err = refuse_tools(server, model)  # the bundled SmolLM2's template knows no tools
-    assert err["message"].startswith("This model's chat template has no tool support and no "
-                                     "tool-call parser applies")
-    assert err["message"].endswith("llama3_json.")
-
-
 @pytest.mark.parametrize("role", UNKNOWN_ROLES)
 def test_unknown_roles_are_refused(server: ServerProcess, model: str, role: str) -> None:
     err = refuse_role(server, model, role)
@@ -80,7 +65,6 @@ def test_the_server_still_answers_after_the_refusals(server: ServerProcess,
                                                      client: openai.OpenAI, model: str) -> None:
     refuse_a_body_over_the_limit(server)
     refuse_a_chunked_body_over_the_limit(server)
-    refuse_tools(server, model)
     for role in UNKNOWN_ROLES:
         refuse_role(server, model, role)
     out = client.chat.completions.create(model=model, messages=CHAT, temperature=0, max_tokens=8)

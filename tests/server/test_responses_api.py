@@ -4,7 +4,8 @@ streaming, cut responses, usage; and the 400s of a server that stores nothing.
 
 Greedy throughout (temperature 0), so a streamed answer can be compared with the whole one.
 The bundled SmolLM2's template knows no tools: forced calls ("required", a named function)
-are grammar-constrained, and tool_choice "auto" is a 400, as on the chat route.
+are grammar-constrained, and tool_choice "auto" is taught the generic format, as on the chat
+route.
 """
 
 from __future__ import annotations
@@ -191,9 +192,11 @@ def test_a_follow_up_with_the_call_and_its_output_is_answered(client, model) -> 
     assert create(client, model, input=history, max_output_tokens=16).output_text
 
 
-def test_tool_choice_auto_is_refused_on_a_model_without_tool_support(server) -> None:
-    error = openai_error(post(server, {"tools": [ADD]}), 400)
-    assert "tool_choice 'auto'" in error["message"]
+def test_tool_choice_auto_on_a_model_without_a_tool_format_is_answered(server) -> None:
+    """The generic tool format (docs/clients.md, Tools): an answer, text or calls."""
+    r = post(server, {"tools": [ADD], "max_output_tokens": 24})
+    assert r.status_code == 200, r.text
+    assert r.json()["output"]
 
 
 # -- streaming -----------------------------------------------------------------------------
@@ -305,3 +308,64 @@ def test_a_forced_call_with_a_text_format_is_refused(server) -> None:
     error = openai_error(post(server, {"tools": [ADD], "tool_choice": "required",
                                        "text": {"format": {"type": "json_object"}}}), 400)
     assert error["message"].startswith("A forced tool_choice and an output constraint")
+
+
+# -- what Codex CLI sends --------------------------------------------------------------------
+
+SPAWN = {"type": "function", "name": "spawn_agent", "description": "Start a sub-agent on a task",
+         "parameters": {"type": "object", "properties": {"task": {"type": "string",
+                                                                  "maxLength": 40}},
+                        "required": ["task"], "additionalProperties": False}}
+AGENTS = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents",
+          "tools": [SPAWN]}
+
+
+def codex_shaped(client: openai.OpenAI, model: str, **kw):
+    """A request with Codex's shape: instructions, a developer message, a namespace tool and
+    a hosted web_search tool, reasoning and include settings, store false."""
+    kw.setdefault("input", [
+        {"type": "message", "role": "developer",
+         "content": [{"type": "input_text", "text": "Work in the current directory."}]},
+        {"type": "message", "role": "user",
+         "content": [{"type": "input_text", "text": "Start a sub-agent to run the tests."}]}])
+    return client.responses.create(
+        model=model, instructions="You are a coding agent.", temperature=0,
+        tools=[AGENTS, {"type": "web_search"}], tool_choice="required",
+        parallel_tool_calls=False, reasoning={"summary": "auto"},
+        include=["reasoning.encrypted_content"], store=False, max_output_tokens=60,
+        extra_body={"prompt_cache_key": "conversation-1",
+                    "client_metadata": {"originator": "codex_exec"}}, **kw)
+
+
+def test_a_codex_shaped_call_names_the_function_and_its_namespace(client, model) -> None:
+    (call,) = function_calls(codex_shaped(client, model))
+    assert (call.name, call.namespace) == ("spawn_agent", "multi_agent_v1")
+    assert set(json.loads(call.arguments)) == {"task"}
+
+
+def test_a_codex_shaped_stream_parses_into_openais_events_and_ends_completed(client,
+                                                                            model) -> None:
+    events = list(codex_shaped(client, model, stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    assert kinds.index("response.output_item.added") < kinds.index(
+        "response.function_call_arguments.delta")
+    (call,) = [item for item in events[-1].response.output if item.type == "function_call"]
+    assert (call.name, call.namespace) == ("spawn_agent", "multi_agent_v1")
+    assert events[-1].response.usage.output_tokens > 0
+
+
+def test_a_codex_shaped_follow_up_with_its_call_output_and_reasoning_is_answered(
+        client, model) -> None:
+    r = client.responses.create(
+        model=model, temperature=0, max_output_tokens=12, tools=[AGENTS, {"type": "web_search"}],
+        tool_choice="none", store=False, input=[
+            {"type": "message", "role": "user", "content": "Start a sub-agent."},
+            {"type": "reasoning", "summary": [],
+             "content": [{"type": "reasoning_text", "text": "One agent is enough."}]},
+            {"type": "function_call", "call_id": "call_1", "name": "spawn_agent",
+             "namespace": "multi_agent_v1", "arguments": '{"task": "tests"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": "agent 7 started"}])
+    assert r.status == "completed" or r.incomplete_details.reason == "max_output_tokens"
+    assert r.output_text

@@ -1,7 +1,8 @@
 """Tool calling through the real server and the real `openai` client: forced calls
 (tool_choice "required" or a named function) are grammar-constrained, so on the bundled
 SmolLM2 (whose template knows no tools) they are still calls whose arguments validate
-against the tool's schema; streamed calls assemble to the non-streamed ones."""
+against the tool's schema; streamed calls assemble to the non-streamed ones; tool_choice auto
+on it is served in the generic format."""
 
 from __future__ import annotations
 
@@ -144,3 +145,37 @@ def test_a_tool_with_an_unsupported_schema_gets_a_400(server) -> None:
             "xs": {"type": "array", "uniqueItems": True}}}}}]
     message = _refusal(server, {"tools": tools, "tool_choice": "required"})
     assert "'uniqueItems' (at #/properties/xs)" in message and message.startswith("Tool 'f'")
+
+
+def _front_end_tool(name: str, description: str, **properties: str) -> dict:
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "required": sorted(properties),
+                       "properties": {k: {"type": v} for k, v in properties.items()}}}}
+
+
+# Shaped like what Open WebUI (0.12) attaches to every chat message by default: a list of its
+# built-in tools, tool_choice left to auto, no max_tokens.
+FRONT_END_TOOLS = [
+    _front_end_tool("search_web", "Search the web", query="string"),
+    _front_end_tool("fetch_url", "Read a web page", url="string"),
+    _front_end_tool("get_current_timestamp", "The current date and time"),
+    _front_end_tool("search_notes", "Search the user's notes", query="string"),
+    _front_end_tool("view_note", "Read one note", note_id="string"),
+    _front_end_tool("search_memories", "Search what the user asked to remember", query="string"),
+    _front_end_tool("add_memory", "Remember a fact", content="string"),
+    _front_end_tool("search_chats", "Search earlier chats", query="string", count="integer"),
+]
+
+
+def test_a_front_ends_default_tools_on_a_model_without_a_tool_format_get_an_answer(
+        client, model) -> None:
+    """SmolLM2's template teaches no tool format: it is taught the generic one, so a front end
+    that attaches tools to every message gets an answer (text or calls), not a 400."""
+    r = client.chat.completions.create(model=model, messages=ASK, tools=FRONT_END_TOOLS,
+                                       temperature=0)
+    choice = r.choices[0]
+    assert choice.finish_reason in ("stop", "tool_calls", "length")
+    assert choice.message.content or choice.message.tool_calls
+    for tool_call in choice.message.tool_calls or []:
+        assert tool_call.function.name in {t["function"]["name"] for t in FRONT_END_TOOLS}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
@@ -20,6 +21,7 @@ from officellm.app.openai.responses_api_models import (
     FunctionToolEcho,
     InputTokensDetails,
     JSONSchemaTextFormat,
+    NamespaceToolEcho,
     OutputTokensDetails,
     PlainTextFormat,
     ReasoningEcho,
@@ -32,7 +34,9 @@ from officellm.app.openai.responses_api_models import (
 )
 from officellm.app.openai.responses_output import ResponseEventWriter, output_items, response_status
 from officellm.app.openai.responses_protocol import (
+    FunctionTool,
     FunctionToolChoice,
+    NamespaceTool,
     ResponsesRequest,
     UnsupportedField,
 )
@@ -44,6 +48,7 @@ from officellm.app.serving.prompt import ChatPrompt
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import EngineDeadError, SamplingParams
 
+logger = logging.getLogger("officellm.server")
 router = APIRouter(responses=ERROR_RESPONSES)
 
 
@@ -74,6 +79,10 @@ async def create_response(body: ResponsesRequest, request: Request,
         return ChatInput(messages, plan, params, model)
 
     call = ChatCall("responses", f"resp_{uuid.uuid4().hex}", body.user, body.stream)
+    if body.skipped_tools:
+        # Once per request, as clients send them with every request (Codex: web_search).
+        logger.info("%s: hosted tools left out (this server cannot run them): %s",
+                    call.request_id, ", ".join(sorted(set(body.skipped_tools))))
     return await run_chat(server, request, principal, call, read,
                           lambda chat: _ResponseAnswer(body, chat))
 
@@ -94,13 +103,14 @@ class _ResponseAnswer:
                             self.chat.model)
 
     def stream(self, gen: Generation, headers: dict[str, str] | None) -> Response:
-        return SSEResponse(_stream(gen, self.chat.plan, self._in_progress(gen)),
+        return SSEResponse(_stream(gen, self.chat.plan, self._in_progress(gen),
+                                   self.body.namespaces),
                            on_close=gen.close, headers=headers)
 
     def whole(self, gen: Generation, choices: list[Choice],
               headers: dict[str, str] | None) -> Response:
-        return JSONResponse(_completed(gen, choices[0], self.chat.plan,
-                                       self._in_progress(gen)).model_dump(), headers=headers)
+        return JSONResponse(_completed(gen, choices[0], self.chat.plan, self._in_progress(gen),
+                                       self.body.namespaces).model_dump(), headers=headers)
 
 
 def _in_progress(response_id: str, created: int, body: ResponsesRequest, params: SamplingParams,
@@ -124,9 +134,20 @@ def _in_progress(response_id: str, created: int, body: ResponsesRequest, params:
                             verbosity=body.text.verbosity if body.text is not None else None),
         tool_choice=(FunctionToolChoiceEcho(name=choice.name)
                      if isinstance(choice, FunctionToolChoice) else choice),
-        tools=[FunctionToolEcho(name=t.name, description=t.description, parameters=t.parameters,
-                                strict=t.strict) for t in body.tools or []],
+        tools=[_tool_echo(t) for t in body.tools or []],
         user=body.user, metadata=body.metadata or {})
+
+
+def _function_echo(tool: FunctionTool) -> FunctionToolEcho:
+    return FunctionToolEcho(name=tool.name, description=tool.description,
+                            parameters=tool.parameters, strict=tool.strict)
+
+
+def _tool_echo(tool: FunctionTool | NamespaceTool) -> FunctionToolEcho | NamespaceToolEcho:
+    if isinstance(tool, NamespaceTool):
+        return NamespaceToolEcho(name=tool.name, description=tool.description,
+                                 tools=[_function_echo(t) for t in tool.tools])
+    return _function_echo(tool)
 
 
 def _usage(input_tokens: int, cached_tokens: int, output_tokens: int) -> ResponseUsage:
@@ -142,10 +163,11 @@ def _generation_usage(gen: Generation) -> ResponseUsage:
     return _usage(gen.num_prompt_tokens, gen.num_cached_tokens, gen.num_completion_tokens)
 
 
-def _completed(gen: Generation, choice: Choice, plan: ChatPlan,
-               response: ResponseObject) -> ResponseObject:
+def _completed(gen: Generation, choice: Choice, plan: ChatPlan, response: ResponseObject,
+               namespaces: frozenset[str]) -> ResponseObject:
     status, details = response_status(choice.output.finish_reason)
-    items = output_items(plan.reader.message(choice.output.text), status == "incomplete")
+    items = output_items(plan.reader.message(choice.output.text), status == "incomplete",
+                         namespaces)
     return response.model_copy(update={"status": status, "incomplete_details": details,
                                        "output": items, "usage": _generation_usage(gen)})
 
@@ -154,9 +176,9 @@ def _events(events: Iterable[ResponseStreamEvent]) -> str:
     return "".join(sse(e, e.type) for e in events)
 
 
-async def _stream(gen: Generation, plan: ChatPlan,
-                  response: ResponseObject) -> AsyncIterator[str]:
-    writer = ResponseEventWriter(response)
+async def _stream(gen: Generation, plan: ChatPlan, response: ResponseObject,
+                  namespaces: frozenset[str]) -> AsyncIterator[str]:
+    writer = ResponseEventWriter(response, namespaces)
     reader = plan.reader.stream()
     yield _events(writer.start())
     finish_reason = None
