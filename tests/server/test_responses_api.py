@@ -287,9 +287,18 @@ def test_what_needs_state_or_is_not_returned_is_refused(server, body: dict, para
     assert error["param"] == param and error["message"].startswith(param)
 
 
-def test_a_hosted_tool_type_is_refused_by_name(server) -> None:
-    error = openai_error(post(server, {"tools": [{"type": "web_search"}]}), 400)
-    assert error["message"].startswith("Tool type 'web_search' is not supported")
+def test_a_hosted_tool_is_left_out_and_the_request_served(server) -> None:
+    """Clients send hosted tools as optional extras (Codex: web_search on every request)."""
+    r = post(server, {"tools": [{"type": "web_search"}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["tools"] == []
+    assert "hosted tools left out (this server cannot run them): web_search" in server.output()
+
+
+def test_a_custom_tool_is_refused_by_name(server) -> None:
+    tool = {"type": "custom", "name": "apply_patch", "format": {"type": "text"}}
+    error = openai_error(post(server, {"tools": [tool]}), 400)
+    assert "Tool type 'custom' (tools.0) is not supported" in error["message"]
 
 
 def test_an_image_input_is_refused_by_name(server) -> None:
