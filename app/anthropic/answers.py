@@ -126,6 +126,12 @@ class MessageStop(BaseModel):
     type: Literal["message_stop"] = "message_stop"
 
 
+class Ping(BaseModel):
+    """Said while the message waits for its first token (app/serving/heartbeats.py)."""
+
+    type: Literal["ping"] = "ping"
+
+
 class ErrorDetail(BaseModel):
     type: str
     message: str
@@ -139,4 +145,4 @@ class ErrorEvent(BaseModel):
 
 
 StreamEvent = (MessageStart | ContentBlockStart | ContentBlockDelta | ContentBlockStop
-               | MessageDelta | MessageStop | ErrorEvent)
+               | MessageDelta | MessageStop | Ping | ErrorEvent)

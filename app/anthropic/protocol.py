@@ -162,9 +162,12 @@ Content = Annotated[
 
 
 class InputMessage(BaseModel):
+    """A turn: the user's or the assistant's, or (Claude Code's "mid-conversation system"
+    beta) system instructions given at that point of the conversation."""
+
     model_config = _STRICT
 
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]
     content: Content
 
     def blocks(self) -> list[Any]:
@@ -308,7 +311,8 @@ class _Conversation(BaseModel):
         """The conversation as chat-template messages: the system prompt first; each
         tool_result a `tool` message (in the order given, before the user's text that follows
         it); an assistant's thinking its reasoning_content, its tool_use blocks its tool_calls.
-        Consecutive messages of one role are one turn, as Anthropic combines them."""
+        Consecutive messages of one role are one turn, as Anthropic combines them; a system
+        message in the list stays where it is."""
         out: list[Message] = []
         system = self.system_text()
         if system:
@@ -316,6 +320,10 @@ class _Conversation(BaseModel):
         for message in self.messages:
             if message.role == "assistant":
                 _add_assistant(out, message.blocks())
+            elif message.role == "system":
+                # Kept where it was given: moved to the top, it would change the prompt's
+                # prefix (and miss the prefix cache) whenever a new one arrives.
+                out.append({"role": "system", "content": _system_text(message.blocks())})
             else:
                 _add_user(out, message.blocks())
         return [template_message(m) for m in out]
@@ -358,6 +366,12 @@ class _Conversation(BaseModel):
         if self.continues_answer:
             kwargs["continue_final_message"] = True
         return kwargs
+
+
+def _system_text(blocks: list[Any]) -> str:
+    if not all(isinstance(b, TextBlock) for b in blocks):
+        raise ValueError("A system message holds text only.")
+    return "\n\n".join(b.text for b in blocks)
 
 
 def _add_user(out: list[Message], blocks: list[Any]) -> None:

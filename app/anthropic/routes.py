@@ -27,6 +27,7 @@ from officellm.app.anthropic.answers import (
     ErrorDetail,
     ErrorEvent,
     MessageObject,
+    Ping,
     StreamEvent,
     Usage,
 )
@@ -43,6 +44,7 @@ from officellm.app.openai.sse import SSEResponse, sse
 from officellm.app.principal import Principal
 from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
+from officellm.app.serving.heartbeats import with_heartbeats
 from officellm.app.serving.prompt import ChatPrompt
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import CompletionOutput, EngineDeadError
@@ -180,19 +182,21 @@ def _events(events: Iterable[StreamEvent]) -> str:
 
 async def _stream(gen: Generation, answer: _MessageAnswer,
                   message: MessageObject) -> AsyncIterator[str]:
-    """message_start once the engine has taken the prompt (its usage then says how much of
-    it the prefix cache held), the blocks' events as the text comes, then message_delta and
-    message_stop; an engine failure after the headers is the last event, `error`."""
+    """message_start at once, then the blocks' events as the text comes (a `ping` every few
+    seconds while none does: a long prompt's prefill on a CPU takes minutes, and a client
+    hearing nothing gives up), then message_delta and message_stop; an engine failure after
+    the headers is the last event, `error`. message_start's usage counts the whole prompt as
+    input_tokens (the prefix cache has not been asked yet); message_delta's splits it."""
     writer = MessageEventWriter(message, answer.body.shows_thinking)
     reader = answer.chat.plan.reader.stream()
-    started = False
+    yield _events(writer.start(_usage(gen)))
     last: CompletionOutput | None = None
     try:
-        async for step in gen.choices():
+        async for step in with_heartbeats(gen.choices()):
+            if step is None:
+                yield _events([Ping()])
+                continue
             events: list[StreamEvent] = []
-            if not started:
-                started = True
-                events += writer.start(_usage(gen))
             for c in step:
                 o = c.output
                 # Tokens held back (partial UTF-8, a tag not yet decided) come later.
@@ -208,7 +212,5 @@ async def _stream(gen: Generation, answer: _MessageAnswer,
         body_error = error.anthropic_body()["error"]
         yield _events([ErrorEvent(error=ErrorDetail(**body_error))])
         return
-    if not started:
-        yield _events(writer.start(_usage(gen)))
     stop = answer.stop(gen, last, writer.called) if last is not None else Stop("end_turn")
     yield _events(writer.finish(stop, _usage(gen)))

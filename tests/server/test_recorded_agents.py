@@ -1,0 +1,87 @@
+"""Requests recorded from the real coding agents (tests/server/recorded/: Claude Code through
+/v1/messages, Codex CLI through /v1/responses; texts anonymised, their lengths, structure, tool
+names and schemas as the clients sent them), replayed against the shared server: each is
+served, and its stream is what the client's SDK parses, to its last event.
+
+Only max_tokens is lowered (Claude Code asks for 64,000; Codex sends none and gets the
+server's default): a CI box decodes a few tokens a second."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from anthropic.types import RawMessageStreamEvent
+from openai.types.responses import ResponseStreamEvent
+from pydantic import TypeAdapter
+
+from tests.support.server_api import TIMEOUT
+from tests.support.server_process import ServerProcess
+
+RECORDED = Path(__file__).parent / "recorded"
+MAX_TOKENS = 8
+
+
+def replay(server: ServerProcess, name: str, body_changes: dict) -> list[dict]:
+    """The recorded request, sent as recorded (the test key in place of the client's): the
+    events of its stream, each checked to be named on its own `event:` line."""
+    record = json.loads((RECORDED / name).read_text())
+    headers = {**record["headers"], **server.headers}
+    url = f"{server.base_url}{record['path']}" + (f"?{record['query']}" if record["query"] else "")
+    with httpx.stream("POST", url, json={**record["body"], **body_changes}, headers=headers,
+                      timeout=TIMEOUT) as r:
+        assert r.status_code == 200, r.read()
+        lines = [line for line in r.iter_lines() if line]
+    names = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
+    events = [json.loads(line.removeprefix("data: ")) for line in lines
+              if line.startswith("data: ")]
+    assert names == [e["type"] for e in events]
+    return events
+
+
+def test_claude_codes_request_is_served_as_anthropics_stream(server) -> None:
+    events = replay(server, "claude_code_2.1.197.json", {"max_tokens": MAX_TOKENS})
+    adapter = TypeAdapter(RawMessageStreamEvent)
+    for event in events:
+        if event["type"] != "ping":
+            adapter.validate_python(event)
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+    assert events[-2]["delta"]["stop_reason"] in ("max_tokens", "end_turn", "tool_use")
+
+
+def test_claude_codes_resent_prefix_is_read_from_the_prefix_cache(server) -> None:
+    """Its per-request billing nonce does not reach the prompt (docs/clients.md)."""
+    first = replay(server, "claude_code_2.1.197.json", {"max_tokens": 1})
+    record = json.loads((RECORDED / "claude_code_2.1.197.json").read_text())
+    system = [dict(b) for b in record["body"]["system"]]
+    system[0]["text"] = system[0]["text"].replace("cch=00000", "cch=9f3a1")
+    second = replay(server, "claude_code_2.1.197.json", {"max_tokens": 1, "system": system})
+    prompt = first[-2]["usage"]["input_tokens"] + first[-2]["usage"]["cache_read_input_tokens"]
+    assert second[-2]["usage"]["cache_read_input_tokens"] >= prompt - 16  # all but a block
+
+
+def test_codexs_request_is_served_as_openais_stream(server) -> None:
+    events = replay(server, "codex_0.171.0.json", {"max_output_tokens": MAX_TOKENS})
+    adapter = TypeAdapter(ResponseStreamEvent)
+    for event in events:
+        usage = event.get("response", {}).get("usage")
+        if usage is not None:  # the engine does not count prompt tokens it writes to its cache
+            usage["input_tokens_details"].setdefault("cache_write_tokens", 0)
+        adapter.validate_python(event)
+    kinds = [e["type"] for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[-1] in ("response.completed", "response.incomplete")
+    echoed = {t["type"] for t in events[0]["response"]["tools"]}
+    assert echoed == {"function", "namespace"}  # web_search left out
+    assert "hosted tools left out (this server cannot run them): web_search" in server.output()
+
+
+@pytest.mark.parametrize("name", ["claude_code_2.1.197.json", "codex_0.171.0.json"])
+def test_the_recordings_carry_no_secret(name: str) -> None:
+    text = (RECORDED / name).read_text()
+    record = json.loads(text)
+    assert not {"authorization", "x-api-key"} & set(record["headers"])
+    assert "sk-" not in text and "ocl-" not in text
