@@ -65,3 +65,10 @@ def test_compare_cpu_runs_officellm_alone(tmp_path: Path) -> None:
     assert any("Loaded " in line and "KV cache" in line for line in chosen), chosen
     assert any("KV cache size:" in line for line in chosen), chosen
     assert any("Resident memory after load:" in line for line in chosen), chosen
+
+
+def test_agent_prefix_runs(tmp_path: Path) -> None:
+    doc = _run(["-m", "benchmarks.agent_prefix", "--tools", "2", "--threads", "1"],
+               tmp_path / "agent.json")
+    assert len(doc["runs"]) == 3 and doc["prompt_tokens"] > 0
+    assert doc["runs"][1]["cache_read_input_tokens"] > 0

@@ -206,3 +206,45 @@ def test_truncate_on_the_responses_api_says_how_many_turns_it_dropped(
         model=MODEL, input=long, max_output_tokens=3, temperature=0)
     dropped = int(raw.headers[TRUNCATED])
     assert raw.parse().usage.input_tokens == count_tokens(tokenizer, drop_turns(long, dropped))
+
+
+def _anthropic(office: Office, key: str):
+    import anthropic
+
+    return anthropic.Anthropic(base_url=office.base_url, api_key=key, max_retries=0)
+
+
+def _as_anthropic(messages: list[dict]) -> dict:
+    """A chat in the Messages API's shape: the system message as `system`."""
+    system = [m["content"] for m in messages if m["role"] == "system"]
+    rest = [m for m in messages if m["role"] != "system"]
+    return {"system": system[0] if system else None, "messages": rest}
+
+
+def test_reject_on_the_messages_api_is_anthropics_400_with_the_sentence(office: Office, sizes,
+                                                                        uniq) -> None:
+    import anthropic
+
+    short, long, n_short, n_long, cap = sizes
+    user = f"rej-msg-{uniq}"
+    key = office.admin.user_with_key(user, max_context_tokens=cap, on_limit="reject")
+    claude = _anthropic(office, key)
+    r = claude.messages.create(model=MODEL, max_tokens=3, **_as_anthropic(short))
+    assert r.usage.input_tokens + r.usage.cache_read_input_tokens == n_short
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        claude.messages.create(model=MODEL, max_tokens=3, **_as_anthropic(long))
+    assert exc.value.body == {"type": "error", "error": {
+        "type": "invalid_request_error", "message": context_sentence(n_long, cap)}}
+    m = office.metrics(key)
+    assert metric(m, "officellm:policy_refusals_total", user=user, reason="max_context_tokens",
+                  action="reject") == 1
+
+
+def test_notify_on_the_messages_api_answers_the_sentence(office: Office, sizes, uniq) -> None:
+    short, long, n_short, n_long, cap = sizes
+    user = f"ntf-msg-{uniq}"
+    key = office.admin.user_with_key(user, max_context_tokens=cap, on_limit="notify")
+    r = _anthropic(office, key).messages.create(model=MODEL, max_tokens=3,
+                                                **_as_anthropic(long))
+    assert [b.text for b in r.content] == [context_sentence(n_long, cap)]
+    assert r.stop_reason == "end_turn" and r.usage.output_tokens == 0
