@@ -158,11 +158,24 @@ class KVCacheTooSmallError(RuntimeError):
 ALLOW_LONG_MAX_MODEL_LEN = "OFFICELLM_ALLOW_LONG_MAX_MODEL_LEN"
 
 
+# RoPE scalings whose factor stretches max_position_embeddings (vLLM's reading); llama3's and
+# longrope's configs already state the stretched length there.
+_STRETCHING_ROPE_TYPES = frozenset({"yarn", "linear", "dynamic"})
+
+
+def model_window(spec: ModelSpec) -> int:
+    """The longest context the model is made for: max_position_embeddings, times a YaRN,
+    linear or dynamic RoPE scaling's factor (Qwen2.5's YaRN x4 serves 131,072 tokens)."""
+    scaling = spec.rope_scaling or {}
+    factor = scaling.get("factor") if scaling.get("rope_type") in _STRETCHING_ROPE_TYPES else None
+    return int(spec.max_position_embeddings * factor) if factor else spec.max_position_embeddings
+
+
 def check_max_model_len(spec: ModelSpec, max_model_len: int | None) -> None:
-    """ValueError for a max_model_len beyond the window the model was trained on, unless
-    ALLOW_LONG_MAX_MODEL_LEN is 1: positions past it were never seen, and answers there
-    degrade without any error to say so."""
-    window = spec.max_position_embeddings
+    """ValueError for a max_model_len beyond the window the model was made for
+    (model_window), unless ALLOW_LONG_MAX_MODEL_LEN is 1: positions past it were never seen,
+    and answers there degrade without any error to say so."""
+    window = model_window(spec)
     if max_model_len is None or max_model_len <= window:
         return
     if os.environ.get(ALLOW_LONG_MAX_MODEL_LEN) == "1":
@@ -171,7 +184,8 @@ def check_max_model_len(spec: ModelSpec, max_model_len: int | None) -> None:
                        f"{window:,}", ALLOW_LONG_MAX_MODEL_LEN)
         return
     raise ValueError(f"--max-model-len {max_model_len:,} is beyond the {window:,} tokens this "
-                     f"model was trained on (max_position_embeddings in its config.json); "
+                     f"model was made for (max_position_embeddings in its config.json, times "
+                     f"its RoPE scaling's factor); "
                      f"positions past them give answers that degrade without an error. Use "
                      f"--max-model-len {window:,} or less, or set {ALLOW_LONG_MAX_MODEL_LEN}=1 "
                      f"if the model was extended or you accept that.")

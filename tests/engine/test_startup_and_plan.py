@@ -15,6 +15,7 @@ from officellm.engine.kv_plan import (
     format_plan,
     load_spec,
     make_plan,
+    model_window,
     shipped_configs,
 )
 from officellm.engine.loading.model_spec import ModelSpec
@@ -208,3 +209,13 @@ def test_the_long_window_is_served_when_the_operator_allows_it(monkeypatch):
     with pytest.raises(ValueError, match="beyond the 8,192 tokens"):
         check_max_model_len(spec, 32768)
     check_max_model_len(spec, 8192)
+
+
+def test_a_yarn_scaled_model_is_made_for_its_stretched_window():
+    spec = ModelSpec.from_config_dict({"model_type": "qwen2", "num_hidden_layers": 2,
+                                       "hidden_size": 64, "intermediate_size": 128,
+                                       "num_attention_heads": 4, "vocab_size": 100,
+                                       "max_position_embeddings": 32768,
+                                       "rope_scaling": {"type": "yarn", "factor": 4.0}})
+    assert model_window(spec) == 131072
+    check_max_model_len(spec, 131072)

@@ -29,10 +29,13 @@ def test_kv_budget_formula():
 
 
 def test_too_small_budget_is_refused_with_the_numbers():
+    # Qwen2.5-7B with its YaRN x4: 131,072 tokens is within the window it is made for.
     spec = ModelSpec.from_config_dict({
         "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
         "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-        "vocab_size": 152064, "max_position_embeddings": 32768})
+        "vocab_size": 152064, "max_position_embeddings": 32768,
+        "rope_scaling": {"type": "yarn", "factor": 4.0,
+                         "original_max_position_embeddings": 32768}})
     budget = kv_budget_bytes(24 * 1024**3, 0.9, 15 * 1024**3, 3 * 1024**3, 0, 1024**3)
     with pytest.raises(KVCacheTooSmallError, match="gpu-memory-utilization") as err:
         size_pool(spec, budget, spec.kv_bytes_per_token(2), 16, 131072,
