@@ -1,14 +1,18 @@
 """Requests recorded from the real coding agents (tests/server/recorded/: Claude Code through
 /v1/messages, Codex CLI through /v1/responses; texts anonymised, their lengths, structure, tool
-names and schemas as the clients sent them), replayed against the shared server: each is
-served, and its stream is what the client's SDK parses, to its last event.
+names and schemas as the clients sent them), replayed against a server: each is served, and
+its stream is what the client's SDK parses, to its last event.
 
-Only max_tokens is lowered (Claude Code asks for 64,000; Codex sends none and gets the
-server's default): a CI box decodes a few tokens a second."""
+The server runs a tiny random-weight model with SmolLM2's chat template and a 16k window
+(OFFICELLM_ALLOW_LONG_MAX_MODEL_LEN: past its trained 1,024 positions, which does not matter
+for the shapes tested here): the agents' prompts are 3-5k tokens once their tools are
+described, minutes of prefill for the bundled model on a CI box. Only max_tokens is lowered
+(Claude Code asks for 64,000), and Codex's model name is the served one."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,11 +21,30 @@ from anthropic.types import RawMessageStreamEvent
 from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from officellm.engine.kv_plan import ALLOW_LONG_MAX_MODEL_LEN
 from tests.support.server_api import TIMEOUT
 from tests.support.server_process import ServerProcess
+from tests.support.tiny_models import shared_tiny_model
 
 RECORDED = Path(__file__).parent / "recorded"
 MAX_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
+           ) -> Iterator[ServerProcess]:
+    """A tiny model served for the agents: Claude Code's model names by alias, no context
+    cap, a 16k window."""
+    model = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
+    with ServerProcess(str(model), "--max-model-len", "16384", "--max-context-tokens", "0",
+                       "--model-alias", "claude-*",
+                       env={ALLOW_LONG_MAX_MODEL_LEN: "1"}) as srv:
+        yield srv
+
+
+def served_model(server: ServerProcess) -> str:
+    r = httpx.get(f"{server.base_url}/v1/models", headers=server.headers, timeout=TIMEOUT)
+    return r.json()["data"][0]["id"]
 
 
 def replay(server: ServerProcess, name: str, body_changes: dict) -> list[dict]:
@@ -64,7 +87,8 @@ def test_claude_codes_resent_prefix_is_read_from_the_prefix_cache(server) -> Non
 
 
 def test_codexs_request_is_served_as_openais_stream(server) -> None:
-    events = replay(server, "codex_0.171.0.json", {"max_output_tokens": MAX_TOKENS})
+    events = replay(server, "codex_0.171.0.json", {"max_output_tokens": MAX_TOKENS,
+                                                   "model": served_model(server)})
     adapter = TypeAdapter(ResponseStreamEvent)
     for event in events:
         usage = event.get("response", {}).get("usage")
