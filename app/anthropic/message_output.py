@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from officellm.app.anthropic.answers import (
     ContentBlockDelta,
@@ -42,6 +43,17 @@ def tool_use_id(call_id: str) -> str:
     return "toolu_" + call_id.removeprefix("call_")
 
 
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A call's arguments as tool_use's `input` object. A call cut short (max_tokens, the
+    window) has no whole object: its input is {}, and the message's stop_reason says it was
+    cut (the stream had sent the partial JSON as it came, as Anthropic's does)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def content_blocks(parts: ChatMessageParts, show_thinking: bool) -> list[OutBlock]:
     """The content blocks of a whole reply (thinking without its text when not shown)."""
     blocks: list[OutBlock] = []
@@ -49,7 +61,7 @@ def content_blocks(parts: ChatMessageParts, show_thinking: bool) -> list[OutBloc
         blocks.append(ThinkingOut(thinking=parts.reasoning if show_thinking else ""))
     if parts.content:
         blocks.append(TextOut(text=parts.content))
-    blocks += [ToolUseOut(id=tool_use_id(t.id), name=t.name, input=json.loads(t.arguments))
+    blocks += [ToolUseOut(id=tool_use_id(t.id), name=t.name, input=tool_input(t.arguments))
                for t in parts.tool_calls]
     return blocks
 

@@ -107,12 +107,11 @@ async def count_tokens(body: CountTokensRequest, request: Request,
     tokenizer call on a worker thread, spending no quota."""
     t0 = time.monotonic()
     principal = await get_caller(request, principal, None)
-    _plan, messages, _model = _read(server, body)
-    kwargs = body.template_kwargs()
+    plan, messages, _model = _read(server, body)
     try:
         ids = await run_in_threadpool(server.prompts.renderer.render, messages,
                                       not body.continues_answer,
-                                      {**kwargs, **_plan.template_kwargs})
+                                      {**body.template_kwargs(), **plan.template_kwargs})
     except ValueError as exc:
         raise invalid_value(exc, "messages") from exc
     # Never the text: only its size, like a generation's access line.
@@ -161,7 +160,6 @@ class _MessageAnswer:
         message = whole_message(self._message(gen.request_id, _usage(gen)), parts, stop,
                                 self.body.shows_thinking)
         return JSONResponse(message.model_dump(), headers=headers)
-
 
     def stop(self, gen: Generation, output: CompletionOutput, called: bool) -> Stop:
         window_full = gen.num_prompt_tokens + gen.num_completion_tokens >= self.max_model_len
