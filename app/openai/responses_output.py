@@ -128,6 +128,13 @@ class ResponseEventWriter:
         return [self._lifecycle("response.created", self._response),
                 self._lifecycle("response.in_progress", self._response)]
 
+    def heartbeat(self) -> list[ResponseStreamEvent]:
+        """response.in_progress again, for a stream that has been silent a while (a long
+        prompt's prefill on a CPU takes minutes; Codex drops a stream silent for 5 minutes and
+        only an event resets its clock, not an SSE comment). A lifecycle event every client
+        already reads, changing nothing it builds."""
+        return [self._lifecycle("response.in_progress", self._response)]
+
     def feed(self, parts: ChatDeltaParts) -> list[ResponseStreamEvent]:
         """The events of what one stream step read: reasoning, text, call pieces."""
         events: list[ResponseStreamEvent] = []

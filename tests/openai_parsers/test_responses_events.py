@@ -111,3 +111,21 @@ def test_a_reply_with_nothing_in_it_is_one_empty_message() -> None:
     assert without_ids(final.response.output) == without_ids(
         output_items(READER.message(""), incomplete=False))
     assert [(i.type, i.content[0].text) for i in final.response.output] == [("message", "")]
+
+
+def test_a_heartbeat_is_an_in_progress_event_in_sequence_that_changes_no_item() -> None:
+    from openai.types.responses import ResponseInProgressEvent
+
+    writer = ResponseEventWriter(in_progress())
+    stream = READER.stream()
+    events = [*writer.start()]
+    beats = writer.heartbeat()
+    events += [*beats, *writer.feed(stream.feed("Paris."))]
+    beats += writer.heartbeat()
+    events += [*beats[1:], *writer.feed(stream.finish()), *writer.finish("stop", USAGE)]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    for beat in beats:
+        assert ResponseInProgressEvent.model_validate(beat.model_dump()).response.status == \
+            "in_progress"
+    assert without_ids(events[-1].response.output) == without_ids(
+        output_items(READER.message("Paris."), incomplete=False))

@@ -44,6 +44,7 @@ from officellm.app.openai.sse import SSEResponse, sse
 from officellm.app.principal import Principal
 from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
+from officellm.app.serving.heartbeats import with_heartbeats
 from officellm.app.serving.prompt import ChatPrompt
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import EngineDeadError, SamplingParams
@@ -183,7 +184,10 @@ async def _stream(gen: Generation, plan: ChatPlan, response: ResponseObject,
     yield _events(writer.start())
     finish_reason = None
     try:
-        async for step in gen.choices():
+        async for step in with_heartbeats(gen.choices()):
+            if step is None:
+                yield _events(writer.heartbeat())
+                continue
             for c in step:
                 o = c.output
                 # Tokens held back (partial UTF-8, a tag not yet decided) come later.
