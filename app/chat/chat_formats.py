@@ -14,7 +14,8 @@ from officellm.app.chat.chat_output import ChatOutputReader
 from officellm.app.chat.output_constraint import Constraint
 from officellm.app.chat.reasoning_parsers import ReasoningParser, reasoning_parser_for
 from officellm.app.chat.tool_parsers import TOOL_CALL_PARSERS, detect_tool_call_format
-from officellm.app.chat.tools import ToolRequest, tools_system_text
+from officellm.app.chat.tool_parsers.whole_answer import WholeAnswerCallParser
+from officellm.app.chat.tools import FreeformCall, ToolRequest, tools_system_text
 
 # A model whose template teaches no format of its own is taught the Hermes one: its calls,
 # forced or of its own accord, are written and read that way.
@@ -95,6 +96,8 @@ class ChatFormats:
                 raise ValueError("A forced tool_choice and an output constraint "
                                  "(response_format or text.format, structured_outputs or "
                                  "guided_*) cannot both apply; send one of them.")
+            if tools.freeform is not None:
+                return self._freeform_plan(tools.freeform)
             fmt = self.call_format
             constraint = Constraint(tools.grammar(fmt), f"tool_{tools.choice}")
         elif not self.enable_auto_tool_choice:
@@ -115,3 +118,10 @@ class ChatFormats:
             return ChatPlan(constraint, reader, {"tools": tools.template_tools()}, kind=kind)
         return ChatPlan(constraint, reader, system_text=tools_system_text(tools.tools, fmt),
                         kind=kind)
+
+    def _freeform_plan(self, call: FreeformCall) -> ChatPlan:
+        """A forced freeform call: no tool format at all (the model would wrap its input in
+        one), the whole answer read as the call's input, under the tool's grammar."""
+        grammar = Constraint(call.grammar, "tool_named") if call.grammar is not None else None
+        reader = ChatOutputReader(self.reasoning, WholeAnswerCallParser(call.name))
+        return ChatPlan(grammar, reader, system_text=call.system_text, kind="tool_named")

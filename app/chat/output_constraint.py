@@ -58,7 +58,7 @@ class Constraint:
 
     @classmethod
     def of(cls, spec: StructuredOutputsParams) -> Constraint:
-        kind = {"json": "json_schema", "structural_tag": "grammar"}.get(spec.kind, spec.kind)
+        kind = {"json": "json_schema", "structural_tag": "grammar", "lark": "grammar"}.get(spec.kind, spec.kind)
         return cls(spec, kind)
 
 

@@ -65,15 +65,37 @@ CALL_FORMATS = {
 }
 
 
+# The one argument a freeform tool (OpenAI's custom tools) is called with here: the model
+# sees it as a function of one string, `input`, and writes its calls as it writes any other.
+FREEFORM_INPUT = "input"
+
+
+def freeform_parameters(description: str) -> dict[str, Any]:
+    """The JSON schema a freeform tool's function takes: {"input": <text>}."""
+    return {"type": "object", "required": [FREEFORM_INPUT],
+            "properties": {FREEFORM_INPUT: {"type": "string", "description": description}}}
+
+
+@dataclass(frozen=True)
+class FreeformCall:
+    """tool_choice naming a freeform tool: the whole answer is its input (raw text, the
+    tool's grammar constraining it where it has one); `system_text` tells the model so."""
+
+    name: str
+    system_text: str
+    grammar: StructuredOutputsParams | None
+
+
 @dataclass(frozen=True)
 class ToolRequest:
     """What a request's tools mean for this generation: the tools the template sees, and
-    whether (and how) calls are forced."""
+    whether (and how) calls are forced (`freeform`: the named tool is a freeform one)."""
 
     tools: list[ChatTool]
     choice: str  # none | auto | required | named
     forced_name: str | None
     parallel: bool
+    freeform: FreeformCall | None = None
 
     @classmethod
     def of(cls, tools: list[ChatTool] | None, tool_choice: ToolChoice | None,

@@ -54,6 +54,22 @@ class OutputFunctionCall(WireModel):
                                                     "namespace (sent only then).")
 
 
+class OutputCustomToolCall(WireModel):
+    """A call of one of the request's custom (freeform) tools, with its raw input; its
+    result goes back as a custom_tool_call_output input item with the same `call_id`."""
+
+    omit_unset: ClassVar[frozenset[str]] = frozenset({"namespace"})
+
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    id: str
+    call_id: str
+    name: str
+    input: str
+    status: ItemStatus
+    namespace: str | None = Field(None, description="A namespace's tool: its namespace (sent "
+                                                    "only then).")
+
+
 class ReasoningTextPart(WireModel):
     type: Literal["reasoning_text"] = "reasoning_text"
     text: str
@@ -69,8 +85,8 @@ class OutputReasoning(WireModel):
     status: ItemStatus
 
 
-OutputItem = Annotated[OutputMessage | OutputFunctionCall | OutputReasoning,
-                       Field(discriminator="type")]
+OutputItem = Annotated[OutputMessage | OutputFunctionCall | OutputCustomToolCall
+                       | OutputReasoning, Field(discriminator="type")]
 
 
 # -- the response -------------------------------------------------------------------------
@@ -111,15 +127,28 @@ class FunctionToolEcho(WireModel):
     strict: bool | None
 
 
+class CustomToolFormatEcho(WireModel):
+    type: Literal["text", "grammar"]
+    syntax: Literal["lark", "regex"] | None = None
+    definition: str | None = None
+
+
+class CustomToolEcho(WireModel):
+    type: Literal["custom"] = "custom"
+    name: str
+    description: str | None
+    format: CustomToolFormatEcho
+
+
 class NamespaceToolEcho(WireModel):
     type: Literal["namespace"] = "namespace"
     name: str
     description: str | None
-    tools: list[FunctionToolEcho]
+    tools: list[FunctionToolEcho | CustomToolEcho]
 
 
-class FunctionToolChoiceEcho(WireModel):
-    type: Literal["function"] = "function"
+class NamedToolChoiceEcho(WireModel):
+    type: Literal["function", "custom"] = "function"
     name: str
 
 
@@ -169,8 +198,8 @@ class ResponseObject(WireModel):
     background: Literal[False] = False
     temperature: float
     text: TextConfigEcho
-    tool_choice: Literal["none", "auto", "required"] | FunctionToolChoiceEcho
-    tools: list[FunctionToolEcho | NamespaceToolEcho]
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoiceEcho
+    tools: list[FunctionToolEcho | CustomToolEcho | NamespaceToolEcho]
     top_p: float
     truncation: Literal["disabled"] = "disabled"
     usage: ResponseUsage | None = None
@@ -258,10 +287,27 @@ class FunctionCallArgumentsDoneEvent(_Event):
     arguments: str
 
 
+class CustomToolCallInputDeltaEvent(_Event):
+    type: Literal["response.custom_tool_call_input.delta"] = \
+        "response.custom_tool_call_input.delta"
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class CustomToolCallInputDoneEvent(_Event):
+    type: Literal["response.custom_tool_call_input.done"] = \
+        "response.custom_tool_call_input.done"
+    item_id: str
+    output_index: int
+    input: str
+
+
 ResponseStreamEvent = (ResponseLifecycleEvent | OutputItemEvent | ContentPartEvent
                        | OutputTextDeltaEvent | OutputTextDoneEvent | ReasoningTextDeltaEvent
                        | ReasoningTextDoneEvent | FunctionCallArgumentsDeltaEvent
-                       | FunctionCallArgumentsDoneEvent)
+                       | FunctionCallArgumentsDoneEvent | CustomToolCallInputDeltaEvent
+                       | CustomToolCallInputDoneEvent)
 
 
 def event_stream_description() -> dict[int | str, dict[str, Any]]:

@@ -9,18 +9,24 @@ the response.
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Literal
 
 from officellm.app.chat.chat_output import ChatDeltaParts, ChatMessageParts
 from officellm.app.chat.tool_parsers import ToolCallDelta
+from officellm.app.chat.tools import FREEFORM_INPUT
 from officellm.app.openai.responses_api_models import (
     ContentPartEvent,
+    CustomToolCallInputDeltaEvent,
+    CustomToolCallInputDoneEvent,
     FunctionCallArgumentsDeltaEvent,
     FunctionCallArgumentsDoneEvent,
     IncompleteDetails,
     ItemStatus,
+    OutputCustomToolCall,
     OutputFunctionCall,
     OutputItem,
     OutputItemEvent,
@@ -39,7 +45,7 @@ from officellm.app.openai.responses_api_models import (
     ResponseStreamEvent,
     ResponseUsage,
 )
-from officellm.app.openai.responses_protocol import NAMESPACE_SEPARATOR
+from officellm.app.openai.responses_protocol import ToolNames
 
 
 def item_id(prefix: str) -> str:
@@ -57,29 +63,69 @@ def response_status(finish_reason: str | None) -> tuple[ResponseStatus, Incomple
     return "completed", None
 
 
-def split_call_name(name: str, namespaces: frozenset[str]) -> tuple[str, str | None]:
-    """A called `namespace.function` as (function, namespace) when `namespace` is one of the
-    request's namespaces, else (name, None)."""
-    namespace, sep, function = name.partition(NAMESPACE_SEPARATOR)
-    if sep and function and namespace in namespaces:
-        return function, namespace
-    return name, None
+# The opening of a freeform call's arguments, {"input": "..., as the model writes it.
+_INPUT_OPENING = re.compile(r'\s*\{\s*"' + FREEFORM_INPUT + r'"\s*:\s*"')
 
 
-def _function_call(item_id_: str, call_id: str, name: str, arguments: str,
-                   status: ItemStatus, namespaces: frozenset[str]) -> OutputFunctionCall:
-    function, namespace = split_call_name(name, namespaces)
-    call = OutputFunctionCall(id=item_id_, call_id=call_id, name=function, arguments=arguments,
-                              status=status)
+def _input_so_far(arguments: str) -> str:
+    """The decoded part of a custom tool's input that its call's arguments hold so far
+    ({"input": "... cut anywhere): what a stream can send before the call is whole."""
+    opening = _INPUT_OPENING.match(arguments)
+    if opening is None:
+        return ""
+    body = arguments[opening.end():]
+    i = 0
+    while i < len(body) and body[i] != '"':
+        if body[i] != "\\":
+            i += 1
+            continue
+        width = 2
+        if body[i + 1:i + 2] == "u":
+            # A high surrogate's escape waits for its pair's: half a character is none.
+            high = body[i + 2:i + 4].lower() in ("d8", "d9", "da", "db")
+            width = 12 if high else 6
+        if i + width > len(body):
+            break
+        i += width
+    try:
+        return json.loads(f'"{body[:i]}"')
+    except ValueError:
+        return ""
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool's input from its call's arguments, {"input": <text>}; from arguments
+    that are not that object (a model's slip, or a call cut short), what of the input they
+    hold, else their text as it is."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        value = None
+    if isinstance(value, dict) and isinstance(value.get(FREEFORM_INPUT), str):
+        return value[FREEFORM_INPUT]
+    return _input_so_far(arguments) if _INPUT_OPENING.match(arguments) else arguments
+
+
+def _call(item_id_: str, call_id: str, called: str, arguments: str, status: ItemStatus,
+          names: ToolNames) -> OutputFunctionCall | OutputCustomToolCall:
+    """The output item of a call: a function_call, or a custom_tool_call with its input;
+    a namespace's tool named apart from it."""
+    name, namespace = names.split(called)
+    call: OutputFunctionCall | OutputCustomToolCall
+    if names.is_custom(called):
+        call = OutputCustomToolCall(id=item_id_, call_id=call_id, name=name,
+                                    input=custom_input(arguments), status=status)
+    else:
+        call = OutputFunctionCall(id=item_id_, call_id=call_id, name=name, arguments=arguments,
+                                  status=status)
     if namespace is not None:
         call.namespace = namespace  # set, so sent (WireModel.omit_unset)
     return call
 
 
 def output_items(parts: ChatMessageParts, incomplete: bool,
-                 namespaces: frozenset[str] = frozenset()) -> list[OutputItem]:
-    """The output items of a whole reply (calls of a namespace's functions named apart from
-    it, by `namespaces`)."""
+                 names: ToolNames = ToolNames()) -> list[OutputItem]:
+    """The output items of a whole reply (its calls read back by the request's `names`)."""
     items: list[OutputItem] = []
     if parts.reasoning:
         items.append(OutputReasoning(id=item_id("rs"), status="completed",
@@ -87,17 +133,21 @@ def output_items(parts: ChatMessageParts, incomplete: bool,
     if parts.content or not (items or parts.tool_calls):
         items.append(OutputMessage(id=item_id("msg"), status="completed",
                                    content=[OutputText(text=parts.content or "")]))
-    items += [_function_call(item_id("fc"), t.id, t.name, t.arguments, "completed", namespaces)
-              for t in parts.tool_calls]
+    items += [_call(item_id(_call_prefix(t.name, names)), t.id, t.name, t.arguments,
+                    "completed", names) for t in parts.tool_calls]
     if incomplete:
         items[-1].status = "incomplete"
     return items
 
 
+def _call_prefix(called: str, names: ToolNames) -> str:
+    return "ctc" if names.is_custom(called) else "fc"
+
+
 @dataclass
 class _OpenItem:
     """The item a stream is writing: what kind, where, and its text so far (a call's
-    arguments, for a function call)."""
+    arguments, for a call; of a custom tool's input, `sent` is what went out)."""
 
     kind: Literal["reasoning", "message", "function_call"]
     id: str
@@ -105,6 +155,8 @@ class _OpenItem:
     text: str = ""
     call_id: str = ""
     name: str = ""
+    custom: bool = False
+    sent: str = ""
 
 
 class ResponseEventWriter:
@@ -113,12 +165,11 @@ class ResponseEventWriter:
     output_items() gives for the whole text, since the reader's deltas assemble to its
     whole reading."""
 
-    def __init__(self, response: ResponseObject,
-                 namespaces: frozenset[str] = frozenset()) -> None:
+    def __init__(self, response: ResponseObject, names: ToolNames = ToolNames()) -> None:
         """`response`: the response in progress (status in_progress, no output, no usage);
-        `namespaces`: the request's, which its calls' names are split by."""
+        `names`: the request's tool names, which its calls are read back by."""
         self._response = response
-        self._namespaces = namespaces
+        self._names = names
         self._sequence = 0
         self._items: list[OutputItem] = []  # the items done
         self._open: _OpenItem | None = None
@@ -196,18 +247,33 @@ class ResponseEventWriter:
             events += self._begin("function_call", call.id, call.name or "")
         item = self._open
         assert item is not None and item.kind == "function_call"
-        if call.arguments:
-            item.text += call.arguments
+        if not call.arguments:
+            return events
+        item.text += call.arguments
+        where = {"item_id": item.id, "output_index": item.output_index}
+        if not item.custom:
             events.append(FunctionCallArgumentsDeltaEvent(
-                sequence_number=self._next(), item_id=item.id, output_index=item.output_index,
-                delta=call.arguments))
+                sequence_number=self._next(), delta=call.arguments, **where))
+            return events
+        events += self._input_delta(item, _input_so_far(item.text))
         return events
+
+    def _input_delta(self, item: _OpenItem, so_far: str) -> list[ResponseStreamEvent]:
+        """A custom tool's input that `so_far` adds to what was sent (none if it adds
+        nothing, or is not what was sent and more)."""
+        if len(so_far) <= len(item.sent) or not so_far.startswith(item.sent):
+            return []
+        delta, item.sent = so_far[len(item.sent):], so_far
+        return [CustomToolCallInputDeltaEvent(sequence_number=self._next(), item_id=item.id,
+                                              output_index=item.output_index, delta=delta)]
 
     def _begin(self, kind: Literal["reasoning", "message", "function_call"], call_id: str = "",
                name: str = "") -> list[ResponseStreamEvent]:
+        custom = kind == "function_call" and self._names.is_custom(name)
         prefix = {"reasoning": "rs", "message": "msg", "function_call": "fc"}[kind]
-        item = self._open = _OpenItem(kind, item_id(prefix), len(self._items), call_id=call_id,
-                                      name=name)
+        item = self._open = _OpenItem(kind, item_id("ctc" if custom else prefix),
+                                      len(self._items), call_id=call_id, name=name,
+                                      custom=custom)
         added = OutputItemEvent(type="response.output_item.added", sequence_number=self._next(),
                                 output_index=item.output_index,
                                 item=self._item(item, "in_progress", empty=True))
@@ -221,8 +287,13 @@ class ResponseEventWriter:
             return []
         events: list[ResponseStreamEvent] = []
         where = {"item_id": item.id, "output_index": item.output_index}
-        if item.kind == "function_call":
-            name = split_call_name(item.name, self._namespaces)[0]
+        if item.custom:
+            whole = custom_input(item.text)
+            events += self._input_delta(item, whole)
+            events.append(CustomToolCallInputDoneEvent(sequence_number=self._next(),
+                                                       input=whole, **where))
+        elif item.kind == "function_call":
+            name = self._names.split(item.name)[0]
             events.append(FunctionCallArgumentsDoneEvent(
                 sequence_number=self._next(), name=name, arguments=item.text, **where))
         else:
@@ -245,8 +316,8 @@ class ResponseEventWriter:
     def _item(self, item: _OpenItem, status: ItemStatus, empty: bool = False) -> OutputItem:
         """The item as it stands: `empty` for its first event (no content yet)."""
         if item.kind == "function_call":
-            return _function_call(item.id, item.call_id, item.name,
-                                  "" if empty else item.text, status, self._namespaces)
+            return _call(item.id, item.call_id, item.name, "" if empty else item.text, status,
+                         self._names)
         if item.kind == "reasoning":
             return OutputReasoning(id=item.id, status=status,
                                    content=[] if empty else [ReasoningTextPart(text=item.text)])

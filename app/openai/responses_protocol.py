@@ -16,6 +16,8 @@ sampling_params() builds it, shown in the JSON schema); max_output_tokens is its
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -37,11 +39,14 @@ from officellm.app.chat.output_constraint import (
     format_constraint,
 )
 from officellm.app.chat.tools import (
+    FREEFORM_INPUT,
     ChatTool,
+    FreeformCall,
     FunctionDefinition,
     NamedFunction,
     NamedToolChoice,
     ToolRequest,
+    freeform_parameters,
     template_message,
 )
 from officellm.app.openai.protocol import bounded
@@ -61,6 +66,26 @@ _UNSUPPORTED_INCLUDES = frozenset({"message.output_text.logprobs"})
 NAMESPACE_SEPARATOR = "."
 
 
+@dataclass(frozen=True)
+class ToolNames:
+    """How the names the model calls map back to a request's tools: `namespace.name` to a
+    namespace's tool, and which called names are custom (freeform) tools."""
+
+    namespaces: frozenset[str] = frozenset()
+    custom: frozenset[str] = frozenset()
+
+    def split(self, called: str) -> tuple[str, str | None]:
+        """A called `namespace.name` as (name, namespace) when `namespace` is one of the
+        request's namespaces, else (called, None)."""
+        namespace, sep, name = called.partition(NAMESPACE_SEPARATOR)
+        if sep and name and namespace in self.namespaces:
+            return name, namespace
+        return called, None
+
+    def is_custom(self, called: str) -> bool:
+        return called in self.custom
+
+
 class UnsupportedField(ValueError):
     """A request field this stateless server cannot honour; `param` names it (a 400)."""
 
@@ -70,6 +95,11 @@ class UnsupportedField(ValueError):
 
 
 # -- input items --------------------------------------------------------------------------
+
+def _called_name(name: str, namespace: str | None) -> str:
+    """The name the model sees and calls a tool by: `namespace.name` inside a namespace."""
+    return name if namespace is None else f"{namespace}{NAMESPACE_SEPARATOR}{name}"
+
 
 class TextPart(BaseModel):
     """A text content part: input_text (what the client writes) or output_text (an earlier
@@ -132,9 +162,7 @@ class FunctionCallItem(BaseModel):
     @property
     def called_name(self) -> str:
         """The name the model called it by (`namespace.name` inside a namespace)."""
-        if self.namespace is None:
-            return self.name
-        return f"{self.namespace}{NAMESPACE_SEPARATOR}{self.name}"
+        return _called_name(self.name, self.namespace)
 
 
 class FunctionCallOutputItem(BaseModel):
@@ -143,6 +171,32 @@ class FunctionCallOutputItem(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["function_call_output"]
+    call_id: str
+    output: TextContent
+
+
+class CustomToolCallItem(BaseModel):
+    """A call of a custom (freeform) tool in an earlier turn: its raw `input`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    namespace: str | None = None
+
+    @property
+    def called_name(self) -> str:
+        return _called_name(self.name, self.namespace)
+
+
+class CustomToolCallOutputItem(BaseModel):
+    """The result of a custom tool's call, by the call's `call_id`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["custom_tool_call_output"]
     call_id: str
     output: TextContent
 
@@ -166,7 +220,9 @@ class ReasoningItem(BaseModel):
 
 
 _ITEM_TYPES = {"message": MessageItem, "function_call": FunctionCallItem,
-               "function_call_output": FunctionCallOutputItem, "reasoning": ReasoningItem}
+               "function_call_output": FunctionCallOutputItem, "reasoning": ReasoningItem,
+               "custom_tool_call": CustomToolCallItem,
+               "custom_tool_call_output": CustomToolCallOutputItem}
 
 
 def _item_type(item: Any) -> str | None:
@@ -183,11 +239,14 @@ InputItem = Annotated[
     Annotated[MessageItem, Tag("MessageItem")]
     | Annotated[FunctionCallItem, Tag("FunctionCallItem")]
     | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutputItem")]
-    | Annotated[ReasoningItem, Tag("ReasoningItem")],
+    | Annotated[ReasoningItem, Tag("ReasoningItem")]
+    | Annotated[CustomToolCallItem, Tag("CustomToolCallItem")]
+    | Annotated[CustomToolCallOutputItem, Tag("CustomToolCallOutputItem")],
     Discriminator(_item_type, custom_error_type="input_item",
                   custom_error_message="Each input item is an object: a message "
                                        "({role, content}), a function_call, a "
-                                       "function_call_output or a reasoning item."),
+                                       "function_call_output, a custom_tool_call, a "
+                                       "custom_tool_call_output or a reasoning item."),
 ]
 Input = Annotated[
     Annotated[str, Tag("InputText")]
@@ -218,17 +277,82 @@ class FunctionTool(FunctionDefinition):
         return ChatTool(type="function", function=FunctionDefinition(**fields))
 
 
+class CustomToolFormat(BaseModel):
+    """A custom tool's input: free text, or text in a grammar (Lark or a regular
+    expression), which xgrammar constrains."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text", "grammar"] = "text"
+    syntax: Literal["lark", "regex"] | None = None
+    definition: str | None = None
+
+    @model_validator(mode="after")
+    def _grammar_given(self) -> CustomToolFormat:
+        if self.type == "grammar" and not (self.syntax and self.definition):
+            raise ValueError("A custom tool's format of type grammar needs its syntax (lark "
+                             "or regex) and its definition.")
+        return self
+
+    def grammar(self) -> StructuredOutputsParams | None:
+        """The constraint on the input (None for free text)."""
+        if self.type == "text":
+            return None
+        if self.syntax == "regex":
+            return StructuredOutputsParams(regex=self.definition)
+        return StructuredOutputsParams(lark=self.definition)
+
+    def sentence(self) -> str:
+        """What the model is told of the input."""
+        if self.type == "text":
+            return "Its input is free text."
+        return f"Its input is text in this {self.syntax} grammar:\n{self.definition}"
+
+
+class CustomTool(BaseModel):
+    """A freeform tool (Codex's `apply_patch`): called with raw text, not JSON. The model
+    sees a function of one string, `input`, described with the format; called of the
+    model's accord (auto, required), the grammar is that description; named in tool_choice,
+    the whole answer is the input and the grammar constrains it (docs/clients.md)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["custom"]
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")
+    description: str | None = None
+    format: CustomToolFormat = Field(default_factory=CustomToolFormat)
+
+    def _description(self) -> str:
+        return "\n".join(t for t in (self.description, self.format.sentence()) if t)
+
+    def chat_tool(self, namespace: str | None = None) -> ChatTool:
+        """The tool as a function of one string argument, `input`."""
+        return ChatTool(type="function", function=FunctionDefinition(
+            name=_called_name(self.name, namespace), description=self._description(),
+            parameters=freeform_parameters(f"The input of {self.name}, as raw text.")))
+
+    def forced_call(self, namespace: str | None = None) -> FreeformCall:
+        """A call of this tool as the whole answer (tool_choice naming it)."""
+        name = _called_name(self.name, namespace)
+        text = (f"Answer with the input of the tool {name} and nothing else: no explanation, "
+                f"no quotes, no JSON around it. {self._description()}")
+        return FreeformCall(name, text, self.format.grammar())
+
+
+NamespacedTool = Annotated[FunctionTool | CustomTool, Field(discriminator="type")]
+
+
 class NamespaceTool(BaseModel):
-    """Function tools grouped under a name (Codex's `multi_agent_v1`): the model sees each as
-    `namespace.name`; its calls come back as function_call items naming the function and its
-    namespace apart, as OpenAI's do."""
+    """Tools grouped under a name (Codex's `multi_agent_v1`): the model sees each as
+    `namespace.name`; its calls come back as items naming the tool and its namespace apart,
+    as OpenAI's do."""
 
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["namespace"]
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")
     description: str | None = None
-    tools: list[FunctionTool]
+    tools: list[NamespacedTool]
 
     def chat_tools(self) -> list[ChatTool]:
         return [t.chat_tool(self.name) for t in self.tools]
@@ -244,18 +368,22 @@ HOSTED_TOOL_TYPES = frozenset({
     "computer_use_preview", "computer_use", "mcp", "local_shell", "shell", "apply_patch"})
 
 
+_TOOL_TYPES = {"function": FunctionTool, "custom": CustomTool, "namespace": NamespaceTool}
+
+
 def _tool_type(tool: Any) -> str | None:
     if isinstance(tool, dict):
-        kind = tool.get("type", "function")
-        return {"function": "FunctionTool", "namespace": "NamespaceTool"}.get(kind)
-    return type(tool).__name__ if isinstance(tool, FunctionTool | NamespaceTool) else None
+        model = _TOOL_TYPES.get(tool.get("type", "function"))
+        return model.__name__ if model is not None else None
+    return type(tool).__name__ if isinstance(tool, tuple(_TOOL_TYPES.values())) else None
 
 
 ResponsesTool = Annotated[
-    Annotated[FunctionTool, Tag("FunctionTool")] | Annotated[NamespaceTool, Tag("NamespaceTool")],
+    Annotated[FunctionTool, Tag("FunctionTool")] | Annotated[CustomTool, Tag("CustomTool")]
+    | Annotated[NamespaceTool, Tag("NamespaceTool")],
     Discriminator(_tool_type, custom_error_type="tool",
-                  custom_error_message="Each tool is an object: a function tool or a namespace "
-                                       "of them."),
+                  custom_error_message="Each tool is an object: a function tool, a custom "
+                                       "tool or a namespace of them."),
 ]
 
 
@@ -268,7 +396,18 @@ class FunctionToolChoice(BaseModel):
     name: str
 
 
-ResponsesToolChoice = Literal["none", "auto", "required"] | FunctionToolChoice
+class CustomToolChoice(BaseModel):
+    """tool_choice naming one custom tool: {"type": "custom", "name": ...}."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["custom"]
+    name: str
+
+
+ResponsesToolChoice = (Literal["none", "auto", "required"]
+                       | Annotated[FunctionToolChoice | CustomToolChoice,
+                                   Field(discriminator="type")])
 
 
 class TextFormat(JSONSchemaFormat):
@@ -350,8 +489,7 @@ class ResponsesRequest(BaseModel):
                                      f"supported: {NO_TRANSCRIPTS}")
                 if isinstance(kind, str) and kind not in _ITEM_TYPES:
                     raise ValueError(f"Input item type {kind!r} (item {i}) is not supported: "
-                                     "send message, function_call, function_call_output and "
-                                     "reasoning items.")
+                                     f"send {', '.join(_ITEM_TYPES)} items.")
         return value
 
     @model_validator(mode="wrap")
@@ -367,10 +505,10 @@ class ResponsesRequest(BaseModel):
             kind = tool.get("type", "function") if isinstance(tool, dict) else None
             if kind in HOSTED_TOOL_TYPES:
                 skipped.append(kind)
-            elif isinstance(kind, str) and kind not in ("function", "namespace"):
+            elif isinstance(kind, str) and kind not in _TOOL_TYPES:
                 raise ValueError(f"Tool type {kind!r} (tools.{i}) is not supported: give "
-                                 "function tools (or namespaces of them), which the client "
-                                 "runs.")
+                                 "function or custom tools (or namespaces of them), which "
+                                 "the client runs.")
             else:
                 kept.append(tool)
         request = handler({**data, "tools": kept})
@@ -385,9 +523,10 @@ class ResponsesRequest(BaseModel):
     @field_validator("tool_choice", mode="before")
     @classmethod
     def _function_choice(cls, value: Any) -> Any:
-        if isinstance(value, dict) and value.get("type") != "function":
+        if isinstance(value, dict) and value.get("type") not in ("function", "custom"):
             raise ValueError(f"tool_choice of type {value.get('type')!r} is not supported; use "
-                             "'none', 'auto', 'required' or {'type': 'function', 'name': ...}.")
+                             "'none', 'auto', 'required', {'type': 'function', 'name': ...} "
+                             "or {'type': 'custom', 'name': ...}.")
         return value
 
     def check_supported(self) -> None:
@@ -419,8 +558,9 @@ class ResponsesRequest(BaseModel):
     def messages(self) -> list[Message]:
         """The conversation as chat-template messages: `instructions` as a system message
         first, then the input's items in order; an earlier turn's function_call items join
-        the assistant message before them (one turn: its text, then its calls), each
-        function_call_output is a `tool` message. ValueError (a 400) for a call whose
+        the assistant message before them (one turn: its text, then its calls; a custom
+        tool's call with its input as the `input` argument), each function_call_output and
+        custom_tool_call_output is a `tool` message. ValueError (a 400) for a call whose
         arguments are not JSON, or an input with no message."""
         out: list[Message] = []
         if self.instructions:
@@ -436,9 +576,11 @@ class ResponsesRequest(BaseModel):
                 if item.role == "assistant" and reasoning:
                     message["reasoning_content"], reasoning = reasoning, None
                 out.append(message)
-            elif isinstance(item, FunctionCallItem):
+            elif isinstance(item, FunctionCallItem | CustomToolCallItem):
+                arguments = (item.arguments if isinstance(item, FunctionCallItem)
+                             else json.dumps({FREEFORM_INPUT: item.input}, ensure_ascii=False))
                 call = {"id": item.call_id, "type": "function",
-                        "function": {"name": item.called_name, "arguments": item.arguments}}
+                        "function": {"name": item.called_name, "arguments": arguments}}
                 if out and out[-1]["role"] == "assistant":
                     out[-1].setdefault("tool_calls", []).append(call)
                 else:
@@ -454,23 +596,47 @@ class ResponsesRequest(BaseModel):
 
     def tool_request(self) -> ToolRequest | None:
         """What the tools and tool_choice ask for (None: no tools in play); ValueError
-        (a 400) for a choice naming no given tool."""
+        (a 400) for a choice naming no given tool of its type."""
         choice = self.tool_choice
+        if isinstance(choice, CustomToolChoice):
+            custom = self._custom_tools()
+            named = [called for called, (tool, _) in custom.items()
+                     if choice.name in (called, tool.name)]
+            if not named:
+                raise ValueError(f"tool_choice names the custom tool {choice.name!r}, which is "
+                                 "not in tools.")
+            tool, namespace = custom[named[0]]
+            return ToolRequest(self.chat_tools(), "named", named[0], self.parallel_tool_calls,
+                               freeform=tool.forced_call(namespace))
         if isinstance(choice, FunctionToolChoice):
             choice = NamedToolChoice(type="function", function=NamedFunction(name=choice.name))
         return ToolRequest.of(self.chat_tools(), choice, self.parallel_tool_calls)
 
     def chat_tools(self) -> list[ChatTool]:
-        """Every function the model may call, a namespace's by their `namespace.name`."""
+        """Every tool the model may call as a function, a namespace's by their
+        `namespace.name`."""
         out: list[ChatTool] = []
         for tool in self.tools or []:
             out += tool.chat_tools() if isinstance(tool, NamespaceTool) else [tool.chat_tool()]
         return out
 
+    def _custom_tools(self) -> dict[str, tuple[CustomTool, str | None]]:
+        """The custom tools by the name the model calls them, with their namespaces."""
+        found: dict[str, tuple[CustomTool, str | None]] = {}
+        for tool in self.tools or []:
+            inner = tool.tools if isinstance(tool, NamespaceTool) else [tool]
+            namespace = tool.name if isinstance(tool, NamespaceTool) else None
+            for t in inner:
+                if isinstance(t, CustomTool):
+                    found[_called_name(t.name, namespace)] = (t, namespace)
+        return found
+
     @property
-    def namespaces(self) -> frozenset[str]:
-        """The names of the request's namespaces (its calls' names are split by them)."""
-        return frozenset(t.name for t in self.tools or [] if isinstance(t, NamespaceTool))
+    def tool_names(self) -> ToolNames:
+        """How the names the model calls map back to this request's tools."""
+        return ToolNames(
+            frozenset(t.name for t in self.tools or [] if isinstance(t, NamespaceTool)),
+            frozenset(self._custom_tools()))
 
     def output_constraint(self) -> Constraint | None:
         """What text.format asks the output to be (None: free text)."""

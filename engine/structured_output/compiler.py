@@ -30,7 +30,7 @@ _CPP_PREFIX = re.compile(r"^\[[^\]]*\]\s+\S+:\d+:\s*")
 MAX_JSON_WHITESPACE = 24
 _WHAT = {"json": "The JSON schema", "json_object": "The JSON object grammar",
          "regex": "The regular expression", "choice": "The choice list",
-         "grammar": "The grammar", "structural_tag": "The structural tag"}
+         "grammar": "The grammar", "lark": "The Lark grammar", "structural_tag": "The structural tag"}
 
 
 @dataclass
@@ -130,6 +130,9 @@ class GrammarCompiler:
                     "root ::= " + " | ".join(json.dumps(c) for c in params.choice))
             if kind == "grammar":
                 return compiler.compile_grammar(params.grammar)
+            if kind == "lark":
+                import xgrammar as xgr
+                return compiler.compile_grammar(xgr.Grammar.from_lark(params.lark))
             return compiler.compile_structural_tag(params.structural_tag)
         except StructuredOutputError:
             raise

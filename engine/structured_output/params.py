@@ -16,14 +16,16 @@ class StructuredOutputError(ValueError):
 class StructuredOutputsParams:
     """Exactly one of: a JSON schema (`json`, a dict or its JSON text), any JSON object
     (`json_object`), a regular expression, a list of choices, an EBNF grammar (xgrammar's
-    dialect, GBNF-like), or an xgrammar structural tag (JSON text; the server's tool calls
-    use it). The engine constrains sampling so the output matches it."""
+    dialect, GBNF-like), a Lark grammar (`lark`: the syntax of OpenAI's custom tools), or an
+    xgrammar structural tag (JSON text; the server's tool calls use it). The engine
+    constrains sampling so the output matches it."""
 
     json: dict[str, Any] | str | None = None
     json_object: bool = False
     regex: str | None = None
     choice: tuple[str, ...] | None = None
     grammar: str | None = None
+    lark: str | None = None
     structural_tag: str | None = None
 
     def __post_init__(self) -> None:
@@ -66,7 +68,7 @@ class StructuredOutputsParams:
         return json.dumps([self.kind, value], sort_keys=True, separators=(",", ":"))
 
 
-KINDS = ("json", "json_object", "regex", "choice", "grammar", "structural_tag")
+KINDS = ("json", "json_object", "regex", "choice", "grammar", "lark", "structural_tag")
 
 
 def _is_set(value: Any) -> bool:

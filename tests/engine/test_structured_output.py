@@ -80,6 +80,13 @@ def test_ebnf_grammar_output_is_in_the_language(smollm2_llm, prompts):
     assert re.fullmatch(r"\([a-z]+(,[a-z]+)*\)?|\([a-z]*(,[a-z]*)*", text)
 
 
+def test_lark_grammar_output_is_in_the_language(smollm2_llm, prompts):
+    grammar = 'start: "(" item ("," item)* ")"\nitem: /[a-z]+/'
+    text = texts(smollm2_llm, [prompts[3]],
+                 greedy(StructuredOutputsParams(lark=grammar), max_tokens=40))[0]
+    assert re.fullmatch(r"\([a-z]+(,[a-z]+)*\)?|\([a-z]*(,[a-z]*)*", text)
+
+
 def test_mixed_batch_gives_each_request_its_output_alone(smollm2_dir, prompts):
     """Constrained and free rows in one batch, under chunked prefill and forced preemption:
     every output is the one the request gets alone (masks touch their own rows only)."""
@@ -154,6 +161,7 @@ def test_identical_specs_compile_once(smollm2_llm):
 @pytest.mark.parametrize(("spec", "message"), [
     (StructuredOutputsParams(regex="(("), "The regular expression does not compile"),
     (StructuredOutputsParams(grammar="root ::= missing"), "The grammar does not compile"),
+    (StructuredOutputsParams(lark="start: missing"), "The Lark grammar does not compile"),
     (StructuredOutputsParams(json={"type": "strin"}), "The JSON schema does not compile"),
     (StructuredOutputsParams(json={"type": "array", "uniqueItems": True}),
      "keyword 'uniqueItems' (at #)"),

@@ -4,11 +4,14 @@ model's thinking and a model's tool calls included (the bundled model writes nei
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from officellm.app.chat.chat_output import ChatOutputReader
 from officellm.app.chat.reasoning_parsers import reasoning_parser_for
 from officellm.app.chat.tool_parsers import TOOL_CALL_PARSERS
+from officellm.app.chat.tool_parsers.whole_answer import WholeAnswerCallParser
 from officellm.app.openai.responses_api_models import (
     InputTokensDetails,
     OutputTokensDetails,
@@ -20,6 +23,7 @@ from officellm.app.openai.responses_api_models import (
     TextConfigEcho,
 )
 from officellm.app.openai.responses_output import ResponseEventWriter, output_items
+from officellm.app.openai.responses_protocol import ToolNames
 from tests.openai_parsers.streams import chunkings
 
 READER = ChatOutputReader(reasoning_parser_for("qwen3"), TOOL_CALL_PARSERS["hermes"])
@@ -129,3 +133,44 @@ def test_a_heartbeat_is_an_in_progress_event_in_sequence_that_changes_no_item() 
             "in_progress"
     assert without_ids(events[-1].response.output) == without_ids(
         output_items(READER.message("Paris."), incomplete=False))
+
+
+# -- custom (freeform) tools: a call's input streams raw, however its arguments arrive --------
+
+PATCH = '*** Begin Patch\n+say "hi" \\ é 😀\n*** End Patch\n'
+CUSTOM = ToolNames(custom=frozenset({"apply_patch"}))
+CUSTOM_CALLS = {
+    # Called of the model's own accord: JSON arguments in its tool format.
+    "hermes": (READER, '<tool_call>\n{"name": "apply_patch", "arguments": '
+               + json.dumps({"input": PATCH}) + '}\n</tool_call>'),
+    # tool_choice naming it: the whole answer is the input.
+    "whole_answer": (ChatOutputReader(None, WholeAnswerCallParser("apply_patch")), PATCH),
+}
+
+
+def custom_events(reader: ChatOutputReader, chunks: list[str]) -> list:
+    writer = ResponseEventWriter(in_progress(), CUSTOM)
+    stream = reader.stream()
+    events = writer.start()
+    for chunk in chunks:
+        events += writer.feed(stream.feed(chunk))
+    events += writer.feed(stream.finish())
+    return events + writer.finish("stop", USAGE)
+
+
+@pytest.mark.parametrize("how", CUSTOM_CALLS, ids=CUSTOM_CALLS.keys())
+def test_a_custom_calls_input_deltas_assemble_to_its_raw_input(how: str) -> None:
+    from openai.types.responses import ResponseCustomToolCallInputDoneEvent
+
+    reader, text = CUSTOM_CALLS[how]
+    for chunks in chunkings(text):
+        events = custom_events(reader, chunks)
+        deltas = "".join(e.delta for e in events
+                         if e.type == "response.custom_tool_call_input.delta")
+        (done,) = [e for e in events if e.type == "response.custom_tool_call_input.done"]
+        ResponseCustomToolCallInputDoneEvent.model_validate(done.model_dump())
+        assert deltas == done.input == PATCH, chunks
+        (item,) = events[-1].response.output
+        assert (item.type, item.input) == ("custom_tool_call", PATCH)
+        assert without_ids([item]) == without_ids(
+            output_items(reader.message(text), incomplete=False, names=CUSTOM))

@@ -11,6 +11,7 @@ route.
 from __future__ import annotations
 
 import json
+import re
 from typing import Literal
 
 import httpx
@@ -295,10 +296,18 @@ def test_a_hosted_tool_is_left_out_and_the_request_served(server) -> None:
     assert "hosted tools left out (this server cannot run them): web_search" in server.output()
 
 
-def test_a_custom_tool_is_refused_by_name(server) -> None:
-    tool = {"type": "custom", "name": "apply_patch", "format": {"type": "text"}}
-    error = openai_error(post(server, {"tools": [tool]}), 400)
-    assert "Tool type 'custom' (tools.0) is not supported" in error["message"]
+def test_an_unknown_tool_type_is_refused_by_name(server) -> None:
+    error = openai_error(post(server, {"tools": [{"type": "wizardry", "name": "x"}]}), 400)
+    assert "Tool type 'wizardry' (tools.0) is not supported" in error["message"]
+
+
+def test_a_custom_tools_grammar_that_does_not_compile_is_refused_when_it_must_constrain(
+        server) -> None:
+    tool = {"type": "custom", "name": "patch",
+            "format": {"type": "grammar", "syntax": "lark", "definition": "start: missing"}}
+    error = openai_error(post(server, {"tools": [tool],
+                                       "tool_choice": {"type": "custom", "name": "patch"}}), 400)
+    assert "The Lark grammar does not compile" in error["message"]
 
 
 def test_an_image_input_is_refused_by_name(server) -> None:
@@ -378,3 +387,58 @@ def test_a_codex_shaped_follow_up_with_its_call_output_and_reasoning_is_answered
             {"type": "function_call_output", "call_id": "call_1", "output": "agent 7 started"}])
     assert r.status == "completed" or r.incomplete_details.reason == "max_output_tokens"
     assert r.output_text
+
+
+# -- custom (freeform) tools: Codex's apply_patch ---------------------------------------------
+
+# A patch adding one line to one file: short enough for the 135M model to finish.
+PATCH_LARK = 'start: "*** Begin Patch\\n+" LINE "\\n*** End Patch"\nLINE: /[a-z ]{1,12}/'
+PATCH = re.compile(r"\*\*\* Begin Patch\n\+[a-z ]{1,12}\n\*\*\* End Patch")
+APPLY_PATCH = {"type": "custom", "name": "apply_patch",
+               "description": "Edit a file. This is a FREEFORM tool: send the patch itself.",
+               "format": {"type": "grammar", "syntax": "lark", "definition": PATCH_LARK}}
+EDIT = "Add the line 'hello world' to a.txt."
+
+
+def patch(client: openai.OpenAI, model: str, **kw):
+    return client.responses.create(
+        model=model, input=EDIT, temperature=0, tools=[ADD, APPLY_PATCH],
+        tool_choice={"type": "custom", "name": "apply_patch"}, max_output_tokens=40, **kw)
+
+
+def test_a_forced_custom_call_is_a_custom_tool_call_whose_input_is_in_its_grammar(
+        client, model) -> None:
+    response = patch(client, model)
+    (item,) = response.output
+    assert (item.type, item.name, response.status) == ("custom_tool_call", "apply_patch",
+                                                       "completed")
+    assert PATCH.fullmatch(item.input), item.input
+
+
+def test_a_streamed_custom_call_sends_its_input_raw_and_ends_with_the_same_call(
+        client, model) -> None:
+    whole = patch(client, model).output[0]
+    events = list(patch(client, model, stream=True))
+    deltas = "".join(e.delta for e in events
+                     if e.type == "response.custom_tool_call_input.delta")
+    (done,) = [e for e in events if e.type == "response.custom_tool_call_input.done"]
+    (item,) = events[-1].response.output
+    assert deltas == done.input == item.input == whole.input
+    assert events[-1].type == "response.completed"
+
+
+def test_a_follow_up_with_the_custom_call_and_its_output_is_answered(client, model) -> None:
+    first = patch(client, model)
+    (call,) = first.output
+    history = [{"role": "user", "content": EDIT}, *[item.to_dict() for item in first.output],
+               {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done."}]
+    r = create(client, model, input=history, tools=[APPLY_PATCH], max_output_tokens=12)
+    assert r.output_text or r.output
+
+
+def test_custom_tools_offered_of_the_models_accord_are_served(server) -> None:
+    """tool_choice auto: the tool is a function of one string for the model (the generic
+    format, on the bundled model); its grammar describes the input, not constrains it."""
+    r = post(server, {"input": EDIT, "tools": [APPLY_PATCH], "max_output_tokens": 24})
+    assert r.status_code == 200, r.text
+    assert r.json()["tools"][0]["format"]["definition"] == PATCH_LARK

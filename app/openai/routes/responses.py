@@ -17,10 +17,12 @@ from officellm.app.chat.chat_output import ChatDeltaParts, ChatMessageParts
 from officellm.app.errors import invalid_value
 from officellm.app.openai.answers import ERROR_RESPONSES
 from officellm.app.openai.responses_api_models import (
-    FunctionToolChoiceEcho,
+    CustomToolEcho,
+    CustomToolFormatEcho,
     FunctionToolEcho,
     InputTokensDetails,
     JSONSchemaTextFormat,
+    NamedToolChoiceEcho,
     NamespaceToolEcho,
     OutputTokensDetails,
     PlainTextFormat,
@@ -34,10 +36,13 @@ from officellm.app.openai.responses_api_models import (
 )
 from officellm.app.openai.responses_output import ResponseEventWriter, output_items, response_status
 from officellm.app.openai.responses_protocol import (
+    CustomTool,
+    CustomToolChoice,
     FunctionTool,
     FunctionToolChoice,
     NamespaceTool,
     ResponsesRequest,
+    ToolNames,
     UnsupportedField,
 )
 from officellm.app.openai.sse import SSEResponse, sse
@@ -105,13 +110,13 @@ class _ResponseAnswer:
 
     def stream(self, gen: Generation, headers: dict[str, str] | None) -> Response:
         return SSEResponse(_stream(gen, self.chat.plan, self._in_progress(gen),
-                                   self.body.namespaces),
+                                   self.body.tool_names),
                            on_close=gen.close, headers=headers)
 
     def whole(self, gen: Generation, choices: list[Choice],
               headers: dict[str, str] | None) -> Response:
         return JSONResponse(_completed(gen, choices[0], self.chat.plan, self._in_progress(gen),
-                                       self.body.namespaces).model_dump(), headers=headers)
+                                       self.body.tool_names).model_dump(), headers=headers)
 
 
 def _in_progress(response_id: str, created: int, body: ResponsesRequest, params: SamplingParams,
@@ -133,8 +138,8 @@ def _in_progress(response_id: str, created: int, body: ResponsesRequest, params:
         temperature=params.temperature, top_p=params.top_p,
         text=TextConfigEcho(format=text_format,
                             verbosity=body.text.verbosity if body.text is not None else None),
-        tool_choice=(FunctionToolChoiceEcho(name=choice.name)
-                     if isinstance(choice, FunctionToolChoice) else choice),
+        tool_choice=(NamedToolChoiceEcho(type=choice.type, name=choice.name)
+                     if isinstance(choice, FunctionToolChoice | CustomToolChoice) else choice),
         tools=[_tool_echo(t) for t in body.tools or []],
         user=body.user, metadata=body.metadata or {})
 
@@ -144,10 +149,21 @@ def _function_echo(tool: FunctionTool) -> FunctionToolEcho:
                             parameters=tool.parameters, strict=tool.strict)
 
 
-def _tool_echo(tool: FunctionTool | NamespaceTool) -> FunctionToolEcho | NamespaceToolEcho:
+def _custom_echo(tool: CustomTool) -> CustomToolEcho:
+    fmt = tool.format
+    return CustomToolEcho(name=tool.name, description=tool.description,
+                          format=CustomToolFormatEcho(type=fmt.type, syntax=fmt.syntax,
+                                                      definition=fmt.definition))
+
+
+def _tool_echo(tool: FunctionTool | CustomTool | NamespaceTool
+               ) -> FunctionToolEcho | CustomToolEcho | NamespaceToolEcho:
     if isinstance(tool, NamespaceTool):
         return NamespaceToolEcho(name=tool.name, description=tool.description,
-                                 tools=[_function_echo(t) for t in tool.tools])
+                                 tools=[_custom_echo(t) if isinstance(t, CustomTool)
+                                        else _function_echo(t) for t in tool.tools])
+    if isinstance(tool, CustomTool):
+        return _custom_echo(tool)
     return _function_echo(tool)
 
 
@@ -165,10 +181,10 @@ def _generation_usage(gen: Generation) -> ResponseUsage:
 
 
 def _completed(gen: Generation, choice: Choice, plan: ChatPlan, response: ResponseObject,
-               namespaces: frozenset[str]) -> ResponseObject:
+               names: ToolNames) -> ResponseObject:
     status, details = response_status(choice.output.finish_reason)
     items = output_items(plan.reader.message(choice.output.text), status == "incomplete",
-                         namespaces)
+                         names)
     return response.model_copy(update={"status": status, "incomplete_details": details,
                                        "output": items, "usage": _generation_usage(gen)})
 
@@ -178,8 +194,8 @@ def _events(events: Iterable[ResponseStreamEvent]) -> str:
 
 
 async def _stream(gen: Generation, plan: ChatPlan, response: ResponseObject,
-                  namespaces: frozenset[str]) -> AsyncIterator[str]:
-    writer = ResponseEventWriter(response, namespaces)
+                  names: ToolNames) -> AsyncIterator[str]:
+    writer = ResponseEventWriter(response, names)
     reader = plan.reader.stream()
     yield _events(writer.start())
     finish_reason = None
