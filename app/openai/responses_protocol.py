@@ -362,10 +362,14 @@ class NamespaceTool(BaseModel):
 # this server cannot run them, and clients send them as optional extras (Codex sends
 # web_search with every request), so a request carrying them is served without them, with
 # one log line (app/openai/routes/responses.py) and a word in docs/clients.md.
+# `tool_search` (Codex sends it for OpenAI's newest models) finds tools marked
+# `defer_loading`, which OpenAI hides from its model until found; here every tool is shown
+# from the start, so there is nothing to find.
 HOSTED_TOOL_TYPES = frozenset({
     "web_search", "web_search_preview", "web_search_2025_08_26",
     "web_search_preview_2025_03_11", "file_search", "code_interpreter", "image_generation",
-    "computer_use_preview", "computer_use", "mcp", "local_shell", "shell", "apply_patch"})
+    "computer_use_preview", "computer_use", "mcp", "local_shell", "shell", "apply_patch",
+    "tool_search"})
 
 
 _TOOL_TYPES = {"function": FunctionTool, "custom": CustomTool, "namespace": NamespaceTool}

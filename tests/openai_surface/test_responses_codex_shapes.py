@@ -199,3 +199,15 @@ def test_the_echoed_custom_tool_and_choice_validate_as_the_openai_packages_types
     echoed = Response.model_validate({**response.model_dump(), "output": []})
     assert echoed.tools[0].format.definition == APPLY_PATCH_LARK
     assert echoed.tool_choice.type == "custom"
+
+
+def test_tool_search_is_left_out_and_deferred_tools_are_shown_from_the_start():
+    """Codex sends tool_search (run by the client) with OpenAI's newest models; it finds the
+    tools marked defer_loading, which here the model sees from the start."""
+    search = {"type": "tool_search", "execution": "client", "description": "Find tools",
+              "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
+    deferred = {**SHELL, "name": "mcp_lookup", "defer_loading": True}
+    request = codex_request(tools=[SHELL, deferred, APPLY_PATCH, search, WEB])
+    assert request.skipped_tools == ["tool_search", "web_search"]
+    assert [t.function.name for t in request.chat_tools()] == ["shell", "mcp_lookup",
+                                                               "apply_patch"]
