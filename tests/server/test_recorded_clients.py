@@ -1,7 +1,8 @@
 """Requests recorded from the real clients (tests/server/recorded/: Claude Code through
 /v1/messages, Codex CLI through /v1/responses, texts anonymised, their lengths, structure, tool
 names and schemas as the clients sent them; Open WebUI's chat message with its 28 built-in
-tools and its follow-up task, both without max_tokens, through /v1/chat/completions),
+tools and its follow-up task, both without max_tokens, through /v1/chat/completions;
+Codex naming OpenAI's newest model, which brings its custom apply_patch tool),
 replayed against a server: each is served, and its stream is what the client's SDK parses,
 to its last event; a request without max_tokens stops at the server's default.
 
@@ -37,11 +38,11 @@ DEFAULT_MAX_TOKENS = 6  # the server's, for requests that name none (Open WebUI'
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
            ) -> Iterator[ServerProcess]:
-    """A tiny model served for the clients: Claude Code's model names by alias, no context
-    cap, a 16k window, a default max_tokens."""
+    """A tiny model served for the clients: Claude's and OpenAI's model names by alias, no
+    context cap, a 16k window, a default max_tokens."""
     model = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
     with ServerProcess(str(model), "--max-model-len", "16384", "--max-context-tokens", "0",
-                       "--model-alias", "claude-*",
+                       "--model-alias", "claude-*", "--model-alias", "gpt-*",
                        "--default-max-tokens", str(DEFAULT_MAX_TOKENS),
                        env={ALLOW_LONG_MAX_MODEL_LEN: "1"}) as srv:
         yield srv
@@ -112,6 +113,24 @@ def test_codexs_request_is_served_as_openais_stream(server) -> None:
     echoed = {t["type"] for t in events[0]["response"]["tools"]}
     assert echoed == {"function", "namespace"}  # web_search left out
     assert "hosted tools left out (this server cannot run them): web_search" in server.output()
+
+
+def test_codexs_request_for_openais_newest_model_is_served_with_apply_patch_as_a_custom_tool(
+        server) -> None:
+    """Named gpt-5.5, Codex sends apply_patch as a custom tool (its Lark grammar) and
+    tool_search; the server's aliases map the name to the served model here."""
+    events = replay(server, "codex_0.171.0_gpt-5.5.json", {"max_output_tokens": MAX_TOKENS})
+    adapter = TypeAdapter(ResponseStreamEvent)
+    for event in events:
+        usage = event.get("response", {}).get("usage")
+        if usage is not None:
+            usage["input_tokens_details"].setdefault("cache_write_tokens", 0)
+        adapter.validate_python(event)
+    assert events[-1]["type"] in ("response.completed", "response.incomplete")
+    echoed = {(t["type"], t["name"]) for t in events[0]["response"]["tools"]}
+    assert ("custom", "apply_patch") in echoed
+    assert "hosted tools left out (this server cannot run them): tool_search, web_search" in \
+        server.output()
 
 
 def test_open_webuis_chat_message_with_its_builtin_tools_is_served_as_openais_stream(
