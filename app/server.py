@@ -50,11 +50,11 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     the app starts (its lifespan), so /health answers 503 while loading and 200 when ready.
 
     `db`: an upgraded Database (officellm serve passes the one it prepared, and closes it);
-    None opens and upgrades settings.db_path, closed when the app stops.
+    None opens and upgrades settings.database, closed when the app stops.
     """
     owns_db = db is None
     if db is None:
-        db, token_file = prepare_database(settings.db_path)
+        db, token_file = prepare_database(settings.database)
         if token_file is not None:
             logger.info("Admin token written to %s (readable by this user only)", token_file)
     factory = engine_factory or default_engine_factory(settings)

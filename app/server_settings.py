@@ -30,7 +30,9 @@ class ServerSettings:
     # is the user "key<i>", created in the database on first use of the flag.
     api_keys: list[str] = field(default_factory=list)
     no_auth: bool = False  # single-user desk mode: every request is the local user
-    db_path: str | None = None  # None = officellm.db in the user's data directory
+    # A SQLite file's path or a database URL (postgresql+psycopg://...); None = officellm.db
+    # in the user's data directory.
+    database: str | None = None
     admin_remote: bool = False  # let non-loopback clients reach /admin (token still needed)
     stats_window_s: float = 60.0  # what /admin/stats' rates and latency percentiles cover
     shutdown_timeout: float = 30.0

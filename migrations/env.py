@@ -1,10 +1,11 @@
-"""Alembic environment: the app's metadata, batch mode for SQLite."""
+"""Alembic environment: the app's metadata, batch mode (needed by SQLite, plain ALTERs on
+PostgreSQL)."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from officellm.app.db.sqlite_engine import make_engine
+from officellm.app.db.engines import make_engine
 from officellm.app.db.tables import Base
 
 config = context.config
@@ -38,9 +39,9 @@ def run_migrations_online() -> None:
             context.run_migrations()
         return
     url = config.get_main_option("sqlalchemy.url")
-    if not url or not url.startswith("sqlite:///"):
-        raise RuntimeError("set sqlalchemy.url to sqlite:///PATH (or use `officellm db upgrade`)")
-    engine = make_engine(url.removeprefix("sqlite:///"))
+    if not url:
+        raise RuntimeError("set sqlalchemy.url (or use `officellm db upgrade`)")
+    engine = make_engine(url)
     try:
         with engine.connect() as conn:
             _configure(connection=conn)

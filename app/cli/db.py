@@ -3,23 +3,40 @@
 from __future__ import annotations
 
 import argparse
+import os
 from datetime import datetime
 from pathlib import Path
 
 from officellm.app.db.database import Database
 from officellm.app.db.paths import default_db_path
 
+DATABASE_URL_ENV = "OFFICELLM_DATABASE_URL"
 
-def add_db_argument(parser: argparse.ArgumentParser) -> None:
-    """Add `--db PATH` (default: officellm.db in the user's data directory)."""
-    parser.add_argument("--db", type=Path, default=None,
-                        help=f"database file (default {default_db_path()})")
+
+def add_db_argument(parser: argparse.ArgumentParser, help_suffix: str = "") -> None:
+    """Add `--db PATH` (a SQLite file; default: officellm.db in the user's data directory)
+    and `--database-url URL` (default: $OFFICELLM_DATABASE_URL), one or the other."""
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--db", type=Path, default=None,
+                       help=f"SQLite database file (default {default_db_path()}){help_suffix}")
+    which.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV) or None,
+                       metavar="URL",
+                       help="a shared database instead of the file: "
+                            "postgresql+psycopg://USER:PASSWORD@HOST/NAME (docs/cluster.md); "
+                            f"default ${DATABASE_URL_ENV}{help_suffix}")
+
+
+def database_target(args: argparse.Namespace) -> str | Path | None:
+    """What --db or --database-url names (None: the default file). --db wins over the
+    environment's URL, so a file named on the command line is the one used."""
+    return args.db if args.db is not None else args.database_url
 
 
 def open_db(args: argparse.Namespace, upgrade: bool = True) -> Database:
-    """The database named by --db; brought to the newest schema unless upgrade=False (the
-    server does the same at start, so the data commands work on a fresh install too)."""
-    db = Database(args.db)
+    """The database named by --db or --database-url; brought to the newest schema unless
+    upgrade=False (the server does the same at start, so the data commands work on a fresh
+    install too)."""
+    db = Database(database_target(args))
     if upgrade:
         db.upgrade()
     return db
@@ -32,7 +49,7 @@ def format_time(value: datetime | None) -> str:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("db", help="database schema: upgrade, downgrade, current revision",
-                       description="Manage the schema of officellm's SQLite database.")
+                       description="Manage the schema of officellm's database.")
     dsub = p.add_subparsers(dest="db_command", required=True)
     up = dsub.add_parser("upgrade", help="upgrade the schema (default: to the newest)")
     up.add_argument("revision", nargs="?", default="head")
@@ -51,7 +68,7 @@ def run_upgrade(args: argparse.Namespace) -> int:
     db = open_db(args, upgrade=False)
     try:
         db.upgrade(args.revision)
-        print(f"{db.path}: at {db.current_revision()}")
+        print(f"{db.name}: at {db.current_revision()}")
     finally:
         db.close()
     return 0
@@ -61,7 +78,7 @@ def run_downgrade(args: argparse.Namespace) -> int:
     db = open_db(args, upgrade=False)
     try:
         db.downgrade(args.revision)
-        print(f"{db.path}: at {db.current_revision() or 'base (empty)'}")
+        print(f"{db.name}: at {db.current_revision() or 'base (empty)'}")
     finally:
         db.close()
     return 0
@@ -73,7 +90,7 @@ def run_current(args: argparse.Namespace) -> int:
         rev = db.current_revision()
         behind = rev is not None and not db.is_at_head()
         note = " (not the newest; run `officellm db upgrade`)" if behind else ""
-        print(f"{db.path}: at {rev or 'base (empty)'}{note}")
+        print(f"{db.name}: at {rev or 'base (empty)'}{note}")
     finally:
         db.close()
     return 0

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
 import uvicorn
 
+from officellm.app.cli.db import add_db_argument, database_target
 from officellm.app.db import prepare_database
-from officellm.app.db.paths import default_db_path
 from officellm.app.profiles import PROFILES, apply_profile
 from officellm.app.server import create_app
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
@@ -57,8 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-auth", action="store_true",
                    help="no keys: every request is the local user (single-user desk mode); "
                         "conflicts with --api-key")
-    p.add_argument("--db", type=Path, default=None,
-                   help=f"database file (default {default_db_path()}); upgraded at start")
+    add_db_argument(p, help_suffix="; upgraded at start")
     p.add_argument("--admin-remote", action="store_true",
                    help="let other machines reach /admin (default: this machine only); the "
                         "admin token is needed either way")
@@ -117,7 +115,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        default_max_tokens=args.default_max_tokens,
                        reasoning_parser=args.reasoning_parser,
                        no_auth=args.no_auth, admin_remote=args.admin_remote,
-                       db_path=str(args.db) if args.db is not None else None)
+                       database=(str(target) if (target := database_target(args)) is not None
+                                 else None))
     explicit = set(flags)
     if args.max_context_tokens is not None:
         explicit.add("max_context_tokens")
@@ -138,8 +137,8 @@ def run(args: argparse.Namespace) -> int:
         logger.info(line)
     # The schema is brought to head before anything else touches the file; a database from
     # an older officellm upgrades without losing a row (migrations/).
-    db, token_file = prepare_database(settings.db_path)
-    logger.info("Database: %s (schema %s)", db.path, db.current_revision())
+    db, token_file = prepare_database(settings.database)
+    logger.info("Database: %s (schema %s)", db.name, db.current_revision())
     if token_file is not None:
         # The path, never the token: logs are read by more people than the file's owner.
         logger.info("Admin token created and written to %s (readable by this user only)",

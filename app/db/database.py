@@ -1,4 +1,5 @@
-"""`Database`: one SQLite file, its engine, its sessions, its schema version."""
+"""`Database`: one database (a SQLite file or a PostgreSQL database), its engine, its
+sessions, its schema version."""
 
 from __future__ import annotations
 
@@ -6,34 +7,55 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from officellm.app.db import migrate
+from officellm.app.db.engines import database_url, make_engine, sqlite_file, take_writers_lock
 from officellm.app.db.jwt_secrets import JwtSecretStore
 from officellm.app.db.paths import admin_token_path, default_db_path, jwt_secrets_dir
-from officellm.app.db.sqlite_engine import IMMEDIATE, make_engine
+from officellm.installer.paths import default_data_dir
 
 
 class Database:
-    """Owns the engine and session factory of one database file.
+    """Owns the engine and session factory of one database: a SQLite file (the default) or a
+    PostgreSQL database that several replicas share (app/db/engines.py).
 
     Thread-safe: each caller takes its own session (`with db.session() as s:` for reads,
     `with db.transaction() as s:` for writes that commit on success).
     """
 
-    def __init__(self, path: Path | str | None = None, echo: bool = False) -> None:
-        self.path = Path(path).expanduser() if path is not None else default_db_path()
-        self.engine = make_engine(self.path, echo=echo)
+    def __init__(self, target: str | Path | None = None, echo: bool = False,
+                 files_dir: Path | None = None) -> None:
+        """`target`: a SQLAlchemy URL or a SQLite file's path (None: the default file).
+        `files_dir`: where the admin token and front-end keys' JWT secrets are kept (default:
+        beside a SQLite file, so a `--db` elsewhere gets its own; for a shared database, this
+        machine's data directory)."""
+        self.url = database_url(target if target is not None else default_db_path())
+        self.path = sqlite_file(self.url)  # None for PostgreSQL
+        self.files_dir = files_dir if files_dir is not None else (
+            self.path.parent if self.path is not None else default_data_dir())
+        self.engine = make_engine(self.url, echo=echo)
         # expire_on_commit=False: objects handed back by the repository functions stay
         # readable after their transaction ends.
         self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
-        self.jwt_secrets = JwtSecretStore(jwt_secrets_dir(self.path))
+        self.jwt_secrets = JwtSecretStore(jwt_secrets_dir(self.files_dir))
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.path is not None
+
+    @property
+    def name(self) -> str:
+        """The database as logs and the CLI name it: its file, or its URL without password."""
+        if self.path is not None:
+            return str(self.path)
+        return make_url(self.url).render_as_string(hide_password=True)
 
     @property
     def admin_token_path(self) -> Path:
-        """Where the raw admin token is written at first start (beside the database)."""
-        return admin_token_path(self.path)
+        """Where the raw admin token is written at first start."""
+        return admin_token_path(self.files_dir)
 
     def session(self) -> Session:
         """A new session; use as a context manager. Nothing is committed unless you commit."""
@@ -43,12 +65,12 @@ class Database:
     def transaction(self) -> Iterator[Session]:
         """A session inside one write transaction: committed on success, rolled back on error.
 
-        It holds SQLite's write lock from its start (BEGIN IMMEDIATE, waiting out another
-        writer up to the busy timeout), so reading then writing inside it never fails with
-        "database is locked" because another writer committed in between.
+        It holds the writers' lock from its start (app/db/engines.py: SQLite's BEGIN
+        IMMEDIATE, waiting out another writer up to the busy timeout; PostgreSQL's advisory
+        lock), so reading then writing inside it sees no other writer's commit in between.
         """
         with self.sessionmaker() as session, session.begin():
-            session.connection(execution_options={IMMEDIATE: True})  # BEGIN IMMEDIATE now
+            take_writers_lock(session)
             yield session
 
     def upgrade(self, revision: str = "head") -> None:
@@ -68,12 +90,16 @@ class Database:
         return self.current_revision() == migrate.head_revision()
 
     def checkpoint(self) -> None:
-        """Copy the WAL into the main file and truncate it (for backups and byte-level tests)."""
+        """Copy the WAL into the main file and truncate it (for backups and byte-level tests);
+        SQLite only."""
+        assert self.is_sqlite, "checkpoint is SQLite's"
         with self.engine.connect() as conn:
             conn.connection.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def integrity_check(self) -> str:
-        """SQLite's `PRAGMA integrity_check` result ("ok" when the file is sound)."""
+        """SQLite's `PRAGMA integrity_check` result ("ok" when the file is sound); SQLite
+        only."""
+        assert self.is_sqlite, "integrity_check is SQLite's"
         with self.engine.connect() as conn:
             rows = conn.execute(text("PRAGMA integrity_check")).scalars().all()
         return "\n".join(rows)

@@ -11,6 +11,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 
+from officellm.app.db.engines import MIGRATION_LOCK
+
 
 def migrations_dir() -> Path:
     """The directory of the `migrations` package (env.py, script.py.mako, versions/).
@@ -53,20 +55,47 @@ def _set_foreign_keys(conn: Connection, on: bool) -> None:
 
 def _run(engine: Engine, action: str, revision: str) -> None:
     with engine.connect() as conn:
-        # Batch migrations rebuild SQLite tables (create copy, drop, rename); with foreign keys
-        # on, dropping a parent table would cascade into or fail on its children.
-        _set_foreign_keys(conn, False)
-        try:
-            cfg = alembic_config()
-            cfg.attributes["connection"] = conn
-            getattr(command, action)(cfg, revision)
-            conn.commit()
-            _check_foreign_keys(conn)
-            conn.commit()
-        finally:
-            if conn.in_transaction():  # a failed migration: its transaction must end first
-                conn.rollback()
-            _set_foreign_keys(conn, True)
+        if engine.dialect.name == "sqlite":
+            _run_sqlite(conn, action, revision)
+        else:
+            _run_postgresql(conn, action, revision)
+
+
+def _alembic(conn: Connection, action: str, revision: str) -> None:
+    cfg = alembic_config()
+    cfg.attributes["connection"] = conn
+    getattr(command, action)(cfg, revision)
+
+
+def _run_sqlite(conn: Connection, action: str, revision: str) -> None:
+    # Batch migrations rebuild SQLite tables (create copy, drop, rename); with foreign keys
+    # on, dropping a parent table would cascade into or fail on its children.
+    _set_foreign_keys(conn, False)
+    try:
+        _alembic(conn, action, revision)
+        conn.commit()
+        _check_foreign_keys(conn)
+        conn.commit()
+    finally:
+        if conn.in_transaction():  # a failed migration: its transaction must end first
+            conn.rollback()
+        _set_foreign_keys(conn, True)
+
+
+def _run_postgresql(conn: Connection, action: str, revision: str) -> None:
+    # PostgreSQL alters tables in place, foreign keys checked all along, and its DDL is
+    # transactional: the whole migration commits or none of it. Replicas starting together
+    # take turns on a session lock; the next finds the schema at head and does nothing.
+    conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+    conn.commit()
+    try:
+        _alembic(conn, action, revision)
+        conn.commit()
+    finally:
+        if conn.in_transaction():
+            conn.rollback()
+        conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+        conn.commit()
 
 
 def _check_foreign_keys(conn: Connection) -> None:

@@ -19,11 +19,12 @@ def default_db_path() -> Path:
     return default_data_dir() / DB_FILENAME
 
 
-def admin_token_path(db_path: Path) -> Path:
-    """The admin token file lives beside its database, so a `--db` elsewhere gets its own token."""
-    return Path(db_path).parent / ADMIN_TOKEN_FILENAME
+def admin_token_path(files_dir: Path) -> Path:
+    """The admin token file in a database's files directory (Database: beside a SQLite file,
+    so a `--db` elsewhere gets its own token)."""
+    return Path(files_dir) / ADMIN_TOKEN_FILENAME
 
 
-def jwt_secrets_dir(db_path: Path) -> Path:
-    """Front-end keys' JWT secrets live beside their database too (app/db/jwt_secrets.py)."""
-    return Path(db_path).parent / JWT_SECRETS_DIRNAME
+def jwt_secrets_dir(files_dir: Path) -> Path:
+    """Front-end keys' JWT secrets, in the same directory (app/db/jwt_secrets.py)."""
+    return Path(files_dir) / JWT_SECRETS_DIRNAME

@@ -9,14 +9,14 @@ from officellm.app.db.database import Database
 from officellm.app.db.policies import get_policy
 
 
-def prepare_database(path: Path | str | None = None) -> tuple[Database, Path | None]:
-    """Open the database (default: the data-dir file), upgrade it to the newest schema, make
-    sure the default policy row and the admin token exist.
+def prepare_database(target: Path | str | None = None) -> tuple[Database, Path | None]:
+    """Open the database (a file's path or a URL; default: the data-dir file), upgrade it to
+    the newest schema, make sure the default policy row and the admin token exist.
 
     Returns the Database and the admin token file if it was written just now (print its
     path so the admin knows where to look), else None.
     """
-    db = Database(path)
+    db = Database(target)
     db.upgrade()
     with db.transaction() as session:
         get_policy(session, None)  # recreates the default row if a hand edit removed it

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Date,
     Float,
@@ -94,11 +95,11 @@ class Policy(Base):
     # the single default row is guaranteed by the code: the migration seeds it, nothing inserts one.
     user_id: Mapped[int | None] = mapped_column(
         ForeignKey("users.id", ondelete="CASCADE"), unique=True)
-    max_context_tokens: Mapped[int | None] = mapped_column(Integer)
-    max_turns: Mapped[int | None] = mapped_column(Integer)
+    max_context_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    max_turns: Mapped[int | None] = mapped_column(BigInteger)
     on_limit: Mapped[str | None] = mapped_column(String(16))
-    max_concurrent_requests: Mapped[int | None] = mapped_column(Integer)
-    max_tokens_per_day: Mapped[int | None] = mapped_column(Integer)
+    max_concurrent_requests: Mapped[int | None] = mapped_column(BigInteger)
+    max_tokens_per_day: Mapped[int | None] = mapped_column(BigInteger)
     share_prefix_cache: Mapped[bool | None] = mapped_column(Boolean)
     # The fair scheduler's weight (app/policy/scheduling.py) and KV share cap (0-1].
     priority: Mapped[str | None] = mapped_column(String(8))
@@ -114,10 +115,10 @@ class Thread(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
     thread_key: Mapped[str] = mapped_column(String(80))
-    turns: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
-    last_prompt_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    turns: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    last_prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     last_completion_tokens: Mapped[int] = mapped_column(
-        Integer, default=0, server_default=text("0"))
+        BigInteger, default=0, server_default=text("0"))
     first_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
 
@@ -130,9 +131,9 @@ class Usage(Base):
     user_id: Mapped[int] = mapped_column(
         ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
     day: Mapped[date] = mapped_column(Date, primary_key=True)
-    requests: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
-    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
-    completion_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
 class Event(Base):

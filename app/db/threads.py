@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import func, select
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.orm import Session
 
 from officellm.app.db.column_types import utcnow
+from officellm.app.db.dialect_sql import greatest, least, upsert
 from officellm.app.db.records import ThreadInfo
 from officellm.app.db.tables import Thread, User
 from officellm.app.db.users import UserRef, get_user
@@ -21,7 +21,7 @@ def record_thread(session: Session, user_id: int, thread_key: str, turns: int,
     """Upsert a thread's latest request: turns and tokens replace the old ones, first_seen keeps
     the earliest time, last_seen takes the latest."""
     seen = seen or utcnow()
-    stmt = insert(Thread).values(
+    stmt = upsert(session, Thread).values(
         user_id=user_id, thread_key=thread_key, turns=turns, last_prompt_tokens=prompt_tokens,
         last_completion_tokens=completion_tokens, first_seen=first_seen or seen, last_seen=seen)
     session.execute(stmt.on_conflict_do_update(
@@ -30,8 +30,8 @@ def record_thread(session: Session, user_id: int, thread_key: str, turns: int,
             "turns": stmt.excluded.turns,
             "last_prompt_tokens": stmt.excluded.last_prompt_tokens,
             "last_completion_tokens": stmt.excluded.last_completion_tokens,
-            "first_seen": func.min(Thread.first_seen, stmt.excluded.first_seen),
-            "last_seen": func.max(Thread.last_seen, stmt.excluded.last_seen),
+            "first_seen": least(session, Thread.first_seen, stmt.excluded.first_seen),
+            "last_seen": greatest(session, Thread.last_seen, stmt.excluded.last_seen),
         },
     ))
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import date, datetime, timezone
 
 from sqlalchemy import select
-from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.orm import Session
 
+from officellm.app.db.dialect_sql import upsert
 from officellm.app.db.records import UsageDay
 from officellm.app.db.tables import Usage
 from officellm.app.db.users import UserRef, get_user
@@ -24,7 +24,7 @@ def utc_today(now: datetime | None = None) -> date:
 def add_usage(session: Session, user_id: int, day: date, requests: int = 1,
               prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
     """Add to a user's counters for `day` (one upsert)."""
-    stmt = insert(Usage).values(user_id=user_id, day=day, requests=requests,
+    stmt = upsert(session, Usage).values(user_id=user_id, day=day, requests=requests,
                                 prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
     session.execute(stmt.on_conflict_do_update(
         index_elements=[Usage.user_id, Usage.day],

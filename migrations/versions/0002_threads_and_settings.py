@@ -50,7 +50,11 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("policies") as batch:
         batch.add_column(sa.Column("share_prefix_cache", sa.Boolean(), nullable=True))
-    op.execute("UPDATE policies SET share_prefix_cache = 0 WHERE user_id IS NULL")
+    # A bound false, not `= 0`: PostgreSQL compares no boolean with an integer.
+    policies = sa.table("policies", sa.column("user_id", sa.Integer()),
+                        sa.column("share_prefix_cache", sa.Boolean()))
+    op.execute(policies.update().where(policies.c.user_id.is_(None))
+               .values(share_prefix_cache=False))
 
 
 def downgrade() -> None:

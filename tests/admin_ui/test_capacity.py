@@ -154,7 +154,7 @@ def _never_loads():
 @pytest.fixture(scope="module")
 def admin_server(tmp_path_factory) -> Iterator[AdminServer]:
     data = tmp_path_factory.mktemp("what-if-server")
-    app = create_app(ServerSettings(no_auth=True, db_path=str(data / "officellm.db")),
+    app = create_app(ServerSettings(no_auth=True, database=str(data / "officellm.db")),
                      _never_loads)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

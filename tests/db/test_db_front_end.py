@@ -29,7 +29,8 @@ def _front_end(db: Database, name: str = "open-webui", secret: str | None = SECR
                          secrets=db.jwt_secrets)
 
 
-def test_the_secret_is_in_a_private_file_and_not_in_the_database(db: Database) -> None:
+def test_the_secret_is_in_a_private_file_and_not_in_the_database(sqlite_db: Database) -> None:
+    db = sqlite_db
     issued = _front_end(db)
     path = db.jwt_secrets.path(issued.info.id)
     assert path.read_text() == SECRET
@@ -57,7 +58,7 @@ def test_a_swapped_or_missing_secret_file_is_refused(db: Database) -> None:
     assert who is not None and who.jwt_secret_hash is not None
     path = db.jwt_secrets.path(who.key_id)
     path.write_text("someone-else's-secret-of-enough-length-000000")
-    fresh = Database(db.path)  # a new server run: nothing checked yet
+    fresh = Database(db.url, files_dir=db.files_dir)  # a new server run: nothing checked yet
     try:
         with pytest.raises(SecretUnavailable, match="not the secret"):
             fresh.jwt_secrets.load(who.key_id, who.jwt_secret_hash)
@@ -112,7 +113,8 @@ def test_a_person_is_made_a_user_linked_to_their_front_end(db: Database) -> None
     assert listed == {"alice@example.com": "open-webui", "open-webui": None}
 
 
-def test_the_front_ends_id_is_stored_hashed(db: Database) -> None:
+def test_the_front_ends_id_is_stored_hashed(sqlite_db: Database) -> None:
+    db = sqlite_db
     fe = _front_end(db, secret=None)
     with db.transaction() as s:
         add_forwarded_user(s, fe.info.user_id, forwarded_id_digest("owui-secret-ish-id"),

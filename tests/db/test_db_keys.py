@@ -32,7 +32,8 @@ def _file_bytes(db: Database) -> bytes:
     return data
 
 
-def test_raw_key_never_in_the_database_file(db: Database) -> None:
+def test_raw_key_never_in_the_database_file(sqlite_db: Database) -> None:
+    db = sqlite_db
     with db.transaction() as s:
         create_user(s, "alice")
         issued = [issue_key(s, "alice") for _ in range(3)]
@@ -119,7 +120,7 @@ def test_list_and_revoke_by_id_or_prefix(db: Database) -> None:
 
 def test_admin_token(db: Database) -> None:
     path = ensure_admin_token(db)
-    assert path == db.path.parent / "admin_token"
+    assert path == db.admin_token_path == db.files_dir / "admin_token"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     raw = path.read_text().strip()
     assert ensure_admin_token(db) is None  # made once; a restart does not replace it
@@ -128,12 +129,16 @@ def test_admin_token(db: Database) -> None:
         assert verify_admin_token(s, raw)
         assert not verify_admin_token(s, raw + "x")
         assert not verify_admin_token(s, "")
-    assert raw.encode() not in _file_bytes(db)
     new_path = reset_admin_token(db)
     new_raw = new_path.read_text().strip()
     assert new_raw != raw
     with db.session() as s:
         assert verify_admin_token(s, new_raw) and not verify_admin_token(s, raw)
+
+
+def test_the_raw_admin_token_is_not_in_the_database_file(sqlite_db: Database) -> None:
+    raw = ensure_admin_token(sqlite_db).read_text().strip()
+    assert raw.encode() not in _file_bytes(sqlite_db)
 
 
 def test_prepare_database_at_first_and_later_starts(db_path: Path) -> None:

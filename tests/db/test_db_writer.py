@@ -28,14 +28,18 @@ from officellm.app.db.users import create_user, get_user
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def users(db: Database) -> tuple[int, int]:
+def _two_users(db: Database) -> tuple[int, int]:
     with db.transaction() as s:
         a = create_user(s, "alice")
         b = create_user(s, "bob")
         issue_key(s, "alice")
         issue_key(s, "bob")
     return a.id, b.id
+
+
+@pytest.fixture
+def users(db: Database) -> tuple[int, int]:
+    return _two_users(db)
 
 
 def test_many_updates_from_many_threads_are_counted_exactly(db: Database, users) -> None:
@@ -212,7 +216,9 @@ def _requests(path: Path) -> int:
         con.close()
 
 
-def test_sigkill_mid_traffic_leaves_a_sound_database(db: Database, users) -> None:
+def test_sigkill_mid_traffic_leaves_a_sound_database(sqlite_db: Database) -> None:
+    db = sqlite_db
+    _two_users(db)
     with db.transaction() as s:
         set_policy(s, None, max_context_tokens=8192, on_limit="notify")
         set_policy(s, "alice", max_turns=40)

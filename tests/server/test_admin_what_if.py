@@ -25,7 +25,7 @@ def _never_loads():
 
 @pytest.fixture
 def admin(tmp_path) -> Iterator[tuple[TestClient, dict[str, str]]]:
-    settings = ServerSettings(no_auth=True, db_path=str(tmp_path / "officellm.db"),
+    settings = ServerSettings(no_auth=True, database=str(tmp_path / "officellm.db"),
                               admin_remote=True)  # TestClient is no loopback client
     app = create_app(settings, _never_loads)
     headers = {"Authorization": f"Bearer {(tmp_path / 'admin_token').read_text().strip()}"}

@@ -32,7 +32,7 @@ def _sample_names(text: str) -> set[str]:
 
 
 def _desk(tmp_path) -> ServerSettings:
-    return ServerSettings(no_auth=True, db_path=str(tmp_path / "officellm.db"))
+    return ServerSettings(no_auth=True, database=str(tmp_path / "officellm.db"))
 
 
 def test_health_503_while_loading_then_200(reference_llm, tmp_path) -> None:
@@ -128,7 +128,7 @@ def test_admin_is_loopback_only_unless_admin_remote(tmp_path) -> None:
         raise RuntimeError("not needed")
 
     for remote, status in ((False, 403), (True, 200)):
-        settings = ServerSettings(no_auth=True, db_path=str(tmp_path / "officellm.db"),
+        settings = ServerSettings(no_auth=True, database=str(tmp_path / "officellm.db"),
                                   admin_remote=remote)
         app = create_app(settings, never_loads)
         token = (tmp_path / "admin_token").read_text().strip()
@@ -145,7 +145,7 @@ def test_admin_stats_answers_before_any_model(tmp_path) -> None:
     def never_loads():
         raise RuntimeError("no model here")
 
-    settings = ServerSettings(no_auth=True, db_path=str(tmp_path / "officellm.db"),
+    settings = ServerSettings(no_auth=True, database=str(tmp_path / "officellm.db"),
                               admin_remote=True)
     app = create_app(settings, never_loads)
     token = (tmp_path / "admin_token").read_text().strip()
@@ -172,7 +172,7 @@ def test_admin_policy_priority_and_kv_share(tmp_path) -> None:
     def never_loads():
         raise RuntimeError("not needed")
 
-    settings = ServerSettings(no_auth=True, db_path=str(tmp_path / "officellm.db"),
+    settings = ServerSettings(no_auth=True, database=str(tmp_path / "officellm.db"),
                               admin_remote=True)
     app = create_app(settings, never_loads)
     headers = {"Authorization": f"Bearer {(tmp_path / 'admin_token').read_text().strip()}"}

@@ -122,7 +122,7 @@ class ServerProcess:
     @property
     def admin_token(self) -> str | None:
         """The admin token the server wrote beside its database (None before it has)."""
-        path = admin_token_path(self.db_path)
+        path = admin_token_path(self.db_path.parent)
         return path.read_text().strip() if path.exists() else None
 
     def wait_ready(self, timeout: float = 180.0) -> None:
