@@ -261,6 +261,9 @@ fi
 
 check_python
 ensure_apt_packages "the Qt admin console" "${QT_APT_PACKAGES[@]}"
+# The database tests run on a real PostgreSQL too (tests/support/postgres.py); without it they
+# skip, saying so.
+[ "$DEV" = 1 ] && ensure_apt_packages "the database tests on PostgreSQL" "postgresql"
 make_venv "$VENV"
 
 if [ -n "$BUNDLE_DIR" ]; then

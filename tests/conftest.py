@@ -5,9 +5,13 @@ from __future__ import annotations
 import gc
 import os
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.postgres import PostgresServer
+from tests.support.postgres import missing as postgres_missing
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -135,6 +139,18 @@ def no_leaked_kv_blocks():
         assert pool.num_free_blocks == pool.num_blocks, (
             f"{pool.num_blocks - pool.num_free_blocks} KV blocks leaked")
         assert all(b.ref_count == 0 for b in pool.blocks)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the session (tests/support/postgres.py); `.url()` makes a
+    fresh database. Skipped, saying why, where PostgreSQL or psycopg is missing."""
+    reason = postgres_missing()
+    if reason is not None:
+        pytest.skip(f"PostgreSQL tests skipped: {reason}")
+    server = PostgresServer()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -25,16 +25,14 @@ class Database:
     `with db.transaction() as s:` for writes that commit on success).
     """
 
-    def __init__(self, target: str | Path | None = None, echo: bool = False,
-                 files_dir: Path | None = None) -> None:
-        """`target`: a SQLAlchemy URL or a SQLite file's path (None: the default file).
-        `files_dir`: where the admin token and front-end keys' JWT secrets are kept (default:
-        beside a SQLite file, so a `--db` elsewhere gets its own; for a shared database, this
-        machine's data directory)."""
+    def __init__(self, target: str | Path | None = None, echo: bool = False) -> None:
+        """`target`: a SQLAlchemy URL or a SQLite file's path (None: the default file)."""
         self.url = database_url(target if target is not None else default_db_path())
         self.path = sqlite_file(self.url)  # None for PostgreSQL
-        self.files_dir = files_dir if files_dir is not None else (
-            self.path.parent if self.path is not None else default_data_dir())
+        # Where the admin token and front-end keys' JWT secrets are kept: beside a SQLite
+        # file, so a `--db` elsewhere gets its own; for a shared database, in this machine's
+        # data directory.
+        self.files_dir = self.path.parent if self.path is not None else default_data_dir()
         self.engine = make_engine(self.url, echo=echo)
         # expire_on_commit=False: objects handed back by the repository functions stay
         # readable after their transaction ends.

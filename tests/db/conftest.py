@@ -1,6 +1,6 @@
 """Fixtures: a real database per test, migrated by the real Alembic scripts. `db` is each
 of the two officellm stores its data in, a SQLite file and a PostgreSQL database (started by
-the tests: tests/support/postgres.py); `sqlite_db` is for what only SQLite has (its file,
+the tests: the `postgres` fixture, tests/conftest.py); `sqlite_db` is for what only SQLite has (its file,
 its pragmas, its WAL)."""
 
 from __future__ import annotations
@@ -11,17 +11,13 @@ from pathlib import Path
 import pytest
 
 from officellm.app.db.database import Database
-from tests.support.postgres import PostgresServer, missing
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
-    reason = missing()
-    if reason is not None:
-        pytest.skip(f"PostgreSQL tests skipped: {reason}")
-    server = PostgresServer()
-    yield server
-    server.stop()
+@pytest.fixture(autouse=True)
+def _data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A shared database keeps its files (admin token, JWT secrets) in the machine's data
+    # directory: the tests', never the user's.
+    monkeypatch.setenv("OFFICELLM_DATA_DIR", str(tmp_path / "data"))
 
 
 @pytest.fixture
@@ -37,18 +33,18 @@ def db_target(request: pytest.FixtureRequest, db_path: Path) -> Path | str:
     return request.getfixturevalue("postgres").url()
 
 
-def _migrated(target: Path | str, files_dir: Path) -> Iterator[Database]:
-    database = Database(target, files_dir=files_dir)
+def _migrated(target: Path | str) -> Iterator[Database]:
+    database = Database(target)
     database.upgrade()
     yield database
     database.close()
 
 
 @pytest.fixture
-def db(db_target: Path | str, tmp_path: Path) -> Iterator[Database]:
-    yield from _migrated(db_target, tmp_path)
+def db(db_target: Path | str) -> Iterator[Database]:
+    yield from _migrated(db_target)
 
 
 @pytest.fixture
 def sqlite_db(db_path: Path) -> Iterator[Database]:
-    yield from _migrated(db_path, db_path.parent)
+    yield from _migrated(db_path)

@@ -1,6 +1,6 @@
 """Helper process for tests/db/test_db_races.py: one of two writers racing on one database.
 
-`python race_worker.py TARGET FILES_DIR GO_FILE usage N`: N usage updates of user 1's day,
+`python race_worker.py TARGET GO_FILE usage N`: N usage updates of user 1's day,
 each its own write transaction. `... person FRONT_END_ID`: the first sight of one front-end
 person (forwarded id "owui-7"). Each waits for GO_FILE so that both start together, then
 prints what it did.
@@ -17,8 +17,8 @@ from officellm.app.db.forwarded_users import add_forwarded_user, forwarded_id_di
 from officellm.app.db.usage import add_usage, utc_today
 
 
-def main(target: str, files_dir: str, go_file: str, action: str, arg: str) -> None:
-    db = Database(target, files_dir=Path(files_dir))
+def main(target: str, go_file: str, action: str, arg: str) -> None:
+    db = Database(target)
     print("ready", flush=True)
     while not Path(go_file).exists():
         time.sleep(0.001)

@@ -18,14 +18,17 @@ from officellm.app.db.policies import get_effective_policy
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(capsys, db_path: Path, *argv: str) -> tuple[int, str, str]:
+def run(capsys, target: Path | str, *argv: str) -> tuple[int, str, str]:
+    """The command on `target`: a SQLite file (--db) or a database URL (--database-url)."""
+    flag = "--db" if isinstance(target, Path) else "--database-url"
     with pytest.raises(SystemExit) as exc:
-        main([*argv, "--db", str(db_path)])
+        main([*argv, flag, str(target)])
     out, err = capsys.readouterr()
     return exc.value.code, out, err
 
 
-def test_users_keys_policy_round_trip(capsys, db_path: Path) -> None:
+def test_users_keys_policy_round_trip(capsys, db_target: Path | str) -> None:
+    db_path = db_target
     assert run(capsys, db_path, "users", "add", "alice")[0] == 0  # a fresh file is migrated
     assert run(capsys, db_path, "users", "add", "bob")[0] == 0
     code, _, err = run(capsys, db_path, "users", "add", "alice")
@@ -87,7 +90,8 @@ def test_users_keys_policy_round_trip(capsys, db_path: Path) -> None:
     db.close()
 
 
-def test_db_upgrade_downgrade(capsys, db_path: Path) -> None:
+def test_db_upgrade_downgrade(capsys, db_target: Path | str) -> None:
+    db_path = db_target
     code, out, _ = run(capsys, db_path, "db", "upgrade", "0001_initial")
     assert code == 0 and "0001_initial" in out
     code, out, _ = run(capsys, db_path, "db", "current")
@@ -168,6 +172,22 @@ def test_a_short_jwt_secret_is_refused_by_the_cli(capsys, db_path: Path, tmp_pat
     code, _, err = run(capsys, db_path, "keys", "issue", "open-webui", "--forwarded-users",
                        "--jwt-secret-file", str(secret_file))
     assert code == 2 and "openssl rand -hex 32" in err
+
+
+def test_the_database_url_may_come_from_the_environment_and_a_db_file_wins_over_it(
+        capsys, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("OFFICELLM_DATABASE_URL", f"sqlite:///{tmp_path / 'env.db'}")
+    with pytest.raises(SystemExit):
+        main(["users", "add", "erin"])
+    assert run(capsys, tmp_path / "flag.db", "users", "add", "frank")[0] == 0
+    with pytest.raises(SystemExit):
+        main(["users", "list", "--json"])
+    assert [u["name"] for u in json.loads(capsys.readouterr()[0])] == ["erin"]
+
+
+def test_a_database_that_is_neither_sqlite_nor_postgresql_is_refused(capsys) -> None:
+    code, _, err = run(capsys, "mysql://u@localhost/db", "users", "list")
+    assert code != 0 and "SQLite (a file) or PostgreSQL" in err
 
 
 def test_a_database_command_imports_neither_torch_nor_the_server(tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ def test_a_swapped_or_missing_secret_file_is_refused(db: Database) -> None:
     assert who is not None and who.jwt_secret_hash is not None
     path = db.jwt_secrets.path(who.key_id)
     path.write_text("someone-else's-secret-of-enough-length-000000")
-    fresh = Database(db.url, files_dir=db.files_dir)  # a new server run: nothing checked yet
+    fresh = Database(db.url)  # a new server run: nothing checked yet
     try:
         with pytest.raises(SecretUnavailable, match="not the secret"):
             fresh.jwt_secrets.load(who.key_id, who.jwt_secret_hash)

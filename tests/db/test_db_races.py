@@ -28,7 +28,7 @@ def _race(db: Database, tmp_path: Path, *args: str) -> list[str]:
     go = tmp_path / "go"
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), db.url, str(db.files_dir), str(go),
+    procs = [subprocess.Popen([sys.executable, str(WORKER), db.url, str(go),
                                *args], env=env, stdout=subprocess.PIPE, text=True)
              for _ in range(2)]
     try:

@@ -51,14 +51,17 @@ class ServerProcess:
     admin token in it unless `db` says otherwise), as the console's local server does. With
     neither, a fresh database in a temporary directory, removed by stop(): tests never touch
     the user's own data directory. `env`: extra environment. `module`: what `python -m` runs
-    (a test launcher that injects a fault, then calls app.cli.main).
+    (a test launcher that injects a fault, then calls app.cli.main). `database_url`: a shared
+    database (PostgreSQL) instead of the file, the replica's own files in its temporary data
+    directory.
     """
 
     def __init__(self, *flags: str, api_key: str | None = API_KEY, db: Path | None = None,
                  data_dir: Path | None = None, env: dict[str, str] | None = None,
-                 module: str = "officellm.app.cli") -> None:
+                 module: str = "officellm.app.cli", database_url: str | None = None) -> None:
         self.api_key = api_key
         self.data_dir = data_dir
+        self.database_url = database_url
         self._tmp_dir = (tempfile.mkdtemp(prefix="officellm-db-")
                          if db is None and data_dir is None else None)
         if db is not None:
@@ -69,7 +72,12 @@ class ServerProcess:
             self.db_path = Path(self._tmp_dir) / DB_FILENAME
         port = free_port()
         args = [sys.executable, "-m", module, "serve", "--port", str(port), *BASE_FLAGS]
-        if data_dir is None or db is not None:
+        if database_url is not None:
+            # A shared database: this replica's own files (admin token) in its data directory.
+            args += ["--database-url", database_url]
+            if data_dir is None:
+                data_dir = self.data_dir = self.db_path.parent
+        elif data_dir is None or db is not None:
             args += ["--db", str(self.db_path)]
         args += flags
         if api_key:
