@@ -31,6 +31,8 @@ from officellm.app.observability.stats_sampler import run_sampler
 from officellm.app.observability.stats_window import StatsWindow
 from officellm.app.openai.routes import chat, completions, models, monitoring, responses, tokenize
 from officellm.app.server_settings import ACTIVE_THREAD_MINUTES, ServerSettings
+from officellm.app.serving.replica_header import ReplicaHeader
+from officellm.app.serving.replica_heartbeat import ReplicaIdentity, run_heartbeat
 from officellm.app.serving.state import ServerState
 from officellm.engine import AsyncLLM, LLMEngine
 
@@ -77,17 +79,22 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
 
     server_metrics.track_sharing(async_engine, names)
 
+    me = ReplicaIdentity.of(settings.host, settings.port, settings.replica_name,
+                            settings.advertise_url)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         accounts.start()
         async_engine.start()
         sampler = asyncio.ensure_future(run_sampler(async_engine, window, accounts, names))
+        heartbeat = asyncio.ensure_future(run_heartbeat(db, me, lambda: state.model_name))
         try:
             yield
         finally:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
+            for task in (sampler, heartbeat):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             async_engine.abort_all()
             async_engine.stop(timeout=10.0)
             # After the engine: every request has ended, so its usage is queued; close()
@@ -105,10 +112,12 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     async_engine.on_ready = state.engine_loaded
     app = FastAPI(title="officellm", version="0.1.0", lifespan=lifespan)
     app.state.server = state
+    app.state.replica = me
     app.state.authenticator = make_authenticator(db, settings.api_keys, settings.no_auth)
     app.state.people = ForwardedPeople(db)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(ReplicaHeader, name=me.name)
     if settings.cors_origins:
         # Off unless configured: without CORS headers no other site's page, opened in an
         # office browser, can call the API with a key the browser holds.

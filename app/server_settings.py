@@ -34,6 +34,13 @@ class ServerSettings:
     # in the user's data directory.
     database: str | None = None
     admin_remote: bool = False  # let non-loopback clients reach /admin (token still needed)
+    # Routers trusted to name the client in X-Forwarded-For (None: uvicorn's default,
+    # $FORWARDED_ALLOW_IPS or loopback).
+    forwarded_allow_ips: str | None = None
+    # This server among the replicas sharing its database (None: the machine's name and port,
+    # and the address it listens on): app/serving/replica_heartbeat.py.
+    replica_name: str | None = None
+    advertise_url: str | None = None
     stats_window_s: float = 60.0  # what /admin/stats' rates and latency percentiles cover
     shutdown_timeout: float = 30.0
     profile: str = "office"

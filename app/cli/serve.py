@@ -60,6 +60,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--admin-remote", action="store_true",
                    help="let other machines reach /admin (default: this machine only); the "
                         "admin token is needed either way")
+    p.add_argument("--forwarded-allow-ips", default=None, metavar="IPS",
+                   help="comma-separated addresses of routers (HAProxy) whose X-Forwarded-For "
+                        "names the client, so the admin API's this-machine check and the "
+                        "failed-login throttle see the client, not the router (uvicorn's "
+                        "option; default $FORWARDED_ALLOW_IPS or 127.0.0.1,::1)")
+    p.add_argument("--replica-name", default=None, metavar="NAME",
+                   help="this server's name among the replicas sharing its database, in "
+                        "/admin/replicas and the X-Officellm-Replica header (default: the "
+                        "machine's name and the port)")
+    p.add_argument("--advertise-url", default=None, metavar="URL",
+                   help="where the console and the router reach this replica (default: "
+                        "http://<listen address or machine name>:<port>)")
     p.add_argument("--max-context-tokens", type=int, default=None,
                    help="refuse prompts longer than this (0: no cap; default: the profile's)")
     p.add_argument("--max-request-bytes", type=int, default=10 * 1024 * 1024,
@@ -115,6 +127,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        default_max_tokens=args.default_max_tokens,
                        reasoning_parser=args.reasoning_parser,
                        no_auth=args.no_auth, admin_remote=args.admin_remote,
+                       forwarded_allow_ips=args.forwarded_allow_ips,
+                       replica_name=args.replica_name, advertise_url=args.advertise_url,
                        database=(str(target) if (target := database_target(args)) is not None
                                  else None))
     explicit = set(flags)
@@ -158,7 +172,9 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(settings, db=db)
         config = uvicorn.Config(app, host=settings.host, port=settings.port,
                                 log_level=args.log_level.lower(), access_log=False,
-                                log_config=None, timeout_graceful_shutdown=5)
+                                log_config=None, timeout_graceful_shutdown=5,
+                                proxy_headers=True,
+                                forwarded_allow_ips=settings.forwarded_allow_ips)
         state = app.state.server
         server = GracefulServer(config, state.admission, state.async_engine,
                                 settings.shutdown_timeout)

@@ -103,3 +103,18 @@ class EventInfo(_Record):
     kind: str
     user_id: int | None
     detail: Any
+
+
+@dataclass(frozen=True)
+class ReplicaInfo(_Record):
+    """A replica as the admin API lists it: `heartbeat_age_s` when listed, `stale` when it
+    has missed its heartbeats (stopped, killed or cut off)."""
+
+    name: str
+    url: str
+    model: str | None
+    started: datetime
+    heartbeat: datetime
+    draining: bool
+    heartbeat_age_s: float
+    stale: bool

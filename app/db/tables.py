@@ -156,3 +156,17 @@ class Setting(Base):
 
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+class Replica(Base):
+    """A server sharing this database (docs/cluster.md): where it answers, what it serves,
+    and when it last said it was alive."""
+
+    __tablename__ = "replicas"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    url: Mapped[str] = mapped_column(String(512))
+    model: Mapped[str | None] = mapped_column(String(256))
+    started: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    heartbeat: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    draining: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())

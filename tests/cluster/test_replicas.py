@@ -1,7 +1,8 @@
 """officellm replicas on one PostgreSQL (docs/cluster.md), each a real `officellm serve` on
 a tiny random-weight model: started together on an empty database they migrate it once and
 make one admin token, which every replica then accepts; users and keys made through one are
-known to all."""
+known to all; each lists the others in /admin/replicas and names itself in every answer.
+The file's last test stops the third replica."""
 
 from __future__ import annotations
 
@@ -18,15 +19,20 @@ from tests.support.server_api import TIMEOUT
 from tests.support.server_process import ServerProcess
 from tests.support.tiny_models import shared_tiny_model
 
+ROUTER = "10.0.0.1"
+
 
 @pytest.fixture(scope="module")
 def replicas(postgres, tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
              ) -> Iterator[tuple[str, list[ServerProcess]]]:
     """Three replicas launched at once on a fresh database, each with its own data
-    directory (its own machine)."""
+    directory (its own machine); the last trusts only a router at 10.0.0.1 to name clients
+    (the others, uvicorn's default: a router on this machine)."""
     url = postgres.url()
     model = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
-    started = [ServerProcess(str(model), database_url=url) for _ in range(3)]
+    flags = [[], [], ["--forwarded-allow-ips", ROUTER]]
+    started = [ServerProcess(str(model), *f, "--replica-name", f"replica-{i}",
+                             database_url=url) for i, f in enumerate(flags)]
     try:
         for replica in started:
             replica.wait_ready()
@@ -78,3 +84,53 @@ def test_a_user_and_key_made_on_one_replica_are_served_by_the_others(replicas) -
                        headers={"Authorization": f"Bearer {key}"},
                        json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
         assert r.status_code == 200, r.text
+
+
+def test_the_admin_api_sees_the_client_a_trusted_router_names_not_the_router(replicas) -> None:
+    """X-Forwarded-For from a trusted router (here: this machine, uvicorn's default) names the
+    client: a remote one is refused the admin API, though the connection is from loopback.
+    From an untrusted address the header is ignored."""
+    _, started = replicas
+    token = next(r.admin_token for r in started if r.admin_token is not None)
+    headers = {"Authorization": f"Bearer {token}", "X-Forwarded-For": "203.0.113.7"}
+    through_router = httpx.get(f"{started[0].base_url}/admin/users", headers=headers,
+                               timeout=TIMEOUT)
+    assert through_router.status_code == 403
+    assert through_router.json()["error"]["code"] == "admin_local_only"
+    not_a_router = httpx.get(f"{started[2].base_url}/admin/users", headers=headers,
+                             timeout=TIMEOUT)
+    assert not_a_router.status_code == 200
+
+
+def _admin(started: list[ServerProcess]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {next(r.admin_token for r in started if r.admin_token)}"}
+
+
+def test_every_replica_lists_all_three_live_and_itself_as_this_one(replicas) -> None:
+    _, started = replicas
+    for i, replica in enumerate(started):
+        r = httpx.get(f"{replica.base_url}/admin/replicas", headers=_admin(started),
+                      timeout=TIMEOUT)
+        assert r.status_code == 200, r.text
+        listed = r.json()
+        assert [x["name"] for x in listed] == ["replica-0", "replica-1", "replica-2"]
+        assert [x["this"] for x in listed] == [j == i for j in range(3)]
+        assert not any(x["stale"] or x["draining"] for x in listed)
+        assert {x["url"] for x in listed} == {s.base_url for s in started}
+
+
+def test_each_answer_names_the_replica_that_gave_it(replicas) -> None:
+    _, started = replicas
+    names = [httpx.get(f"{r.base_url}/health", timeout=TIMEOUT).headers["x-officellm-replica"]
+             for r in started]
+    assert names == ["replica-0", "replica-1", "replica-2"]
+
+
+def test_a_stopped_replica_is_listed_draining_by_the_others(replicas) -> None:
+    """Last in the file: it stops replica-2 (SIGTERM, a clean stop)."""
+    _, started = replicas
+    started[2].stop()
+    listed = httpx.get(f"{started[0].base_url}/admin/replicas", headers=_admin(started),
+                       timeout=TIMEOUT).json()
+    assert [(x["name"], x["draining"]) for x in listed] == [
+        ("replica-0", False), ("replica-1", False), ("replica-2", True)]

@@ -14,7 +14,8 @@ from officellm.app.db.database import Database
 from officellm.app.db.migrate import head_revision
 from officellm.app.db.tables import Base
 
-ALL_TABLES = {"users", "api_keys", "policies", "threads", "usage", "events", "settings"}
+ALL_TABLES = {"users", "api_keys", "policies", "threads", "usage", "events", "settings",
+              "replicas"}
 
 
 def _tables(db: Database) -> set[str]:
@@ -25,7 +26,7 @@ def test_upgrade_empty_to_head(db_path: Path) -> None:
     db = Database(db_path)
     assert db.current_revision() is None
     db.upgrade()
-    assert db.current_revision() == head_revision() == "0005_wide_counters"
+    assert db.current_revision() == head_revision() == "0006_replicas"
     assert _tables(db) == ALL_TABLES
     # The default policy row is seeded, with prefix-cache salting on.
     with db.engine.connect() as c:
