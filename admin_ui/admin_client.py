@@ -78,6 +78,10 @@ class AdminClient:
     def plan(self) -> dict[str, Any]:
         return self._request("GET", "/admin/plan")
 
+    def replicas(self) -> list[dict[str, Any]]:
+        """The servers sharing this one's database (docs/cluster.md)."""
+        return self._request("GET", "/admin/replicas")
+
     def what_if_plan(self, question: dict[str, Any]) -> dict[str, Any]:
         """`officellm plan` on the server for another model or memory size: {"plan", "text"}."""
         return self._request("POST", "/admin/plan", json=question, timeout=WHAT_IF_TIMEOUT_S)

@@ -19,10 +19,14 @@ from officellm.admin_ui.tabs.capacity import CapacityTab
 from officellm.admin_ui.tabs.dashboard import DashboardTab
 from officellm.admin_ui.tabs.diagnosis import DiagnosisTab
 from officellm.admin_ui.tabs.policies import PoliciesTab
+from officellm.admin_ui.tabs.replicas import ReplicasTab
 from officellm.admin_ui.tabs.threads import ThreadsTab
 from officellm.admin_ui.tabs.users import UsersTab
 from officellm.admin_ui.tray import ConsoleTray
 from officellm.admin_ui.widgets.status_banner import DOWN, IDLE, UP, StatusBanner
+
+# The Replicas tab asks every replica for its numbers: less often than the dashboard polls.
+REPLICAS_REFRESH_S = 5.0
 
 
 class MainWindow(QMainWindow):
@@ -53,6 +57,8 @@ class MainWindow(QMainWindow):
         self.policies = PoliciesTab(self.session)
         self.diagnosis = DiagnosisTab(self.session)
         self.capacity = CapacityTab(self.session)
+        self.replicas = ReplicasTab(self.session)
+        self._replicas_asked = 0.0
 
         self.poller = StatsPoller(self.settings.poll_interval_ms)
         self.poller.snapshot.connect(self.on_snapshot)
@@ -64,7 +70,7 @@ class MainWindow(QMainWindow):
         for widget, title in [(self.panel, "Server"), (self.dashboard, "Dashboard"),
                               (self.threads, "Threads"), (self.users, "Users && keys"),
                               (self.policies, "Policies"), (self.diagnosis, "Diagnosis"),
-                              (self.capacity, "Capacity")]:
+                              (self.capacity, "Capacity"), (self.replicas, "Replicas")]:
             self.tabs.addTab(widget, title)
 
         self.tray: ConsoleTray | None = None
@@ -96,6 +102,9 @@ class MainWindow(QMainWindow):
         self.dashboard.show_snapshot(snap, self.history)
         self.threads.show_snapshot(snap)
         self.diagnosis.show_history(self.history)
+        if time.monotonic() - self._replicas_asked >= REPLICAS_REFRESH_S:
+            self._replicas_asked = time.monotonic()
+            self.replicas.refresh()
         if snap.ready:  # answering while it loads is not running yet: the load may still fail
             self.panel.mark_ready()
         e = snap.engine

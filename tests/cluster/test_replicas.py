@@ -126,6 +126,28 @@ def test_each_answer_names_the_replica_that_gave_it(replicas) -> None:
     assert names == ["replica-0", "replica-1", "replica-2"]
 
 
+def test_the_consoles_replicas_tab_shows_three_rows_and_an_all_pool_equal_to_their_sum(
+        replicas, qtbot) -> None:
+    from officellm.admin_ui.session import AdminSession
+    from officellm.admin_ui.tabs.replicas import ReplicasTab
+
+    _, started = replicas
+    session = AdminSession()
+    session.set_target(started[0].base_url, _admin(started)["Authorization"].split()[1])
+    tab = ReplicasTab(session)
+    qtbot.addWidget(tab)
+    tab.refresh()
+    qtbot.waitUntil(lambda: tab.model.rowCount() == 3, timeout=30_000)
+    rows = tab.model.records()
+    assert [(r.name, r.state, r.this) for r in rows] == [
+        ("replica-0", "live", True), ("replica-1", "live", False), ("replica-2", "live", False)]
+    pools = [httpx.get(f"{r.base_url}/admin/stats", headers=_admin(started), timeout=TIMEOUT)
+             .json()["engine"]["num_blocks_total"] for r in started]
+    assert sum(r.engine.num_blocks_total for r in rows) == sum(pools)
+    assert f"/ {sum(pools):,} blocks" in tab.summary.text()
+    assert tab.summary.text().startswith("All: 3 live replica(s) of 3")
+
+
 def test_a_stopped_replica_is_listed_draining_by_the_others(replicas) -> None:
     """Last in the file: it stops replica-2 (SIGTERM, a clean stop)."""
     _, started = replicas
