@@ -129,7 +129,8 @@ class DatabaseAuthenticator:
         if who.jwt_secret_hash is None:
             return FrontEnd(who.key_id, who.user_id, who.name)
         try:
-            secret = self._db.jwt_secrets.load(who.key_id, who.jwt_secret_hash)
+            secret = self._db.jwt_secrets.load(who.key_id, who.jwt_secret_hash,
+                                               who.jwt_secret_sealed)
         except SecretUnavailable as exc:
             if who.key_id not in self._noted:  # every request would say it again
                 self._noted.add(who.key_id)

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from officellm.app.db import migrate
 from officellm.app.db.engines import database_url, make_engine, sqlite_file, take_writers_lock
 from officellm.app.db.jwt_secrets import JwtSecretStore
-from officellm.app.db.paths import admin_token_path, default_db_path, jwt_secrets_dir
+from officellm.app.db.paths import admin_token_path, default_db_path
 from officellm.installer.paths import default_data_dir
 
 
@@ -29,7 +29,7 @@ class Database:
         """`target`: a SQLAlchemy URL or a SQLite file's path (None: the default file)."""
         self.url = database_url(target if target is not None else default_db_path())
         self.path = sqlite_file(self.url)  # None for PostgreSQL
-        # Where the admin token and front-end keys' JWT secrets are kept: beside a SQLite
+        # Where the admin token and the install key are kept: beside a SQLite
         # file, so a `--db` elsewhere gets its own; for a shared database, in this machine's
         # data directory.
         self.files_dir = self.path.parent if self.path is not None else default_data_dir()
@@ -37,7 +37,7 @@ class Database:
         # expire_on_commit=False: objects handed back by the repository functions stay
         # readable after their transaction ends.
         self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
-        self.jwt_secrets = JwtSecretStore(jwt_secrets_dir(self.files_dir))
+        self.jwt_secrets = JwtSecretStore(self.files_dir)
 
     @property
     def is_sqlite(self) -> bool:

@@ -1,28 +1,36 @@
-"""The HS256 secrets of front-end keys: in private files beside the database, fingerprinted in it.
+"""The HS256 secrets of front-end keys: sealed in the database under the install key, and
+fingerprinted.
 
 A front end such as Open WebUI signs each request's person into a JWT with a secret it shares
 with officellm (docs/design.md §5). Checking an HS256 signature means computing it again, so
 the server needs the secret itself: unlike an API key, it cannot be kept only as a hash. So:
-- the secret is written to `jwt_secrets/key-<id>` beside the database, the directory 0700 and
-  the file 0600 from the moment they exist (as the admin token file: app/db/admin_token.py);
-- the database keeps only its scrypt fingerprint (`api_keys.jwt_secret_hash`), so a copy of
-  the database alone (a backup, a support bundle) does not hold it, and the server can tell a
-  missing or swapped file from the one the key was issued with;
+- the database keeps it sealed (`api_keys.jwt_secret_sealed`: Fernet under the install key,
+  a 0600 file: app/db/install_key.py), so every replica sharing the database can check a
+  key's JWTs, and a copy of the database alone (a backup, a dump) cannot open it;
+- and its scrypt fingerprint (`api_keys.jwt_secret_hash`), so a sealed secret that does not
+  open to the one the key was issued with is refused;
 - the secret is useless without the front-end key too: a JWT is only read on a request that
   also carries that key (docs/security.md).
+Keys issued before kept their secret in a file (`jwt_secrets/key-<id>`); the server seals
+those into the database at start and deletes the files (adopt_legacy_files).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
-import os
 import secrets
 import threading
 from pathlib import Path
 
-from officellm.app.db.private_file import write_private_file
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from officellm.app.db.install_key import INSTALL_KEY_FILENAME, InstallKey, SealError
+from officellm.app.db.paths import jwt_secrets_dir
+from officellm.app.db.tables import ApiKey
 
 # HS256 is HMAC-SHA256: a key shorter than the hash's 32 bytes weakens it (RFC 7518 §3.2), and
 # PyJWT warns about one. Open WebUI takes whatever string it is given, so we ask for enough.
@@ -77,48 +85,74 @@ def matches(secret: str, stored: str) -> bool:
 
 
 class JwtSecretStore:
-    """The secret files of one database. `load` caches what it has checked: a key's secret
-    never changes (a new secret is a new key), and scrypt is too slow to run per request."""
+    """Front-end keys' JWT secrets, sealed under the install key (app/db/install_key.py) in
+    the database, beside their fingerprints. `load` caches what it has opened and checked: a
+    key's secret never changes (a new secret is a new key), and scrypt is too slow to run per
+    request."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = Path(directory)
+    def __init__(self, files_dir: Path) -> None:
+        """`files_dir`: the database's files directory (Database.files_dir), which holds the
+        install key, and the secret files of keys issued before secrets were sealed."""
+        self.install_key = InstallKey(Path(files_dir) / INSTALL_KEY_FILENAME)
+        self.legacy_dir = jwt_secrets_dir(Path(files_dir))
         self._checked: dict[tuple[int, str], str] = {}
         self._lock = threading.Lock()
 
-    def path(self, key_id: int) -> Path:
-        return self.directory / f"key-{int(key_id)}"
+    def seal(self, secret: str) -> tuple[str, str]:
+        """What the database keeps of a new key's secret: its fingerprint, and the secret
+        sealed under the install key (made now if this is the first)."""
+        return fingerprint(secret), self.install_key.seal(secret)
 
-    def save(self, key_id: int, secret: str) -> str:
-        """Write the secret of key `key_id` (0600, atomically); return its fingerprint."""
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.directory, 0o700)
-        path = self.path(key_id)
-        write_private_file(path, secret)
-        return fingerprint(secret)
-
-    def load(self, key_id: int, stored_fingerprint: str) -> str:
-        """The secret of key `key_id`, checked against the database's fingerprint; raises
-        SecretUnavailable when the file is missing or is not that secret."""
+    def load(self, key_id: int, stored_fingerprint: str, sealed: str | None) -> str:
+        """The secret of key `key_id`, opened and checked against its fingerprint; raises
+        SecretUnavailable when it cannot be opened here or is not that secret."""
         cache_key = (int(key_id), stored_fingerprint)
         with self._lock:
             hit = self._checked.get(cache_key)
         if hit is not None:
             return hit
+        if sealed is None:
+            raise SecretUnavailable(f"the JWT secret of key {key_id} is not in the database "
+                                    "(a key issued before secrets were kept there, whose file "
+                                    f"was not in {self.legacy_dir} at start)")
         try:
-            secret = self.path(key_id).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SecretUnavailable(f"the JWT secret file of key {key_id} cannot be read "
-                                    f"({exc.strerror or exc})") from exc
+            secret = self.install_key.open(sealed)
+        except SealError as exc:
+            raise SecretUnavailable(f"the JWT secret of key {key_id} cannot be opened: "
+                                    f"{exc}") from exc
         if not matches(secret, stored_fingerprint):
-            raise SecretUnavailable(f"the JWT secret file of key {key_id} is not the secret "
-                                    "the key was issued with")
+            raise SecretUnavailable(f"the JWT secret of key {key_id} is not the secret the key "
+                                    "was issued with")
         with self._lock:
             self._checked[cache_key] = secret
         return secret
 
-    def remove(self, key_id: int) -> None:
-        """Delete a key's secret file (its key was revoked); no error if there is none."""
-        try:
-            self.path(key_id).unlink()
-        except FileNotFoundError:
-            pass
+    def legacy_path(self, key_id: int) -> Path:
+        """Where a key issued before secrets were sealed kept its secret."""
+        return self.legacy_dir / f"key-{int(key_id)}"
+
+    def adopt_legacy_files(self, session: Session) -> list[int]:
+        """Seal into the database the secret files of keys issued before (checked against
+        their fingerprints), then delete the files; the ids of the keys adopted. A file that
+        is missing or not its key's secret is left, and its key refused, as before."""
+        adopted = []
+        pending = session.scalars(select(ApiKey).where(ApiKey.jwt_secret_hash.is_not(None),
+                                                       ApiKey.jwt_secret_sealed.is_(None)))
+        for key in pending:
+            path = self.legacy_path(key.id)
+            try:
+                secret = path.read_text(encoding="utf-8")
+            except OSError:
+                continue
+            if key.jwt_secret_hash is not None and matches(secret, key.jwt_secret_hash):
+                key.jwt_secret_sealed = self.install_key.seal(secret)
+                adopted.append(key.id)
+        session.flush()
+        for key_id in adopted:
+            self.forget_file(key_id)
+        return adopted
+
+    def forget_file(self, key_id: int) -> None:
+        """Delete a key's legacy secret file, if there is one."""
+        with contextlib.suppress(FileNotFoundError):
+            self.legacy_path(key_id).unlink()

@@ -54,9 +54,9 @@ def issue_key(session: Session, user: UserRef, *, forwarded_users: bool = False,
               jwt_secret: str | None = None, secrets: JwtSecretStore | None = None) -> IssuedKey:
     """Make a key for `user`; the raw key is in the result and nowhere else, ever.
 
-    `forwarded_users` makes a front-end key; `jwt_secret` (front-end keys only) is written to
-    `secrets` and only its fingerprint to the database. ValueError for a secret that is too
-    short, or one given to an ordinary key.
+    `forwarded_users` makes a front-end key; `jwt_secret` (front-end keys only) is stored
+    sealed by `secrets`, with its fingerprint. ValueError for a secret that is too short, or
+    one given to an ordinary key.
     """
     if jwt_secret is not None:
         if not forwarded_users:
@@ -79,9 +79,7 @@ def issue_key(session: Session, user: UserRef, *, forwarded_users: bool = False,
     session.flush()
     if jwt_secret is not None:
         assert secrets is not None
-        # File first, fingerprint second (as the admin token): a failure in between leaves a
-        # file nobody's key points at, never a key whose secret is nowhere.
-        key.jwt_secret_hash = secrets.save(key.id, jwt_secret)
+        key.jwt_secret_hash, key.jwt_secret_sealed = secrets.seal(jwt_secret)
         session.flush()
     record_event(session, "key_issued", owner.id,
                  {"key_id": key.id, "prefix": key.prefix, "forwarded_users": forwarded_users,
@@ -120,15 +118,17 @@ def find_key(session: Session, prefix_or_id: str | int) -> ApiKey:
 
 def revoke_key(session: Session, prefix_or_id: str | int,
                secrets: JwtSecretStore | None = None) -> KeyInfo:
-    """Revoke a key: authenticate() refuses it from the next request on. Its JWT secret file,
-    if any, is deleted from `secrets`: nothing will check a signature with it again."""
+    """Revoke a key: authenticate() refuses it from the next request on. Its sealed JWT
+    secret, if any, is dropped (and an old secret file deleted from `secrets`): nothing will
+    check a signature with it again."""
     key = find_key(session, prefix_or_id)
     if not key.revoked:
         key.revoked = True
         record_event(session, "key_revoked", key.user_id, {"key_id": key.id, "prefix": key.prefix})
+    key.jwt_secret_sealed = None
     session.flush()
     if secrets is not None and key.jwt_secret_hash is not None:
-        secrets.remove(key.id)
+        secrets.forget_file(key.id)
     return _info(key, get_user(session, key.user_id).name)
 
 
@@ -144,17 +144,19 @@ def authenticate(session: Session, raw_key: str) -> AuthenticatedUser | None:
     # most reveal the hash of the attacker's own guess. compare_digest guards the final check.
     row = session.execute(
         select(ApiKey.id, ApiKey.key_hash, ApiKey.revoked, ApiKey.forwarded_users,
-               ApiKey.jwt_secret_hash, User.id, User.name, User.disabled)
+               ApiKey.jwt_secret_hash, ApiKey.jwt_secret_sealed, User.id, User.name,
+               User.disabled)
         .join(User, ApiKey.user_id == User.id)
         .where(ApiKey.key_hash == digest)
     ).first()
     if row is None:
         return None
-    key_id, stored, revoked, forwarded_users, secret_hash, user_id, name, disabled = row
+    key_id, stored, revoked, forwarded_users, secret_hash, sealed, user_id, name, disabled = row
     if not hmac.compare_digest(stored, digest) or revoked or disabled:
         return None
     return AuthenticatedUser(user_id=user_id, name=name, key_id=key_id,
-                             forwarded_users=bool(forwarded_users), jwt_secret_hash=secret_hash)
+                             forwarded_users=bool(forwarded_users), jwt_secret_hash=secret_hash,
+                             jwt_secret_sealed=sealed)
 
 
 def touch_keys(session: Session, last_used: dict[int, datetime]) -> None:

@@ -53,13 +53,15 @@ class IssuedKey:
 class AuthenticatedUser(_Record):
     """Who a valid key belongs to; `key_id` is for the batched last_used update. A front-end
     key (`forwarded_users`) may speak for other people; with `jwt_secret_hash` it must, in a
-    JWT signed with the secret that fingerprint was made from (app/db/jwt_secrets.py)."""
+    JWT signed with the secret that fingerprint was made from, which `jwt_secret_sealed`
+    holds (app/db/jwt_secrets.py)."""
 
     user_id: int
     name: str
     key_id: int
     forwarded_users: bool = False
     jwt_secret_hash: str | None = None
+    jwt_secret_sealed: str | None = None
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from officellm.app.db.admin_token import ensure_admin_token
 from officellm.app.db.database import Database
 from officellm.app.db.policies import get_policy
+
+logger = logging.getLogger("officellm.server")
 
 
 def prepare_database(target: Path | str | None = None) -> tuple[Database, Path | None]:
@@ -20,4 +23,8 @@ def prepare_database(target: Path | str | None = None) -> tuple[Database, Path |
     db.upgrade()
     with db.transaction() as session:
         get_policy(session, None)  # recreates the default row if a hand edit removed it
+        adopted = db.jwt_secrets.adopt_legacy_files(session)
+    if adopted:
+        logger.info("Sealed the JWT secrets of front-end keys %s into the database (their "
+                    "files are deleted)", ", ".join(map(str, adopted)))
     return db, ensure_admin_token(db)

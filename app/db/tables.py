@@ -80,9 +80,10 @@ class ApiKey(Base):
     revoked: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # A front-end key speaks for other people (docs/design.md §5).
     forwarded_users: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-    # The scrypt fingerprint of its JWT secret, never the secret: that lives in a file only
-    # the server's owner can read (app/db/jwt_secrets.py, docs/security.md).
+    # Its JWT secret's scrypt fingerprint, and the secret sealed under the install key, a
+    # file of the server's: never in clear (app/db/jwt_secrets.py, docs/security.md).
     jwt_secret_hash: Mapped[str | None] = mapped_column(String(160))
+    jwt_secret_sealed: Mapped[str | None] = mapped_column(Text)
 
 
 class Policy(Base):

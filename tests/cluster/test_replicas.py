@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import pytest
@@ -22,9 +23,15 @@ from tests.support.tiny_models import shared_tiny_model
 ROUTER = "10.0.0.1"
 
 
+class Cluster(NamedTuple):
+    url: str  # the database's
+    replicas: list[ServerProcess]
+    admin_token: str  # the one token, read from the replica that made it
+
+
 @pytest.fixture(scope="module")
-def replicas(postgres, tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
-             ) -> Iterator[tuple[str, list[ServerProcess]]]:
+def cluster(postgres, tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
+             ) -> Iterator[Cluster]:
     """Three replicas launched at once on a fresh database, each with its own data
     directory (its own machine); the last trusts only a router at 10.0.0.1 to name clients
     (the others, uvicorn's default: a router on this machine)."""
@@ -36,24 +43,24 @@ def replicas(postgres, tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Pa
     try:
         for replica in started:
             replica.wait_ready()
-        yield url, started
+        written = [r.admin_token for r in started if r.admin_token is not None]
+        yield Cluster(url, started, written[0] if len(written) == 1 else "")
     finally:
         for replica in started:
             replica.stop()
 
 
 def test_replicas_started_together_migrate_the_database_once_to_the_newest_schema(
-        replicas) -> None:
-    url, _ = replicas
-    db = Database(url)
+        cluster) -> None:
+    db = Database(cluster.url)
     try:
         assert db.current_revision() == head_revision()
     finally:
         db.close()
 
 
-def test_one_admin_token_is_made_and_every_replica_accepts_it(replicas) -> None:
-    url, started = replicas
+def test_one_admin_token_is_made_and_every_replica_accepts_it(cluster) -> None:
+    url, started, _ = cluster
     written = [r.admin_token for r in started if r.admin_token is not None]
     assert len(written) == 1  # one replica made it; the others found its hash
     db = Database(url)
@@ -68,10 +75,9 @@ def test_one_admin_token_is_made_and_every_replica_accepts_it(replicas) -> None:
         assert r.status_code == 200, r.text
 
 
-def test_a_user_and_key_made_on_one_replica_are_served_by_the_others(replicas) -> None:
-    _, started = replicas
-    token = next(r.admin_token for r in started if r.admin_token is not None)
-    admin = {"Authorization": f"Bearer {token}"}
+def test_a_user_and_key_made_on_one_replica_are_served_by_the_others(cluster) -> None:
+    started = cluster.replicas
+    admin = _admin(cluster)
     first = started[0].base_url
     assert httpx.post(f"{first}/admin/users", json={"name": "alice"}, headers=admin,
                       timeout=TIMEOUT).status_code in (200, 201)
@@ -86,13 +92,12 @@ def test_a_user_and_key_made_on_one_replica_are_served_by_the_others(replicas) -
         assert r.status_code == 200, r.text
 
 
-def test_the_admin_api_sees_the_client_a_trusted_router_names_not_the_router(replicas) -> None:
+def test_the_admin_api_sees_the_client_a_trusted_router_names_not_the_router(cluster) -> None:
     """X-Forwarded-For from a trusted router (here: this machine, uvicorn's default) names the
     client: a remote one is refused the admin API, though the connection is from loopback.
     From an untrusted address the header is ignored."""
-    _, started = replicas
-    token = next(r.admin_token for r in started if r.admin_token is not None)
-    headers = {"Authorization": f"Bearer {token}", "X-Forwarded-For": "203.0.113.7"}
+    started = cluster.replicas
+    headers = {**_admin(cluster), "X-Forwarded-For": "203.0.113.7"}
     through_router = httpx.get(f"{started[0].base_url}/admin/users", headers=headers,
                                timeout=TIMEOUT)
     assert through_router.status_code == 403
@@ -102,14 +107,14 @@ def test_the_admin_api_sees_the_client_a_trusted_router_names_not_the_router(rep
     assert not_a_router.status_code == 200
 
 
-def _admin(started: list[ServerProcess]) -> dict[str, str]:
-    return {"Authorization": f"Bearer {next(r.admin_token for r in started if r.admin_token)}"}
+def _admin(cluster: Cluster) -> dict[str, str]:
+    return {"Authorization": f"Bearer {cluster.admin_token}"}
 
 
-def test_every_replica_lists_all_three_live_and_itself_as_this_one(replicas) -> None:
-    _, started = replicas
+def test_every_replica_lists_all_three_live_and_itself_as_this_one(cluster) -> None:
+    started = cluster.replicas
     for i, replica in enumerate(started):
-        r = httpx.get(f"{replica.base_url}/admin/replicas", headers=_admin(started),
+        r = httpx.get(f"{replica.base_url}/admin/replicas", headers=_admin(cluster),
                       timeout=TIMEOUT)
         assert r.status_code == 200, r.text
         listed = r.json()
@@ -119,21 +124,58 @@ def test_every_replica_lists_all_three_live_and_itself_as_this_one(replicas) -> 
         assert {x["url"] for x in listed} == {s.base_url for s in started}
 
 
-def test_each_answer_names_the_replica_that_gave_it(replicas) -> None:
-    _, started = replicas
+def test_each_answer_names_the_replica_that_gave_it(cluster) -> None:
+    started = cluster.replicas
     names = [httpx.get(f"{r.base_url}/health", timeout=TIMEOUT).headers["x-officellm-replica"]
              for r in started]
     assert names == ["replica-0", "replica-1", "replica-2"]
 
 
+def test_a_front_end_key_issued_on_one_replica_verifies_its_jwts_on_another(cluster) -> None:
+    """Its secret is sealed in the database under the install key, which each replica has a
+    copy of (docs/cluster.md); one person through both replicas is one user."""
+    import shutil
+    import time
+
+    import jwt
+
+    started = cluster.replicas
+    admin = _admin(cluster)
+    secret = "4f3e2d1c0b0a99887766554433221100ffeeddccbbaa"
+    first, second = started[0], started[1]
+    assert httpx.post(f"{first.base_url}/admin/users", json={"name": "open-webui"},
+                      headers=admin, timeout=TIMEOUT).status_code == 201
+    issued = httpx.post(f"{first.base_url}/admin/keys", headers=admin, timeout=TIMEOUT,
+                        json={"user": "open-webui", "forwarded_users": True,
+                              "jwt_secret": secret})
+    assert issued.status_code == 201, issued.text
+    install_key = first.data_dir / "install_key"
+    shutil.copy2(install_key, second.data_dir / "install_key")  # what the admin does
+    now = int(time.time())
+    token = jwt.encode({"sub": "u-17", "email": "zoe@example.com", "name": "Zoe",
+                        "role": "user", "iss": "open-webui", "iat": now, "exp": now + 300},
+                       secret, algorithm="HS256")
+    for replica in (first, second):
+        r = httpx.post(f"{replica.base_url}/v1/chat/completions", timeout=TIMEOUT,
+                       headers={"Authorization": f"Bearer {issued.json()['key']}",
+                                "X-OpenWebUI-User-Jwt": token},
+                       json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+        assert r.status_code == 200, r.text
+    # Each replica flushes its own usage when asked for the users: first's, then second's.
+    httpx.get(f"{first.base_url}/admin/users", headers=admin, timeout=TIMEOUT)
+    users = httpx.get(f"{second.base_url}/admin/users", headers=admin, timeout=TIMEOUT).json()
+    zoe = [u for u in users if u["name"] == "zoe@example.com"]
+    assert len(zoe) == 1 and zoe[0]["usage_today"]["requests"] == 2
+
+
 def test_the_consoles_replicas_tab_shows_three_rows_and_an_all_pool_equal_to_their_sum(
-        replicas, qtbot) -> None:
+        cluster, qtbot) -> None:
     from officellm.admin_ui.session import AdminSession
     from officellm.admin_ui.tabs.replicas import ReplicasTab
 
-    _, started = replicas
+    started = cluster.replicas
     session = AdminSession()
-    session.set_target(started[0].base_url, _admin(started)["Authorization"].split()[1])
+    session.set_target(started[0].base_url, cluster.admin_token)
     tab = ReplicasTab(session)
     qtbot.addWidget(tab)
     tab.refresh()
@@ -141,18 +183,18 @@ def test_the_consoles_replicas_tab_shows_three_rows_and_an_all_pool_equal_to_the
     rows = tab.model.records()
     assert [(r.name, r.state, r.this) for r in rows] == [
         ("replica-0", "live", True), ("replica-1", "live", False), ("replica-2", "live", False)]
-    pools = [httpx.get(f"{r.base_url}/admin/stats", headers=_admin(started), timeout=TIMEOUT)
+    pools = [httpx.get(f"{r.base_url}/admin/stats", headers=_admin(cluster), timeout=TIMEOUT)
              .json()["engine"]["num_blocks_total"] for r in started]
     assert sum(r.engine.num_blocks_total for r in rows) == sum(pools)
     assert f"/ {sum(pools):,} blocks" in tab.summary.text()
     assert tab.summary.text().startswith("All: 3 live replica(s) of 3")
 
 
-def test_a_stopped_replica_is_listed_draining_by_the_others(replicas) -> None:
+def test_a_stopped_replica_is_listed_draining_by_the_others(cluster) -> None:
     """Last in the file: it stops replica-2 (SIGTERM, a clean stop)."""
-    _, started = replicas
+    started = cluster.replicas
     started[2].stop()
-    listed = httpx.get(f"{started[0].base_url}/admin/replicas", headers=_admin(started),
+    listed = httpx.get(f"{started[0].base_url}/admin/replicas", headers=_admin(cluster),
                        timeout=TIMEOUT).json()
     assert [(x["name"], x["draining"]) for x in listed] == [
         ("replica-0", False), ("replica-1", False), ("replica-2", True)]

@@ -149,7 +149,7 @@ def test_keys_issue_forwarded_users_with_a_jwt_secret_file(capsys, db_path: Path
         who = authenticate(s, out.split()[0])
     assert who is not None and who.forwarded_users and who.jwt_secret_hash is not None
     # Stripped, as Open WebUI strips FORWARD_USER_INFO_HEADER_JWT_SECRET.
-    assert db.jwt_secrets.load(who.key_id, who.jwt_secret_hash) == \
+    assert db.jwt_secrets.load(who.key_id, who.jwt_secret_hash, who.jwt_secret_sealed) == \
         "9c4f1d2e8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e"
     db.close()
     code, out, _ = run(capsys, db_path, "keys", "list")

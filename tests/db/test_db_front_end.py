@@ -1,5 +1,6 @@
 """Front-end keys and the people they speak for, in the data layer: where the JWT secret is kept
-(never in the database), how people become users and are found again."""
+(sealed in the database under the install key, never in clear), how people become users and
+are found again."""
 
 from __future__ import annotations
 
@@ -29,51 +30,111 @@ def _front_end(db: Database, name: str = "open-webui", secret: str | None = SECR
                          secrets=db.jwt_secrets)
 
 
-def test_the_secret_is_in_a_private_file_and_not_in_the_database(sqlite_db: Database) -> None:
+def _who(db: Database, raw: str):
+    with db.session() as s:
+        who = authenticate(s, raw)
+    assert who is not None and who.jwt_secret_hash is not None
+    return who
+
+
+def test_the_secret_is_sealed_in_the_database_under_a_private_install_key(
+        sqlite_db: Database) -> None:
     db = sqlite_db
     issued = _front_end(db)
-    path = db.jwt_secrets.path(issued.info.id)
-    assert path.read_text() == SECRET
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    key_file = db.jwt_secrets.install_key.path
+    assert key_file == db.files_dir / "install_key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert _who(db, issued.raw).jwt_secret_sealed  # in the database, sealed
     db.checkpoint()  # the WAL into the main file, so both are searched below
     for f in db.path.parent.glob(f"{db.path.name}*"):
         assert SECRET.encode() not in f.read_bytes(), f
     assert (issued.info.forwarded_users, issued.info.jwt_secret) == (True, True)
 
 
-def test_authenticate_hands_over_the_fingerprint_that_loads_the_secret(db: Database) -> None:
-    issued = _front_end(db)
-    with db.session() as s:
-        who = authenticate(s, issued.raw)
-    assert who is not None and who.forwarded_users and who.jwt_secret_hash is not None
-    assert SECRET not in who.jwt_secret_hash
-    assert db.jwt_secrets.load(who.key_id, who.jwt_secret_hash) == SECRET
+def test_authenticate_hands_over_what_opens_to_the_secret(db: Database) -> None:
+    who = _who(db, _front_end(db).raw)
+    assert db.jwt_secrets.load(who.key_id, who.jwt_secret_hash, who.jwt_secret_sealed) == SECRET
 
 
-def test_a_swapped_or_missing_secret_file_is_refused(db: Database) -> None:
-    issued = _front_end(db)
-    with db.session() as s:
-        who = authenticate(s, issued.raw)
-    assert who is not None and who.jwt_secret_hash is not None
-    path = db.jwt_secrets.path(who.key_id)
-    path.write_text("someone-else's-secret-of-enough-length-000000")
-    fresh = Database(db.url)  # a new server run: nothing checked yet
+def test_another_server_with_the_same_install_key_opens_the_secret(db: Database) -> None:
+    """A replica sharing the database, with a copy of the install key file."""
+    who = _who(db, _front_end(db).raw)
+    other = Database(db.url)  # a new server: nothing opened yet
     try:
-        with pytest.raises(SecretUnavailable, match="not the secret"):
-            fresh.jwt_secrets.load(who.key_id, who.jwt_secret_hash)
-        path.unlink()
-        with pytest.raises(SecretUnavailable, match="cannot be read"):
-            fresh.jwt_secrets.load(who.key_id, who.jwt_secret_hash)
+        assert other.jwt_secrets.load(who.key_id, who.jwt_secret_hash,
+                                      who.jwt_secret_sealed) == SECRET
+    finally:
+        other.close()
+
+
+def test_without_the_install_key_or_with_another_the_secret_is_refused(db: Database,
+                                                                        tmp_path: Path) -> None:
+    who = _who(db, _front_end(db).raw)
+    key_file = db.jwt_secrets.install_key.path
+    original = key_file.read_bytes()
+    key_file.unlink()
+    fresh = Database(db.url)
+    try:
+        with pytest.raises(SecretUnavailable, match="there is no install key file"):
+            fresh.jwt_secrets.load(who.key_id, who.jwt_secret_hash, who.jwt_secret_sealed)
     finally:
         fresh.close()
+    from cryptography.fernet import Fernet
+    key_file.write_bytes(Fernet.generate_key())
+    fresh = Database(db.url)
+    try:
+        with pytest.raises(SecretUnavailable, match="not the one this secret was sealed under"):
+            fresh.jwt_secrets.load(who.key_id, who.jwt_secret_hash, who.jwt_secret_sealed)
+    finally:
+        fresh.close()
+        key_file.write_bytes(original)
 
 
-def test_revoking_a_front_end_key_deletes_its_secret(db: Database) -> None:
+def test_a_sealed_secret_that_is_not_the_keys_own_is_refused(db: Database) -> None:
+    first = _who(db, _front_end(db).raw)
+    second = _who(db, _front_end(db, name="other-ui",
+                                 secret="a" * 32 + "different-secret").raw)
+    with pytest.raises(SecretUnavailable, match="not the secret the key was issued with"):
+        db.jwt_secrets.load(first.key_id, first.jwt_secret_hash, second.jwt_secret_sealed)
+
+
+def test_a_secret_file_from_before_is_sealed_in_at_start_and_deleted(db: Database) -> None:
+    """Keys issued before secrets were sealed kept them in jwt_secrets/key-<id>."""
+    from sqlalchemy import update
+
+    from officellm.app.db.private_file import write_private_file
+    from officellm.app.db.startup import prepare_database
+    from officellm.app.db.tables import ApiKey
+
+    issued = _front_end(db)
+    with db.transaction() as s:  # as an older officellm left it
+        s.execute(update(ApiKey).where(ApiKey.id == issued.info.id)
+                  .values(jwt_secret_sealed=None))
+    legacy = db.jwt_secrets.legacy_path(issued.info.id)
+    legacy.parent.mkdir(mode=0o700, parents=True)
+    write_private_file(legacy, SECRET)
+    with pytest.raises(SecretUnavailable, match="not in the database"):
+        Database(db.url).jwt_secrets.load(*_who_args(db, issued.raw))
+    restarted, _ = prepare_database(db.url)
+    try:
+        assert restarted.jwt_secrets.load(*_who_args(restarted, issued.raw)) == SECRET
+        assert not legacy.exists()
+    finally:
+        restarted.close()
+
+
+def _who_args(db: Database, raw: str) -> tuple:
+    who = _who(db, raw)
+    return who.key_id, who.jwt_secret_hash, who.jwt_secret_sealed
+
+
+def test_revoking_a_front_end_key_drops_its_sealed_secret(db: Database) -> None:
     issued = _front_end(db)
     with db.transaction() as s:
         revoke_key(s, issued.info.id, secrets=db.jwt_secrets)
-    assert not db.jwt_secrets.path(issued.info.id).exists()
+    from officellm.app.db.tables import ApiKey
+    with db.session() as s:
+        assert s.get(ApiKey, issued.info.id).jwt_secret_sealed is None
 
 
 @pytest.mark.parametrize("secret, words", [("short", "at least 32"), (" " * 40, "at least 32")])
@@ -158,9 +219,9 @@ def test_a_name_with_nothing_usable_falls_back_to_the_next(db: Database) -> None
     assert person.name == "u-9"
 
 
-def test_secrets_dir_is_beside_the_database(db_path: Path) -> None:
+def test_the_install_key_is_beside_a_sqlite_database(db_path: Path) -> None:
     db = Database(db_path)
     try:
-        assert db.jwt_secrets.directory == db_path.parent / "jwt_secrets"
+        assert db.jwt_secrets.install_key.path == db_path.parent / "install_key"
     finally:
         db.close()

@@ -26,7 +26,7 @@ def test_upgrade_empty_to_head(db_path: Path) -> None:
     db = Database(db_path)
     assert db.current_revision() is None
     db.upgrade()
-    assert db.current_revision() == head_revision() == "0006_replicas"
+    assert db.current_revision() == head_revision() == "0007_sealed_jwt_secrets"
     assert _tables(db) == ALL_TABLES
     # The default policy row is seeded, with prefix-cache salting on.
     with db.engine.connect() as c:
@@ -81,11 +81,12 @@ def test_data_written_at_0001_survives_upgrade(db_path: Path) -> None:
     con = sqlite3.connect(db_path)
     for table in ("usage", "events"):
         assert con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall() == before[table]
-    # users and api_keys gained 0003's columns at the end, each empty or false.
-    for table, added in (("users", (None, None)), ("api_keys", (0, None))):
+    # users and api_keys gained 0003's columns at the end (api_keys 0007's too), each empty
+    # or false.
+    for table, added in (("users", (None, None)), ("api_keys", (0, None, None))):
         after_rows = con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-        assert [row[:-2] for row in after_rows] == before[table]
-        assert {row[-2:] for row in after_rows} == {added}
+        assert [row[:-len(added)] for row in after_rows] == before[table]
+        assert {row[-len(added):] for row in after_rows} == {added}
     # policies gained share_prefix_cache (0002), priority and max_kv_share (0004): the
     # default row's are false, 'normal' and NULL (no cap); users' rows NULL (inherit).
     after = con.execute("SELECT * FROM policies ORDER BY 1, 2").fetchall()
@@ -155,6 +156,7 @@ def test_data_written_at_0002_survives_0003(db_path: Path) -> None:
     from officellm.app.db.keys import list_keys
     from officellm.app.db.users import list_users
 
+    db.upgrade()  # the ORM reads the newest schema
     with db.session() as s:
         assert [(u.name, u.via) for u in list_users(s)] == [("alice", None), ("bob", None)]
         assert [(k.prefix, k.forwarded_users, k.jwt_secret) for k in list_keys(s)] == [
