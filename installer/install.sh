@@ -261,9 +261,9 @@ fi
 
 check_python
 ensure_apt_packages "the Qt admin console" "${QT_APT_PACKAGES[@]}"
-# The database tests run on a real PostgreSQL too (tests/support/postgres.py); without it they
-# skip, saying so.
-[ "$DEV" = 1 ] && ensure_apt_packages "the database tests on PostgreSQL" "postgresql"
+# The database tests run on a real PostgreSQL too, and the cluster tests behind a real HAProxy
+# (tests/support/postgres.py, haproxy.py); without them they skip, saying so.
+[ "$DEV" = 1 ] && ensure_apt_packages "the database and router tests" "postgresql" "haproxy"
 make_venv "$VENV"
 
 if [ -n "$BUNDLE_DIR" ]; then

@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "officellm.app.cli.policy",
     "officellm.app.cli.admin",
     "officellm.app.cli.bench",
+    "officellm.app.cli.cluster",
 ]
 
 

@@ -1,0 +1,140 @@
+"""Replicas behind a real HAProxy, configured by `officellm cluster haproxy-config`
+(installer/haproxy_config.py): each person is always served by the same replica, people are
+spread over the replicas, a busy person's 429 is their answer (never retried elsewhere),
+/admin is not routed, and a killed replica's people are served by another at once. The
+replica names itself in `X-Officellm-Replica`. The file's last test kills a replica."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import httpx
+import pytest
+
+from officellm.installer.haproxy_config import ReplicaAddress, haproxy_config
+from tests.support.haproxy import HAProxy, missing
+from tests.support.server_api import TIMEOUT
+from tests.support.server_process import ServerProcess, free_port
+from tests.support.tiny_models import shared_tiny_model
+
+PEOPLE = 6
+
+
+class Routed(NamedTuple):
+    router: HAProxy
+    replicas: list[ServerProcess]
+    keys: list[str]  # one person each
+    admin: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def routed(postgres, tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
+           ) -> Iterator[Routed]:
+    """Two replicas on one database behind HAProxy, and six people with a key each."""
+    reason = missing()
+    if reason is not None:
+        pytest.skip(f"router tests skipped: {reason}")
+    url = postgres.url()
+    model = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
+    replicas = [ServerProcess(str(model), "--replica-name", f"r{i}", database_url=url)
+                for i in range(2)]
+    router = None
+    try:
+        for r in replicas:
+            r.wait_ready()
+        token = next(r.admin_token for r in replicas if r.admin_token)
+        admin = {"Authorization": f"Bearer {token}"}
+        keys = []
+        for i in range(PEOPLE):
+            first = replicas[0].base_url
+            httpx.post(f"{first}/admin/users", json={"name": f"p{i}"}, headers=admin,
+                       timeout=TIMEOUT).raise_for_status()
+            issued = httpx.post(f"{first}/admin/keys", json={"user": f"p{i}"}, headers=admin,
+                                timeout=TIMEOUT)
+            keys.append(issued.json()["key"])
+        port = free_port()
+        config = tmp_path_factory.mktemp("router") / "haproxy.cfg"
+        config.write_text(haproxy_config(
+            [ReplicaAddress.parse(f"r{i}={r.base_url}") for i, r in enumerate(replicas)],
+            bind=f"127.0.0.1:{port}"))
+        router = HAProxy(config, port)
+        yield Routed(router, replicas, keys, admin)
+    finally:
+        if router is not None:
+            router.stop()
+        for r in replicas:
+            r.stop()
+
+
+def ask(routed: Routed, person: int, max_tokens: int = 1) -> httpx.Response:
+    return httpx.post(f"{routed.router.base_url}/v1/chat/completions", timeout=TIMEOUT,
+                      headers={"Authorization": f"Bearer {routed.keys[person]}"},
+                      json={"messages": [{"role": "user", "content": "Hi"}],
+                            "max_tokens": max_tokens})
+
+
+def served_by(r: httpx.Response) -> str:
+    assert r.status_code == 200, r.text
+    return r.headers["x-officellm-replica"]
+
+
+def test_each_person_is_always_served_by_the_same_replica_and_both_are_used(routed) -> None:
+    seen: dict[int, set[str]] = {p: set() for p in range(PEOPLE)}
+    for _ in range(4):
+        for person in range(PEOPLE):
+            seen[person].add(served_by(ask(routed, person)))
+    assert all(len(replicas) == 1 for replicas in seen.values()), seen
+    assert set().union(*seen.values()) == {"r0", "r1"}
+
+
+def test_the_admin_api_is_not_routed(routed) -> None:
+    r = httpx.get(f"{routed.router.base_url}/admin/users", headers=routed.admin,
+                  timeout=TIMEOUT)
+    assert r.status_code == 403
+
+
+def test_a_busy_persons_429_comes_from_their_replica_and_is_not_retried(routed) -> None:
+    """A concurrency limit of 1: while a long stream runs, a second request is refused by
+    the same replica, not sent to the other one (where it would have been served)."""
+    first = routed.replicas[0].base_url
+    httpx.put(f"{first}/admin/policies/users/p0", json={"max_concurrent_requests": 1},
+              headers=routed.admin, timeout=TIMEOUT).raise_for_status()
+    home = served_by(ask(routed, 0))
+    started = threading.Event()
+
+    def long_stream() -> None:
+        with httpx.stream("POST", f"{routed.router.base_url}/v1/chat/completions",
+                          timeout=TIMEOUT,
+                          headers={"Authorization": f"Bearer {routed.keys[0]}"},
+                          json={"messages": [{"role": "user", "content": "Hi"}],
+                                "max_tokens": 4000, "stream": True,
+                                "stream_options": {"include_usage": True}}) as r:
+            for _ in r.iter_lines():
+                started.set()
+
+    stream = threading.Thread(target=long_stream)
+    stream.start()
+    try:
+        assert started.wait(TIMEOUT)
+        busy = ask(routed, 0)
+        assert busy.status_code == 429, busy.text
+        assert busy.headers["x-officellm-replica"] == home
+    finally:
+        stream.join(TIMEOUT)
+        httpx.delete(f"{first}/admin/policies/users/p0", headers=routed.admin,
+                     timeout=TIMEOUT)
+
+
+def test_a_killed_replicas_people_are_served_by_the_other_at_once(routed) -> None:
+    """Last in the file: it kills a replica (SIGKILL)."""
+    home = served_by(ask(routed, 1))
+    victim = next(r for i, r in enumerate(routed.replicas) if f"r{i}" == home)
+    victim.kill()
+    began = time.monotonic()
+    r = ask(routed, 1)
+    assert served_by(r) != home
+    assert time.monotonic() - began < 5
