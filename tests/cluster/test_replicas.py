@@ -168,6 +168,45 @@ def test_a_front_end_key_issued_on_one_replica_verifies_its_jwts_on_another(clus
     assert len(zoe) == 1 and zoe[0]["usage_today"]["requests"] == 2
 
 
+def _person(cluster: Cluster, name: str, **policy) -> tuple[str, int]:
+    """A user made through the first replica, with a key (and a policy, if given)."""
+    first, admin = cluster.replicas[0].base_url, _admin(cluster)
+    httpx.post(f"{first}/admin/users", json={"name": name}, headers=admin,
+               timeout=TIMEOUT).raise_for_status()
+    if policy:
+        httpx.put(f"{first}/admin/policies/users/{name}", json=policy, headers=admin,
+                  timeout=TIMEOUT).raise_for_status()
+    issued = httpx.post(f"{first}/admin/keys", json={"user": name}, headers=admin,
+                        timeout=TIMEOUT).json()
+    return issued["key"], issued["id"]
+
+
+def _chat(replica: ServerProcess, key: str) -> httpx.Response:
+    return httpx.post(f"{replica.base_url}/v1/chat/completions", timeout=TIMEOUT,
+                      headers={"Authorization": f"Bearer {key}"},
+                      json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})
+
+
+def test_a_daily_quota_counts_what_a_person_used_on_every_replica(cluster) -> None:
+    key, _ = _person(cluster, "quinn", max_tokens_per_day=5)
+    first, second = cluster.replicas[0], cluster.replicas[1]
+    assert _chat(first, key).status_code == 200  # under the quota when it starts
+    # The first replica's usage is written (its batched writer flushes for the admin API).
+    httpx.get(f"{first.base_url}/admin/users", headers=_admin(cluster), timeout=TIMEOUT)
+    refused = _chat(second, key)  # the second replica has served quinn nothing yet
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "insufficient_quota"
+
+
+def test_a_key_revoked_on_one_replica_is_refused_by_the_others(cluster) -> None:
+    key, key_id = _person(cluster, "rita")
+    second = cluster.replicas[1]
+    assert _chat(second, key).status_code == 200
+    httpx.delete(f"{cluster.replicas[0].base_url}/admin/keys/{key_id}",
+                 headers=_admin(cluster), timeout=TIMEOUT).raise_for_status()
+    assert _chat(second, key).status_code == 401
+
+
 def test_the_consoles_replicas_tab_shows_three_rows_and_an_all_pool_equal_to_their_sum(
         cluster, qtbot) -> None:
     from officellm.admin_ui.session import AdminSession

@@ -6,6 +6,7 @@ replica names itself in `X-Officellm-Replica`. The file's last test kills a repl
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import httpx
+import jwt
 import pytest
 
 from officellm.installer.haproxy_config import ReplicaAddress, haproxy_config
@@ -24,11 +26,16 @@ from tests.support.tiny_models import shared_tiny_model
 PEOPLE = 6
 
 
+# The front end's JWT secret (Open WebUI's FORWARD_USER_INFO_HEADER_JWT_SECRET).
+JWT_SECRET = "5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b"
+
+
 class Routed(NamedTuple):
     router: HAProxy
     replicas: list[ServerProcess]
     keys: list[str]  # one person each
     admin: dict[str, str]
+    front_end_key: str  # Open WebUI's, with JWT_SECRET
 
 
 @pytest.fixture(scope="module")
@@ -56,13 +63,20 @@ def routed(postgres, tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
             issued = httpx.post(f"{first}/admin/keys", json={"user": f"p{i}"}, headers=admin,
                                 timeout=TIMEOUT)
             keys.append(issued.json()["key"])
+        httpx.post(f"{first}/admin/users", json={"name": "open-webui"}, headers=admin,
+                   timeout=TIMEOUT).raise_for_status()
+        front_end = httpx.post(f"{first}/admin/keys", headers=admin, timeout=TIMEOUT,
+                               json={"user": "open-webui", "forwarded_users": True,
+                                     "jwt_secret": JWT_SECRET}).json()["key"]
+        # Every replica has a copy of the install key (docs/cluster.md).
+        shutil.copy2(replicas[0].data_dir / "install_key", replicas[1].data_dir / "install_key")
         port = free_port()
         config = tmp_path_factory.mktemp("router") / "haproxy.cfg"
         config.write_text(haproxy_config(
             [ReplicaAddress.parse(f"r{i}={r.base_url}") for i, r in enumerate(replicas)],
-            bind=f"127.0.0.1:{port}"))
+            bind=f"127.0.0.1:{port}", jwt_secret=JWT_SECRET))
         router = HAProxy(config, port)
-        yield Routed(router, replicas, keys, admin)
+        yield Routed(router, replicas, keys, admin, front_end)
     finally:
         if router is not None:
             router.stop()
@@ -89,6 +103,26 @@ def test_each_person_is_always_served_by_the_same_replica_and_both_are_used(rout
             seen[person].add(served_by(ask(routed, person)))
     assert all(len(replicas) == 1 for replicas in seen.values()), seen
     assert set().union(*seen.values()) == {"r0", "r1"}
+
+
+def test_front_end_people_are_pinned_by_their_verified_jwt_not_by_a_header(routed) -> None:
+    """Through Open WebUI's key: the verified JWT's `sub` decides, whatever unverified
+    X-OpenWebUI-User-Id a request carries."""
+    seen: dict[str, set[str]] = {}
+    for round_ in range(4):
+        for sub in ("owui-1", "owui-2", "owui-3"):
+            now = int(time.time())
+            token = jwt.encode({"sub": sub, "email": f"{sub}@example.com", "name": sub,
+                                "role": "user", "iss": "open-webui", "iat": now,
+                                "exp": now + 300}, JWT_SECRET, algorithm="HS256")
+            r = httpx.post(f"{routed.router.base_url}/v1/chat/completions", timeout=TIMEOUT,
+                           headers={"Authorization": f"Bearer {routed.front_end_key}",
+                                    "X-OpenWebUI-User-Jwt": token,
+                                    "X-OpenWebUI-User-Id": f"spoof-{round_}-{sub}"},
+                           json={"messages": [{"role": "user", "content": "Hi"}],
+                                 "max_tokens": 1})
+            seen.setdefault(sub, set()).add(served_by(r))
+    assert all(len(replicas) == 1 for replicas in seen.values()), seen
 
 
 def test_the_admin_api_is_not_routed(routed) -> None:
