@@ -137,6 +137,11 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
         s.max_context_tokens = args.max_context_tokens or None
     if args.max_waiting_requests < 0:
         raise ValueError("--max-waiting-requests must be 0 or more.")
+    # The replicas table's columns (app/db/tables.py Replica).
+    if args.replica_name is not None and not 0 < len(args.replica_name) <= 128:
+        raise ValueError("--replica-name must be 1 to 128 characters.")
+    if args.advertise_url is not None and not 0 < len(args.advertise_url) <= 512:
+        raise ValueError("--advertise-url must be 1 to 512 characters.")
     if args.default_max_tokens is not None and args.default_max_tokens < 0:
         raise ValueError("--default-max-tokens must be 0 (up to the context window) or more.")
     lines = apply_profile(s, args.profile, explicit)

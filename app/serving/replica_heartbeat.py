@@ -47,8 +47,11 @@ async def run_heartbeat(db: Database, me: ReplicaIdentity, model: Callable[[], s
             register_replica(session, me.name, me.url)
 
     def send(draining: bool = False) -> None:
+        served = model()
         with db.transaction() as session:
-            registered = beat(session, me.name, model(), draining=draining)
+            # The name as the table holds it (a display name: 256 characters are plenty).
+            registered = beat(session, me.name, served[:256] if served else served,
+                              draining=draining)
         if not registered:
             register()
 

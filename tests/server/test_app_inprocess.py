@@ -99,6 +99,15 @@ def test_profile_defaults_and_flag_overrides() -> None:
         settings_from_args(_args("--no-auth", "--api-key", "k"))
 
 
+def test_replica_flags_reach_the_settings_and_overlong_ones_are_refused() -> None:
+    s, _ = settings_from_args(_args("--replica-name", "box-a", "--advertise-url",
+                                    "http://10.0.0.11:8000", "--forwarded-allow-ips", "10.0.0.1"))
+    assert (s.replica_name, s.advertise_url, s.forwarded_allow_ips) == (
+        "box-a", "http://10.0.0.11:8000", "10.0.0.1")
+    with pytest.raises(ValueError, match="--replica-name must be 1 to 128 characters"):
+        settings_from_args(_args("--replica-name", "x" * 129))
+
+
 def test_authenticators(tmp_path) -> None:
     db = Database(tmp_path / "officellm.db")
     db.upgrade()
