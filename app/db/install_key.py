@@ -9,6 +9,7 @@ shared one (Database.files_dir)."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from pathlib import Path
 
@@ -28,13 +29,21 @@ class InstallKey:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._fernet: Fernet | None = None
         self._lock = threading.Lock()
 
+    def key_id(self) -> str | None:
+        """A short fingerprint of this machine's install key (None: no file yet). The
+        database records the first one's, so that a machine with another is told, not
+        allowed to seal under a second key."""
+        try:
+            return hashlib.sha256(self.path.read_bytes().strip()).hexdigest()[:16]
+        except FileNotFoundError:
+            return None
+
     def _load(self, create: bool) -> Fernet:
+        # Read each time (rarely: sealing is per key issued, opening once per key and run),
+        # so an install key copied here while the server runs is used at once.
         with self._lock:
-            if self._fernet is not None:
-                return self._fernet
             try:
                 key = self.path.read_bytes().strip()
             except FileNotFoundError:
@@ -52,10 +61,9 @@ class InstallKey:
                 raise SealError(f"the install key file {self.path} cannot be read "
                                 f"({exc.strerror or exc})") from exc
             try:
-                self._fernet = Fernet(key)
+                return Fernet(key)
             except ValueError as exc:
                 raise SealError(f"the install key file {self.path} holds no Fernet key") from exc
-            return self._fernet
 
     def seal(self, secret: str) -> str:
         """`secret`, encrypted and authenticated under the install key (made if missing)."""

@@ -7,6 +7,9 @@ from sqlalchemy.orm import Session
 from officellm.app.db.tables import Setting
 
 ADMIN_TOKEN_HASH = "admin_token_hash"
+# The fingerprint of the install key the database's secrets are sealed under
+# (app/db/install_key.py).
+INSTALL_KEY_ID = "install_key_id"
 
 
 def get_setting(session: Session, key: str, default: str | None = None) -> str | None:

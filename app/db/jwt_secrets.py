@@ -29,6 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from officellm.app.db.install_key import INSTALL_KEY_FILENAME, InstallKey, SealError
+from officellm.app.db.install_settings import INSTALL_KEY_ID, get_setting, set_setting
 from officellm.app.db.paths import jwt_secrets_dir
 from officellm.app.db.tables import ApiKey
 
@@ -41,6 +42,10 @@ MAX_SECRET_CHARS = 4096
 # guessing it cheap; computed once when the key is issued and once per server run.
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}
 _SCHEME = "scrypt"
+
+
+class ForeignInstallKey(ValueError):
+    """This machine's install key is not the one the database's secrets are sealed under."""
 
 
 class SecretUnavailable(RuntimeError):
@@ -98,10 +103,24 @@ class JwtSecretStore:
         self._checked: dict[tuple[int, str], str] = {}
         self._lock = threading.Lock()
 
-    def seal(self, secret: str) -> tuple[str, str]:
+    def seal(self, session: Session, secret: str) -> tuple[str, str]:
         """What the database keeps of a new key's secret: its fingerprint, and the secret
-        sealed under the install key (made now if this is the first)."""
-        return fingerprint(secret), self.install_key.seal(secret)
+        sealed under the install key (made now if this is the database's first). Refused
+        (ForeignInstallKey) on a machine whose install key is not the one the database's
+        secrets are sealed under: a second key would leave each machine unable to open the
+        other's secrets."""
+        known = get_setting(session, INSTALL_KEY_ID)
+        here = self.install_key.key_id()
+        if known is not None and here != known:
+            which = "there is none" if here is None else "the one here is another"
+            raise ForeignInstallKey(
+                "this database's JWT secrets are sealed under the install key made on another "
+                f"machine, and {which} ({self.install_key.path}): copy that machine's "
+                "install_key file here first (docs/cluster.md)")
+        sealed = self.install_key.seal(secret)
+        if known is None:
+            set_setting(session, INSTALL_KEY_ID, self.install_key.key_id() or "")
+        return fingerprint(secret), sealed
 
     def load(self, key_id: int, stored_fingerprint: str, sealed: str | None) -> str:
         """The secret of key `key_id`, opened and checked against its fingerprint; raises
@@ -145,7 +164,10 @@ class JwtSecretStore:
             except OSError:
                 continue
             if key.jwt_secret_hash is not None and matches(secret, key.jwt_secret_hash):
-                key.jwt_secret_sealed = self.install_key.seal(secret)
+                try:
+                    key.jwt_secret_sealed = self.seal(session, secret)[1]
+                except ForeignInstallKey:
+                    break  # the files stay, and their keys refused, until the key is here
                 adopted.append(key.id)
         session.flush()
         for key_id in adopted:

@@ -79,7 +79,7 @@ def issue_key(session: Session, user: UserRef, *, forwarded_users: bool = False,
     session.flush()
     if jwt_secret is not None:
         assert secrets is not None
-        key.jwt_secret_hash, key.jwt_secret_sealed = secrets.seal(jwt_secret)
+        key.jwt_secret_hash, key.jwt_secret_sealed = secrets.seal(session, jwt_secret)
         session.flush()
     record_event(session, "key_issued", owner.id,
                  {"key_id": key.id, "prefix": key.prefix, "forwarded_users": forwarded_users,

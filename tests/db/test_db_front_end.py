@@ -90,6 +90,28 @@ def test_without_the_install_key_or_with_another_the_secret_is_refused(db: Datab
         key_file.write_bytes(original)
 
 
+def test_a_machine_without_the_databases_install_key_does_not_make_a_second_one(
+        db: Database) -> None:
+    """The first seal records its install key in the database; a replica with none, or with
+    another, is told to copy it instead of sealing under a key the others do not have."""
+    from cryptography.fernet import Fernet
+
+    from officellm.app.db.jwt_secrets import ForeignInstallKey
+
+    _front_end(db)
+    key_file = db.jwt_secrets.install_key.path
+    original = key_file.read_bytes()
+    key_file.unlink()
+    with pytest.raises(ForeignInstallKey, match="there is none"):
+        _front_end(db, name="second-ui")
+    assert not key_file.exists()
+    key_file.write_bytes(Fernet.generate_key())
+    with pytest.raises(ForeignInstallKey, match="the one here is another"):
+        _front_end(db, name="third-ui")
+    key_file.write_bytes(original)  # copied from the machine that made it
+    assert _front_end(db, name="fourth-ui").info.jwt_secret
+
+
 def test_a_sealed_secret_that_is_not_the_keys_own_is_refused(db: Database) -> None:
     first = _who(db, _front_end(db).raw)
     second = _who(db, _front_end(db, name="other-ui",
