@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 
 import uvicorn
@@ -138,8 +139,11 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
     if args.max_waiting_requests < 0:
         raise ValueError("--max-waiting-requests must be 0 or more.")
     # The replicas table's columns (app/db/tables.py Replica).
-    if args.replica_name is not None and not 0 < len(args.replica_name) <= 128:
-        raise ValueError("--replica-name must be 1 to 128 characters.")
+    # It is sent in a header (X-Officellm-Replica) and written in the router's configuration.
+    if args.replica_name is not None and not re.fullmatch(r"[A-Za-z0-9._:-]{1,128}",
+                                                          args.replica_name):
+        raise ValueError("--replica-name must be 1 to 128 letters, digits, '.', '_', ':' or "
+                         "'-'.")
     if args.advertise_url is not None and not 0 < len(args.advertise_url) <= 512:
         raise ValueError("--advertise-url must be 1 to 512 characters.")
     if args.default_max_tokens is not None and args.default_max_tokens < 0:

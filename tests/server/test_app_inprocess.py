@@ -104,8 +104,9 @@ def test_replica_flags_reach_the_settings_and_overlong_ones_are_refused() -> Non
                                     "http://10.0.0.11:8000", "--forwarded-allow-ips", "10.0.0.1"))
     assert (s.replica_name, s.advertise_url, s.forwarded_allow_ips) == (
         "box-a", "http://10.0.0.11:8000", "10.0.0.1")
-    with pytest.raises(ValueError, match="--replica-name must be 1 to 128 characters"):
-        settings_from_args(_args("--replica-name", "x" * 129))
+    for bad in ("x" * 129, "box a", "box\r\nX-Injected: 1"):
+        with pytest.raises(ValueError, match="--replica-name must be 1 to 128 letters"):
+            settings_from_args(_args("--replica-name", bad))
 
 
 def test_authenticators(tmp_path) -> None:
