@@ -139,26 +139,32 @@ def test_pacer_rejects_a_slowdown_of_one_or_less():
 
 
 def _spy(engine) -> list[tuple[list[tuple[str, int]], int | None, int]]:
-    """Each step's (request id, new tokens), with the pacer's cap when it was scheduled and
-    the document's tokens still to compute."""
+    """Each step's (request id, new tokens), with the cap the pacer gave the scheduler for
+    that step's first prompt chunk and the document's tokens still to compute."""
     seen: list[tuple[list[tuple[str, int]], int | None, int]] = []
-    original = engine.engine_core.scheduler.schedule
-    pacer = engine.engine_core.scheduler.pacer
+    sched = engine.engine_core.scheduler
+    original_schedule = sched.schedule
+    pacer = sched.pacer
+    caps: list[int] = []
+    if pacer is not None:
+        original_cap = pacer.prefill_cap
+
+        def prefill_cap(*args, **kwargs) -> int:
+            caps.append(original_cap(*args, **kwargs))
+            return caps[-1]
+
+        pacer.prefill_cap = prefill_cap
 
     def schedule():
-        # The cap for one typing user and the document's chunk (which starts where the
-        # document's computed tokens end), as the scheduler will ask for it.
-        sched = engine.engine_core.scheduler
         doc = sched.requests.get("doc")
-        running = doc is not None and doc in sched.running
-        context = doc.num_computed_tokens if running else 0
-        left = doc.num_tokens - context if doc is not None else 0
-        cap = pacer.prefill_cap(1, context) if pacer is not None else None
-        so = original()
-        seen.append(([(s.request.request_id, s.num_new_tokens) for s in so.chunks], cap, left))
+        left = doc.num_tokens - doc.num_computed_tokens if doc is not None else 0
+        caps.clear()
+        so = original_schedule()
+        seen.append(([(s.request.request_id, s.num_new_tokens) for s in so.chunks],
+                     caps[0] if caps else None, left))
         return so
 
-    engine.engine_core.scheduler.schedule = schedule
+    sched.schedule = schedule
     return seen
 
 
