@@ -9,9 +9,12 @@ What it does, and why:
   of the key (`Authorization` or `x-api-key`). A new person goes to the replica with the
   fewest connections (`leastconn`), then stays there.
 - `/health` is checked every 2 s; a replica that fails twice gets no new requests, and a
-  request whose connection to it fails is sent to another (`redispatch`). A request is only
-  ever retried when it could not connect: an HTTP answer (a 429 for a busy person, a 400)
-  is the person's answer, never retried elsewhere.
+  request whose connection to it fails is sent to another at once (`redispatch 1`: every
+  retry goes elsewhere, without the second's pause a retry to the same replica takes). A
+  stopping replica stops listening (app/serving/graceful_server.py), so its people move on
+  their next request. A request is only retried when it could not connect or got no byte
+  back (a replica that died, or closed an idle connection as it stopped): an HTTP answer (a
+  429 for a busy person, a 400) is the person's answer, never retried elsewhere.
 - Server timeouts fit server-sent events and long CPU prefills (an hour).
 - `/admin` is not routed: each replica's admin API answers on its own machine.
 """
@@ -98,8 +101,8 @@ def haproxy_config(replicas: list[ReplicaAddress], bind: str = "0.0.0.0:8000",
         f"    timeout server {STREAM_TIMEOUT}",
         "    timeout check 5s",
         "    retries 2",
-        "    retry-on conn-failure",
-        "    option redispatch",
+        "    retry-on conn-failure empty-response",
+        "    option redispatch 1",
         "",
         "frontend officellm",
         f"    bind {bind}",

@@ -185,8 +185,10 @@ def run(args: argparse.Namespace) -> int:
                                 proxy_headers=True,
                                 forwarded_allow_ips=settings.forwarded_allow_ips)
         state = app.state.server
+        # On a shared database this server is one of several replicas behind a router.
         server = GracefulServer(config, state.admission, state.async_engine,
-                                settings.shutdown_timeout)
+                                settings.shutdown_timeout,
+                                stop_listening_on_drain=not db.is_sqlite)
         # The engine thread says so when loading fails; the server then stops by itself.
         app.state.server.async_engine.on_load_failure = server.engine_failed
         server.run()

@@ -1,6 +1,12 @@
-"""A uvicorn Server whose SIGTERM/SIGINT drains first: refuse new requests with 503, let the
-ones in flight finish within the shutdown timeout, abort the rest, then exit 0. If the engine
-does not load, it stops on its own (the serve command then exits non-zero)."""
+"""A uvicorn Server whose SIGTERM/SIGINT drains first: refuse new requests, let the ones in
+flight finish within the shutdown timeout, abort the rest, then exit 0. If the engine does not
+load, it stops on its own (the serve command then exits non-zero).
+
+A server on its own keeps listening while it drains and answers new requests 503 with a
+sentence saying why. A replica behind a router stops listening at once instead: the router's
+next connection is refused, and a refused connection is the one failure a router retries on
+another replica without doubt (the request never arrived), so the replica's people are served
+elsewhere at once rather than told 503 until its health check fails."""
 
 from __future__ import annotations
 
@@ -21,12 +27,16 @@ class GracefulServer(uvicorn.Server):
     """uvicorn.Server with a drain phase before uvicorn's own shutdown.
 
     Uvicorn on its own stops listening at once (new clients get "connection refused", not a
-    503) and re-raises the signal after shutdown (exit status 143, not 0).
+    503) and re-raises the signal after shutdown (exit status 143, not 0). With
+    `stop_listening_on_drain` (a replica behind a router) it stops listening at once too, and
+    closes its idle keep-alive connections; the busy ones close after their answer.
     """
 
     def __init__(self, config: uvicorn.Config, admission: AdmissionControl,
-                 async_engine: AsyncLLM, shutdown_timeout: float):
+                 async_engine: AsyncLLM, shutdown_timeout: float,
+                 stop_listening_on_drain: bool = False):
         super().__init__(config)
+        self.stop_listening_on_drain = stop_listening_on_drain
         self.admission = admission
         self.async_engine = async_engine
         self.shutdown_timeout = shutdown_timeout
@@ -78,6 +88,11 @@ class GracefulServer(uvicorn.Server):
         self._loop.call_soon_threadsafe(self._start_drain)
 
     def _start_drain(self) -> None:
+        if self.stop_listening_on_drain:
+            for server in self.servers:
+                server.close()
+            for connection in list(self.server_state.connections):
+                connection.shutdown()  # idle: closed now; busy: closed after its answer
         self._drain_task = asyncio.ensure_future(self._drain())
 
     async def _drain(self) -> None:

@@ -1,11 +1,13 @@
 """Replicas behind a real HAProxy, configured by `officellm cluster haproxy-config`
 (installer/haproxy_config.py): each person is always served by the same replica, people are
 spread over the replicas, a busy person's 429 is their answer (never retried elsewhere),
-/admin is not routed, and a killed replica's people are served by another at once. The
-replica names itself in `X-Officellm-Replica`. The file's last test kills a replica."""
+/admin is not routed, a stopping replica finishes its open stream while its people are served
+by another at once, and a killed replica's people are served by another at once. The replica
+names itself in `X-Officellm-Replica`. The file's last two tests stop and kill a replica."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -41,14 +43,14 @@ class Routed(NamedTuple):
 @pytest.fixture(scope="module")
 def routed(postgres, tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
            ) -> Iterator[Routed]:
-    """Two replicas on one database behind HAProxy, and six people with a key each."""
+    """Three replicas on one database behind HAProxy, and six people with a key each."""
     reason = missing()
     if reason is not None:
         pytest.skip(f"router tests skipped: {reason}")
     url = postgres.url()
     model = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
     replicas = [ServerProcess(str(model), "--replica-name", f"r{i}", database_url=url)
-                for i in range(2)]
+                for i in range(3)]
     router = None
     try:
         for r in replicas:
@@ -69,7 +71,8 @@ def routed(postgres, tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path
                                json={"user": "open-webui", "forwarded_users": True,
                                      "jwt_secret": JWT_SECRET}).json()["key"]
         # Every replica has a copy of the install key (docs/cluster.md).
-        shutil.copy2(replicas[0].data_dir / "install_key", replicas[1].data_dir / "install_key")
+        for r in replicas[1:]:
+            shutil.copy2(replicas[0].data_dir / "install_key", r.data_dir / "install_key")
         port = free_port()
         config = tmp_path_factory.mktemp("router") / "haproxy.cfg"
         config.write_text(haproxy_config(
@@ -96,13 +99,13 @@ def served_by(r: httpx.Response) -> str:
     return r.headers["x-officellm-replica"]
 
 
-def test_each_person_is_always_served_by_the_same_replica_and_both_are_used(routed) -> None:
+def test_each_person_is_always_served_by_the_same_replica_and_all_are_used(routed) -> None:
     seen: dict[int, set[str]] = {p: set() for p in range(PEOPLE)}
     for _ in range(4):
         for person in range(PEOPLE):
             seen[person].add(served_by(ask(routed, person)))
     assert all(len(replicas) == 1 for replicas in seen.values()), seen
-    assert set().union(*seen.values()) == {"r0", "r1"}
+    assert set().union(*seen.values()) == {"r0", "r1", "r2"}
 
 
 def test_front_end_people_are_pinned_by_their_verified_jwt_not_by_a_header(routed) -> None:
@@ -163,10 +166,55 @@ def test_a_busy_persons_429_comes_from_their_replica_and_is_not_retried(routed) 
                      timeout=TIMEOUT)
 
 
-def test_a_killed_replicas_people_are_served_by_the_other_at_once(routed) -> None:
+def _replica(routed: Routed, name: str) -> ServerProcess:
+    return next(r for i, r in enumerate(routed.replicas) if f"r{i}" == name)
+
+
+def test_a_stopping_replica_finishes_its_stream_while_its_people_go_elsewhere_at_once(
+        routed) -> None:
+    """SIGTERM, a clean stop: the stream it serves runs to its end, and the same person's
+    next request, sent meanwhile, is served by another replica at once, not refused."""
+    home = served_by(ask(routed, 2))
+    lines: list[str] = []
+    started = threading.Event()
+    statuses: list[int] = []
+
+    def long_stream() -> None:
+        with httpx.stream("POST", f"{routed.router.base_url}/v1/chat/completions",
+                          timeout=TIMEOUT,
+                          headers={"Authorization": f"Bearer {routed.keys[2]}"},
+                          json={"messages": [{"role": "user", "content": "Hi"}],
+                                "max_tokens": 600, "stream": True,
+                                "stream_options": {"include_usage": True}}) as r:
+            statuses.append(r.status_code)
+            for line in r.iter_lines():
+                if line:
+                    lines.append(line)
+                    started.set()
+
+    stream = threading.Thread(target=long_stream)
+    stream.start()
+    try:
+        assert started.wait(TIMEOUT)
+        _replica(routed, home).terminate()
+        time.sleep(0.2)  # the signal is handled
+        assert "data: [DONE]" not in lines  # still streaming when the stop began
+        began = time.monotonic()
+        elsewhere = ask(routed, 2)
+        assert served_by(elsewhere) != home
+        assert time.monotonic() - began < 5
+    finally:
+        stream.join(TIMEOUT)
+    assert statuses == [200]
+    assert lines[-1] == "data: [DONE]"
+    usage = json.loads(lines[-2].removeprefix("data: "))["usage"]
+    assert usage["completion_tokens"] == 600
+
+
+def test_a_killed_replicas_people_are_served_by_another_at_once(routed) -> None:
     """Last in the file: it kills a replica (SIGKILL)."""
     home = served_by(ask(routed, 1))
-    victim = next(r for i, r in enumerate(routed.replicas) if f"r{i}" == home)
+    victim = _replica(routed, home)
     victim.kill()
     began = time.monotonic()
     r = ask(routed, 1)

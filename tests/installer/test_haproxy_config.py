@@ -32,7 +32,8 @@ def test_haproxy_accepts_the_configuration(tmp_path: Path, secret: str | None) -
 def test_people_are_pinned_and_only_failed_connections_are_retried() -> None:
     text = haproxy_config(REPLICAS, jwt_secret=SECRET)
     assert "stick on var(txn.person)" in text and "balance leastconn" in text
-    assert "retry-on conn-failure" in text  # never on an HTTP status: a 429 is the answer
+    # Never on an HTTP status: a 429 is the person's answer.
+    assert "    retry-on conn-failure empty-response\n" in text
     assert f'jwt_verify("HS256","{SECRET}")' in text
     assert "deny deny_status 403 if { path_beg /admin }" in text
     assert "server a 10.0.0.11:8000 check" in text
