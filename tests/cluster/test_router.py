@@ -134,29 +134,41 @@ def test_the_admin_api_is_not_routed(routed) -> None:
     assert r.status_code == 403
 
 
+class OpenStream(threading.Thread):
+    """A person's streamed chat through the router, read on a thread: its status and its
+    non-empty lines; `started` once the first line came."""
+
+    def __init__(self, routed: Routed, person: int, max_tokens: int):
+        super().__init__()
+        self.request = {"url": f"{routed.router.base_url}/v1/chat/completions",
+                        "headers": {"Authorization": f"Bearer {routed.keys[person]}"},
+                        "json": {"messages": [{"role": "user", "content": "Hi"}],
+                                 "max_tokens": max_tokens, "stream": True,
+                                 "stream_options": {"include_usage": True}}}
+        self.status: int | None = None
+        self.lines: list[str] = []
+        self.started = threading.Event()
+
+    def run(self) -> None:
+        with httpx.stream("POST", timeout=TIMEOUT, **self.request) as r:
+            self.status = r.status_code
+            for line in r.iter_lines():
+                if line:
+                    self.lines.append(line)
+                    self.started.set()
+
+
 def test_a_busy_persons_429_comes_from_their_replica_and_is_not_retried(routed) -> None:
     """A concurrency limit of 1: while a long stream runs, a second request is refused by
-    the same replica, not sent to the other one (where it would have been served)."""
+    the same replica, not sent to another one (where it would have been served)."""
     first = routed.replicas[0].base_url
     httpx.put(f"{first}/admin/policies/users/p0", json={"max_concurrent_requests": 1},
               headers=routed.admin, timeout=TIMEOUT).raise_for_status()
     home = served_by(ask(routed, 0))
-    started = threading.Event()
-
-    def long_stream() -> None:
-        with httpx.stream("POST", f"{routed.router.base_url}/v1/chat/completions",
-                          timeout=TIMEOUT,
-                          headers={"Authorization": f"Bearer {routed.keys[0]}"},
-                          json={"messages": [{"role": "user", "content": "Hi"}],
-                                "max_tokens": 4000, "stream": True,
-                                "stream_options": {"include_usage": True}}) as r:
-            for _ in r.iter_lines():
-                started.set()
-
-    stream = threading.Thread(target=long_stream)
+    stream = OpenStream(routed, 0, max_tokens=4000)
     stream.start()
     try:
-        assert started.wait(TIMEOUT)
+        assert stream.started.wait(TIMEOUT)
         busy = ask(routed, 0)
         assert busy.status_code == 429, busy.text
         assert busy.headers["x-officellm-replica"] == home
@@ -175,39 +187,22 @@ def test_a_stopping_replica_finishes_its_stream_while_its_people_go_elsewhere_at
     """SIGTERM, a clean stop: the stream it serves runs to its end, and the same person's
     next request, sent meanwhile, is served by another replica at once, not refused."""
     home = served_by(ask(routed, 2))
-    lines: list[str] = []
-    started = threading.Event()
-    statuses: list[int] = []
-
-    def long_stream() -> None:
-        with httpx.stream("POST", f"{routed.router.base_url}/v1/chat/completions",
-                          timeout=TIMEOUT,
-                          headers={"Authorization": f"Bearer {routed.keys[2]}"},
-                          json={"messages": [{"role": "user", "content": "Hi"}],
-                                "max_tokens": 600, "stream": True,
-                                "stream_options": {"include_usage": True}}) as r:
-            statuses.append(r.status_code)
-            for line in r.iter_lines():
-                if line:
-                    lines.append(line)
-                    started.set()
-
-    stream = threading.Thread(target=long_stream)
+    stream = OpenStream(routed, 2, max_tokens=600)
     stream.start()
     try:
-        assert started.wait(TIMEOUT)
+        assert stream.started.wait(TIMEOUT)
         _replica(routed, home).terminate()
         time.sleep(0.2)  # the signal is handled
-        assert "data: [DONE]" not in lines  # still streaming when the stop began
+        assert "data: [DONE]" not in stream.lines  # still streaming when the stop began
         began = time.monotonic()
         elsewhere = ask(routed, 2)
         assert served_by(elsewhere) != home
         assert time.monotonic() - began < 5
     finally:
         stream.join(TIMEOUT)
-    assert statuses == [200]
-    assert lines[-1] == "data: [DONE]"
-    usage = json.loads(lines[-2].removeprefix("data: "))["usage"]
+    assert stream.status == 200
+    assert stream.lines[-1] == "data: [DONE]"
+    usage = json.loads(stream.lines[-2].removeprefix("data: "))["usage"]
     assert usage["completion_tokens"] == 600
 
 
