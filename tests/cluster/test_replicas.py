@@ -6,6 +6,7 @@ The file's last test stops the third replica."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -227,6 +228,48 @@ def test_the_consoles_replicas_tab_shows_three_rows_and_an_all_pool_equal_to_the
     assert sum(r.engine.num_blocks_total for r in rows) == sum(pools)
     assert f"/ {sum(pools):,} blocks" in tab.summary.text()
     assert tab.summary.text().startswith("All: 3 live replica(s) of 3")
+
+
+def test_the_consoles_all_view_shows_a_persons_kv_and_the_replica_they_are_on(
+        cluster, qtbot) -> None:
+    from officellm.admin_ui.session import AdminSession
+    from officellm.admin_ui.tabs.replicas import ReplicasTab
+
+    key, _ = _person(cluster, "vera")
+    held = threading.Event()
+
+    def long_stream() -> None:  # on replica-1, cut short once the console has seen it
+        with httpx.stream("POST", f"{cluster.replicas[1].base_url}/v1/chat/completions",
+                          timeout=TIMEOUT, headers={"Authorization": f"Bearer {key}"},
+                          json={"messages": [{"role": "user", "content": "Hi"}],
+                                "max_tokens": 4000, "stream": True}) as r:
+            for _ in r.iter_lines():
+                if held.is_set():
+                    return
+
+    stream = threading.Thread(target=long_stream)
+    stream.start()
+    session = AdminSession()
+    session.set_target(cluster.replicas[0].base_url, cluster.admin_token)
+    tab = ReplicasTab(session)
+    qtbot.addWidget(tab)
+    try:
+        def vera_seen() -> bool:
+            if not any(p.user == "vera" for p in tab.people.records()):
+                tab.refresh()
+                return False
+            return True
+
+        qtbot.waitUntil(vera_seen, timeout=30_000)
+    finally:
+        held.set()
+        stream.join(TIMEOUT)
+    vera = next(p for p in tab.people.records() if p.user == "vera")
+    assert tab.picker.currentData() is None  # the All view
+    assert vera.replicas == ("replica-1",)
+    assert vera.kv_blocks >= 1 and vera.running == 1
+    pool = sum(r.engine.num_blocks_total for r in tab.model.records() if r.engine)
+    assert vera.kv_share == pytest.approx(vera.kv_blocks / pool)
 
 
 def test_a_stopped_replica_is_listed_draining_by_the_others(cluster) -> None:
