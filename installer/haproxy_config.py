@@ -15,7 +15,10 @@ What it does, and why:
   their next request. A request is only retried when it could not connect or got no byte
   back (a replica that died, or closed an idle connection as it stopped): an HTTP answer (a
   429 for a busy person, a 400) is the person's answer, never retried elsewhere.
-- Server timeouts fit server-sent events and long CPU prefills (an hour).
+- Server timeouts fit server-sent events and long CPU prefills (an hour), and each token's
+  event is passed on as it comes (`http-no-delay`): without it HAProxy holds small writes
+  back, and a stream of one token every 9 ms arrived in bursts of ~20 every ~160 ms
+  (benchmarks/router_overhead.py found it).
 - `/admin` is not routed: each replica's admin API answers on its own machine.
 """
 
@@ -100,6 +103,7 @@ def haproxy_config(replicas: list[ReplicaAddress], bind: str = "0.0.0.0:8000",
         f"    timeout client {STREAM_TIMEOUT}",
         f"    timeout server {STREAM_TIMEOUT}",
         "    timeout check 5s",
+        "    option http-no-delay",
         "    retries 2",
         "    retry-on conn-failure empty-response",
         "    option redispatch 1",

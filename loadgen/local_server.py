@@ -23,6 +23,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def port_answers(port: int) -> bool:
+    """Something accepts connections on 127.0.0.1:`port`."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 def stop_process(proc: subprocess.Popen, timeout: float = 60.0) -> None:
     """SIGTERM (the server drains and exits 0), then SIGKILL if it has not exited in time."""
     if proc.poll() is None:

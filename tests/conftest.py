@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.postgres import PostgresServer
-from tests.support.postgres import missing as postgres_missing
+from officellm.loadgen.local_postgres import PostgresServer
+from officellm.loadgen.local_postgres import missing as postgres_missing
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -143,7 +143,7 @@ def no_leaked_kv_blocks():
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
-    """A real PostgreSQL server for the session (tests/support/postgres.py); `.url()` makes a
+    """A real PostgreSQL server for the session (loadgen/local_postgres.py); `.url()` makes a
     fresh database. Skipped, saying why, where PostgreSQL or psycopg is missing."""
     reason = postgres_missing()
     if reason is not None:

@@ -20,7 +20,7 @@ import jwt
 import pytest
 
 from officellm.installer.haproxy_config import ReplicaAddress, haproxy_config
-from tests.support.haproxy import HAProxy, missing
+from officellm.loadgen.local_haproxy import HAProxy, missing
 from tests.support.server_api import TIMEOUT
 from tests.support.server_process import ServerProcess, free_port
 from tests.support.tiny_models import shared_tiny_model
@@ -136,17 +136,18 @@ def test_the_admin_api_is_not_routed(routed) -> None:
 
 class OpenStream(threading.Thread):
     """A person's streamed chat through the router, read on a thread: its status and its
-    non-empty lines; `started` once the first line came."""
+    non-empty lines and when each arrived; `started` once the first line came."""
 
     def __init__(self, routed: Routed, person: int, max_tokens: int):
         super().__init__()
         self.request = {"url": f"{routed.router.base_url}/v1/chat/completions",
                         "headers": {"Authorization": f"Bearer {routed.keys[person]}"},
                         "json": {"messages": [{"role": "user", "content": "Hi"}],
-                                 "max_tokens": max_tokens, "stream": True,
+                                 "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
                                  "stream_options": {"include_usage": True}}}
         self.status: int | None = None
         self.lines: list[str] = []
+        self.arrived: list[float] = []  # perf_counter seconds
         self.started = threading.Event()
 
     def run(self) -> None:
@@ -154,6 +155,7 @@ class OpenStream(threading.Thread):
             self.status = r.status_code
             for line in r.iter_lines():
                 if line:
+                    self.arrived.append(time.perf_counter())
                     self.lines.append(line)
                     self.started.set()
 
@@ -176,6 +178,18 @@ def test_a_busy_persons_429_comes_from_their_replica_and_is_not_retried(routed) 
         stream.join(TIMEOUT)
         httpx.delete(f"{first}/admin/policies/users/p0", headers=routed.admin,
                      timeout=TIMEOUT)
+
+
+def test_a_stream_through_the_router_arrives_token_by_token_not_in_bursts(routed) -> None:
+    """Each token's event is passed on as the replica sends it: held back, a stream came in
+    bursts of ~20 tokens (nearly every event arriving within a millisecond of the last)."""
+    stream = OpenStream(routed, 3, max_tokens=60)
+    stream.start()
+    stream.join(TIMEOUT)
+    assert stream.status == 200
+    gaps = [b - a for a, b in zip(stream.arrived, stream.arrived[1:], strict=False)]
+    together = sum(g < 0.001 for g in gaps)
+    assert len(gaps) >= 50 and together < len(gaps) / 2, gaps
 
 
 def _replica(routed: Routed, name: str) -> ServerProcess:

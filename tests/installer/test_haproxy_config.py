@@ -12,7 +12,7 @@ import pytest
 
 from officellm.app.cli import main
 from officellm.installer.haproxy_config import ReplicaAddress, haproxy_config
-from tests.support.haproxy import missing
+from officellm.loadgen.local_haproxy import missing
 
 SECRET = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 REPLICAS = [ReplicaAddress.parse("a=http://10.0.0.11:8000"),
@@ -34,6 +34,7 @@ def test_people_are_pinned_and_only_failed_connections_are_retried() -> None:
     assert "stick on var(txn.person)" in text and "balance leastconn" in text
     # Never on an HTTP status: a 429 is the person's answer.
     assert "    retry-on conn-failure empty-response\n" in text
+    assert "    option http-no-delay\n" in text  # a stream's tokens are not held back
     assert f'jwt_verify("HS256","{SECRET}")' in text
     assert "deny deny_status 403 if { path_beg /admin }" in text
     assert "server a 10.0.0.11:8000 check" in text

@@ -10,14 +10,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from officellm.app.db.paths import DB_FILENAME, admin_token_path
-from officellm.loadgen.local_server import Server, free_port
+from officellm.loadgen.local_server import Server, free_port, port_answers
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "sk-officellm-test"
@@ -33,15 +32,6 @@ SMALL_POOL_FLAGS = ["--dtype", "float32", "--quantization", "none", "--kv-cache-
 
 __all__ = ["API_KEY", "BASE_FLAGS", "REPO", "SMALL_POOL_FLAGS", "TEST_THREADS", "ServerProcess",
            "free_port", "port_answers"]
-
-
-def port_answers(port: int) -> bool:
-    """Something accepts connections on 127.0.0.1:`port`."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 class ServerProcess:

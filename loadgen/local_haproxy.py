@@ -1,5 +1,5 @@
-"""A real HAProxy for the tests: `haproxy -db` (in the foreground) on a configuration file;
-the tests that need it skip, saying so, where it is not installed."""
+"""A real HAProxy for the tests and the benchmarks: `haproxy -db` (in the foreground) on a
+configuration file; the tests that need it skip, saying so, where it is not installed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.server_process import port_answers
+from officellm.loadgen.local_server import port_answers
 
 
 def missing() -> str | None:

@@ -1,5 +1,5 @@
-"""A real PostgreSQL for the tests: `initdb` in a temporary directory, `postgres` on a free
-loopback port, a fresh database per test; stopped at the end of the session.
+"""A real PostgreSQL for the tests and the benchmarks: `initdb` in a temporary directory,
+`postgres` on a free loopback port, a fresh database per `url()`; thrown away at `stop()`.
 
 PostgreSQL refuses to run as root; run as root (a CI container), the server runs as the
 `postgres` user that Debian's package creates (setpriv, util-linux). Where PostgreSQL or psycopg is missing, the
