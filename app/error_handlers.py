@@ -5,6 +5,7 @@ FastAPI's 422 with its own body."""
 from __future__ import annotations
 
 import logging
+import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,7 +13,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from officellm.app.anthropic.protocol import UNION_TAGS as ANTHROPIC_UNION_TAGS
-from officellm.app.errors import APIError
+from officellm.app.db.engines import UNAVAILABLE
+from officellm.app.errors import APIError, unavailable
 from officellm.app.openai.protocol import UNION_TAGS
 from officellm.app.openai.responses_protocol import UNION_TAGS as RESPONSES_UNION_TAGS
 
@@ -31,6 +33,13 @@ NOT_JSON = "The request body is not valid JSON."
 # What FastAPI says when the body cannot be decoded at all (invalid UTF-8, nesting deeper than
 # Python's parser recurses): the same fault for the client as a syntax error.
 _FASTAPI_BODY_ERROR = "There was an error parsing the body"
+
+
+DATABASE_UNAVAILABLE = ("The server's database is not answering, so this request was not "
+                        "served and nothing was changed. Retry in a moment; the "
+                        "administrator can see why in the server's log.")
+# One log line per this many seconds of a database outage, not one per refused request.
+DATABASE_LOG_INTERVAL_S = 30.0
 
 
 # Union branch names pydantic puts in an error's path: no field of any request.
@@ -82,6 +91,21 @@ def install_error_handlers(app: FastAPI) -> None:
             message = str(exc.detail)
         return _answer(request, APIError(exc.status_code, message,
                                          headers=getattr(exc, "headers", None)))
+
+    logged_at: float | None = None
+
+    async def _database(request: Request, exc: Exception) -> JSONResponse:
+        nonlocal logged_at
+        now = time.monotonic()
+        if logged_at is None or now - logged_at >= DATABASE_LOG_INTERVAL_S:
+            logged_at = now
+            logger.error("The database is not answering (%s %s refused with 503): %s",
+                         request.method, request.url.path, str(exc).splitlines()[0])
+        retry_after = request.app.state.server.settings.retry_after_s
+        return _answer(request, unavailable(DATABASE_UNAVAILABLE, retry_after))
+
+    for error in UNAVAILABLE:
+        app.add_exception_handler(error, _database)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

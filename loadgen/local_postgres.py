@@ -59,15 +59,19 @@ class PostgresServer:
             shutil.chown(self._root, "postgres", "postgres")
             # setpriv execs (runuser would fork, and keep the signals stop() sends to itself).
             self._as = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"]
-        data = self._root / "data"
-        subprocess.run([*self._as, str(bin_dir / "initdb"), "-D", str(data), "-U", USER,
-                        "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "-N"],
+        self._bin_dir = bin_dir
+        subprocess.run([*self._as, str(bin_dir / "initdb"), "-D", str(self._root / "data"),
+                        "-U", USER, "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "-N"],
                        check=True, capture_output=True)
-        self._log = open(self._root / "postgres.log", "wb")  # noqa: SIM115 (closed in stop)
+        self._log = open(self._root / "postgres.log", "ab")  # noqa: SIM115 (closed in stop)
+        self.start()
+
+    def start(self) -> None:
+        """Run the server (again, after `shutdown`: same port, same databases)."""
         self._proc = subprocess.Popen(
-            [*self._as, str(bin_dir / "postgres"), "-D", str(data), "-p", str(self.port),
-             "-k", str(self._root), "-c", "listen_addresses=127.0.0.1", *FAST],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            [*self._as, str(self._bin_dir / "postgres"), "-D", str(self._root / "data"),
+             "-p", str(self.port), "-k", str(self._root), "-c", "listen_addresses=127.0.0.1",
+             *FAST], stdout=self._log, stderr=subprocess.STDOUT)
         self._wait_ready()
 
     def _connect(self, dbname: str = "postgres"):
@@ -96,12 +100,17 @@ class PostgresServer:
             conn.execute(f'CREATE DATABASE "{name}"')
         return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{name}"
 
-    def stop(self) -> None:
-        self._proc.send_signal(signal.SIGINT)  # fast shutdown: no waiting for clients
+    def shutdown(self) -> None:
+        """Stop the server, keeping its databases (a database going down under its users)."""
+        self._proc.send_signal(signal.SIGINT)  # fast shutdown: clients are cut off
         try:
             self._proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+
+    def stop(self) -> None:
+        """Stop the server and delete its databases."""
+        self.shutdown()
         self._log.close()
         shutil.rmtree(self._root, ignore_errors=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, make_url, text
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
 # How long a writer waits for another writer's lock before "database is locked". The batched
@@ -28,6 +29,14 @@ WRITERS_LOCK = 0x6F66_6C6C  # "ofll"
 MIGRATION_LOCK = 0x6F66_6D67  # "ofmg"
 
 DIALECTS = ("sqlite", "postgresql")
+
+# What a database that cannot answer raises: a PostgreSQL server down, restarting or cut off
+# by the network; a SQLite file locked past the busy timeout or on a failing disk. Nothing
+# was written (the transaction rolled back), so a request is refused with a 503 to retry.
+UNAVAILABLE = (OperationalError, InterfaceError)
+# Seconds to wait for a PostgreSQL connection: a host that is down must cost a request a
+# prompt 503, not the system's TCP timeout of minutes.
+CONNECT_TIMEOUT_S = 5
 
 
 class UnsupportedDatabase(ValueError):
@@ -93,7 +102,8 @@ def make_engine(url: str, echo: bool = False) -> Engine:
     before handing it out (a database restarted under a running server costs no request)."""
     path = sqlite_file(url)
     if path is None:
-        return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=5, max_overflow=10,
+                             connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
     path = path.expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(

@@ -208,6 +208,18 @@ def test_a_key_revoked_on_one_replica_is_refused_by_the_others(cluster) -> None:
     assert _chat(second, key).status_code == 401
 
 
+def test_a_policy_changed_on_one_replica_applies_on_anothers_next_request(cluster) -> None:
+    key, _ = _person(cluster, "paz")
+    second = cluster.replicas[1]
+    assert _chat(second, key).status_code == 200
+    httpx.put(f"{cluster.replicas[0].base_url}/admin/policies/users/paz",
+              json={"max_context_tokens": 4, "on_limit": "reject"}, headers=_admin(cluster),
+              timeout=TIMEOUT).raise_for_status()
+    refused = _chat(second, key)
+    assert refused.status_code == 400, refused.text
+    assert "over your limit of 4" in refused.json()["error"]["message"]
+
+
 def test_the_consoles_replicas_tab_shows_three_rows_and_an_all_pool_equal_to_their_sum(
         cluster, qtbot) -> None:
     from officellm.admin_ui.session import AdminSession
