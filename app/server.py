@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -29,12 +30,27 @@ from officellm.app.observability.metrics import ServerMetrics
 from officellm.app.observability.refusals import Refusals
 from officellm.app.observability.stats_sampler import run_sampler
 from officellm.app.observability.stats_window import StatsWindow
-from officellm.app.openai.routes import chat, completions, models, monitoring, responses, tokenize
+from officellm.app.openai.routes import (
+    chat,
+    completions,
+    embeddings,
+    models,
+    monitoring,
+    responses,
+    tokenize,
+)
 from officellm.app.server_settings import ACTIVE_THREAD_MINUTES, ServerSettings
 from officellm.app.serving.replica_header import ReplicaHeader
 from officellm.app.serving.replica_heartbeat import ReplicaIdentity, run_heartbeat
 from officellm.app.serving.state import ServerState
-from officellm.engine import AsyncLLM, LLMEngine
+from officellm.engine import (
+    BUNDLED_EMBEDDER,
+    AsyncEmbedder,
+    AsyncLLM,
+    LLMEngine,
+    SentenceEncoder,
+    bundled_embedder_dir,
+)
 
 logger = logging.getLogger("officellm.server")
 
@@ -44,6 +60,21 @@ EngineFactory = Callable[[], LLMEngine]
 def default_engine_factory(settings: ServerSettings) -> EngineFactory:
     """Build the real engine from the settings (called on the engine thread)."""
     return lambda: LLMEngine(settings.engine)
+
+
+def default_embedder(settings: ServerSettings) -> tuple[str, AsyncEmbedder] | None:
+    """The embedding model of --embedding-model, with its name (None: none asked for).
+    It loads on its own thread once started."""
+    source = settings.embedding_model
+    if source is None:
+        return None
+    bundled = source == BUNDLED_EMBEDDER
+    name = settings.embedding_model_name or (BUNDLED_EMBEDDER if bundled else Path(source).name)
+
+    def load() -> SentenceEncoder:
+        return SentenceEncoder(bundled_embedder_dir() if bundled else Path(source))
+
+    return name, AsyncEmbedder(load)
 
 
 def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = None,
@@ -86,6 +117,8 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         accounts.start()
         async_engine.start()
+        if embedder is not None:
+            embedder.start()
         sampler = asyncio.ensure_future(run_sampler(async_engine, window, accounts, names))
         heartbeat = asyncio.ensure_future(run_heartbeat(db, me, lambda: state.model_name))
         try:
@@ -97,6 +130,8 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
                     await task
             async_engine.abort_all()
             async_engine.stop(timeout=10.0)
+            if embedder is not None:
+                embedder.stop(timeout=10.0)
             # After the engine: every request has ended, so its usage is queued; close()
             # writes it all (a clean stop loses no committed count).
             accounts.close()
@@ -105,7 +140,11 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     admission = AdmissionControl(accounts, refusals, settings.engine.max_num_seqs,
                                  settings.max_waiting_requests, settings.retry_after_s)
     server_metrics.in_flight.set_function(lambda: admission.in_flight)
+    embedding = default_embedder(settings)
+    embedder = embedding[1] if embedding is not None else None
     state = ServerState(settings=settings, async_engine=async_engine, metrics=server_metrics,
+                        embedder=embedder,
+                        embedding_model_name=embedding[0] if embedding is not None else None,
                         accounts=accounts, stats_window=window, admission=admission,
                         refusals=refusals, auth_throttle=AuthThrottle(settings.auth_failure_limit),
                         created=int(time.time()))
@@ -124,7 +163,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST", "PUT", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "X-Thread-Id"])
-    for module in (chat, completions, responses, models, tokenize, monitoring):
+    for module in (chat, completions, responses, embeddings, models, tokenize, monitoring):
         app.include_router(module.router)
     app.include_router(anthropic_router)
     app.include_router(admin_router)

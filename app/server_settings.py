@@ -23,6 +23,11 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     served_model_name: list[str] = field(default_factory=list)  # empty = the engine's name
+    # An embedding model served on /v1/embeddings beside the chat model (`--embedding-model`):
+    # a sentence-transformers directory, or BUNDLED_EMBEDDER for the bundled all-MiniLM-L6-v2;
+    # its name in requests and /v1/models (None: the directory's name).
+    embedding_model: str | None = None
+    embedding_model_name: str | None = None
     # Glob patterns (`--model-alias 'claude-*'`): requests naming a model that matches one are
     # served by the served model, so a client with fixed model names (Claude Code) works.
     model_aliases: list[str] = field(default_factory=list)

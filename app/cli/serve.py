@@ -15,7 +15,7 @@ from officellm.app.profiles import PROFILES, apply_profile
 from officellm.app.server import create_app
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
 from officellm.app.serving.graceful_server import GracefulServer
-from officellm.engine import EngineConfig, engine_knobs
+from officellm.engine import BUNDLED_EMBEDDER, EngineConfig, engine_knobs
 
 logger = logging.getLogger("officellm.server")
 
@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Start the OpenAI-compatible server. Flags follow vLLM's names.")
     p.add_argument("model", nargs="?", default=None,
                    help="Hugging Face model directory or .gguf file (default: bundled SmolLM2)")
+    p.add_argument("--embedding-model", default=None, metavar="SOURCE",
+                   help="also serve this embedding model on /v1/embeddings: a "
+                        f"sentence-transformers directory, or {BUNDLED_EMBEDDER} (bundled)")
+    p.add_argument("--embedding-model-name", default=None, metavar="NAME",
+                   help="the embedding model's name in requests and /v1/models (default: its "
+                        "directory's name)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     engine = p.add_argument_group("engine (EngineConfig's knobs; vLLM's names)")
@@ -118,6 +124,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        host=args.host, port=args.port,
                        served_model_name=list(args.served_model_name or []),
                        model_aliases=list(args.model_alias),
+                       embedding_model=args.embedding_model,
+                       embedding_model_name=args.embedding_model_name,
                        api_keys=list(args.api_key), shutdown_timeout=args.shutdown_timeout,
                        max_request_bytes=args.max_request_bytes,
                        max_waiting_requests=args.max_waiting_requests,
@@ -191,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
                                 stop_listening_on_drain=not db.is_sqlite)
         # The engine thread says so when loading fails; the server then stops by itself.
         app.state.server.async_engine.on_load_failure = server.engine_failed
+        if state.embedder is not None:
+            state.embedder.on_load_failure = server.engine_failed
         server.run()
     finally:
         db.close()

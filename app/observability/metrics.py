@@ -188,6 +188,15 @@ class ServerMetrics:
             "choice, grammar, tool_required, tool_named, tool_auto.",
             ["model_name", "kind"], registry=r)
         self.structured_by_kind: dict[str, int] = {}  # the same counts, for /admin/stats
+        # Embeddings (/v1/embeddings), labelled with the embedding model's name.
+        self.embedding_requests = Counter("officellm:embedding_requests",
+                                          "Embedding requests served, per user.", u,
+                                          registry=r)
+        self.embedding_inputs = Counter("officellm:embedding_inputs",
+                                        "Inputs embedded, per user.", u, registry=r)
+        self.embedding_tokens = Counter("officellm:embedding_tokens",
+                                        "Tokens of the inputs embedded, per user.", u,
+                                        registry=r)
         self.in_flight = Gauge("officellm:requests_in_flight",
                                "Generation requests being served now.", registry=r)
 
@@ -206,6 +215,12 @@ class ServerMetrics:
         self.user_requests.labels(name, user).inc()
         self.user_prompt_tokens.labels(name, user).inc(prompt_tokens)
         self.user_generation_tokens.labels(name, user).inc(generation_tokens)
+
+    def record_embeddings(self, model: str, user: str, inputs: int, tokens: int) -> None:
+        """Count one served embeddings request of `model` for its user."""
+        self.embedding_requests.labels(model, user).inc()
+        self.embedding_inputs.labels(model, user).inc(inputs)
+        self.embedding_tokens.labels(model, user).inc(tokens)
 
     def record_refusal(self, user: str, reason: str) -> None:
         self.user_refusals.labels(self.model_name, user, reason).inc()

@@ -19,7 +19,7 @@ from officellm.app.observability.stats_window import StatsWindow
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
 from officellm.app.serving.prompt import LengthLimits, PromptRenderer, Prompts
 from officellm.app.serving.token_text import TokenText
-from officellm.engine import AsyncLLM, LLMEngine
+from officellm.engine import AsyncEmbedder, AsyncLLM, LLMEngine
 
 
 @dataclass
@@ -34,6 +34,9 @@ class ServerState:
     admission: AdmissionControl
     refusals: Refusals
     auth_throttle: AuthThrottle  # failed-auth attempts per client address
+    # The embedding model (--embedding-model) and its name; None: no /v1/embeddings.
+    embedder: AsyncEmbedder | None = None
+    embedding_model_name: str | None = None
     created: int = 0  # unix time the app was built; /v1/models reports it
     started_monotonic: float = field(default_factory=time.monotonic)  # for uptime
     _token_text: TokenText | None = field(default=None, repr=False)
@@ -117,12 +120,36 @@ class ServerState:
         names = self.served_model_names
         if requested is None or requested == "":
             return names[0]
+        if requested == self.embedding_model_name:
+            raise APIError(400, f"The model `{requested}` is an embedding model: it serves "
+                           "/v1/embeddings only.", param="model")
         if any(fnmatch.fnmatchcase(requested, p) for p in self.settings.model_aliases):
             return names[0]
         if requested not in names:
             raise APIError(404, f"The model `{requested}` does not exist.", param="model",
                            code="model_not_found")
         return requested
+
+    def check_embedder_ready(self) -> None:
+        """503 with Retry-After while the embedding model (if there is one) is not ready."""
+        if self.embedder is not None and not self.embedder.is_ready:
+            raise unavailable(self.embedder.unavailable_reason(), self.settings.retry_after_s)
+
+    def resolve_embedder(self, requested: str | None) -> tuple[str, AsyncEmbedder]:
+        """The embedding model for `requested` (None: the one there is) and its name: 400 for
+        the chat model, 404 for an unknown name or none served, 503 while it loads."""
+        if self.embedder is None or self.embedding_model_name is None:
+            raise APIError(404, "This server serves no embedding model (start it with "
+                           "--embedding-model).", param="model", code="model_not_found")
+        if requested and requested != self.embedding_model_name:
+            if requested in self.served_model_names:
+                raise APIError(400, f"The model `{requested}` generates text; embeddings come "
+                               f"from `{self.embedding_model_name}`.", param="model")
+            raise APIError(404, f"The model `{requested}` does not exist.", param="model",
+                           code="model_not_found")
+        self.admission.refuse_if_draining()
+        self.check_embedder_ready()
+        return self.embedding_model_name, self.embedder
 
 
 def get_server(request: Request) -> ServerState:

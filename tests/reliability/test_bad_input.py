@@ -122,6 +122,17 @@ def test_anthropic_bad_input_gets_a_400_in_anthropics_shape(server: ServerProces
     assert "not valid JSON" in message
 
 
+@pytest.mark.parametrize("path", [MESSAGES, f"{MESSAGES}/count_tokens"])
+@pytest.mark.parametrize("field", ["tools", "messages"])
+def test_anthropic_fields_that_are_no_list_get_a_400_not_a_500(server: ServerProcess, path: str,
+                                                               field: str) -> None:
+    """Found by the schema fuzzer: `"tools": true` reached a loop over the tools (a 500)."""
+    body = {"model": "m", "max_tokens": 1, "messages": USER, field: True}
+    if path.endswith("count_tokens"):
+        body.pop("max_tokens")
+    anthropic_error(post(server, path, body), 400, "invalid_request_error")
+
+
 def test_a_max_tokens_past_the_window_runs_to_the_window(server: ServerProcess) -> None:
     """Clamped to the room the prompt leaves, not refused: clients that always send a large
     max_tokens (Anthropic's, agents) are served; finish_reason "length" says it was cut."""

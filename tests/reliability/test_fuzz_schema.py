@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
+from officellm.engine import BUNDLED_EMBEDDER
 from tests.reliability.probes import admin_for
 from tests.support.openai_errors import is_anthropic_error, is_openai_error
 from tests.support.server_process import ServerProcess
@@ -38,6 +39,7 @@ ANTHROPIC = "/v1/messages"
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path) -> Iterator[ServerProcess]:
     with ServerProcess(str(tiny_model_dir), "--max-model-len", "128", "--max-num-seqs", "16",
+                       "--embedding-model", BUNDLED_EMBEDDER,
                        # the fuzzer's requests all come from 127.0.0.1; some carry bad keys
                        "--auth-failure-limit", "0") as srv:
         yield srv
@@ -169,7 +171,7 @@ def test_the_public_api_never_answers_5xx_and_errors_are_in_their_apis_shape(
     report = fuzz(server, PUBLIC, server.headers)
     _record(report, "public", record_property)
     assert {"POST /v1/responses", "POST /v1/messages", "POST /v1/messages/count_tokens",
-            "POST /tokenize", "POST /detokenize"} <= set(report.operations)
+            "POST /tokenize", "POST /detokenize", "POST /v1/embeddings"} <= set(report.operations)
     assert report.tried >= EXAMPLES * len(report.operations)
     assert report.failures == []
     assert report.by_status.get(200, 0) >= EXAMPLES  # the engine really ran fuzzed requests

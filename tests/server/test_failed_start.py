@@ -37,13 +37,14 @@ def failing() -> Iterator[list[ServerProcess]]:
         srv.stop()
 
 
-def _failed_start(servers: list[ServerProcess], *flags: str, **kwargs) -> tuple[int, str, float]:
+def _failed_start(servers: list[ServerProcess], *flags: str, logged: str = FAILURE_LOGGED,
+                  **kwargs) -> tuple[int, str, float]:
     """Start a server that must not start; (exit status, its whole output, seconds from the
     failure being logged to the exit)."""
     srv = ServerProcess(*flags, **kwargs)
     servers.append(srv)
     deadline = time.monotonic() + LOAD_TIMEOUT_S
-    while FAILURE_LOGGED not in srv.output() and srv.proc.poll() is None:
+    while logged not in srv.output() and srv.proc.poll() is None:
         if time.monotonic() > deadline:
             pytest.fail(f"no load failure within {LOAD_TIMEOUT_S:.0f} s:\n{srv.output()}")
         time.sleep(0.1)
@@ -65,6 +66,17 @@ def _assert_orderly(output: str, last: str) -> None:
     """uvicorn shut down (and the app's lifespan with it) before the reason was printed."""
     assert output.index("Application shutdown complete") < output.rindex(last)
     assert "Server stopped: the model did not load" in output
+
+
+def test_an_embedding_model_that_does_not_load_stops_the_server_with_its_reason(
+        failing, tmp_path) -> None:
+    nowhere = tmp_path / "nowhere"
+    code, output, _ = _failed_start(failing, "--embedding-model", str(nowhere),
+                                    logged="Loading the embedding model failed")
+    assert code == EXIT_LOAD_FAILED, output
+    last = _last_line(output)
+    assert last == f"{nowhere} is not a sentence-transformers model (it has no modules.json)"
+    _assert_orderly(output, last)
 
 
 def test_kv_pool_too_small_exits_with_the_refusal_as_last_line(failing) -> None:

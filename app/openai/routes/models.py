@@ -15,10 +15,16 @@ router = APIRouter(responses=ERROR_RESPONSES)
 @router.get("/v1/models")
 async def list_models(principal: Principal = Depends(get_principal),
                       server: ServerState = Depends(admitted_server)) -> ModelList:
-    """The served model under each of its names, in OpenAI's list shape."""
+    """The served model under each of its names, then the embedding model (once loaded), in
+    OpenAI's list shape."""
     engine = server.async_engine.engine
     max_len = engine.max_model_len if engine is not None else None
     root = str(engine.model_dir) if engine is not None else None
-    return ModelList(data=[ModelCard(id=name, created=server.created, root=root,
-                                     max_model_len=max_len)
-                           for name in server.served_model_names])
+    cards = [ModelCard(id=name, created=server.created, root=root, max_model_len=max_len)
+             for name in server.served_model_names]
+    embedder = server.embedder
+    if embedder is not None and embedder.is_ready and server.embedding_model_name:
+        cards.append(ModelCard(id=server.embedding_model_name, created=server.created,
+                               root=str(embedder.model_dir),
+                               max_model_len=embedder.info.max_input_tokens))
+    return ModelList(data=cards)

@@ -1,0 +1,1 @@
+"""Embedding models: text in, one vector per input out (no KV cache, no sampling)."""

@@ -1,0 +1,228 @@
+"""AsyncEmbedder: an embedding model on its own thread, fed from asyncio.
+
+Inputs from concurrent requests are encoded together: the thread takes what is waiting (up
+to MAX_BATCH_INPUTS inputs and MAX_BATCH_TOKENS padded tokens) into one forward pass, so ten
+people's document chunks cost about one pass, not ten. Like AsyncLLM, it loads the model on
+that thread, blocks when idle (no CPU), and a failure is one sentence for the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from officellm.engine.async_llm import (
+    EngineDeadError,
+    EngineState,
+    LoadFailure,
+    report_load_failure,
+)
+from officellm.engine.embedding.sentence_encoder import EncoderInfo, SentenceEncoder
+
+logger = logging.getLogger("officellm.embedder")
+
+MAX_BATCH_INPUTS = 64
+MAX_BATCH_TOKENS = 16_384  # inputs x the longest one's tokens (the padded batch)
+
+
+@dataclass
+class EmbedderStats:
+    """Totals since start: requests, inputs encoded, their tokens, forward passes."""
+
+    requests: int = 0
+    inputs: int = 0
+    tokens: int = 0
+    batches: int = 0
+
+
+@dataclass
+class _Input:
+    ids: list[int]
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+
+class _Stop:
+    pass
+
+
+class AsyncEmbedder:
+    """Runs the encoder `factory` builds on a dedicated thread."""
+
+    def __init__(self, factory: Callable[[], SentenceEncoder],
+                 on_load_failure: Callable[[LoadFailure], None] | None = None) -> None:
+        self._factory = factory
+        # Called once, on its thread, if loading fails (`officellm serve` then stops, as
+        # for the chat model: a server asked to embed that cannot is not half-started).
+        self.on_load_failure = on_load_failure
+        self._inputs: queue.SimpleQueue[_Input | _Stop] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self.state = EngineState.LOADING
+        self.error: str | None = None
+        self.encoder: SentenceEncoder | None = None
+        self._stats = EmbedderStats()
+        self._stats_lock = threading.Lock()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the thread, which loads the model and then encodes what comes."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="embedder", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop after the inputs already queued."""
+        if self._thread is not None:
+            self._inputs.put(_Stop())
+            self._thread.join(timeout)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until loading has finished (or failed); True if it is ready."""
+        self._ready.wait(timeout)
+        return self.state is EngineState.READY
+
+    @property
+    def is_ready(self) -> bool:
+        return self.state is EngineState.READY
+
+    @property
+    def model_dir(self) -> Path:
+        """The model's directory (only once ready)."""
+        assert self.encoder is not None, "only once the embedder is ready"
+        return self.encoder.model_dir
+
+    @property
+    def info(self) -> EncoderInfo:
+        """Its dimensions and input limit (only once ready)."""
+        assert self.encoder is not None, "only once the embedder is ready"
+        return self.encoder.info
+
+    def unavailable_reason(self) -> str:
+        if self.state is EngineState.LOADING:
+            return "The embedding model is still loading; try again shortly."
+        if self.state is EngineState.STOPPED:
+            return "The server is shutting down."
+        return f"The embedding model failed: {self.error}"
+
+    def stats(self) -> EmbedderStats:
+        with self._stats_lock:
+            return EmbedderStats(**vars(self._stats))
+
+    # -- requests (event loop side) ------------------------------------------------------
+    def tokenize(self, text: str, max_length: int | None = None) -> list[int]:
+        """`text`'s ids as the model encodes them, all or the first `max_length` (only once
+        ready)."""
+        assert self.encoder is not None, "only once the embedder is ready"
+        return self.encoder.tokenize(text, max_length)
+
+    async def embed(self, inputs: list[list[int]],
+                    dimensions: int | None = None) -> list[list[float]]:
+        """One vector per input (token ids, each within the model's limit), in order; batched
+        with whatever else is waiting. `dimensions`: its first that many values (the caller
+        checks the model was trained for them), renormalised if the model's vectors have
+        unit length. EngineDeadError if the model is not available."""
+        if not self.is_ready:
+            raise EngineDeadError(self.unavailable_reason())
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in inputs]
+        for ids, future in zip(inputs, futures, strict=True):
+            self._inputs.put(_Input(ids, future, loop))
+        with self._stats_lock:
+            self._stats.requests += 1
+        vectors: list[torch.Tensor] = list(await asyncio.gather(*futures))
+        if dimensions is not None:
+            vectors = [v[:dimensions] for v in vectors]
+            if self.info.normalized:
+                vectors = [torch.nn.functional.normalize(v, dim=0) for v in vectors]
+        return [v.tolist() for v in vectors]
+
+    # -- the thread ----------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self.encoder = self._factory()
+        except BaseException as exc:
+            failure = LoadFailure.of(exc)
+            self.error, self.state = failure.reason, EngineState.DEAD
+            self._ready.set()
+            report_load_failure(failure, "embedding model", self.on_load_failure)
+            return
+        self.state = EngineState.READY
+        self._ready.set()
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                break
+            self._encode(batch)
+        self.state = EngineState.STOPPED
+        self._fail_waiting()
+
+    def _next_batch(self) -> list[_Input] | None:
+        """The first waiting input (blocking), then what else waits, within the limits;
+        None once stopped."""
+        first = self._inputs.get()
+        if isinstance(first, _Stop):
+            return None
+        batch, longest = [first], len(first.ids)
+        while len(batch) < MAX_BATCH_INPUTS:
+            try:
+                item = self._inputs.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Stop):
+                self._inputs.put(item)  # after this batch
+                break
+            if max(longest, len(item.ids)) * (len(batch) + 1) > MAX_BATCH_TOKENS:
+                self._inputs.put(item)  # the next batch's (order among inputs is not promised)
+                break
+            batch.append(item)
+            longest = max(longest, len(item.ids))
+        return batch
+
+    def _encode(self, batch: list[_Input]) -> None:
+        assert self.encoder is not None
+        try:
+            vectors = self.encoder.encode([item.ids for item in batch])
+        except Exception as exc:  # this batch fails; the next one is tried afresh
+            logger.exception("Encoding a batch of %d inputs failed", len(batch))
+            for item in batch:
+                _settle(item, exception=RuntimeError(f"Encoding failed: {exc}"))
+            return
+        with self._stats_lock:
+            self._stats.inputs += len(batch)
+            self._stats.tokens += sum(len(item.ids) for item in batch)
+            self._stats.batches += 1
+        for item, vector in zip(batch, vectors, strict=True):
+            _settle(item, result=vector)
+
+    def _fail_waiting(self) -> None:
+        while True:
+            try:
+                item = self._inputs.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Input):
+                _settle(item, exception=EngineDeadError(self.unavailable_reason()))
+
+
+def _settle(item: _Input, result: torch.Tensor | None = None,
+            exception: BaseException | None = None) -> None:
+    def settle() -> None:
+        if item.future.done():  # its request was cancelled (the client left)
+            return
+        if exception is not None:
+            item.future.set_exception(exception)
+        else:
+            item.future.set_result(result)
+
+    try:
+        item.loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the event loop has closed: nobody waits
+        pass
