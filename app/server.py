@@ -47,9 +47,10 @@ from officellm.engine import (
     BUNDLED_EMBEDDER,
     AsyncEmbedder,
     AsyncLLM,
+    Encoder,
     LLMEngine,
-    SentenceEncoder,
     bundled_embedder_dir,
+    load_encoder,
 )
 
 logger = logging.getLogger("officellm.server")
@@ -71,8 +72,8 @@ def default_embedder(settings: ServerSettings) -> tuple[str, AsyncEmbedder] | No
     bundled = source == BUNDLED_EMBEDDER
     name = settings.embedding_model_name or (BUNDLED_EMBEDDER if bundled else Path(source).name)
 
-    def load() -> SentenceEncoder:
-        return SentenceEncoder(bundled_embedder_dir() if bundled else Path(source))
+    def load() -> Encoder:
+        return load_encoder(bundled_embedder_dir() if bundled else Path(source))
 
     return name, AsyncEmbedder(load)
 

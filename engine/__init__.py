@@ -17,6 +17,8 @@ from officellm.engine.config import EngineConfig, engine_knobs, parse_memory
 from officellm.engine.core.scheduler_output import Logprob
 from officellm.engine.embedding.async_embedder import AsyncEmbedder, EmbedderStats
 from officellm.engine.embedding.bundled import BUNDLED_EMBEDDER, bundled_embedder_dir
+from officellm.engine.embedding.decoder_encoder import DecoderEncoder
+from officellm.engine.embedding.encoders import Encoder, load_encoder
 from officellm.engine.embedding.sentence_encoder import EncoderInfo, SentenceEncoder
 from officellm.engine.input_processor import InputProcessor, PromptTooLongError
 from officellm.engine.kv_cache_dtype import check_kv_cache_dtype
@@ -43,7 +45,8 @@ __all__ = [
     # Running a model: offline, step by step, and from asyncio (the server)
     "LLM", "LLMEngine", "AsyncLLM",
     # Embedding models: a sentence-transformers encoder on its own thread, batched
-    "AsyncEmbedder", "SentenceEncoder", "EncoderInfo", "EmbedderStats",
+    "AsyncEmbedder", "load_encoder", "Encoder", "SentenceEncoder", "DecoderEncoder",
+    "EncoderInfo", "EmbedderStats",
     "BUNDLED_EMBEDDER", "bundled_embedder_dir",
     "EngineState", "LoadFailure", "EngineDeadError", "RequestAborted",
     # Configuration and the KV-cache plan (`officellm plan`, the CLI's knobs)

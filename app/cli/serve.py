@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="Hugging Face model directory or .gguf file (default: bundled SmolLM2)")
     p.add_argument("--embedding-model", default=None, metavar="SOURCE",
                    help="also serve this embedding model on /v1/embeddings: a "
-                        f"sentence-transformers directory, or {BUNDLED_EMBEDDER} (bundled)")
+                        "sentence-transformers directory, a decoder embedding model's "
+                        f"directory (Qwen3-Embedding), or {BUNDLED_EMBEDDER} (bundled)")
     p.add_argument("--embedding-model-name", default=None, metavar="NAME",
                    help="the embedding model's name in requests and /v1/models (default: its "
                         "directory's name)")

@@ -24,7 +24,8 @@ from officellm.engine.async_llm import (
     LoadFailure,
     report_load_failure,
 )
-from officellm.engine.embedding.sentence_encoder import EncoderInfo, SentenceEncoder
+from officellm.engine.embedding.encoders import Encoder
+from officellm.engine.embedding.sentence_encoder import EncoderInfo
 
 logger = logging.getLogger("officellm.embedder")
 
@@ -56,7 +57,7 @@ class _Stop:
 class AsyncEmbedder:
     """Runs the encoder `factory` builds on a dedicated thread."""
 
-    def __init__(self, factory: Callable[[], SentenceEncoder],
+    def __init__(self, factory: Callable[[], Encoder],
                  on_load_failure: Callable[[LoadFailure], None] | None = None) -> None:
         self._factory = factory
         # Called once, on its thread, if loading fails (`officellm serve` then stops, as
@@ -67,7 +68,7 @@ class AsyncEmbedder:
         self._ready = threading.Event()
         self.state = EngineState.LOADING
         self.error: str | None = None
-        self.encoder: SentenceEncoder | None = None
+        self.encoder: Encoder | None = None
         self._stats = EmbedderStats()
         self._stats_lock = threading.Lock()
 

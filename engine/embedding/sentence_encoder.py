@@ -5,11 +5,12 @@ already has (so a batch is exactly its inputs, padded, and token-id input needs 
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from officellm.engine.embedding.locked_tokenizer import LockedTokenizer
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class EncoderInfo:
     vocab_size: int  # token ids it knows: 0 to vocab_size - 1
 
 
-def _matryoshka(model_dir: Path, dimensions: int) -> tuple[int, ...] | None:
+def matryoshka_dimensions(model_dir: Path, dimensions: int) -> tuple[int, ...] | None:
     """The Matryoshka lengths the model's config declares (`matryoshka_dimensions`, or
     `is_matryoshka`: any length up to its own), as vLLM reads them; None if it declares none."""
     try:
@@ -48,40 +49,31 @@ class SentenceEncoder:
 
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "modules.json").is_file():
-            raise FileNotFoundError(f"{self.model_dir} is not a sentence-transformers model "
-                                    "(it has no modules.json)")
+            raise FileNotFoundError(f"{self.model_dir} is not an embedding model officellm "
+                                    "runs: no sentence-transformers modules.json, and not a "
+                                    "decoder architecture that pools its last token")
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model = SentenceTransformer(str(self.model_dir), device=device)
         self.model.eval()
-        self.tokenizer = self.model.tokenizer
-        # A fast tokenizer's truncation and padding are settings of the one Rust object that
-        # each call changes: the request threads and the encoding thread take turns.
-        self._tokenizer_lock = threading.Lock()
+        self.tokenizer = LockedTokenizer(self.model.tokenizer)
         dimensions = int(self.model.get_embedding_dimension())
         self.info = EncoderInfo(
             dimensions=dimensions,
             max_input_tokens=int(self.model.max_seq_length),
-            matryoshka_dimensions=_matryoshka(self.model_dir, dimensions),
+            matryoshka_dimensions=matryoshka_dimensions(self.model_dir, dimensions),
             normalized=any(isinstance(m, Normalize) for m in self.model),
             vocab_size=len(self.tokenizer))
 
     def tokenize(self, text: str, max_length: int | None = None) -> list[int]:
-        """The ids sentence-transformers would encode for `text`, special tokens included:
-        all of them, or its first `max_length` (the closing special token kept, as
-        sentence-transformers truncates)."""
-        with self._tokenizer_lock:
-            ids = self.tokenizer(text, add_special_tokens=True,
-                                 truncation=max_length is not None, max_length=max_length,
-                                 verbose=False)["input_ids"]
-        return list(ids)
+        """The ids sentence-transformers would encode for `text` (LockedTokenizer.tokenize)."""
+        return self.tokenizer.tokenize(text, max_length)
 
     @torch.inference_mode()
     def encode(self, batch: list[list[int]]) -> torch.Tensor:
         """One float32 vector per input, [len(batch), dimensions], the inputs padded together
         (each row attends only to its own tokens)."""
-        with self._tokenizer_lock:
-            features = self.tokenizer.pad({"input_ids": batch}, return_tensors="pt")
+        features = self.tokenizer.pad(batch)
         device = self.model.device
         out = self.model({k: v.to(device) for k, v in features.items()})
         return out["sentence_embedding"].float().cpu()

@@ -245,6 +245,12 @@ class DecoderModel(nn.Module):
     ) -> torch.Tensor | None:
         """Run flat tokens [T] through the model; return logits (float32) at logits_indices
         (on rank 0; None on the other tensor-parallel ranks)."""
+        return self.lm_head(self.hidden_states(input_ids, positions, attention, logits_indices))
+
+    def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: Any,
+                      indices: torch.Tensor) -> torch.Tensor:
+        """The final norm's output at `indices` of the flat tokens [T]: what the LM head
+        reads, and what a decoder embedding model pools."""
         ops, spec = self.ops, self.spec
         d, eps = spec.head_dim, spec.rms_norm_eps
         hq, hk = self.plan.num_q_heads, self.plan.num_kv_heads
@@ -272,4 +278,4 @@ class DecoderModel(nn.Module):
             h, residual = ops.fused_add_rms_norm(x, residual, layer.post_attn_norm, eps)
             x = layer.down(ops.silu_and_mul(layer.gate_up(h)))
         h, _ = ops.fused_add_rms_norm(x, residual, self.norm, eps)
-        return self.lm_head(h.index_select(0, logits_indices))
+        return h.index_select(0, indices)

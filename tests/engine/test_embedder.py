@@ -14,10 +14,13 @@ import torch
 
 from officellm.engine import (
     AsyncEmbedder,
+    DecoderEncoder,
     EngineDeadError,
     SentenceEncoder,
     bundled_embedder_dir,
+    load_encoder,
 )
+from tests.support.tiny_models import build_tiny_model
 
 TEXTS = ["Invoices go to accounting.", "The printer on floor 2 is out of toner.",
          "Lunch is at noon.", "Please book the meeting room for Tuesday."]
@@ -76,9 +79,38 @@ def test_matryoshka_dimensions_are_the_first_values_renormalised(minilm, tmp_pat
 
 def test_a_directory_that_is_no_sentence_transformers_model_fails_in_one_sentence(
         tmp_path) -> None:
-    embedder = AsyncEmbedder(lambda: SentenceEncoder(tmp_path, "cpu"))
+    embedder = AsyncEmbedder(lambda: load_encoder(tmp_path, "cpu"))
     embedder.start()
     assert not embedder.wait_ready(60)
-    assert "is not a sentence-transformers model" in embedder.unavailable_reason()
+    assert "is not an embedding model officellm runs" in embedder.unavailable_reason()
     with pytest.raises(EngineDeadError):
         asyncio.run(embedder.embed([[101, 102]]))
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen3(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Path:
+    """A random-weight Qwen3 with no sentence-transformers modules: a decoder embedder."""
+    return build_tiny_model("qwen3", tmp_path_factory.mktemp("qwen3-embed"), smollm2_dir)
+
+
+def test_a_decoder_with_last_token_pooling_runs_on_the_engines_own_model_code(
+        tiny_qwen3) -> None:
+    assert isinstance(load_encoder(tiny_qwen3, "cpu"), DecoderEncoder)
+
+
+def test_the_decoder_embedder_equals_transformers_last_token_hidden_state(tiny_qwen3) -> None:
+    """Qwen3-Embedding's recipe: the final norm's output at each input's last token,
+    normalised; the inputs of unequal lengths in one batch, as one by one."""
+    from transformers import AutoModel
+
+    encoder = DecoderEncoder(tiny_qwen3, "cpu")
+    inputs = [encoder.tokenize(t) for t in TEXTS]
+    ours = encoder.encode(inputs)
+    reference = AutoModel.from_pretrained(tiny_qwen3, torch_dtype=torch.float32).eval()
+    with torch.inference_mode():
+        want = torch.stack([reference(torch.tensor([ids])).last_hidden_state[0, -1]
+                            for ids in inputs])
+    torch.testing.assert_close(ours, torch.nn.functional.normalize(want, dim=-1),
+                               atol=1e-5, rtol=1e-4)
+    alone = torch.cat([encoder.encode([ids]) for ids in inputs])
+    torch.testing.assert_close(ours, alone, atol=1e-6, rtol=1e-5)
