@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -12,6 +13,12 @@ def main(argv: list[str] | None = None, url: str | None = None,
     except ImportError:
         print("officellm admin needs the GUI extras: pip install 'officellm[gui]'",
               file=sys.stderr)
+        return 2
+    from officellm.admin_ui.qt_platform import xcb_problem
+
+    problem = xcb_problem(os.environ)
+    if problem is not None:  # instead of Qt's abort, which names no package
+        print(problem, file=sys.stderr)
         return 2
     from officellm.admin_ui.console_settings import REMOTE, ConsoleSettings
     from officellm.admin_ui.main_window import MainWindow
