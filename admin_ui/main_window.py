@@ -105,13 +105,13 @@ class MainWindow(QMainWindow):
         if time.monotonic() - self._replicas_asked >= REPLICAS_REFRESH_S:
             self._replicas_asked = time.monotonic()
             self.replicas.refresh()
-        if snap.ready:  # answering while it loads is not running yet: the load may still fail
+        if snap.started:  # answering while it loads is not running yet: the load may fail
             self.panel.mark_ready()
         e = snap.engine
         self._status(UP, f"Connected to {self.session.base_url} — {snap.model}: KV cache "
                          f"{e.kv_cache_usage:.0%}, {e.num_running} running, {e.num_waiting} "
                          f"waiting, {e.num_preemptions_total} preemption(s)."
-                     + ("" if snap.ready else " (loading)"))
+                     + snap.state_note)
 
     def on_failure(self, message: str, status: object) -> None:
         url = self.session.base_url

@@ -140,6 +140,7 @@ class StatsSnapshot:
     model: str = ""
     uptime_s: float = 0.0
     ready: bool = False
+    state: str = "loading"  # loading, ready, sleeping (--sleep-idle-seconds), dead, stopped
     engine: EngineNumbers = field(default_factory=EngineNumbers)
     rates: Rates = field(default_factory=Rates)
     latency: Latency = field(default_factory=Latency)
@@ -148,10 +149,23 @@ class StatsSnapshot:
     structured_requests: dict[str, int] = field(default_factory=dict)  # by kind, since start
     received: float = field(default_factory=time.monotonic)
 
+    @property
+    def started(self) -> bool:
+        """The model has loaded (it may sleep since: the next request wakes it)."""
+        return self.state in ("ready", "sleeping")
+
+    @property
+    def state_note(self) -> str:
+        """What to add to the model's name: nothing when ready."""
+        return {"ready": "", "sleeping": " — asleep (the next request wakes it)"}.get(
+            self.state, " — loading…")
+
     @classmethod
     def from_json(cls, d: dict[str, Any], received: float | None = None) -> StatsSnapshot:
         return cls(
             model=str(d.get("model", "")), uptime_s=_f(d, "uptime_s"), ready=bool(d.get("ready")),
+            # An older server says only `ready`.
+            state=str(d.get("state") or ("ready" if d.get("ready") else "loading")),
             engine=EngineNumbers.from_json(d.get("engine") or {}),
             rates=Rates.from_json(d.get("rates") or {}),
             latency=Latency.from_json(d.get("latency") or {}),

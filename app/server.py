@@ -40,6 +40,7 @@ from officellm.app.openai.routes import (
     tokenize,
 )
 from officellm.app.server_settings import ACTIVE_THREAD_MINUTES, ServerSettings
+from officellm.app.serving.idle_sleep import run_idle_sleep
 from officellm.app.serving.replica_header import ReplicaHeader
 from officellm.app.serving.replica_heartbeat import ReplicaIdentity, run_heartbeat
 from officellm.app.serving.state import ServerState
@@ -122,10 +123,13 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
             embedder.start()
         sampler = asyncio.ensure_future(run_sampler(async_engine, window, accounts, names))
         heartbeat = asyncio.ensure_future(run_heartbeat(db, me, lambda: state.model_name))
+        tasks = [sampler, heartbeat]
+        if settings.sleep_idle_seconds:
+            tasks.append(asyncio.ensure_future(run_idle_sleep(state, settings.sleep_idle_seconds)))
         try:
             yield
         finally:
-            for task in (sampler, heartbeat):
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

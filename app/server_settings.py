@@ -46,6 +46,9 @@ class ServerSettings:
     # and the address it listens on): app/serving/replica_heartbeat.py.
     replica_name: str | None = None
     advertise_url: str | None = None
+    # Seconds without a request after which the model's weights and KV pool are freed, to be
+    # loaded again by the next request (`--sleep-idle-seconds`, llama.cpp's name); None: never.
+    sleep_idle_seconds: float | None = None
     stats_window_s: float = 60.0  # what /admin/stats' rates and latency percentiles cover
     shutdown_timeout: float = 30.0
     profile: str = "office"

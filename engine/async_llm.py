@@ -14,7 +14,9 @@ no CPU.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import enum
+import gc
 import logging
 import queue
 import threading
@@ -22,6 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
 
 from officellm.engine.core.request import EngineCoreRequest
 from officellm.engine.core.scheduler_output import EngineCoreOutput
@@ -45,6 +49,7 @@ class EngineState(enum.Enum):
     READY = "ready"
     DEAD = "dead"  # loading failed or the loop thread crashed
     STOPPED = "stopped"
+    SLEEPING = "sleeping"  # idle: the model's weights and KV pool freed until wake()
 
 
 class EngineDeadError(RuntimeError):
@@ -117,6 +122,23 @@ class _Stop:
     pass
 
 
+class _Sleep:
+    pass
+
+
+def release_freed_memory() -> None:
+    """Hand what Python and torch freed back to the system: the GPU's cached blocks to the
+    device, and on Linux the heap's free pages (glibc keeps them otherwise, and the
+    process's resident memory would not drop)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: its allocator returns what it returns
+        pass
+
+
 class AsyncLLM:
     """Runs the core of an LLMEngine built by `engine_factory` on a dedicated thread."""
 
@@ -142,6 +164,7 @@ class AsyncLLM:
         self.error: str | None = None
         self.engine: LLMEngine | None = None
         self._stats: EngineStats | None = None
+        self._waking: asyncio.Future[bool] | None = None
 
     # -- lifecycle (event loop side) -----------------------------------------------------
     def start(self) -> None:
@@ -161,6 +184,43 @@ class AsyncLLM:
         self._thread.join(timeout)
         if self._thread.is_alive():
             logger.warning("Engine loop thread did not stop within %.0f s", timeout)
+
+    def sleep(self) -> bool:
+        """Free the model's weights and KV pool (the loop thread closes the engine and ends)
+        if no request is in it; True if it went to sleep. wake() loads it again."""
+        if self.state is not EngineState.READY or self._sinks:
+            return False
+        self.state = EngineState.SLEEPING  # from now on add_request refuses, until wake()
+        self._stats = None
+        self._commands.put(_Sleep())
+        return True
+
+    async def wake(self) -> bool:
+        """Load the model again after sleep() (on a new loop thread, as at start); True once
+        it is ready, False if loading failed. Concurrent callers share one load."""
+        if self.state is not EngineState.SLEEPING and self._waking is None:
+            return self.is_ready
+        if self._waking is None:
+            self._waking = asyncio.ensure_future(self._reload())
+        return await asyncio.shield(self._waking)
+
+    async def _reload(self) -> bool:
+        try:
+            if self._thread is not None:  # the sleeping thread frees the model first
+                await asyncio.to_thread(self._thread.join)
+            self._ready.clear()
+            self.state = EngineState.LOADING
+            self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+            self._thread.start()
+            await asyncio.to_thread(self._ready.wait)
+            return self.state is EngineState.READY
+        finally:
+            self._waking = None
+
+    @property
+    def waking(self) -> bool:
+        """A wake() is loading the model now."""
+        return self._waking is not None
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until loading has finished (or failed); True if the engine is ready."""
@@ -229,6 +289,8 @@ class AsyncLLM:
             return "The model is still loading; try again shortly."
         if self.state is EngineState.STOPPED:
             return "The server is shutting down."
+        if self.state is EngineState.SLEEPING:
+            return "The model is asleep; the next request wakes it."
         return f"The engine failed: {self.error}"
 
     # -- outputs (event loop side) -------------------------------------------------------
@@ -288,10 +350,18 @@ class AsyncLLM:
             self.error = f"{type(exc).__name__}: {exc}"
             self.state = EngineState.DEAD
         else:
-            self.state = EngineState.STOPPED
+            if self.state is not EngineState.SLEEPING:
+                self.state = EngineState.STOPPED
         finally:
             # Stops tensor-parallel worker processes; nothing to do for a one-process engine.
             engine.close()
+        if self.state is EngineState.SLEEPING:
+            self.engine = None
+            del engine
+            release_freed_memory()
+            logger.info("The model is asleep: its weights and KV pool are freed until the "
+                        "next request")
+            return
         self._to_event_loop(self._fail_all, EngineDeadError(self.unavailable_reason()))
 
     def _loop_forever(self, engine: LLMEngine) -> None:
@@ -309,13 +379,13 @@ class AsyncLLM:
                 self._to_event_loop(self._on_step, [], core.stats())
 
     def _process_commands(self, core: Any, block: bool) -> bool:
-        """Run queued commands; False when told to stop."""
+        """Run queued commands; False when told to stop (or to sleep)."""
         try:
             cmd = self._commands.get() if block else self._commands.get_nowait()
         except queue.Empty:
             return True
         while True:
-            if isinstance(cmd, _Stop):
+            if isinstance(cmd, (_Stop, _Sleep)):
                 return False
             if isinstance(cmd, _Add):
                 for request in cmd.requests:

@@ -54,8 +54,7 @@ class DashboardTab(QWidget):
     def show_snapshot(self, snap: StatsSnapshot, history: StatsHistory) -> None:
         e, r, lat = snap.engine, snap.rates, snap.latency
         self.model_label.setText(
-            f"{snap.model or 'model'} — up {fmt.duration(snap.uptime_s)}"
-            + ("" if snap.ready else " — loading…"))
+            f"{snap.model or 'model'} — up {fmt.duration(snap.uptime_s)}" + snap.state_note)
         self.gauge.set_usage(e.kv_cache_usage, e.num_blocks_used, e.num_blocks_total)
         self.shares.set_users(snap.users)
         v = self.values

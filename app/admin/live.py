@@ -38,6 +38,7 @@ def get_stats(request: Request) -> Stats:
         model=server.model_name,
         uptime_s=round(time.monotonic() - server.started_monotonic, 3),
         ready=server.async_engine.is_ready,
+        state=server.model_state,
         engine=stats,
         rates=server.stats_window.rates(),
         latency=server.stats_window.latency(),

@@ -142,7 +142,10 @@ class Stats(BaseModel):
     model: str | None = Field(description="null until a model has loaded.")
     uptime_s: float
     ready: bool
-    engine: EngineStats | None = Field(description="null until the engine has loaded.")
+    state: str = Field("ready", description="The model's lifecycle: loading, ready, sleeping "
+                                            "(--sleep-idle-seconds), dead or stopped.")
+    engine: EngineStats | None = Field(description="null until the engine has loaded, and "
+                                                   "while it sleeps.")
     rates: dict[str, float] = Field(
         description="prompt_tokens_per_s, generation_tokens_per_s, preemptions_per_min.")
     latency: dict[str, float | None] = Field(

@@ -97,6 +97,7 @@ class AdmissionControl:
         self.concurrency = ConcurrencyLimiter()
         self.draining = False
         self.in_flight = 0
+        self.last_active = time.monotonic()  # the last admission or release (idle sleep)
         self.sequences = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -136,6 +137,7 @@ class AdmissionControl:
             raise self._queue_full()
         self.sequences += sequences
         self.in_flight += 1
+        self.last_active = time.monotonic()
         self._idle.clear()
         return Admission(self, principal, policy, endpoint, sequences,
                          scheduling_tags(principal.user_id, policy))
@@ -144,6 +146,7 @@ class AdmissionControl:
         self.concurrency.release(admission.principal.user_id)
         self.sequences = max(0, self.sequences - admission.sequences)
         self.in_flight -= 1
+        self.last_active = time.monotonic()
         if self.in_flight <= 0:
             self.in_flight = 0
             self._idle.set()
@@ -156,6 +159,10 @@ class AdmissionControl:
         used = (self.accounts.writer.tokens_today(user_id)
                 if policy.max_tokens_per_day is not None else 0)
         return policy, used
+
+    def touch(self) -> None:
+        """Count now as activity (the idle clock: app/serving/idle_sleep.py)."""
+        self.last_active = time.monotonic()
 
     def refuse_if_draining(self) -> None:
         """503 with Retry-After once shutdown has begun."""

@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--embedding-model-name", default=None, metavar="NAME",
                    help="the embedding model's name in requests and /v1/models (default: its "
                         "directory's name)")
+    p.add_argument("--sleep-idle-seconds", type=float, default=0.0, metavar="N",
+                   help="free the model's weights and KV pool after N seconds without a "
+                        "request; the next request loads it again (default 0: never)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     engine = p.add_argument_group("engine (EngineConfig's knobs; vLLM's names)")
@@ -126,6 +129,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        served_model_name=list(args.served_model_name or []),
                        model_aliases=list(args.model_alias),
                        embedding_model=args.embedding_model,
+                       sleep_idle_seconds=args.sleep_idle_seconds or None,
                        embedding_model_name=args.embedding_model_name,
                        api_keys=list(args.api_key), shutdown_timeout=args.shutdown_timeout,
                        max_request_bytes=args.max_request_bytes,
@@ -145,6 +149,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
     if args.max_context_tokens is not None:
         explicit.add("max_context_tokens")
         s.max_context_tokens = args.max_context_tokens or None
+    if args.sleep_idle_seconds < 0:
+        raise ValueError("--sleep-idle-seconds must be 0 (never) or more.")
     if args.max_waiting_requests < 0:
         raise ValueError("--max-waiting-requests must be 0 or more.")
     # The replicas table's columns (app/db/tables.py Replica).

@@ -188,6 +188,13 @@ class ServerMetrics:
             "choice, grammar, tool_required, tool_named, tool_auto.",
             ["model_name", "kind"], registry=r)
         self.structured_by_kind: dict[str, int] = {}  # the same counts, for /admin/stats
+        # Idle sleep (--sleep-idle-seconds): how often and how long the model took to wake.
+        self.model_wakes = Counter("officellm:model_wakes",
+                                   "Times the model was loaded again after sleeping.", m,
+                                   registry=r)
+        self.model_wake_seconds = Histogram(
+            "officellm:model_wake_seconds", "Histogram of seconds a sleeping model took to "
+            "load again (the waking requests' wait).", m, buckets=E2E_BUCKETS, registry=r)
         # Embeddings (/v1/embeddings), labelled with the embedding model's name.
         self.embedding_requests = Counter("officellm:embedding_requests",
                                           "Embedding requests served, per user.", u,
@@ -215,6 +222,11 @@ class ServerMetrics:
         self.user_requests.labels(name, user).inc()
         self.user_prompt_tokens.labels(name, user).inc(prompt_tokens)
         self.user_generation_tokens.labels(name, user).inc(generation_tokens)
+
+    def model_loaded(self, seconds: float) -> None:
+        """The sleeping model loaded again in `seconds`."""
+        self.model_wakes.labels(self.model_name).inc()
+        self.model_wake_seconds.labels(self.model_name).observe(seconds)
 
     def record_embeddings(self, model: str, user: str, inputs: int, tokens: int) -> None:
         """Count one served embeddings request of `model` for its user."""

@@ -248,6 +248,9 @@ class ModelCard(WireModel):
     owned_by: str = "officellm"
     root: str | None = Field(description="The model's directory on the server.")
     max_model_len: int | None
+    state: str = Field("ready", description=(
+        "officellm's: ready, or sleeping (--sleep-idle-seconds: its memory freed; the next "
+        "request loads it again and waits for it)."))
 
 
 class ModelList(WireModel):

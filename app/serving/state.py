@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -19,7 +20,19 @@ from officellm.app.observability.stats_window import StatsWindow
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
 from officellm.app.serving.prompt import LengthLimits, PromptRenderer, Prompts
 from officellm.app.serving.token_text import TokenText
-from officellm.engine import AsyncEmbedder, AsyncLLM, LLMEngine
+from officellm.engine import AsyncEmbedder, AsyncLLM, EngineState, LLMEngine
+
+logger = logging.getLogger("officellm.server")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What the server keeps of the model once loaded, also while it sleeps."""
+
+    name: str
+    model_dir: str
+    max_model_len: int
+    max_new_tokens: int | None
 
 
 @dataclass
@@ -39,6 +52,7 @@ class ServerState:
     embedding_model_name: str | None = None
     created: int = 0  # unix time the app was built; /v1/models reports it
     started_monotonic: float = field(default_factory=time.monotonic)  # for uptime
+    loaded: LoadedModel | None = None  # None until the model first loads
     _token_text: TokenText | None = field(default=None, repr=False)
     _prompts: Prompts | None = field(default=None, repr=False)
     _chat_formats: ChatFormats | None = field(default=None, repr=False)
@@ -48,8 +62,7 @@ class ServerState:
         """Names clients may use; the first is the one reported. Empty until loaded."""
         if self.settings.served_model_name:
             return list(self.settings.served_model_name)
-        engine = self.async_engine.engine
-        return [engine.model_name] if engine is not None else []
+        return [self.loaded.name] if self.loaded is not None else []
 
     @property
     def default_max_tokens(self) -> int | None:
@@ -59,8 +72,7 @@ class ServerState:
         configured = self.settings.default_max_tokens
         if configured is not None:
             return configured or None
-        engine = self.async_engine.engine
-        own = engine.max_new_tokens if engine is not None else None
+        own = self.loaded.max_new_tokens if self.loaded is not None else None
         return own or DEFAULT_MAX_TOKENS
 
     @property
@@ -77,7 +89,10 @@ class ServerState:
 
     def engine_loaded(self, engine: LLMEngine) -> None:
         """Build the prompt side for the loaded model (AsyncLLM.on_ready: on the engine's
-        thread, before any request is admitted), so no request pays for loading it."""
+        thread, before any request is admitted), so no request pays for loading it; after a
+        sleep, the same model again."""
+        self.loaded = LoadedModel(engine.model_name, str(engine.model_dir), engine.max_model_len,
+                                  engine.max_new_tokens)
         self._prompts = Prompts(PromptRenderer(engine.model_dir),
                                 LengthLimits(engine.input_processor, self.settings.max_context_tokens),
                                 self.refusals)
@@ -101,11 +116,29 @@ class ServerState:
     def context_cap(self, policy_cap: int | None) -> int | None:
         """A user's effective thread cap: the lowest of their policy's, the server's
         (--max-context-tokens) and the model's context length."""
-        engine = self.async_engine.engine
-        model_len = engine.max_model_len if engine is not None else None
+        model_len = self.loaded.max_model_len if self.loaded is not None else None
         caps = [c for c in (policy_cap, self.settings.max_context_tokens, model_len)
                 if c is not None]
         return min(caps) if caps else None
+
+    @property
+    def model_state(self) -> str:
+        """loading, ready, sleeping, dead or stopped: the chat model's lifecycle."""
+        return self.async_engine.state.value
+
+    async def ensure_awake(self) -> None:
+        """Load the model again if it sleeps (--sleep-idle-seconds); the request waits,
+        as for a long queue. Several waiting requests share one load."""
+        self.admission.touch()  # the idle clock restarts: no sleep while it wakes
+        if self.async_engine.state is not EngineState.SLEEPING and not self.async_engine.waking:
+            return
+        t0 = time.monotonic()
+        woke = await self.async_engine.wake()
+        self.admission.touch()
+        if woke:
+            seconds = time.monotonic() - t0
+            self.metrics.model_loaded(seconds)
+            logger.info("The model woke in %.1f s", seconds)
 
     def check_ready(self) -> None:
         """503 with Retry-After unless the engine is ready and we are not shutting down."""
@@ -157,8 +190,10 @@ def get_server(request: Request) -> ServerState:
     return request.app.state.server
 
 
-def admitted_server(request: Request) -> ServerState:
-    """FastAPI dependency for routes that need the engine: 503 unless it can serve now."""
+async def admitted_server(request: Request) -> ServerState:
+    """FastAPI dependency for routes that need the engine: a sleeping model is woken (the
+    request waits); then 503 unless it can serve now."""
     server: ServerState = request.app.state.server
+    await server.ensure_awake()
     server.check_ready()
     return server

@@ -40,6 +40,21 @@ def test_threads_heaviest_first_and_sortable(qtbot):
     tab.grab()  # paints the progress-bar delegate
 
 
+def test_dashboard_says_a_sleeping_model_is_asleep_not_loading(qtbot):
+    tab = DashboardTab()
+    qtbot.addWidget(tab)
+    snap = StatsSnapshot.from_json({**stats_json(), "ready": False, "state": "sleeping",
+                                    "engine": None})
+    tab.show_snapshot(snap, StatsHistory())
+    assert snap.started
+    assert tab.model_label.text().endswith("— asleep (the next request wakes it)")
+
+
+def test_an_older_servers_stats_without_a_state_read_as_ready_or_loading():
+    assert StatsSnapshot.from_json(stats_json()).state == "ready"
+    assert StatsSnapshot.from_json({**stats_json(), "ready": False}).state == "loading"
+
+
 def test_dashboard_shows_the_numbers(qtbot):
     tab = DashboardTab()
     qtbot.addWidget(tab)

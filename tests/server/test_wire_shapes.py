@@ -100,7 +100,7 @@ def test_models_and_errors(server: ServerProcess) -> None:
     body = r.json()
     assert list(body) == ["object", "data"] and body["object"] == "list"
     assert list(body["data"][0]) == ["id", "object", "created", "owned_by", "root",
-                                     "max_model_len"]
+                                     "max_model_len", "state"]
     r = httpx.post(f"{server.base_url}/v1/chat/completions", json={"messages": CHAT, "n": 0},
                    headers=server.headers, timeout=TIMEOUT)
     assert r.status_code == 400

@@ -17,14 +17,17 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(server: ServerState = Depends(get_server)) -> JSONResponse:
-    """200 when ready (the embedding model too, if there is one); 503 with Retry-After while
-    loading, shutting down, or after a failure."""
+    """200 when ready (the embedding model too, if there is one), or asleep (the next
+    request wakes it); 503 with Retry-After while loading, shutting down, or after a
+    failure."""
     try:
-        server.check_ready()
+        if server.model_state != "sleeping":
+            server.check_ready()
         server.check_embedder_ready()
     except APIError as exc:
         return exc.response()
-    return JSONResponse({"status": "ok", "model": server.model_name})
+    return JSONResponse({"status": "ok", "model": server.model_name,
+                         "state": server.model_state})
 
 
 @router.get("/metrics")

@@ -1,0 +1,102 @@
+"""Idle sleep (`--sleep-idle-seconds`): after the idle time the model's weights and KV pool are
+freed (the process's resident memory drops by at least their size), the server stays healthy
+and lists the model as sleeping without waking it, and the next request loads it again,
+waits for it and gets the same greedy answer as before."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.server_api import TIMEOUT
+from tests.support.server_process import API_KEY, ServerProcess
+
+IDLE_S = 2
+HEADERS = {"Authorization": f"Bearer {API_KEY}"}
+ASK = {"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 8,
+       "temperature": 0}
+# The bundled SmolLM2-135M in float32, dense: 0.5 GB of weights, and a 256 MiB KV pool.
+FREED_AT_LEAST = 500 * 1024**2
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def state(server: ServerProcess) -> str:
+    r = httpx.get(f"{server.base_url}/v1/models", headers=HEADERS, timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    return r.json()["data"][0]["state"]
+
+
+def wait_for(server: ServerProcess, wanted: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while state(server) != wanted:
+        assert time.monotonic() < deadline, f"the model is not {wanted}"
+        time.sleep(0.2)
+
+
+def chat(server: ServerProcess) -> httpx.Response:
+    return httpx.post(f"{server.base_url}/v1/chat/completions", json=ASK, headers=HEADERS,
+                      timeout=TIMEOUT)
+
+
+class Slept:
+    """The server, its first answer and its resident memory awake and asleep."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self.server = server
+        first = chat(server)
+        assert first.status_code == 200, first.text
+        self.first_answer = first.json()["choices"][0]["message"]["content"]
+        self.rss_awake = rss_bytes(server.proc.pid)
+        wait_for(server, "sleeping")
+        time.sleep(1)  # the loop thread frees the model after the state changes
+        self.rss_asleep = rss_bytes(server.proc.pid)
+
+
+@pytest.fixture(scope="module")
+def slept() -> Iterator[Slept]:
+    if not Path("/proc/self/status").is_file():
+        pytest.skip("resident memory is read from /proc (Linux)")
+    with ServerProcess("--sleep-idle-seconds", str(IDLE_S)) as server:
+        yield Slept(server)
+
+
+def test_an_idle_model_sleeps_and_frees_its_weights_and_kv_pool(slept: Slept) -> None:
+    assert slept.rss_awake - slept.rss_asleep >= FREED_AT_LEAST, (
+        f"RSS {slept.rss_awake / 2**20:.0f} MiB awake, {slept.rss_asleep / 2**20:.0f} MiB "
+        "asleep")
+
+
+def test_a_sleeping_server_is_healthy_and_says_so(slept: Slept) -> None:
+    r = httpx.get(f"{slept.server.base_url}/health", timeout=TIMEOUT)
+    assert r.status_code == 200
+    assert r.json()["state"] == "sleeping"
+
+
+def test_listing_the_models_does_not_wake_it(slept: Slept) -> None:
+    assert state(slept.server) == "sleeping"
+    time.sleep(IDLE_S)
+    assert state(slept.server) == "sleeping"
+
+
+def test_the_next_request_wakes_it_and_gets_the_same_answer(slept: Slept) -> None:
+    """Last in the file: it wakes the model."""
+    r = chat(slept.server)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == slept.first_answer
+    assert state(slept.server) == "ready"
+    metrics = httpx.get(f"{slept.server.base_url}/metrics", headers=HEADERS,
+                        timeout=TIMEOUT).text
+    assert "officellm:model_wakes_total" in metrics
+    wakes = [line for line in metrics.splitlines()
+             if line.startswith("officellm:model_wakes_total{")]
+    assert wakes and float(wakes[0].rsplit(" ", 1)[1]) == 1.0
