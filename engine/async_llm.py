@@ -197,7 +197,9 @@ class AsyncLLM:
 
     async def wake(self) -> bool:
         """Load the model again after sleep() (on a new loop thread, as at start); True once
-        it is ready, False if loading failed. Concurrent callers share one load."""
+        it is ready. False if loading failed: it then stays asleep, `error` says why, and the
+        next wake() tries again (on_load_failure is for the first load: a server that
+        started is not stopped by a failed wake). Concurrent callers share one load."""
         if self.state is not EngineState.SLEEPING and self._waking is None:
             return self.is_ready
         if self._waking is None:
@@ -213,6 +215,11 @@ class AsyncLLM:
             self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
             self._thread.start()
             await asyncio.to_thread(self._ready.wait)
+            if self.state is EngineState.READY:
+                self.error = None
+            if self.state is EngineState.DEAD:  # asleep again: the next request retries
+                self.state = EngineState.SLEEPING
+                return False
             return self.state is EngineState.READY
         finally:
             self._waking = None
@@ -290,6 +297,8 @@ class AsyncLLM:
         if self.state is EngineState.STOPPED:
             return "The server is shutting down."
         if self.state is EngineState.SLEEPING:
+            if self.error is not None:
+                return f"The model could not be loaded again after sleeping: {self.error}"
             return "The model is asleep; the next request wakes it."
         return f"The engine failed: {self.error}"
 
@@ -337,7 +346,9 @@ class AsyncLLM:
             failure = LoadFailure.of(exc)
             self.load_failure, self.error, self.state = failure, failure.reason, EngineState.DEAD
             self._ready.set()
-            report_load_failure(failure, "engine", self.on_load_failure)
+            waking = self._waking is not None
+            report_load_failure(failure, "engine" if not waking else "engine again after sleep",
+                                None if waking else self.on_load_failure)
             return
         self.engine = engine
         self._stats = engine.engine_core.stats()

@@ -135,10 +135,12 @@ class ServerState:
         t0 = time.monotonic()
         woke = await self.async_engine.wake()
         self.admission.touch()
-        if woke:
-            seconds = time.monotonic() - t0
-            self.metrics.model_loaded(seconds)
-            logger.info("The model woke in %.1f s", seconds)
+        if not woke:  # it stays asleep; the next request tries again
+            raise unavailable(self.async_engine.unavailable_reason(),
+                              self.settings.retry_after_s)
+        seconds = time.monotonic() - t0
+        self.metrics.model_loaded(seconds)
+        logger.info("The model woke in %.1f s", seconds)
 
     def check_ready(self) -> None:
         """503 with Retry-After unless the engine is ready and we are not shutting down."""

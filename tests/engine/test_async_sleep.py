@@ -96,3 +96,36 @@ def test_many_wakers_share_one_load(tiny: Path) -> None:
         assert engine.is_ready
 
     assert run(tiny, body).loads == 2
+
+
+class FailsOnce(Counted):
+    """Its second load fails (the machine's memory was taken meanwhile), the third works."""
+
+    def __call__(self) -> LLMEngine:
+        if self.loads == 1:
+            self.loads += 1
+            raise MemoryError("not enough memory")
+        return super().__call__()
+
+
+def test_a_failed_wake_leaves_it_asleep_saying_why_and_the_next_wake_retries(tiny: Path) -> None:
+    failures = []
+    factory = FailsOnce(tiny)
+
+    async def main() -> None:
+        engine = AsyncLLM(factory, on_load_failure=failures.append)
+        engine.start()
+        try:
+            assert await asyncio.to_thread(engine.wait_ready, 120)
+            assert engine.sleep()
+            assert not await engine.wake()
+            assert engine.state is EngineState.SLEEPING
+            assert "not enough memory" in engine.unavailable_reason()
+            assert await engine.wake()
+            assert await answer(engine, "after")
+        finally:
+            engine.stop()
+
+    asyncio.run(main())
+    assert factory.loads == 3
+    assert failures == []  # only a first load's failure stops the server
