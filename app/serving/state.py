@@ -93,6 +93,9 @@ class ServerState:
         sleep, the same model again."""
         self.loaded = LoadedModel(engine.model_name, str(engine.model_dir), engine.max_model_len,
                                   engine.max_new_tokens)
+        # The idle clock starts when the model is there: a load slower than the idle time
+        # must not be followed by a sleep at once.
+        self.admission.touch()
         self._prompts = Prompts(PromptRenderer(engine.model_dir),
                                 LengthLimits(engine.input_processor, self.settings.max_context_tokens),
                                 self.refusals)
