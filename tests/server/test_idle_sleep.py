@@ -67,8 +67,13 @@ class Slept:
         self.wakes_before_sleeping = wakes(server)
         self.rss_awake = rss_bytes(server.proc.pid)
         wait_for(server, "sleeping")
-        time.sleep(1)  # the loop thread frees the model after the state changes
-        self.rss_asleep = rss_bytes(server.proc.pid)
+        # The loop thread frees the model after the state changes: give it a few seconds.
+        deadline = time.monotonic() + 15
+        while True:
+            self.rss_asleep = rss_bytes(server.proc.pid)
+            if self.rss_awake - self.rss_asleep >= FREED_AT_LEAST or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
