@@ -9,7 +9,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, Request
 
 from officellm.app.admin.activity import threads_with_caps
-from officellm.app.admin.views import ActiveThread, Plan, Stats, UserShareView
+from officellm.app.admin.views import ActiveThread, EmbeddingStats, Plan, Stats, UserShareView
 from officellm.app.db import get_effective_policy, list_threads
 from officellm.app.db.column_types import utcnow
 from officellm.app.db.users import user_names
@@ -46,7 +46,15 @@ def get_stats(request: Request) -> Stats:
                         for t in threads],
         users=[UserShareView(**asdict(u)) for u in shares],
         structured_requests=dict(server.metrics.structured_by_kind),
+        embeddings=_embedding_stats(server),
     )
+
+
+def _embedding_stats(server: ServerState) -> EmbeddingStats | None:
+    embedder, name = server.embedder, server.embedding_model_name
+    if embedder is None or name is None:
+        return None
+    return EmbeddingStats(model=name, state=embedder.state.value, **asdict(embedder.stats()))
 
 
 @router.get("/plan")

@@ -136,6 +136,18 @@ class UserShareView(BaseModel):
     preemptions_total: int = Field(description="Preemptions of their requests since start.")
 
 
+class EmbeddingStats(BaseModel):
+    """The embedding model's (--embedding-model) totals since start."""
+
+    model: str
+    state: str = Field(description="loading, ready, dead or stopped.")
+    requests: int
+    inputs: int = Field(description="Inputs embedded.")
+    tokens: int = Field(description="Their tokens.")
+    batches: int = Field(description="Forward passes: fewer than inputs when concurrent "
+                                     "requests' inputs were encoded together.")
+
+
 class Stats(BaseModel):
     """GET /admin/stats: live numbers (also while the model loads, or after it failed)."""
 
@@ -159,6 +171,8 @@ class Stats(BaseModel):
         description="Requests since start whose output a grammar or a tool-call parser shaped, "
                     "by kind (json_schema, json_object, regex, choice, grammar, tool_required, "
                     "tool_named, tool_auto).")
+    embeddings: EmbeddingStats | None = Field(
+        None, description="The embedding model's totals; null when none is served.")
 
 
 class Plan(BaseModel):

@@ -165,3 +165,16 @@ def test_embedding_tokens_count_toward_the_daily_quota(server) -> None:
     assert first.status_code == 200 and first.json()["usage"]["prompt_tokens"] > 5
     over = _post(server, {"model": BUNDLED_EMBEDDER, "input": "hi"}, key)
     assert over.status_code == 429, over.text
+
+
+def test_the_admin_stats_count_the_embeddings_and_the_passes_they_took(server) -> None:
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    before = httpx.get(f"{server.base_url}/admin/stats", headers=admin,
+                       timeout=TIMEOUT).json()["embeddings"]
+    assert _post(server, {"model": BUNDLED_EMBEDDER, "input": TEXTS}).status_code == 200
+    after = httpx.get(f"{server.base_url}/admin/stats", headers=admin,
+                      timeout=TIMEOUT).json()["embeddings"]
+    assert (after["model"], after["state"]) == (BUNDLED_EMBEDDER, "ready")
+    assert after["requests"] - before["requests"] == 1
+    assert after["inputs"] - before["inputs"] == len(TEXTS)
+    assert 1 <= after["batches"] - before["batches"] <= len(TEXTS)
