@@ -157,8 +157,9 @@ class StatsSnapshot:
     @property
     def state_note(self) -> str:
         """What to add to the model's name: nothing when ready."""
-        return {"ready": "", "sleeping": " — asleep (the next request wakes it)"}.get(
-            self.state, " — loading…")
+        return {"ready": "", "sleeping": " — asleep (the next request wakes it)",
+                "dead": " — failed (the server's log says why)",
+                "stopped": " — stopping"}.get(self.state, " — loading…")
 
     @classmethod
     def from_json(cls, d: dict[str, Any], received: float | None = None) -> StatsSnapshot:

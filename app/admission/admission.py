@@ -137,7 +137,7 @@ class AdmissionControl:
             raise self._queue_full()
         self.sequences += sequences
         self.in_flight += 1
-        self.last_active = time.monotonic()
+        self.touch()
         self._idle.clear()
         return Admission(self, principal, policy, endpoint, sequences,
                          scheduling_tags(principal.user_id, policy))
@@ -146,7 +146,7 @@ class AdmissionControl:
         self.concurrency.release(admission.principal.user_id)
         self.sequences = max(0, self.sequences - admission.sequences)
         self.in_flight -= 1
-        self.last_active = time.monotonic()
+        self.touch()
         if self.in_flight <= 0:
             self.in_flight = 0
             self._idle.set()

@@ -50,6 +50,12 @@ def test_dashboard_says_a_sleeping_model_is_asleep_not_loading(qtbot):
     assert tab.model_label.text().endswith("— asleep (the next request wakes it)")
 
 
+def test_a_failed_model_is_not_shown_as_loading():
+    snap = StatsSnapshot.from_json({**stats_json(), "ready": False, "state": "dead"})
+    assert not snap.started
+    assert snap.state_note == " — failed (the server's log says why)"
+
+
 def test_an_older_servers_stats_without_a_state_read_as_ready_or_loading():
     assert StatsSnapshot.from_json(stats_json()).state == "ready"
     assert StatsSnapshot.from_json({**stats_json(), "ready": False}).state == "loading"
