@@ -1,0 +1,1 @@
+"""The model registry: which models this server serves by name (docs/models.md)."""

@@ -1,0 +1,66 @@
+"""One registered model, as the registry table, the CLI, the admin API and the server's
+model pool all see it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from officellm.engine import EngineConfig, parse_memory
+
+GENERATE, EMBED = "generate", "embed"
+KINDS = (GENERATE, EMBED)
+# `source` of the bundled models: SmolLM2-135M-Instruct (generate) or all-MiniLM-L6-v2 (embed).
+BUNDLED = "bundled"
+# Serve options an entry may set; everything else is the server's (its flags).
+ENGINE_OPTIONS = ("dtype", "quantization", "kv_cache_dtype", "max_model_len", "kv_cache_memory")
+PARSER_OPTIONS = {"tool_call_parser": ("auto", "hermes", "llama3_json", "none"),
+                  "reasoning_parser": ("auto", "qwen3", "deepseek_r1", "none")}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A model the server serves by `name`: where it comes from, what it does, how it is
+    served. `pinned` models are loaded at start and never unloaded to make room."""
+
+    name: str
+    source: str  # a Hugging Face directory, a .gguf file, or BUNDLED
+    kind: str = GENERATE
+    pinned: bool = False
+    aliases: tuple[str, ...] = ()  # glob patterns of request names that reach this model
+    sleep_idle_seconds: float | None = None  # None: the server's --sleep-idle-seconds
+    options: dict[str, Any] = field(default_factory=dict)  # ENGINE_OPTIONS and PARSER_OPTIONS
+    hub_repo: str | None = None  # the Hub repo id `officellm models pull` fetched it from
+
+    def check(self) -> None:
+        """ValueError naming what is wrong with this entry (the CLI and the admin API ask
+        before anything is stored)."""
+        if not self.name or len(self.name) > 128 or any(c.isspace() for c in self.name):
+            raise ValueError(f"A model name is 1 to 128 characters without spaces, not "
+                             f"{self.name!r}.")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be {' or '.join(KINDS)}, not {self.kind!r}.")
+        if not self.source:
+            raise ValueError("source is a model directory, a .gguf file or 'bundled'.")
+        if self.sleep_idle_seconds is not None and self.sleep_idle_seconds < 0:
+            raise ValueError("sleep_idle_seconds must be 0 (never) or more.")
+        unknown = set(self.options) - set(ENGINE_OPTIONS) - set(PARSER_OPTIONS)
+        if unknown:
+            raise ValueError(f"Unknown serve option(s) {', '.join(sorted(unknown))}; an entry "
+                             f"may set {', '.join(ENGINE_OPTIONS + tuple(PARSER_OPTIONS))}.")
+        for key, choices in PARSER_OPTIONS.items():
+            if key in self.options and self.options[key] not in choices:
+                raise ValueError(f"{key} must be one of {', '.join(choices)}.")
+        if "kv_cache_memory" in self.options:
+            parse_memory(self.options["kv_cache_memory"])
+        EngineConfig(**self.engine_options())  # the engine's own checks of its knobs
+
+    def engine_options(self) -> dict[str, Any]:
+        """The options that are EngineConfig knobs."""
+        return {k: v for k, v in self.options.items() if k in ENGINE_OPTIONS}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "kind": self.kind,
+                "pinned": self.pinned, "aliases": list(self.aliases),
+                "sleep_idle_seconds": self.sleep_idle_seconds, "options": dict(self.options),
+                "hub_repo": self.hub_repo}
