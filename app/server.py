@@ -39,19 +39,16 @@ from officellm.app.openai.routes import (
     responses,
     tokenize,
 )
+from officellm.app.registry.entry import BUNDLED, EMBED, ModelEntry
 from officellm.app.server_settings import ACTIVE_THREAD_MINUTES, ServerSettings
 from officellm.app.serving.idle_sleep import run_idle_sleep
+from officellm.app.serving.model_pool import ModelPool, encoder_factory
 from officellm.app.serving.replica_header import ReplicaHeader
 from officellm.app.serving.replica_heartbeat import ReplicaIdentity, run_heartbeat
 from officellm.app.serving.state import ServerState
 from officellm.engine import (
     BUNDLED_EMBEDDER,
-    AsyncEmbedder,
-    AsyncLLM,
-    Encoder,
     LLMEngine,
-    bundled_embedder_dir,
-    load_encoder,
 )
 
 logger = logging.getLogger("officellm.server")
@@ -64,19 +61,28 @@ def default_engine_factory(settings: ServerSettings) -> EngineFactory:
     return lambda: LLMEngine(settings.engine)
 
 
-def default_embedder(settings: ServerSettings) -> tuple[str, AsyncEmbedder] | None:
-    """The embedding model of --embedding-model, with its name (None: none asked for).
-    It loads on its own thread once started."""
+def read_registry(db: Database) -> list[ModelEntry]:
+    """The registry's entries (the models table), read by the pool on start and when a
+    request names a model it does not know yet."""
+    return []  # MERGE: app/db/registered_models.list_entries
+
+
+def command_line_entry(settings: ServerSettings) -> ModelEntry:
+    """The model of `officellm serve [MODEL]` as the registry's first, pinned entry: named
+    by --served-model-name or by the engine once loaded; --model-alias's patterns reach it."""
+    return ModelEntry(name="", source=settings.engine.model or BUNDLED, pinned=True,
+                      aliases=tuple(settings.model_aliases))
+
+
+def command_line_embedder(settings: ServerSettings) -> ModelEntry | None:
+    """--embedding-model as a pinned embed entry, named by --embedding-model-name or its
+    directory's name (None: none asked for)."""
     source = settings.embedding_model
     if source is None:
         return None
     bundled = source == BUNDLED_EMBEDDER
     name = settings.embedding_model_name or (BUNDLED_EMBEDDER if bundled else Path(source).name)
-
-    def load() -> Encoder:
-        return load_encoder(bundled_embedder_dir() if bundled else Path(source))
-
-    return name, AsyncEmbedder(load)
+    return ModelEntry(name=name, source=source, kind=EMBED, pinned=True)
 
 
 def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = None,
@@ -93,12 +99,15 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         if token_file is not None:
             logger.info("Admin token written to %s (readable by this user only)", token_file)
     factory = engine_factory or default_engine_factory(settings)
-    async_engine = AsyncLLM(factory)
     window = StatsWindow(settings.stats_window_s)
-    # The model's name is known once loaded; `state` is bound below, before any scrape.
-    server_metrics = ServerMetrics(async_engine, lambda: state.model_name, window)
-    async_engine.listener = server_metrics.latency_tracker()
+    # `state` is bound below, before any scrape.
+    server_metrics = ServerMetrics(lambda: state.models.engines(), lambda: state.model_name,
+                                   window)
     accounts = Accounts.open(db, owns_db=owns_db)
+    refusals = Refusals(server_metrics, accounts)
+    pool = ModelPool(settings, server_metrics, refusals, settings.memory_budget)
+    pool.add(command_line_entry(settings), factory, settings.served_model_name)
+    async_engine = pool.default.async_engine
 
     def active_threads() -> dict[str, int]:
         with db.session() as session:
@@ -110,7 +119,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         with db.session() as session:
             return user_names(session, ids)
 
-    server_metrics.track_sharing(async_engine, names)
+    server_metrics.track_sharing(names)
 
     me = ReplicaIdentity.of(settings.host, settings.port, settings.replica_name,
                             settings.advertise_url)
@@ -118,14 +127,14 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         accounts.start()
-        async_engine.start()
-        if embedder is not None:
-            embedder.start()
+        pool.start(lambda: read_registry(db))
+        # The dashboard's rates and preemption events: the default model's engine.
         sampler = asyncio.ensure_future(run_sampler(async_engine, window, accounts, names))
         heartbeat = asyncio.ensure_future(run_heartbeat(db, me, lambda: state.model_name))
         tasks = [sampler, heartbeat]
-        if settings.sleep_idle_seconds:
-            tasks.append(asyncio.ensure_future(run_idle_sleep(state, settings.sleep_idle_seconds)))
+        tasks.append(asyncio.ensure_future(run_idle_sleep(pool)))
+        await pool.refresh(force=True)
+        pool.estimate_in_background()
         try:
             yield
         finally:
@@ -133,27 +142,21 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            async_engine.abort_all()
-            async_engine.stop(timeout=10.0)
-            if embedder is not None:
-                embedder.stop(timeout=10.0)
+            pool.stop(timeout=10.0)
             # After the engine: every request has ended, so its usage is queued; close()
             # writes it all (a clean stop loses no committed count).
             accounts.close()
 
-    refusals = Refusals(server_metrics, accounts)
     admission = AdmissionControl(accounts, refusals, settings.engine.max_num_seqs,
                                  settings.max_waiting_requests, settings.retry_after_s)
     server_metrics.in_flight.set_function(lambda: admission.in_flight)
-    embedding = default_embedder(settings)
-    embedder = embedding[1] if embedding is not None else None
-    state = ServerState(settings=settings, async_engine=async_engine, metrics=server_metrics,
-                        embedder=embedder,
-                        embedding_model_name=embedding[0] if embedding is not None else None,
+    embedding = command_line_embedder(settings)
+    if embedding is not None:
+        pool.add_embedder(embedding, encoder_factory(embedding), command_line=True)
+    state = ServerState(settings=settings, models=pool, metrics=server_metrics,
                         accounts=accounts, stats_window=window, admission=admission,
                         refusals=refusals, auth_throttle=AuthThrottle(settings.auth_failure_limit),
                         created=int(time.time()))
-    async_engine.on_ready = state.engine_loaded
     app = FastAPI(title="officellm", version="0.1.0", lifespan=lifespan)
     app.state.server = state
     app.state.replica = me

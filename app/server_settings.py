@@ -49,6 +49,9 @@ class ServerSettings:
     # Seconds without a request after which the model's weights and KV pool are freed, to be
     # loaded again by the next request (`--sleep-idle-seconds`, llama.cpp's name); None: never.
     sleep_idle_seconds: float | None = None
+    # What the served models may take together (`--memory-budget`); None: the default,
+    # engine.default_memory_budget (a share of the RAM, or --gpu-memory-utilization's).
+    memory_budget: int | None = None
     stats_window_s: float = 60.0  # what /admin/stats' rates and latency percentiles cover
     shutdown_timeout: float = 30.0
     profile: str = "office"

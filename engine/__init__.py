@@ -33,6 +33,11 @@ from officellm.engine.kv_plan import (
 from officellm.engine.llm import LLM, apply_chat_template
 from officellm.engine.llm_engine import LLMEngine
 from officellm.engine.loading.tokenizer import load_tokenizer
+from officellm.engine.memory_footprint import (
+    ModelFootprint,
+    default_memory_budget,
+    estimate_footprint,
+)
 from officellm.engine.output_processor import IterationStats, OutputKind
 from officellm.engine.outputs import CompletionOutput, RequestOutput
 from officellm.engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
@@ -53,6 +58,8 @@ __all__ = [
     "EngineConfig", "engine_knobs", "parse_memory",
     "load_spec", "make_plan", "format_plan", "KVPlan", "KVCacheTooSmallError", "dtype_bytes",
     "check_kv_cache_dtype",
+    # Several models in one memory budget (the server's model pool)
+    "ModelFootprint", "estimate_footprint", "default_memory_budget",
     # Requests in: sampling, structured outputs, prompts
     "SamplingParams", "SamplingParamsError", "BOUNDS",
     "StructuredOutputsParams", "StructuredOutputError", "check_json_schema",

@@ -167,12 +167,16 @@ class AsyncLLM:
         self._waking: asyncio.Future[bool] | None = None
 
     # -- lifecycle (event loop side) -----------------------------------------------------
-    def start(self) -> None:
+    def start(self, asleep: bool = False) -> None:
         """Start the loop thread, which builds the engine (the model loads there). Called
-        on the event loop that will receive the outputs."""
-        if self._thread is not None:
+        on the event loop that will receive the outputs. `asleep`: load nothing yet; the
+        first wake() loads it (a model loaded on its first request)."""
+        if self._thread is not None or self._loop is not None:
             return
         self._loop = asyncio.get_running_loop()
+        if asleep:
+            self.state = EngineState.SLEEPING
+            return
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._thread.start()
 
@@ -223,6 +227,12 @@ class AsyncLLM:
             return self.state is EngineState.READY
         finally:
             self._waking = None
+
+    async def until_asleep(self) -> None:
+        """Wait until a sleep() has freed the model (its loop thread has ended)."""
+        thread = self._thread
+        if self.state is EngineState.SLEEPING and thread is not None and self._waking is None:
+            await asyncio.to_thread(thread.join)
 
     @property
     def waking(self) -> bool:

@@ -41,7 +41,7 @@ def _server(request: Request) -> ServerState:
 
 def thread_caps(server: ServerState, session: Session, threads: list[ThreadInfo]) -> dict[int, int | None]:
     """Each thread owner's effective cap (their policy's and the server's, the lower)."""
-    return {uid: server.context_cap(get_effective_policy(session, uid).max_context_tokens)
+    return {uid: server.default_model.context_cap(get_effective_policy(session, uid).max_context_tokens)
             for uid in {t.user_id for t in threads}}
 
 

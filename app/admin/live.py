@@ -9,13 +9,21 @@ from dataclasses import asdict
 from fastapi import APIRouter, Request
 
 from officellm.app.admin.activity import threads_with_caps
-from officellm.app.admin.views import ActiveThread, EmbeddingStats, Plan, Stats, UserShareView
+from officellm.app.admin.views import (
+    ActiveThread,
+    EmbeddingStats,
+    ModelStats,
+    Plan,
+    Stats,
+    UserShareView,
+)
 from officellm.app.db import get_effective_policy, list_threads
 from officellm.app.db.column_types import utcnow
 from officellm.app.db.users import user_names
 from officellm.app.errors import unavailable
 from officellm.app.observability.sharing import user_ids, user_shares
 from officellm.app.server_settings import ACTIVE_THREAD_MINUTES
+from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState
 
 router = APIRouter()
@@ -28,7 +36,8 @@ def _server(request: Request) -> ServerState:
 @router.get("/stats")
 def get_stats(request: Request) -> Stats:
     server = _server(request)
-    stats = server.async_engine.stats()
+    default = server.default_model
+    stats = default.async_engine.stats()
     server.accounts.writer.flush()  # threads include the request answered a moment ago
     with server.accounts.db.session() as session:
         threads = threads_with_caps(server, session, active_minutes=ACTIVE_THREAD_MINUTES)
@@ -37,8 +46,8 @@ def get_stats(request: Request) -> Stats:
     return Stats(
         model=server.model_name,
         uptime_s=round(time.monotonic() - server.started_monotonic, 3),
-        ready=server.async_engine.is_ready,
-        state=server.model_state,
+        ready=default.async_engine.is_ready,
+        state=default.state,
         engine=stats,
         rates=server.stats_window.rates(),
         latency=server.stats_window.latency(),
@@ -47,14 +56,29 @@ def get_stats(request: Request) -> Stats:
         users=[UserShareView(**asdict(u)) for u in shares],
         structured_requests=dict(server.metrics.structured_by_kind),
         embeddings=_embedding_stats(server),
+        models=[_model_stats(m) for m in server.models.models if m.name],
     )
 
 
+def _model_stats(model: ServedModel) -> ModelStats:
+    """One generate model's state and KV pool (the console's gauge per model)."""
+    stats = model.async_engine.stats() if model.in_memory else None
+    return ModelStats(
+        name=model.name, state=model.state,
+        kv_cache_usage=stats.kv_cache_usage if stats is not None else None,
+        num_blocks_total=stats.num_blocks_total if stats is not None else None,
+        num_blocks_used=stats.num_blocks_used if stats is not None else None,
+        num_running=stats.num_running if stats is not None else 0,
+        num_waiting=stats.num_waiting if stats is not None else 0)
+
+
 def _embedding_stats(server: ServerState) -> EmbeddingStats | None:
-    embedder, name = server.embedder, server.embedding_model_name
-    if embedder is None or name is None:
+    """The first embedding model's totals (--embedding-model's when given)."""
+    if not server.models.embedders:
         return None
-    return EmbeddingStats(model=name, state=embedder.state.value, **asdict(embedder.stats()))
+    served = server.models.embedders[0]
+    return EmbeddingStats(model=served.name, state=served.state,
+                          **asdict(served.embedder.stats()))
 
 
 @router.get("/plan")
@@ -63,15 +87,17 @@ def get_plan(request: Request) -> Plan:
     length, of the default cap and of the max model length fit. (The pool's size is the
     engine's, not an estimate.) The console's Capacity tab shows this answer as it is."""
     server = _server(request)
-    stats = server.async_engine.stats()
+    default = server.default_model
+    stats = default.async_engine.stats()
     if stats is None:  # not loaded (yet, or ever): say which
-        raise unavailable(server.async_engine.unavailable_reason(), server.settings.retry_after_s)
+        raise unavailable(default.async_engine.unavailable_reason(),
+                          server.settings.retry_after_s)
     server.accounts.writer.flush()
     with server.accounts.db.session() as session:
         today = utcnow().replace(hour=0, minute=0, second=0, microsecond=0)
         lengths = [t.length for t in list_threads(session, seen_since=today, limit=100_000)
                    if t.length > 0]
-        cap = server.context_cap(get_effective_policy(session, None).max_context_tokens)
+        cap = default.context_cap(get_effective_policy(session, None).max_context_tokens)
     pool_tokens = stats.kv_cache_tokens
     avg = round(sum(lengths) / len(lengths)) if lengths else None
     cap_or_len = cap if cap is not None else stats.max_model_len

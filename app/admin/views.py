@@ -148,10 +148,25 @@ class EmbeddingStats(BaseModel):
                                      "requests' inputs were encoded together.")
 
 
+class ModelStats(BaseModel):
+    """One served generate model's state and KV pool (the console's gauge per model)."""
+
+    name: str
+    state: str = Field(description="unloaded, loading, ready, sleeping, failed or stopped.")
+    kv_cache_usage: float | None = Field(description="null while out of memory.")
+    num_blocks_total: int | None
+    num_blocks_used: int | None
+    num_running: int
+    num_waiting: int
+
+
 class Stats(BaseModel):
     """GET /admin/stats: live numbers (also while the model loads, or after it failed)."""
 
-    model: str | None = Field(description="null until a model has loaded.")
+    model: str | None = Field(description="The default model's name; null until it has "
+                                          "loaded. `state`, `engine`, `users` and the "
+                                          "threads' caps are the default model's; `models` "
+                                          "has every served model.")
     uptime_s: float
     ready: bool
     state: str = Field("ready", description="The model's lifecycle: loading, ready, sleeping "
@@ -173,6 +188,8 @@ class Stats(BaseModel):
                     "tool_named, tool_auto).")
     embeddings: EmbeddingStats | None = Field(
         None, description="The embedding model's totals; null when none is served.")
+    models: list[ModelStats] = Field(
+        default_factory=list, description="Every served generate model, the default first.")
 
 
 class Plan(BaseModel):

@@ -52,6 +52,11 @@ class Admission:
     scheduling: SchedulingTags
     _held_by_response: bool = field(default=False, repr=False)
     _released: bool = field(default=False, repr=False)
+    _on_release: list[Callable[[], None]] = field(default_factory=list, repr=False)
+
+    def on_release(self, callback: Callable[[], None]) -> None:
+        """Call `callback` when this admission is released (a model's lease ends with it)."""
+        self._on_release.append(callback)
 
     def hold(self, response: Response) -> Response:
         """Keep this admission until `response` has been sent (a stream outlives its
@@ -64,6 +69,8 @@ class Admission:
             return
         self._released = True
         self.control._leave(self)
+        for callback in self._on_release:
+            callback()
 
 
 class _HeldResponse(Response):

@@ -46,6 +46,7 @@ from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
 from officellm.app.serving.heartbeats import with_heartbeats
 from officellm.app.serving.prompt import ChatPrompt
+from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import CompletionOutput, EngineDeadError
 
@@ -58,20 +59,19 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 router = APIRouter(responses=_ERRORS)
 
 
-def _read(server: ServerState, body: CountTokensRequest | MessagesRequest
-          ) -> tuple[ChatPlan, list[dict[str, Any]], str]:
-    """The plan, the template messages and the served model's name of a conversation;
-    APIError 400 for what cannot be served, 404 for an unknown model."""
+def _read(model: ServedModel, body: CountTokensRequest | MessagesRequest
+          ) -> tuple[ChatPlan, list[dict[str, Any]]]:
+    """The plan and the template messages of a conversation as `model` reads them;
+    APIError 400 for what cannot be served."""
     try:
-        plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
+        plan = model.chat_formats.plan(body.tool_request(), body.output_constraint())
     except ValueError as exc:
         raise invalid_value(exc) from exc
-    model = server.resolve_model(body.model)
     try:
         messages = plan.messages(body.template_messages())
     except ValueError as exc:
         raise invalid_value(exc, "messages") from exc
-    return plan, messages, model
+    return plan, messages
 
 
 @router.post("/v1/messages", response_model=MessageObject)
@@ -81,21 +81,20 @@ async def create_message(body: MessagesRequest, request: Request,
     """Anthropic's Messages API, streaming or not: the chat route's admission, prompt,
     length rules, tools, output constraint and engine, answered as a message (or its events)."""
 
-    def read() -> ChatInput:
-        plan, messages, model = _read(server, body)
+    def read(model: ServedModel) -> ChatInput:
+        plan, messages = _read(model, body)
         try:
             params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
         except ValueError as exc:
             raise invalid_value(exc) from exc
-        return ChatInput(messages, plan, params, model)
+        assert model.loaded is not None  # run_chat loaded it
+        return ChatInput(messages, plan, params, model.name, model.loaded.max_model_len)
 
     kwargs = body.template_kwargs()
-    call = ChatCall("messages", f"msg_{uuid.uuid4().hex}", body.user, body.stream,
+    call = ChatCall("messages", f"msg_{uuid.uuid4().hex}", body.user, body.stream, body.model,
                     add_generation_prompt=not body.continues_answer, template_kwargs=kwargs)
-    engine = server.async_engine.engine
-    assert engine is not None  # admitted_server: the engine is ready
     return await run_chat(server, request, principal, call, read,
-                          lambda chat: _MessageAnswer(body, chat, engine.max_model_len))
+                          lambda chat: _MessageAnswer(body, chat, chat.max_model_len))
 
 
 @router.post("/v1/messages/count_tokens", response_model=CountTokensResponse)
@@ -107,13 +106,14 @@ async def count_tokens(body: CountTokensRequest, request: Request,
     tokenizer call on a worker thread, spending no quota."""
     t0 = time.monotonic()
     principal = await get_caller(request, principal, None)
-    plan, messages, _model = _read(server, body)
-    try:
-        ids = await run_in_threadpool(server.prompts.renderer.render, messages,
-                                      not body.continues_answer,
-                                      {**body.template_kwargs(), **plan.template_kwargs})
-    except ValueError as exc:
-        raise invalid_value(exc, "messages") from exc
+    async with server.models.using(body.model) as model:
+        plan, messages = _read(model, body)
+        try:
+            ids = await run_in_threadpool(model.prompts.renderer.render, messages,
+                                          not body.continues_answer,
+                                          {**body.template_kwargs(), **plan.template_kwargs})
+        except ValueError as exc:
+            raise invalid_value(exc, "messages") from exc
     # Never the text: only its size, like a generation's access line.
     access_log.info("count_tokens user=%s status=200 tokens=%d duration=%.3fs",
                     principal.user, len(ids), time.monotonic() - t0)

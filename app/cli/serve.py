@@ -15,7 +15,7 @@ from officellm.app.profiles import PROFILES, apply_profile
 from officellm.app.server import create_app
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
 from officellm.app.serving.graceful_server import GracefulServer
-from officellm.engine import BUNDLED_EMBEDDER, EngineConfig, engine_knobs
+from officellm.engine import BUNDLED_EMBEDDER, EngineConfig, engine_knobs, parse_memory
 
 logger = logging.getLogger("officellm.server")
 
@@ -41,6 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sleep-idle-seconds", type=float, default=0.0, metavar="N",
                    help="free the model's weights and KV pool after N seconds without a "
                         "request; the next request loads it again (default 0: never)")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="what the served models may take together, e.g. 12GiB: a model "
+                        "loaded on demand first unloads the least recently used idle ones, "
+                        "or is refused with 503 (default: 80%% of the RAM available at start, "
+                        "or --gpu-memory-utilization of the GPU)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     engine = p.add_argument_group("engine (EngineConfig's knobs; vLLM's names)")
@@ -130,6 +135,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        model_aliases=list(args.model_alias),
                        embedding_model=args.embedding_model,
                        sleep_idle_seconds=args.sleep_idle_seconds or None,
+                       memory_budget=(parse_memory(args.memory_budget)
+                                      if args.memory_budget is not None else None),
                        embedding_model_name=args.embedding_model_name,
                        api_keys=list(args.api_key), shutdown_timeout=args.shutdown_timeout,
                        max_request_bytes=args.max_request_bytes,
@@ -201,13 +208,14 @@ def run(args: argparse.Namespace) -> int:
                                 forwarded_allow_ips=settings.forwarded_allow_ips)
         state = app.state.server
         # On a shared database this server is one of several replicas behind a router.
-        server = GracefulServer(config, state.admission, state.async_engine,
+        server = GracefulServer(config, state.admission, state.models.abort_all,
                                 settings.shutdown_timeout,
                                 stop_listening_on_drain=not db.is_sqlite)
-        # The engine thread says so when loading fails; the server then stops by itself.
-        app.state.server.async_engine.on_load_failure = server.engine_failed
-        if state.embedder is not None:
-            state.embedder.on_load_failure = server.engine_failed
+        # The engine thread says so when the command line's model fails to load; the server
+        # then stops by itself (a registry model's failed load is that request's 503).
+        state.default_model.async_engine.on_load_failure = server.engine_failed
+        for served in state.models.embedders:  # --embedding-model's, so far
+            served.embedder.on_load_failure = server.engine_failed
         server.run()
     finally:
         db.close()

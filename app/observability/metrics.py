@@ -26,23 +26,26 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 
 ModelName = Callable[[], str | None]
+# The engines to report, each with its model's name (the server's model pool).
+Engines = Callable[[], list[tuple[str, AsyncLLM]]]
 ActiveThreads = Callable[[], dict[str, int]]
 
 
 class EngineCollector:
     """vLLM's engine gauges and counters, read from the stats snapshot at scrape time."""
 
-    def __init__(self, async_engine: AsyncLLM, model_name: ModelName) -> None:
-        self._engine = async_engine
-        self._model_name = model_name
+    def __init__(self, engines: Engines) -> None:
+        self._engines = engines
 
     def describe(self) -> Iterator[Metric]:
         return iter(self._families())
 
     def collect(self) -> Iterator[Metric]:
         families = self._families()
-        stats, name = self._engine.stats(), self._model_name()
-        if stats is not None and name is not None:
+        for name, engine in self._engines():
+            stats = engine.stats()
+            if stats is None:
+                continue
             values = [stats.num_running, stats.num_waiting, stats.kv_cache_usage,
                       stats.num_preemptions_total, stats.prompt_tokens_total,
                       stats.generation_tokens_total, stats.prefix_cache_queries,
@@ -82,19 +85,19 @@ class SharingCollector:
     per-key numbers from its latest snapshot at scrape time, under user names looked up in
     the database then (the /metrics route scrapes on a worker thread)."""
 
-    def __init__(self, async_engine: AsyncLLM, names: NameLookup,
-                 model_name: ModelName) -> None:
-        self._engine = async_engine
+    def __init__(self, engines: Engines, names: NameLookup) -> None:
+        self._engines = engines
         self._names = names
-        self._model_name = model_name
 
     def describe(self) -> Iterator[Metric]:
         return iter(self._families())
 
     def collect(self) -> Iterator[Metric]:
         held, preempted = families = self._families()
-        stats, name = self._engine.stats(), self._model_name()
-        if stats is not None and name is not None:
+        for name, engine in self._engines():
+            stats = engine.stats()
+            if stats is None:
+                continue
             for row in user_shares(stats, self._names(user_ids(stats))):
                 held.add_metric([name, row.user], row.kv_blocks)
                 preempted.add_metric([name, row.user], row.preemptions_total)
@@ -139,12 +142,15 @@ class ActiveThreadsCollector:
 class ServerMetrics:
     """All of one app's metrics, in its own registry."""
 
-    def __init__(self, async_engine: AsyncLLM, model_name: ModelName,
+    def __init__(self, engines: Engines, model_name: ModelName,
                  window: StatsWindow | None = None) -> None:
+        """`engines`: every model's engine, by name; `model_name`: the default model's
+        name, the label of what is not per model (refusals)."""
         self.registry = CollectorRegistry()
+        self._engines = engines
         self._model_name = model_name
         self.window = window
-        self.registry.register(EngineCollector(async_engine, model_name))
+        self.registry.register(EngineCollector(engines))
         r, m = self.registry, ["model_name"]
         self.ttft = Histogram("vllm:time_to_first_token_seconds",
                               "Histogram of time to first token in seconds.", m,
@@ -188,13 +194,14 @@ class ServerMetrics:
             "choice, grammar, tool_required, tool_named, tool_auto.",
             ["model_name", "kind"], registry=r)
         self.structured_by_kind: dict[str, int] = {}  # the same counts, for /admin/stats
-        # Idle sleep (--sleep-idle-seconds): how often and how long the model took to wake.
+        # Loads on demand (a first request, after idle sleep or an unload): how often, how long.
         self.model_wakes = Counter("officellm:model_wakes",
-                                   "Times the model was loaded again after sleeping.", m,
+                                   "Times a model out of memory was loaded for a request "
+                                   "(its first, or after sleeping or being unloaded).", m,
                                    registry=r)
         self.model_wake_seconds = Histogram(
-            "officellm:model_wake_seconds", "Histogram of seconds a sleeping model took to "
-            "load again (the waking requests' wait).", m, buckets=E2E_BUCKETS, registry=r)
+            "officellm:model_wake_seconds", "Histogram of seconds a model out of memory took "
+            "to load (the waiting requests' wait).", m, buckets=E2E_BUCKETS, registry=r)
         # Embeddings (/v1/embeddings), labelled with the embedding model's name.
         self.embedding_requests = Counter("officellm:embedding_requests",
                                           "Embedding requests served, per user.", u,
@@ -211,22 +218,22 @@ class ServerMetrics:
     def model_name(self) -> str:
         return self._model_name() or "unknown"
 
-    def record_structured(self, kind: str) -> None:
-        """Count one request whose output a grammar or a tool-call parser shapes."""
-        self.structured_requests.labels(model_name=self.model_name, kind=kind).inc()
+    def record_structured(self, model: str, kind: str) -> None:
+        """Count one request to `model` whose output a grammar or a tool-call parser shapes."""
+        self.structured_requests.labels(model_name=model, kind=kind).inc()
         self.structured_by_kind[kind] = self.structured_by_kind.get(kind, 0) + 1
 
-    def record_request(self, user: str, prompt_tokens: int, generation_tokens: int) -> None:
-        """Count one finished request for its user."""
-        name = self.model_name
+    def record_request(self, name: str, user: str, prompt_tokens: int,
+                       generation_tokens: int) -> None:
+        """Count one finished request to the model `name` for its user."""
         self.user_requests.labels(name, user).inc()
         self.user_prompt_tokens.labels(name, user).inc(prompt_tokens)
         self.user_generation_tokens.labels(name, user).inc(generation_tokens)
 
-    def model_loaded(self, seconds: float) -> None:
-        """The sleeping model loaded again in `seconds`."""
-        self.model_wakes.labels(self.model_name).inc()
-        self.model_wake_seconds.labels(self.model_name).observe(seconds)
+    def model_loaded(self, name: str, seconds: float) -> None:
+        """The model `name`, out of memory, loaded again in `seconds`."""
+        self.model_wakes.labels(name).inc()
+        self.model_wake_seconds.labels(name).observe(seconds)
 
     def record_embeddings(self, model: str, user: str, inputs: int, tokens: int) -> None:
         """Count one served embeddings request of `model` for its user."""
@@ -240,16 +247,17 @@ class ServerMetrics:
     def record_policy_refusal(self, user: str, reason: str, action: str) -> None:
         self.policy_refusals.labels(self.model_name, user, reason, action).inc()
 
-    def track_sharing(self, async_engine: AsyncLLM, names: NameLookup) -> None:
+    def track_sharing(self, names: NameLookup) -> None:
         """Export the per-user KV blocks and preemptions, names from `names(ids)`."""
-        self.registry.register(SharingCollector(async_engine, names, self._model_name))
+        self.registry.register(SharingCollector(self._engines, names))
 
     def track_active_threads(self, active_threads: ActiveThreads) -> None:
         """Export officellm:active_threads from `active_threads()` (user -> count)."""
         self.registry.register(ActiveThreadsCollector(active_threads, self._model_name))
 
-    def latency_tracker(self) -> LatencyTracker:
-        return LatencyTracker(self)
+    def latency_tracker(self, model_name: ModelName) -> LatencyTracker:
+        """The StepListener of one model's engine."""
+        return LatencyTracker(self, model_name)
 
 
 class LatencyTracker:
@@ -257,12 +265,13 @@ class LatencyTracker:
     queue time the engine core measured, from the engine's per-step latencies (streamed or
     not). Runs on the event loop."""
 
-    def __init__(self, metrics: ServerMetrics) -> None:
+    def __init__(self, metrics: ServerMetrics, model_name: ModelName) -> None:
         self._m = metrics
+        self._model_name = model_name
         self._window = metrics.window  # recent samples for /admin/stats' percentiles
 
     def on_step(self, stats: IterationStats, now: float) -> None:
-        name = self._m.model_name
+        name = self._model_name() or "unknown"
         for kind, histogram, values in (("ttft", self._m.ttft, stats.ttft),
                                         ("itl", self._m.itl, stats.itl),
                                         ("e2e", self._m.e2e, stats.e2e)):

@@ -249,12 +249,13 @@ class ModelCard(WireModel):
     root: str | None = Field(description="The model's directory on the server.")
     max_model_len: int | None
     state: str = Field("ready", description=(
-        "officellm's: ready, or sleeping (--sleep-idle-seconds: its memory freed; the next "
-        "request loads it again and waits for it)."))
+        "officellm's: ready; loading; sleeping (--sleep-idle-seconds: its memory freed) or "
+        "unloaded (not loaded yet, or unloaded to make room): the next request loads it and "
+        "waits for it; failed (its last load failed: the next request tries again)."))
 
 
 class ModelList(WireModel):
-    """GET /v1/models: the served model under each of its names."""
+    """GET /v1/models: every served model under each of its names."""
 
     object: Literal["list"] = "list"
     data: list[ModelCard]

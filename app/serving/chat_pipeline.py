@@ -21,6 +21,7 @@ from officellm.app.policy import chat_thread
 from officellm.app.principal import Principal
 from officellm.app.serving.generation import Choice, ClientGone, Generation, compile_grammar
 from officellm.app.serving.prompt import ChatPrompt, Message
+from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState
 from officellm.engine import SamplingParams
 
@@ -43,7 +44,8 @@ class ChatStart:
         return {TRUNCATED_HEADER: str(turns)} if turns else None
 
 
-async def start_chat(server: ServerState, request: Request, admission: Admission,
+async def start_chat(server: ServerState, model: ServedModel, request: Request,
+                     admission: Admission,
                      messages: list[Message], plan: ChatPlan, params: SamplingParams, *,
                      request_id: str, stream: bool, user: str | None,
                      add_generation_prompt: bool = True,
@@ -60,13 +62,13 @@ async def start_chat(server: ServerState, request: Request, admission: Admission
     # title, tags) belongs to none.
     thread = chat_thread(principal.user_id, messages, request.headers,
                          None if principal.front_end is not None else user)
-    prompt = await server.prompts.chat(admission, messages, thread, add_generation_prompt,
+    prompt = await model.prompts.chat(admission, messages, thread, add_generation_prompt,
                                        {**(template_kwargs or {}), **plan.template_kwargs})
     if prompt.decision.action == "notify":
         return ChatStart(prompt, None)  # the engine never runs: nothing to count
     assert prompt.token_ids is not None
-    grammar = await compile_grammar(server, params, request)
-    gen = Generation(server, request_id, [prompt.token_ids], params, admission, stream=stream,
+    grammar = await compile_grammar(server, model, params, request)
+    gen = Generation(server, model, request_id, [prompt.token_ids], params, admission, stream=stream,
                      thread_key=thread.key, turns=prompt.turns, grammar=grammar, kind=plan.kind)
     gen.start()
     return ChatStart(prompt, gen)
@@ -82,6 +84,7 @@ class ChatInput:
     plan: ChatPlan
     params: SamplingParams
     model: str
+    max_model_len: int = 0  # the served model's context window
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ class ChatCall:
     request_id: str
     user: str | None  # the request's `user` field
     stream: bool
+    model: str | None  # the request's `model` field
+    n: int = 1  # choices asked for: the engine sequences admission counts
     add_generation_prompt: bool = True
     template_kwargs: dict[str, Any] | None = None
 
@@ -114,19 +119,22 @@ class ChatAnswer(Protocol):
 
 
 async def run_chat(server: ServerState, request: Request, principal: Principal, call: ChatCall,
-                   read: Callable[[], ChatInput],
+                   read: Callable[[ServedModel], ChatInput],
                    answer: Callable[[ChatInput], ChatAnswer]) -> Response:
     """Run one chat-shaped request to its answer: the caller it runs as (a front-end key's
-    person), its body (`read`: 400s before anything is counted), its admission, its start
+    person), the model it names, its admission, that model loaded, its body as the model's
+    formats read it (`read`: 400s before the engine is asked anything), its start
     (start_chat) and `answer`'s notice, stream or whole answer. 499 when the client left
     before its answer (while its grammar compiled, nothing ran)."""
     # A front-end key's request runs as the person it is for (docs/design.md §5).
     principal = await get_caller(request, principal, call.user)
-    chat = read()
-    async with server.admission.admit(principal, call.endpoint, chat.params.n) as admission:
+    model = await server.models.resolve(call.model)
+    async with server.admission.admit(principal, call.endpoint, call.n) as admission:
+        await server.load_for(model, admission)
+        chat = read(model)
         try:
             started = await start_chat(
-                server, request, admission, chat.messages, chat.plan, chat.params,
+                server, model, request, admission, chat.messages, chat.plan, chat.params,
                 request_id=call.request_id, stream=call.stream, user=call.user,
                 add_generation_prompt=call.add_generation_prompt,
                 template_kwargs=call.template_kwargs)

@@ -20,6 +20,7 @@ from fastapi import Request
 from officellm.app.admission.admission import Admission
 from officellm.app.errors import APIError, invalid_value, unavailable
 from officellm.app.policy import prefix_cache_salt
+from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState
 from officellm.engine import (
     CompletionOutput,
@@ -62,19 +63,21 @@ class RequestFailed(RuntimeError):
 class Generation:
     """Drives the engine requests behind one HTTP request; `close()` ends it (idempotent)."""
 
-    def __init__(self, server: ServerState, request_id: str, prompts: list[list[int]],
-                 params: SamplingParams, admission: Admission, *, stream: bool,
+    def __init__(self, server: ServerState, model: ServedModel, request_id: str,
+                 prompts: list[list[int]], params: SamplingParams, admission: Admission, *,
+                 stream: bool,
                  thread_key: str | None = None, turns: int | None = None,
                  grammar: xgr.CompiledGrammar | None = None, kind: str | None = None) -> None:
         """`grammar` is params.structured_outputs compiled (compile_grammar); `kind` names
         the request's structured-output or tool-call kind, for metrics and the access log."""
         self.server = server
+        self.model = model
         self.request_id = request_id
         self.prompt_token_ids = prompts
-        if params.max_tokens is None and server.default_max_tokens is not None:
+        if params.max_tokens is None and model.default_max_tokens is not None:
             # The one place a request without max_tokens gets the server's default, whatever
             # its route (a max_tokens past the window still stops at the window).
-            params = replace(params, max_tokens=max(server.default_max_tokens,
+            params = replace(params, max_tokens=max(model.default_max_tokens,
                                                     params.min_tokens))
         self.params = params
         self.admission = admission
@@ -102,7 +105,7 @@ class Generation:
 
     def start(self) -> None:
         """Hand every prompt to the engine; raises APIError 503 if it cannot serve."""
-        engine = self.server.async_engine
+        engine = self.model.async_engine
         # docs/design.md §6: the prefix cache is salted per user, so one user cannot time another's
         # cached prompts, unless their policy lets them share. Set here, never by the client.
         salt = prefix_cache_salt(self.principal.user_id, self.admission.policy.share_prefix_cache)
@@ -124,7 +127,7 @@ class Generation:
             self.close(503)
             raise unavailable(str(exc), self.server.settings.retry_after_s) from exc
         if self.kind is not None:
-            self.server.metrics.record_structured(self.kind)
+            self.server.metrics.record_structured(self.model.name, self.kind)
 
     async def choices(self) -> AsyncIterator[list[Choice]]:
         """Each engine step's choices until every one has finished. Raises RequestFailed
@@ -226,7 +229,7 @@ class Generation:
         self._closed = True
         if self._failure is not None and status == 200:
             status = self._failure
-        engine = self.server.async_engine
+        engine = self.model.async_engine
         for eid in self._unfinished:
             engine.abort(eid)
         aborted = bool(self._unfinished)
@@ -235,7 +238,8 @@ class Generation:
             status = 499  # the client went away; nginx's code for it
         prompt, completion = self.num_prompt_tokens, self.num_completion_tokens
         if status == 200:
-            self.server.metrics.record_request(self.principal.user, prompt, completion)
+            self.server.metrics.record_request(self.model.name, self.principal.user, prompt,
+                                               completion)
         # Usage counts whatever the engine processed, even for a client that left midway:
         # that work was done, and the daily quota is about work.
         if self._started:
@@ -248,12 +252,12 @@ class Generation:
         # Never the prompt's text: only sizes and timings.
         access_log.info(
             "%s user=%s %s stream=%s status=%d prompt_tokens=%d completion_tokens=%d ttft=%s "
-            "duration=%.3fs finish=%s structured=%s", self.request_id, self.principal.user,
-            self.endpoint, self.stream, status, prompt, completion, ttft,
-            time.monotonic() - self._t0, finish, self.kind or "-")
+            "duration=%.3fs finish=%s structured=%s model=%s", self.request_id,
+            self.principal.user, self.endpoint, self.stream, status, prompt, completion, ttft,
+            time.monotonic() - self._t0, finish, self.kind or "-", self.model.name)
 
 
-async def compile_grammar(server: ServerState, params: SamplingParams,
+async def compile_grammar(server: ServerState, model: ServedModel, params: SamplingParams,
                           request: Request) -> xgr.CompiledGrammar | None:
     """The compiled grammar of params.structured_outputs (None without one), compiled in a
     worker thread while the engine steps on. APIError 400 for a spec that does not compile,
@@ -263,7 +267,7 @@ async def compile_grammar(server: ServerState, params: SamplingParams,
         return None
     try:
         return await until_disconnect(
-            server.async_engine.compile_grammar(params.structured_outputs), request)
+            model.async_engine.compile_grammar(params.structured_outputs), request)
     except StructuredOutputError as exc:
         raise invalid_value(exc) from exc
     except EngineDeadError as exc:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
 
 from officellm.app.admission.admission import AdmissionControl
-from officellm.engine import AsyncLLM, LoadFailure
+from officellm.engine import LoadFailure
 
 logger = logging.getLogger("officellm.server")
 
@@ -33,12 +34,12 @@ class GracefulServer(uvicorn.Server):
     """
 
     def __init__(self, config: uvicorn.Config, admission: AdmissionControl,
-                 async_engine: AsyncLLM, shutdown_timeout: float,
+                 abort_all: Callable[[], None], shutdown_timeout: float,
                  stop_listening_on_drain: bool = False):
         super().__init__(config)
         self.stop_listening_on_drain = stop_listening_on_drain
         self.admission = admission
-        self.async_engine = async_engine
+        self.abort_all = abort_all  # every engine's requests, when the drain times out
         self.shutdown_timeout = shutdown_timeout
         self._signalled = False
         self._drain_task: asyncio.Task | None = None
@@ -97,6 +98,6 @@ class GracefulServer(uvicorn.Server):
 
     async def _drain(self) -> None:
         try:
-            await self.admission.drain(self.shutdown_timeout, self.async_engine.abort_all)
+            await self.admission.drain(self.shutdown_timeout, self.abort_all)
         finally:
             self.should_exit = True

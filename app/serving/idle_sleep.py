@@ -1,29 +1,20 @@
-"""Idle sleep (`--sleep-idle-seconds N`, llama.cpp's name): after N seconds without a
-request the model's weights and KV pool are freed (AsyncLLM.sleep), so the machine's memory
-is the office's again at night; the next request loads it back (ServerState.ensure_awake)
-and waits for it, as for a queue."""
+"""Idle sleep (`--sleep-idle-seconds N`, llama.cpp's name; per model in the registry):
+after N seconds without a request a model's weights and KV pool are freed, so the machine's
+memory is the office's again at night; the next request loads it back (ModelPool.load) and
+waits for it, as for a queue."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 
-from officellm.app.serving.state import ServerState
-from officellm.engine import EngineState
+from officellm.app.serving.model_pool import ModelPool
 
-logger = logging.getLogger("officellm.server")
+# How often the models' idle clocks are read.
+CHECK_INTERVAL_S = 0.25
 
 
-async def run_idle_sleep(server: ServerState, idle_seconds: float) -> None:
-    """Put the model to sleep once nothing has been admitted or released for
-    `idle_seconds` and nothing runs; checked a few times per `idle_seconds`."""
-    interval = min(1.0, idle_seconds / 4)
+async def run_idle_sleep(pool: ModelPool) -> None:
+    """Put each model to sleep once nothing has used it for its idle time."""
     while True:
-        await asyncio.sleep(interval)
-        engine, admission = server.async_engine, server.admission
-        idle = time.monotonic() - admission.last_active
-        if (engine.state is EngineState.READY and admission.in_flight == 0
-                and idle >= idle_seconds and engine.sleep()):
-            logger.info("No request for %.0f s: the model sleeps (its weights and KV pool "
-                        "are freed; the next request loads it again)", idle)
+        await asyncio.sleep(CHECK_INTERVAL_S)
+        await pool.sleep_idle()

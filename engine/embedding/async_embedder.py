@@ -22,6 +22,7 @@ from officellm.engine.async_llm import (
     EngineDeadError,
     EngineState,
     LoadFailure,
+    release_freed_memory,
     report_load_failure,
 )
 from officellm.engine.embedding.encoders import Encoder
@@ -54,6 +55,10 @@ class _Stop:
     pass
 
 
+class _Sleep:
+    pass
+
+
 class AsyncEmbedder:
     """Runs the encoder `factory` builds on a dedicated thread."""
 
@@ -71,13 +76,66 @@ class AsyncEmbedder:
         self.encoder: Encoder | None = None
         self._stats = EmbedderStats()
         self._stats_lock = threading.Lock()
+        self._waking: asyncio.Future[bool] | None = None
+        self.leases = 0  # requests between their tokenizing and their vectors (event loop)
 
     # -- lifecycle -----------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the thread, which loads the model and then encodes what comes."""
-        if self._thread is None:
+    def start(self, asleep: bool = False) -> None:
+        """Start the thread, which loads the model and then encodes what comes; `asleep`:
+        load nothing until the first wake()."""
+        if self._thread is not None or self.state is EngineState.SLEEPING:
+            return
+        if asleep:
+            self.state = EngineState.SLEEPING
+            return
+        self._thread = threading.Thread(target=self._run, name="embedder", daemon=True)
+        self._thread.start()
+
+    def sleep(self) -> bool:
+        """Free the model (its thread ends) if no request is using it; True if it went to
+        sleep. wake() loads it again."""
+        if self.state is not EngineState.READY or self.leases:
+            return False
+        self.state = EngineState.SLEEPING  # embed() refuses from now on, until wake()
+        self._inputs.put(_Sleep())
+        return True
+
+    async def until_asleep(self) -> None:
+        """Wait until a sleep() has freed the model."""
+        thread = self._thread
+        if self.state is EngineState.SLEEPING and thread is not None and self._waking is None:
+            await asyncio.to_thread(thread.join)
+
+    async def wake(self) -> bool:
+        """Load the model again after sleep() (or a start asleep); True once ready, False if
+        loading failed (it stays asleep; `error` says why). Concurrent callers share it."""
+        if self.state is not EngineState.SLEEPING and self._waking is None:
+            return self.is_ready
+        if self._waking is None:
+            self._waking = asyncio.ensure_future(self._reload())
+        return await asyncio.shield(self._waking)
+
+    async def _reload(self) -> bool:
+        try:
+            if self._thread is not None:
+                await asyncio.to_thread(self._thread.join)
+            self._ready.clear()
+            self.state = EngineState.LOADING
             self._thread = threading.Thread(target=self._run, name="embedder", daemon=True)
             self._thread.start()
+            await asyncio.to_thread(self._ready.wait)
+            if self.state is EngineState.DEAD:
+                self.state = EngineState.SLEEPING
+                return False
+            self.error = None
+            return self.state is EngineState.READY
+        finally:
+            self._waking = None
+
+    @property
+    def waking(self) -> bool:
+        """A wake() is loading the model now."""
+        return self._waking is not None
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop after the inputs already queued."""
@@ -111,6 +169,10 @@ class AsyncEmbedder:
             return "The embedding model is still loading; try again shortly."
         if self.state is EngineState.STOPPED:
             return "The server is shutting down."
+        if self.state is EngineState.SLEEPING:
+            if self.error is not None:
+                return f"The embedding model could not be loaded again: {self.error}"
+            return "The embedding model is asleep; the next request wakes it."
         return f"The embedding model failed: {self.error}"
 
     def stats(self) -> EmbedderStats:
@@ -153,7 +215,9 @@ class AsyncEmbedder:
             failure = LoadFailure.of(exc)
             self.error, self.state = failure.reason, EngineState.DEAD
             self._ready.set()
-            report_load_failure(failure, "embedding model", self.on_load_failure)
+            waking = self._waking is not None
+            report_load_failure(failure, "embedding model" + (" again" if waking else ""),
+                                None if waking else self.on_load_failure)
             return
         self.state = EngineState.READY
         self._ready.set()
@@ -162,6 +226,11 @@ class AsyncEmbedder:
             if batch is None:
                 break
             self._encode(batch)
+        if self.state is EngineState.SLEEPING:
+            self.encoder = None
+            release_freed_memory()
+            logger.info("The embedding model is asleep: freed until the next request")
+            return
         self.state = EngineState.STOPPED
         self._fail_waiting()
 
@@ -169,7 +238,7 @@ class AsyncEmbedder:
         """The first waiting input (blocking), then what else waits, within the limits;
         None once stopped."""
         first = self._inputs.get()
-        if isinstance(first, _Stop):
+        if isinstance(first, (_Stop, _Sleep)):
             return None
         batch, longest = [first], len(first.ids)
         while len(batch) < MAX_BATCH_INPUTS:
@@ -177,7 +246,7 @@ class AsyncEmbedder:
                 item = self._inputs.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(item, _Stop):
+            if isinstance(item, (_Stop, _Sleep)):
                 self._inputs.put(item)  # after this batch
                 break
             if max(longest, len(item.ids)) * (len(batch) + 1) > MAX_BATCH_TOKENS:

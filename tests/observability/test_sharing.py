@@ -51,9 +51,9 @@ class _Engine:
 
 
 def test_metrics_export_blocks_and_preemptions_per_user_and_queue_time():
-    metrics = ServerMetrics(_Engine(), lambda: "m")  # type: ignore[arg-type]
-    metrics.track_sharing(_Engine(), lambda ids: {i: NAMES[i] for i in ids if i in NAMES})  # type: ignore[arg-type]
-    metrics.latency_tracker().on_step(IterationStats(ttft=[0.5], queue=[0.25]), 0.0)
+    metrics = ServerMetrics(lambda: [("m", _Engine())], lambda: "m")  # type: ignore[list-item]
+    metrics.track_sharing(lambda ids: {i: NAMES[i] for i in ids if i in NAMES})
+    metrics.latency_tracker(lambda: "m").on_step(IterationStats(ttft=[0.5], queue=[0.25]), 0.0)
     text = generate_latest(metrics.registry).decode()
     assert 'officellm:kv_blocks_held{model_name="m",user="alice"} 71.0' in text
     assert 'officellm:kv_blocks_held{model_name="m",user="bob"} 9.0' in text

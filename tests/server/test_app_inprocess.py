@@ -51,7 +51,7 @@ def test_health_503_while_loading_then_200(reference_llm, tmp_path) -> None:
         # Before the model is known there are no engine samples, but the text still parses.
         assert not _sample_names(client.get("/metrics").text) & VLLM_NAMES
         gate.set()
-        assert app.state.server.async_engine.wait_ready(60)
+        assert app.state.server.default_model.async_engine.wait_ready(60)
         assert client.get("/health").json()["status"] == "ok"
         r = client.post("/v1/chat/completions", json=CHAT)
         assert r.status_code == 200, r.text
@@ -71,7 +71,7 @@ def test_engine_failure_answers_503_and_is_logged(caplog: pytest.LogCaptureFixtu
     with caplog.at_level(logging.ERROR, logger="officellm.async_engine"):
         app = create_app(_desk(tmp_path), broken_factory)
         with TestClient(app) as client:
-            app.state.server.async_engine.wait_ready(10)
+            app.state.server.default_model.async_engine.wait_ready(10)
             r = client.get("/health")
             assert r.status_code == 503 and "no such model" in r.json()["error"]["message"]
             r = client.post("/v1/completions", json={"prompt": "x"})

@@ -137,7 +137,7 @@ def test_in_process_health_says_loading_until_the_load_fails_then_the_failure(tm
     app = create_app(ServerSettings(no_auth=True, database=str(tmp_path / "officellm.db"),
                                     admin_remote=True), factory)  # TestClient is no loopback
     admin = {"Authorization": f"Bearer {(tmp_path / 'admin_token').read_text().strip()}"}
-    engine = app.state.server.async_engine
+    engine = app.state.server.default_model.async_engine
     engine.on_load_failure = told.append
     with TestClient(app) as client:
         r = client.get("/health")

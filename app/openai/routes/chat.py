@@ -38,6 +38,7 @@ from officellm.app.principal import Principal
 from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
 from officellm.app.serving.prompt import ChatPrompt
+from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import EngineDeadError
 
@@ -51,22 +52,22 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
                            server: ServerState = Depends(admitted_server)) -> Response:
     """OpenAI's chat completions, streaming or not: admission, the prompt, the engine."""
 
-    def read() -> ChatInput:
+    def read(model: ServedModel) -> ChatInput:
         try:
             # Tools, tool_choice and the output constraint decide the grammar and the reading.
-            plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
+            plan = model.chat_formats.plan(body.tool_request(), body.output_constraint())
             params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
         except ValueError as exc:
             raise invalid_value(exc) from exc
-        model = server.resolve_model(body.model)
         try:
             messages = plan.messages([m.to_template_dict() for m in body.messages])
         except ValueError as exc:
             raise invalid_value(exc) from exc
-        return ChatInput(messages, plan, params, model)
+        return ChatInput(messages, plan, params, model.name)
 
     call = ChatCall("chat", f"chatcmpl-{uuid.uuid4().hex}", body.user, body.stream,
-                    body.add_generation_prompt, body.chat_template_kwargs)
+                    body.model, body.n or 1, body.add_generation_prompt,
+                    body.chat_template_kwargs)
     return await run_chat(server, request, principal, call, read,
                           lambda chat: _ChatAnswer(body, chat.model, chat.plan))
 
@@ -133,7 +134,7 @@ def _logprobs(gen: Generation, c: Choice, k: int) -> ChatLogprobs | None:
     if c.output.logprobs is None:
         return None
     return ChatLogprobs(content=chat_logprobs(c.output.token_ids, c.output.logprobs, k,
-                                              gen.server.token_text))
+                                              gen.model.token_text))
 
 
 def _finish_reason(reason: str | None, called: bool) -> str | None:

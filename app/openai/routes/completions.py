@@ -31,6 +31,7 @@ from officellm.app.serving.generation import (
     RequestFailed,
     compile_grammar,
 )
+from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import EngineDeadError
 
@@ -51,22 +52,24 @@ async def completions(body: CompletionRequest, request: Request,
         params = body.sampling_params(constraint.spec if constraint else None)
     except ValueError as exc:
         raise invalid_value(exc) from exc
-    model = server.resolve_model(body.model)
+    served = await server.models.resolve(body.model)
     try:
         prompts = body.prompts()
     except ValueError as exc:
         raise invalid_value(exc, "prompt") from exc
     async with server.admission.admit(principal, "completions",
                                       len(prompts) * params.n) as admission:
-        ids = [await server.prompts.completion(admission, p) for p in prompts]
+        await server.load_for(served, admission)
+        model = served.name
+        ids = [await served.prompts.completion(admission, p) for p in prompts]
         try:
-            grammar = await compile_grammar(server, params, request)
+            grammar = await compile_grammar(server, served, params, request)
         except ClientGone:
             return Response(status_code=499)  # left while its grammar compiled: nothing ran
-        gen = Generation(server, f"cmpl-{uuid.uuid4().hex}", ids, params, admission,
+        gen = Generation(server, served, f"cmpl-{uuid.uuid4().hex}", ids, params, admission,
                          stream=body.stream, grammar=grammar,
                          kind=constraint.kind if constraint else None)
-        echo = [_echo_text(server, p, i) for p, i in zip(prompts, ids)] if body.echo else None
+        echo = [_echo_text(served, p, i) for p, i in zip(prompts, ids)] if body.echo else None
         gen.start()
         if body.stream:
             return admission.hold(SSEResponse(_stream(gen, body, model, echo), on_close=gen.close))
@@ -76,8 +79,8 @@ async def completions(body: CompletionRequest, request: Request,
         return JSONResponse(_response(gen, choices, body, model, echo).model_dump())
 
 
-def _echo_text(server: ServerState, prompt: str | list[int], ids: list[int]) -> str:
-    return prompt if isinstance(prompt, str) else server.token_text.decode(ids)
+def _echo_text(model: ServedModel, prompt: str | list[int], ids: list[int]) -> str:
+    return prompt if isinstance(prompt, str) else model.token_text.decode(ids)
 
 
 def _logprobs(gen: Generation, c: Choice, body: CompletionRequest,
@@ -85,7 +88,7 @@ def _logprobs(gen: Generation, c: Choice, body: CompletionRequest,
     if c.output.logprobs is None or body.logprobs is None:
         return None
     return completion_logprobs(c.output.token_ids, c.output.logprobs, body.logprobs,
-                               gen.server.token_text, offset)
+                               gen.model.token_text, offset)
 
 
 def _response(gen: Generation, choices: list[Choice], body: CompletionRequest, model: str,

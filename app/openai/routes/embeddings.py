@@ -79,16 +79,24 @@ async def embeddings(body: EmbeddingRequest, request: Request,
                      server: ServerState = Depends(get_server)) -> EmbeddingResponse:
     """One vector per input, in order; inputs of concurrent requests are encoded together."""
     principal = await get_caller(request, principal, body.user)
-    name, embedder = server.resolve_embedder(body.model)
-    dimensions = _check_dimensions(name, embedder.info, body.dimensions)
-    ids = await run_in_threadpool(_token_ids, name, embedder, body)
-    tokens = sum(len(i) for i in ids)
+    served = await server.models.resolve_embedder(body.model)
+    name, embedder = served.name, served.embedder
+    server.admission.refuse_if_draining()
     t0 = time.monotonic()
     async with server.admission.admit(principal, "embeddings", 0):
+        # Leased from its load to its vectors: idle sleep never frees it in between.
+        embedder.leases += 1
         try:
+            await served.wake(server.settings.retry_after_s)
+            dimensions = _check_dimensions(name, embedder.info, body.dimensions)
+            ids = await run_in_threadpool(_token_ids, name, embedder, body)
+            tokens = sum(len(i) for i in ids)
             vectors = await embedder.embed(ids, dimensions)
         except EngineDeadError as exc:
             raise unavailable(str(exc), server.settings.retry_after_s) from exc
+        finally:
+            embedder.leases -= 1
+            served.touch()
     server.accounts.record_request(principal.user_id, tokens, 0, None, None)
     server.metrics.record_embeddings(name, principal.user, len(ids), tokens)
     access_log.info("embd-%s user=%s embeddings status=200 inputs=%d prompt_tokens=%d "

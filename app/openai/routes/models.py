@@ -15,20 +15,26 @@ router = APIRouter(responses=ERROR_RESPONSES)
 @router.get("/v1/models")
 async def list_models(principal: Principal = Depends(get_principal),
                       server: ServerState = Depends(get_server)) -> ModelList:
-    """The served model under each of its names, then the embedding model (once loaded), in
-    OpenAI's list shape, each with its state. Listing never wakes a sleeping model (front
-    ends poll this)."""
-    loaded = server.loaded
-    if loaded is None:  # not loaded yet (or it failed): 503, saying which
+    """Every served model under each of its names (the registry's order, the default first),
+    then the embedding models, in OpenAI's list shape, each with its state.
+    Listing never loads a model (front ends poll this)."""
+    if server.default_model.loaded is None:  # not loaded yet (or it failed): 503, saying which
         server.check_ready()
-    assert loaded is not None
     server.admission.refuse_if_draining()
-    cards = [ModelCard(id=name, created=server.created, root=loaded.model_dir,
-                       max_model_len=loaded.max_model_len, state=server.model_state)
-             for name in server.served_model_names]
-    embedder = server.embedder
-    if embedder is not None and embedder.is_ready and server.embedding_model_name:
-        cards.append(ModelCard(id=server.embedding_model_name, created=server.created,
-                               root=str(embedder.model_dir),
-                               max_model_len=embedder.info.max_input_tokens, state="ready"))
+    await server.models.refresh()
+    cards = []
+    for model in server.models.models:
+        loaded = model.loaded
+        root = loaded.model_dir if loaded is not None else model.entry.source
+        max_len = (loaded.max_model_len if loaded is not None
+                   else model.entry.options.get("max_model_len"))
+        cards += [ModelCard(id=name, created=server.created, root=root, max_model_len=max_len,
+                            state=model.state) for name in model.names]
+    for served in server.models.embedders:
+        embedder = served.embedder
+        ready = embedder.is_ready
+        cards.append(ModelCard(id=served.name, created=server.created,
+                               root=str(embedder.model_dir) if ready else served.entry.source,
+                               max_model_len=embedder.info.max_input_tokens if ready else None,
+                               state=served.state))
     return ModelList(data=cards)

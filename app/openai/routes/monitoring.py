@@ -20,14 +20,16 @@ async def health(server: ServerState = Depends(get_server)) -> JSONResponse:
     """200 when ready (the embedding model too, if there is one), or asleep (the next
     request wakes it); 503 with Retry-After while loading, shutting down, or after a
     failure."""
+    default = server.default_model
     try:
-        if server.model_state != "sleeping":
+        if default.state != "sleeping":
             server.check_ready()
-        server.check_embedder_ready()
+        server.check_embedders_ready()
     except APIError as exc:
         return exc.response()
-    return JSONResponse({"status": "ok", "model": server.model_name,
-                         "state": server.model_state})
+    return JSONResponse({"status": "ok", "model": server.model_name, "state": default.state,
+                         "models": {m.name: m.state for m in server.models.models if m.name}
+                         | {e.name: e.state for e in server.models.embedders}})
 
 
 @router.get("/metrics")

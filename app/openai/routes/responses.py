@@ -51,6 +51,7 @@ from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
 from officellm.app.serving.heartbeats import with_heartbeats
 from officellm.app.serving.prompt import ChatPrompt
+from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import EngineDeadError, SamplingParams
 
@@ -67,24 +68,23 @@ async def create_response(body: ResponsesRequest, request: Request,
     admission, prompt, length rules, tools, output constraint and engine, answered as a
     response object (or its events)."""
 
-    def read() -> ChatInput:
+    def read(model: ServedModel) -> ChatInput:
         try:
             body.check_supported()
             # Tools, tool_choice and text.format decide the grammar and the reading, as in chat.
-            plan = server.chat_formats.plan(body.tool_request(), body.output_constraint())
+            plan = model.chat_formats.plan(body.tool_request(), body.output_constraint())
             params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
         except UnsupportedField as exc:
             raise invalid_value(exc, exc.param) from exc
         except ValueError as exc:
             raise invalid_value(exc) from exc
-        model = server.resolve_model(body.model)
         try:
             messages = plan.messages(body.messages())
         except ValueError as exc:
             raise invalid_value(exc) from exc
-        return ChatInput(messages, plan, params, model)
+        return ChatInput(messages, plan, params, model.name)
 
-    call = ChatCall("responses", f"resp_{uuid.uuid4().hex}", body.user, body.stream)
+    call = ChatCall("responses", f"resp_{uuid.uuid4().hex}", body.user, body.stream, body.model)
     if body.skipped_tools:
         # Once per request, as clients send them with every request (Codex: web_search).
         logger.info("%s: hosted tools left out (this server cannot run them): %s",

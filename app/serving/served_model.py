@@ -1,0 +1,181 @@
+"""One generate model the server serves by name: its engine, what the server builds for it
+once it has loaded (prompt rendering, chat formats, token text), and how it is used (leases,
+last use), which the model pool plans loads and unloads by."""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from officellm.app.chat.chat_formats import ChatFormats
+from officellm.app.errors import unavailable
+from officellm.app.observability.refusals import Refusals
+from officellm.app.registry.entry import ModelEntry
+from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
+from officellm.app.serving.prompt import LengthLimits, PromptRenderer, Prompts
+from officellm.app.serving.token_text import TokenText
+from officellm.engine import AsyncLLM, EngineState, LLMEngine, ModelFootprint
+
+# A model out of memory: never loaded or unloaded (to make room, or by the admin), or put to
+# sleep by --sleep-idle-seconds. Both load on the next request.
+UNLOADED, SLEEPING = "unloaded", "sleeping"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What the server keeps of the model once loaded, also while it sleeps."""
+
+    name: str
+    model_dir: str
+    max_model_len: int
+    max_new_tokens: int | None
+
+
+class ServedModel:
+    """A registry entry and its engine (one AsyncLLM, its own KV pool)."""
+
+    def __init__(self, entry: ModelEntry, async_engine: AsyncLLM, settings: ServerSettings,
+                 refusals: Refusals, footprint: ModelFootprint | None = None,
+                 served_names: list[str] | None = None) -> None:
+        self.entry = entry
+        self.async_engine = async_engine
+        self.settings = settings
+        self.refusals = refusals
+        self.footprint = footprint  # planned memory; None until estimated
+        # --served-model-name for the command line's model; else the entry's name.
+        self._served_names = list(served_names or [])
+        self.loaded: LoadedModel | None = None
+        self.leases = 0  # requests using it now: it is not unloaded under them
+        self.last_used = time.monotonic()
+        self.last_used_at: datetime | None = None
+        self.resting = UNLOADED  # what it is while out of memory: unloaded or sleeping
+        self.loads = 0
+        self._token_text: TokenText | None = None
+        self._prompts: Prompts | None = None
+        self._chat_formats: ChatFormats | None = None
+
+    @property
+    def name(self) -> str:
+        """The name requests use and answers report ("" for the command line's model
+        before it has loaded, when no --served-model-name names it)."""
+        names = self.names
+        return names[0] if names else ""
+
+    @property
+    def names(self) -> list[str]:
+        """Every name that reaches this model exactly. An entry without a name (the
+        command line's model) is called what the engine calls it, once loaded."""
+        if self._served_names:
+            return list(self._served_names)
+        if self.entry.name:
+            return [self.entry.name]
+        return [self.loaded.name] if self.loaded is not None else []
+
+    def answers_to(self, requested: str) -> bool:
+        """Whether a request's `model` names this model (or matches one of its aliases)."""
+        return requested in self.names or any(fnmatch.fnmatchcase(requested, p)
+                                              for p in self.entry.aliases)
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """unloaded, sleeping, loading, ready, failed or stopped."""
+        engine = self.async_engine
+        if engine.waking:
+            return "loading"
+        if engine.state is EngineState.SLEEPING:
+            return "failed" if engine.error is not None else self.resting
+        if engine.state is EngineState.DEAD:
+            return "failed"
+        return engine.state.value
+
+    @property
+    def in_memory(self) -> bool:
+        """Loaded, loading or waking: its footprint counts against the budget."""
+        return self.async_engine.waking or self.async_engine.state in (
+            EngineState.LOADING, EngineState.READY)
+
+    def use(self) -> None:
+        """A request starts using it (the idle clock and the LRU order restart)."""
+        self.leases += 1
+        self.touch()
+
+    def release(self) -> None:
+        self.leases = max(0, self.leases - 1)
+        self.touch()
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+        self.last_used_at = datetime.now(timezone.utc)
+
+    def check_ready(self, retry_after_s: int) -> None:
+        """503 with Retry-After unless the engine is ready."""
+        if not self.async_engine.is_ready:
+            raise unavailable(self.async_engine.unavailable_reason(), retry_after_s)
+
+    # -- what the server builds once it has loaded -------------------------------------
+    def engine_loaded(self, engine: LLMEngine) -> None:
+        """Build the prompt side for the loaded model (AsyncLLM.on_ready: on the engine's
+        thread, before any request is admitted), so no request pays for it; after a sleep,
+        the same model again."""
+        self.loaded = LoadedModel(engine.model_name, str(engine.model_dir),
+                                  engine.max_model_len, engine.max_new_tokens)
+        self.loads += 1
+        # The idle clock starts when the model is there: a load slower than the idle time
+        # must not be followed by a sleep at once.
+        self.touch()
+        self._token_text = TokenText(engine.tokenizer)
+        self._prompts = Prompts(PromptRenderer(engine.model_dir),
+                                LengthLimits(engine.input_processor,
+                                             self.settings.max_context_tokens),
+                                self.refusals)
+        s, options = self.settings, self.entry.options
+        self._chat_formats = ChatFormats.resolve(
+            engine.tokenizer.chat_template, options.get("tool_call_parser", s.tool_call_parser),
+            options.get("reasoning_parser", s.reasoning_parser), s.enable_auto_tool_choice)
+
+    @property
+    def token_text(self) -> TokenText:
+        assert self._token_text is not None, "only once the engine is ready"
+        return self._token_text
+
+    @property
+    def chat_formats(self) -> ChatFormats:
+        """How the model writes tool calls and reasoning."""
+        assert self._chat_formats is not None, "only once the engine is ready"
+        return self._chat_formats
+
+    @property
+    def prompts(self) -> Prompts:
+        """Prompt rendering and length rules for the model."""
+        assert self._prompts is not None, "only once the engine is ready"
+        return self._prompts
+
+    @property
+    def default_max_tokens(self) -> int | None:
+        """max_tokens for a request that sends none: --default-max-tokens, else the model's
+        generation_config max_new_tokens, else DEFAULT_MAX_TOKENS; None (the flag's 0): up
+        to the context window."""
+        configured = self.settings.default_max_tokens
+        if configured is not None:
+            return configured or None
+        own = self.loaded.max_new_tokens if self.loaded is not None else None
+        return own or DEFAULT_MAX_TOKENS
+
+    def context_cap(self, policy_cap: int | None) -> int | None:
+        """A user's effective thread cap on this model: the lowest of their policy's, the
+        server's (--max-context-tokens) and the model's context length."""
+        model_len = self.loaded.max_model_len if self.loaded is not None else None
+        caps = [c for c in (policy_cap, self.settings.max_context_tokens, model_len)
+                if c is not None]
+        return min(caps) if caps else None
+
+    @property
+    def idle_seconds(self) -> float | None:
+        """--sleep-idle-seconds for this model: its entry's, else the server's; None: never."""
+        own = self.entry.sleep_idle_seconds
+        if own is not None:
+            return own or None
+        return self.settings.sleep_idle_seconds

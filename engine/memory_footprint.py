@@ -1,0 +1,75 @@
+"""How much memory a model will take once loaded, before loading it: its weights and its KV
+pool, by `officellm plan`'s arithmetic. The server's model pool plans loads and unloads
+against a memory budget with it (several models on one machine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from officellm.engine.config import EngineConfig
+from officellm.engine.kv_plan import load_spec, make_plan
+from officellm.engine.loading.model_loader import bundled_model_path
+from officellm.engine.worker.worker import (
+    CPU_KV_CAP,
+    CPU_KV_FRACTION,
+    available_memory_bytes,
+)
+
+# Bytes per weight for --dtype auto: the CPU may choose float32 (an upper bound; it picks
+# bf16 only where that measures faster), CUDA a 16-bit type.
+AUTO_DTYPE_BYTES = {"cpu": 4, "cuda": 2}
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+@dataclass(frozen=True)
+class ModelFootprint:
+    """A model's planned memory: dense weights in its dtype, plus its KV pool."""
+
+    weight_bytes: int
+    kv_cache_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.kv_cache_bytes
+
+
+def default_cpu_kv_bytes() -> int:
+    """The KV pool a CPU engine takes without --kv-cache-memory (engine/worker/worker.py)."""
+    return int(min(available_memory_bytes() * CPU_KV_FRACTION, CPU_KV_CAP))
+
+
+def estimate_footprint(config: EngineConfig, kv_cache_bytes: int | None = None) -> ModelFootprint:
+    """The planned footprint of `config`'s model: weights by the parameter count (dense:
+    GGUF blocks kept quantized take less) and the KV pool `kv_cache_bytes`, else
+    config.kv_cache_memory, else the CPU default. Reads only the model's config."""
+    source = bundled_model_path() if config.model is None else Path(config.model).expanduser()
+    spec, name = load_spec(str(source))
+    device = config.device.split(":")[0]
+    if config.dtype == "auto":
+        dtype = "fp32" if AUTO_DTYPE_BYTES.get(device, 4) == 4 else "bf16"
+    else:
+        dtype = DTYPE_NAMES[config.dtype.lower()]
+    plan = make_plan(spec, name, 0, dtype, tensor_parallel_size=config.tensor_parallel_size)
+    weights = plan.weight_bytes * config.tensor_parallel_size
+    kv = kv_cache_bytes if kv_cache_bytes is not None else config.kv_cache_memory
+    if kv is None:
+        kv = default_cpu_kv_bytes()
+    return ModelFootprint(weights, int(kv) * config.tensor_parallel_size)
+
+
+# Of the RAM available when the server starts, the share its models may take together; the
+# rest stays the desk's (the office's other programs, the page cache).
+CPU_BUDGET_FRACTION = 0.8
+
+
+def default_memory_budget(config: EngineConfig) -> int:
+    """What the models together may take when no --memory-budget is given: on CUDA the
+    --gpu-memory-utilization share of the device, else CPU_BUDGET_FRACTION of the RAM
+    available now."""
+    if config.device.startswith("cuda"):
+        import torch
+
+        _, total = torch.cuda.mem_get_info(torch.device(config.device))
+        return int(total * config.gpu_memory_utilization)
+    return int(available_memory_bytes() * CPU_BUDGET_FRACTION)
