@@ -97,7 +97,7 @@ class ModelsTab(QWidget):
         self.message.setWordWrap(True)
         layout.addWidget(self.message)
 
-        session.changed.connect(self.refresh)
+        session.changed.connect(self._server_changed)
         self._update_buttons()
 
     # --- reading ---------------------------------------------------------------------------
@@ -119,6 +119,11 @@ class ModelsTab(QWidget):
         task = self.session.call(_fetch, lambda reg: self._listed(generation, reg),
                                  self._list_failed)
         self._asking = task is not None
+
+    def _server_changed(self) -> None:
+        """Another server or token: a listing still in flight is the old server's."""
+        self._generation += 1
+        self.refresh()
 
     def _listed(self, generation: int, registry: Registry) -> None:
         self._asking = False

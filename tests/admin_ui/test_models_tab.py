@@ -243,6 +243,16 @@ def test_add_opens_the_dialog_and_registers_what_it_was_given(
         {"name": "minilm", "source": "/models/all-MiniLM-L6-v2", "kind": "embed"}]
 
 
+def test_a_name_with_a_hash_reaches_its_route_whole(server: FakeModelsServer) -> None:
+    client = AdminClient(server.url, TOKEN)
+    try:
+        client.add_model("q#4", source="/models/q4.gguf")
+        assert client.load_model("q#4")["state"] == "ready"
+    finally:
+        client.close()
+    assert server.sent("POST", "/admin/models/q%234/load") == [None]
+
+
 # --- the add dialog ----------------------------------------------------------------------------
 def test_the_dialog_says_what_is_missing_and_stays_open(qtbot) -> None:
     dialog = AddModelDialog()
