@@ -8,6 +8,7 @@ show it as is ("max_context_tokens must be a positive integer", "user bob exists
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -15,6 +16,9 @@ DEFAULT_TIMEOUT_S = 3.0
 # A what-if may name a .gguf on the server's machine, whose metadata (a whole vocabulary) the
 # server reads before it can answer: seconds, where the other routes take milliseconds.
 WHAT_IF_TIMEOUT_S = 30.0
+# Loading a model reads its weights and sizes its KV pool before the server answers: up to a
+# minute for a large one on a slow disk, so this route waits far longer than the others.
+LOAD_TIMEOUT_S = 180.0
 
 
 class AdminError(Exception):
@@ -41,6 +45,12 @@ def _message(resp: httpx.Response) -> str:
         if "detail" in body:  # FastAPI's own 404/422 shape
             return str(body["detail"])
     return resp.text.strip()
+
+
+def _model_path(name: str, action: str = "") -> str:
+    """/admin/models/{name}[/action], the name quoted: a model's name may hold any character
+    but whitespace (a '#' or '?' in it must not end the path)."""
+    return f"/admin/models/{quote(name, safe='')}" + (f"/{action}" if action else "")
 
 
 class AdminClient:
@@ -126,6 +136,37 @@ class AdminClient:
 
     def revoke_key(self, key_id: int | str) -> dict:
         return self._request("DELETE", f"/admin/keys/{key_id}")
+
+    # --- the model registry ------------------------------------------------------------------
+    def models(self) -> dict[str, Any]:
+        """The registry: {"budget_bytes", "used_bytes", "models": [row, ...]}."""
+        return self._request("GET", "/admin/models")
+
+    def add_model(self, name: str, source: str | None = None, hub_repo: str | None = None,
+                  kind: str | None = None, pinned: bool | None = None) -> dict[str, Any]:
+        """Register a model from `source` (a path on the server's machine) or `hub_repo` (the
+        server downloads it in the background: the row reads "downloading" until done).
+        Fields left None are left out, so the server's defaults apply."""
+        body: dict[str, Any] = {"name": name}
+        for key, value in (("source", source), ("hub_repo", hub_repo), ("kind", kind),
+                           ("pinned", pinned)):
+            if value is not None:
+                body[key] = value
+        return self._request("POST", "/admin/models", json=body)
+
+    def remove_model(self, name: str) -> None:
+        self._request("DELETE", _model_path(name))
+
+    def set_model_pinned(self, name: str, pinned: bool) -> dict[str, Any]:
+        return self._request("PATCH", _model_path(name), json={"pinned": pinned})
+
+    def load_model(self, name: str) -> dict[str, Any]:
+        """Load `name` and answer its row once it is ready (503, with the server's reason,
+        when it cannot: e.g. it does not fit the memory budget)."""
+        return self._request("POST", _model_path(name, "load"), timeout=LOAD_TIMEOUT_S)
+
+    def unload_model(self, name: str) -> dict[str, Any]:
+        return self._request("POST", _model_path(name, "unload"))
 
     # --- policies ------------------------------------------------------------------------
     def policies(self) -> dict:

@@ -31,6 +31,14 @@ def size(num_bytes: float) -> str:
     return f"{num_bytes:,.0f} B"
 
 
+def size_of(part: float, whole: float) -> str:
+    """"2.1 of 8.0 GiB": both in the whole's unit, one decimal (a budget line)."""
+    for unit, div in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if whole >= div:
+            return f"{part / div:,.1f} of {whole / div:,.1f} {unit}"
+    return f"{part:,.0f} of {whole:,.0f} B"
+
+
 def ago(stamp: str | float | None, now: float | None = None) -> str:
     """"12 s ago" for an ISO-8601 time (the admin API's) or a Unix time; "" when unknown."""
     import time

@@ -18,6 +18,7 @@ from officellm.admin_ui.snapshot import StatsSnapshot
 from officellm.admin_ui.tabs.capacity import CapacityTab
 from officellm.admin_ui.tabs.dashboard import DashboardTab
 from officellm.admin_ui.tabs.diagnosis import DiagnosisTab
+from officellm.admin_ui.tabs.models import ModelsTab
 from officellm.admin_ui.tabs.policies import PoliciesTab
 from officellm.admin_ui.tabs.replicas import ReplicasTab
 from officellm.admin_ui.tabs.threads import ThreadsTab
@@ -58,6 +59,7 @@ class MainWindow(QMainWindow):
         self.diagnosis = DiagnosisTab(self.session)
         self.capacity = CapacityTab(self.session)
         self.replicas = ReplicasTab(self.session)
+        self.models = ModelsTab(self.session)
         self._replicas_asked = 0.0
 
         self.poller = StatsPoller(self.settings.poll_interval_ms)
@@ -70,7 +72,8 @@ class MainWindow(QMainWindow):
         for widget, title in [(self.panel, "Server"), (self.dashboard, "Dashboard"),
                               (self.threads, "Threads"), (self.users, "Users && keys"),
                               (self.policies, "Policies"), (self.diagnosis, "Diagnosis"),
-                              (self.capacity, "Capacity"), (self.replicas, "Replicas")]:
+                              (self.capacity, "Capacity"), (self.replicas, "Replicas"),
+                              (self.models, "Models")]:
             self.tabs.addTab(widget, title)
 
         self.tray: ConsoleTray | None = None
@@ -105,6 +108,9 @@ class MainWindow(QMainWindow):
         if time.monotonic() - self._replicas_asked >= REPLICAS_REFRESH_S:
             self._replicas_asked = time.monotonic()
             self.replicas.refresh()
+        # Every snapshot: a download's bar and a loading model's state move by the second
+        # (one listing in flight at a time; the tab drops the rest).
+        self.models.refresh()
         if snap.started:  # answering while it loads is not running yet: the load may fail
             self.panel.mark_ready()
         e = snap.engine

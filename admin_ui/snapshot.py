@@ -133,6 +133,37 @@ class UserShare:
 
 
 @dataclass
+class ModelStats:
+    """One generate model in memory (/admin/stats' `models`, from servers with a model
+    registry): its state and KV pool (None where the server does not say, e.g. asleep)."""
+
+    name: str
+    state: str = "ready"
+    kv_cache_usage: float | None = None
+    num_blocks_total: int | None = None
+    num_blocks_used: int | None = None
+    num_running: int = 0
+    num_waiting: int = 0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ModelStats:
+        total, used = _opt(d, "num_blocks_total"), _opt(d, "num_blocks_used")
+        return cls(name=str(d.get("name") or "(unnamed)"), state=str(d.get("state") or "ready"),
+                   kv_cache_usage=_opt(d, "kv_cache_usage"),
+                   num_blocks_total=None if total is None else int(total),
+                   num_blocks_used=None if used is None else int(used),
+                   num_running=int(_f(d, "num_running")), num_waiting=int(_f(d, "num_waiting")))
+
+
+def _models(value: Any) -> list[ModelStats]:
+    """`models` as sent; an older server sends none, and anything but a list of objects
+    reads as none too (the dashboard then shows the one gauge it always did)."""
+    if not isinstance(value, list):
+        return []
+    return [ModelStats.from_json(m) for m in value if isinstance(m, dict)]
+
+
+@dataclass
 class StatsSnapshot:
     """One answer of `/admin/stats`, stamped with the console's own monotonic clock on arrival
     (the diagnosis rules compare snapshots by that clock, not by the server's)."""
@@ -147,6 +178,7 @@ class StatsSnapshot:
     active_threads: list[ActiveThread] = field(default_factory=list)
     users: list[UserShare] = field(default_factory=list)  # the heaviest holder first
     structured_requests: dict[str, int] = field(default_factory=dict)  # by kind, since start
+    models: list[ModelStats] = field(default_factory=list)  # each generate model in memory
     received: float = field(default_factory=time.monotonic)
 
     @property
@@ -175,5 +207,6 @@ class StatsSnapshot:
                          key=lambda u: -u.kv_blocks),
             structured_requests={str(k): int(v) for k, v in
                                  (d.get("structured_requests") or {}).items()},
+            models=_models(d.get("models")),
             received=time.monotonic() if received is None else received,
         )

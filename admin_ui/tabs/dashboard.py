@@ -1,4 +1,5 @@
-"""Dashboard: KV cache gauge, who holds the cache (a bar per user), live chart, preemptions, prefix-cache hits, throughput and
+"""Dashboard: KV cache gauge (and one small gauge per model when several are in memory), who
+holds the cache (a bar per user), live chart, preemptions, prefix-cache hits, throughput and
 latency percentiles, refreshed from every stats snapshot."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from officellm.admin_ui.history import StatsHistory
 from officellm.admin_ui.snapshot import StatsSnapshot
 from officellm.admin_ui.widgets.kv_gauge import KVGauge
 from officellm.admin_ui.widgets.live_chart import LiveChart
+from officellm.admin_ui.widgets.model_gauges import ModelGaugesBox
 from officellm.admin_ui.widgets.user_shares import UserSharesBox
 
 
@@ -22,6 +24,8 @@ class DashboardTab(QWidget):
         layout.addWidget(self.model_label)
         self.gauge = KVGauge()
         layout.addWidget(self.gauge)
+        self.model_gauges = ModelGaugesBox()  # hidden unless 2+ models are in memory
+        layout.addWidget(self.model_gauges)
         self.shares = UserSharesBox()
         layout.addWidget(self.shares)
         self.chart = LiveChart()
@@ -56,6 +60,7 @@ class DashboardTab(QWidget):
         self.model_label.setText(
             f"{snap.model or 'model'} — up {fmt.duration(snap.uptime_s)}" + snap.state_note)
         self.gauge.set_usage(e.kv_cache_usage, e.num_blocks_used, e.num_blocks_total)
+        self.model_gauges.set_models(snap.models)
         self.shares.set_users(snap.users)
         v = self.values
         v["running"].setText(str(e.num_running))

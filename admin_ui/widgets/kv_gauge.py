@@ -15,10 +15,13 @@ class KVGauge(QProgressBar):
         self.setMinimumHeight(34)
         self.set_usage(0.0, 0, 0)
 
-    def set_usage(self, usage: float, used_blocks: int, total_blocks: int) -> None:
+    def set_usage(self, usage: float, used_blocks: int | None, total_blocks: int | None) -> None:
+        """Show `usage` (0-1) of the pool; the block counts, where known, in the label."""
         usage = max(0.0, min(1.0, usage))
         self.setValue(int(usage * 1000))
-        self.setFormat(f"KV cache {usage:.1%}  ({used_blocks:,} of {total_blocks:,} blocks)")
+        blocks = ("" if used_blocks is None or total_blocks is None
+                  else f"  ({used_blocks:,} of {total_blocks:,} blocks)")
+        self.setFormat(f"KV cache {usage:.1%}{blocks}")
         color = next(c for level, c in _LEVELS if usage >= level)
         self.setStyleSheet(
             "QProgressBar { border: 1px solid #888; border-radius: 4px; text-align: center; "
