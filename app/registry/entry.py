@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from officellm.engine import EngineConfig, parse_memory
-
 GENERATE, EMBED = "generate", "embed"
 KINDS = (GENERATE, EMBED)
 # `source` of the bundled models: SmolLM2-135M-Instruct (generate) or all-MiniLM-L6-v2 (embed).
@@ -38,6 +36,10 @@ class ModelEntry:
     def check(self) -> None:
         """ValueError naming what is wrong with this entry (the CLI and the admin API ask
         before anything is stored)."""
+        # Here, not at the top: the engine's package loads torch (seconds), and reading or
+        # listing entries (`officellm models list`) needs none of it.
+        from officellm.engine import EngineConfig, parse_memory
+
         if not self.name or len(self.name) > 128 or any(c.isspace() for c in self.name):
             raise ValueError(f"A model name is 1 to 128 characters without spaces, not "
                              f"{self.name!r}.")
