@@ -15,6 +15,7 @@ from officellm.app.db.policies import (
     INT_FIELDS,
     KV_SHARE_RANGE,
     LIMIT_RANGE,
+    MODEL_NAME_MAX,
     list_policy_overrides,
     validate_policy_fields,
 )
@@ -45,6 +46,10 @@ def policy_body(is_default: bool) -> dict[str, Any]:
     props["share_prefix_cache"] = share if is_default else {"anyOf": [share, null]}
     props["priority"] = priority if is_default else {"anyOf": [priority, null]}
     props["max_kv_share"] = {"anyOf": [kv_share, null]}
+    # Names without spaces too: told by validate_policy_fields, not a pattern that JSON
+    # Schema's and Python's regexes would read differently.
+    model_name = {"type": "string", "minLength": 1, "maxLength": MODEL_NAME_MAX}
+    props["models"] = {"anyOf": [{"type": "array", "items": model_name}, null]}
     schema = {"type": "object", "properties": props, "additionalProperties": False,
               "title": "DefaultPolicyUpdate" if is_default else "UserPolicyUpdate"}
     return {"requestBody": {"required": True,

@@ -79,6 +79,9 @@ class PolicyView(BaseModel):
     max_kv_share: float | None = Field(description="Share of the KV pool (0-1] above which the "
                                                    "user's prompts wait while others have "
                                                    "work; null: no cap.")
+    models: list[str] | None = Field(description="The registered models' names the user may "
+                                                 "use; null: every model (in the default) or "
+                                                 "inherit (in a user's).")
 
 
 class PolicyList(BaseModel):

@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "officellm.app.cli.users",
     "officellm.app.cli.keys",
     "officellm.app.cli.policy",
+    "officellm.app.cli.models",
     "officellm.app.cli.admin",
     "officellm.app.cli.bench",
     "officellm.app.cli.cluster",

@@ -58,6 +58,18 @@ def _kv_share(value: str) -> float | None:
             f"expected a fraction such as 0.5 (or 50%), or 'none', not {value!r}") from None
 
 
+def _models(value: str) -> list[str] | None:
+    """Comma-separated model names; 'all' (or 'none', 'inherit') stores NULL: every model in
+    the default policy, the default's list in a user's override."""
+    if value.lower() == "all" or value.lower() in _CLEAR_WORDS:
+        return None
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(
+            f"expected model names such as qwen3-8b,minilm, or 'all', not {value!r}")
+    return names
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("policy", help="show or set the default policy and per-user overrides",
                        description="Thread caps, turn limits, concurrency, daily quotas and "
@@ -94,6 +106,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-kv-share", type=_kv_share, metavar="FRACTION", default=unset,
                    help="share of the KV cache (above 0, at most 1; or 50%%) above which the "
                         "user's prompts wait while others have work; 'none': no cap")
+    s.add_argument("--models", type=_models, metavar="NAME,NAME|all", default=unset,
+                   help="the registered models the user may use (officellm models list); "
+                        "'all': every model (in a user's override: inherit the default's)")
     add_db_argument(s)
     s.set_defaults(func=run_set)
 
@@ -109,9 +124,11 @@ def _ref(value: str | None) -> int | str | None:
     return int(value) if value.isdigit() else value
 
 
-def _show_value(value: Any, inherit: bool) -> str:
+def _show_value(value: Any, inherit: bool, name: str = "") -> str:
     if value is None:
-        return "(inherit)" if inherit else "no limit"
+        return "(inherit)" if inherit else ("all models" if name == "models" else "no limit")
+    if name == "models":
+        return ", ".join(value) if value else "(none)"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):  # max_kv_share
@@ -134,9 +151,10 @@ def run_show(args: argparse.Namespace) -> int:
     print(who)
     eff = effective.to_dict()
     for name in POLICY_FIELDS:
-        line = f"  {name:<24} {_show_value(getattr(stored, name), inherit=args.user is not None)}"
+        shown = _show_value(getattr(stored, name), inherit=args.user is not None, name=name)
+        line = f"  {name:<24} {shown}"
         if args.user is not None and getattr(stored, name) is None:
-            line += f" -> {_show_value(eff[name], inherit=False)}"
+            line += f" -> {_show_value(eff[name], inherit=False, name=name)}"
         print(line)
     return 0
 
@@ -147,7 +165,7 @@ def run_set(args: argparse.Namespace) -> int:
         raise ValueError("nothing to set; give at least one of --max-context-tokens, "
                          "--max-turns, --on-limit, --max-concurrent-requests, "
                          "--max-tokens-per-day, --share-prefix-cache, --priority, "
-                         "--max-kv-share")
+                         "--max-kv-share, --models")
     db = open_db(args)
     try:
         with db.transaction() as s:
@@ -155,7 +173,7 @@ def run_set(args: argparse.Namespace) -> int:
     finally:
         db.close()
     who = f"user {args.user}" if args.user else "the default policy"
-    changes = ", ".join(f"{k}={_show_value(getattr(stored, k), args.user is not None)}"
+    changes = ", ".join(f"{k}={_show_value(getattr(stored, k), args.user is not None, k)}"
                         for k in values)
     print(f"{who}: {changes}")
     return 0

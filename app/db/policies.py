@@ -21,7 +21,10 @@ LIMIT_RANGE = (1, 2**63 - 1)
 # max_kv_share is a fraction of the KV pool: above 0 (a cap of nothing would hold every prompt
 # of the user back whenever anyone else has work), at most 1 (the whole pool: no cap at all).
 KV_SHARE_RANGE = (0.0, 1.0)
-POLICY_FIELDS = (*INT_FIELDS, "on_limit", "share_prefix_cache", "priority", "max_kv_share")
+POLICY_FIELDS = (*INT_FIELDS, "on_limit", "share_prefix_cache", "priority", "max_kv_share",
+                 "models")
+# A model name in `models` follows the registry's rule (app/registry/entry.py ModelEntry.check).
+MODEL_NAME_MAX = 128
 # Fields the default row must keep a value for (None there is not "no limit").
 REQUIRED_IN_DEFAULT = ("on_limit", "share_prefix_cache", "priority")
 
@@ -40,15 +43,33 @@ class StoredPolicy:
     share_prefix_cache: bool | None = None
     priority: str | None = None
     max_kv_share: float | None = None
+    # The model names the user may use; None: every model (default row) or inherit (user's).
+    models: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["models"] = list(self.models) if self.models is not None else None
+        return out
 
 
 def _stored(row: Policy | None, user_id: int | None) -> StoredPolicy:
     if row is None:
         return StoredPolicy(user_id=user_id)
-    return StoredPolicy(user_id=row.user_id, **{f: getattr(row, f) for f in POLICY_FIELDS})
+    values = {f: getattr(row, f) for f in POLICY_FIELDS}
+    if values["models"] is not None:
+        values["models"] = tuple(values["models"])
+    return StoredPolicy(user_id=row.user_id, **values)
+
+
+def _check_models(value: Any) -> None:
+    """`models` is a JSON list of model names (strings without spaces); an empty list is
+    allowed and means no model at all."""
+    bad = (not isinstance(value, (list, tuple))
+           or any(not isinstance(n, str) or not n or len(n) > MODEL_NAME_MAX
+                  or any(c.isspace() for c in n) for n in value))
+    if bad:
+        raise ValueError(f"models must be a list of model names (1 to {MODEL_NAME_MAX} "
+                         f"characters without spaces), or null for every model, not {value!r}")
 
 
 def validate_policy_fields(values: dict[str, Any], is_default: bool) -> dict[str, Any]:
@@ -85,6 +106,8 @@ def validate_policy_fields(values: dict[str, Any], is_default: bool) -> dict[str
                     or not lo < value <= hi):
                 raise ValueError(f"max_kv_share must be a fraction of the KV pool above {lo:g} "
                                  f"and at most {hi:g} (blank: no cap), not {value!r}")
+        elif name == "models":
+            _check_models(value)
     return values
 
 
@@ -121,6 +144,8 @@ def merge_policies(default: StoredPolicy, override: StoredPolicy | None) -> Effe
     values["priority"] = values["priority"] or DEFAULT_PRIORITY
     if values["max_kv_share"] is not None:
         values["max_kv_share"] = float(values["max_kv_share"])
+    if values["models"] is not None:
+        values["models"] = tuple(values["models"])
     return EffectivePolicy(**values)
 
 
@@ -149,10 +174,15 @@ def set_policy(session: Session, user: UserRef | None = None, **values: Any) -> 
             row = Policy(user_id=user_id)
             session.add(row)
     for name, value in values.items():
-        setattr(row, name, float(value) if name == "max_kv_share" and value is not None
-                else value)
+        if value is not None and name == "max_kv_share":
+            value = float(value)
+        elif value is not None and name == "models":
+            # Each name once, in the order given: a JSON list, never a tuple (JSON has none).
+            value = list(dict.fromkeys(value))
+        setattr(row, name, value)
     session.flush()
-    record_event(session, "policy_changed", row.user_id, dict(values))
+    record_event(session, "policy_changed", row.user_id,
+                 {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()})
     return _stored(row, row.user_id)
 
 

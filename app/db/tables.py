@@ -1,4 +1,5 @@
-"""The ORM schema: users, api_keys, policies, threads, usage, events, settings.
+"""The ORM schema: users, api_keys, policies, threads, usage, events, settings, replicas,
+registered_models.
 
 This is the *current* schema; its history lives in migrations/versions/, and a test checks
 that the two agree (Alembic autogenerate finds no differences).
@@ -105,6 +106,9 @@ class Policy(Base):
     # The fair scheduler's weight (app/policy/scheduling.py) and KV share cap (0-1].
     priority: Mapped[str | None] = mapped_column(String(8))
     max_kv_share: Mapped[float | None] = mapped_column(Float)
+    # The registered models' names the user may use (a JSON list); NULL: every model in the
+    # default row, inherit in a user's.
+    models: Mapped[list[str] | None] = mapped_column(JSON)
 
 
 class Thread(Base):
@@ -171,3 +175,21 @@ class Replica(Base):
     started: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     heartbeat: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     draining: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class RegisteredModel(Base):
+    """A model the server may serve (app/registry/entry.py's ModelEntry is its value form):
+    loaded on demand, or at start when pinned."""
+
+    __tablename__ = "registered_models"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    source: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(16))
+    pinned: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    aliases: Mapped[list[str]] = mapped_column(JSON, default=list)
+    sleep_idle_seconds: Mapped[float | None] = mapped_column(Float)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    hub_repo: Mapped[str | None] = mapped_column(String(256))
+    created: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

@@ -23,6 +23,9 @@ class EffectivePolicy:
     # of the KV pool above which the user's prompts wait while others have work (None: no cap).
     priority: str = "normal"
     max_kv_share: float | None = None
+    # The registered models' names the user may use (None: every model). Stored and merged
+    # here; admission refuses a request for another.
+    models: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -34,6 +37,7 @@ class EffectivePolicy:
             "share_prefix_cache": self.share_prefix_cache,
             "priority": self.priority,
             "max_kv_share": self.max_kv_share,
+            "models": list(self.models) if self.models is not None else None,
         }
 
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from officellm.engine import EngineConfig, parse_memory
-
 GENERATE, EMBED = "generate", "embed"
 KINDS = (GENERATE, EMBED)
 # `source` of the bundled models: SmolLM2-135M-Instruct (generate) or all-MiniLM-L6-v2 (embed).
 BUNDLED = "bundled"
 # Serve options an entry may set; everything else is the server's (its flags).
 ENGINE_OPTIONS = ("dtype", "quantization", "kv_cache_dtype", "max_model_len", "kv_cache_memory")
+# engine/dtype_choice.py's names, not imported from there: it loads torch, which the CLI's
+# data commands must not wait for.
+DTYPES = ("auto", "float32", "fp32", "float", "bfloat16", "bf16", "float16", "fp16", "half")
 PARSER_OPTIONS = {"tool_call_parser": ("auto", "hermes", "llama3_json", "none"),
                   "reasoning_parser": ("auto", "qwen3", "deepseek_r1", "none")}
 
@@ -35,6 +36,10 @@ class ModelEntry:
     def check(self) -> None:
         """ValueError naming what is wrong with this entry (the CLI and the admin API ask
         before anything is stored)."""
+        # Here, not at the top: the engine's package loads torch (seconds), and reading or
+        # listing entries (`officellm models list`) needs none of it.
+        from officellm.engine import EngineConfig, parse_memory
+
         if not self.name or len(self.name) > 128 or any(c.isspace() for c in self.name):
             raise ValueError(f"A model name is 1 to 128 characters without spaces, not "
                              f"{self.name!r}.")
@@ -51,6 +56,10 @@ class ModelEntry:
         for key, choices in PARSER_OPTIONS.items():
             if key in self.options and self.options[key] not in choices:
                 raise ValueError(f"{key} must be one of {', '.join(choices)}.")
+        if "dtype" in self.options and str(self.options["dtype"]).lower() not in DTYPES:
+            # EngineConfig takes any string; the engine refuses it only when the model loads.
+            raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, not "
+                             f"{self.options['dtype']!r}.")
         if "kv_cache_memory" in self.options:
             parse_memory(self.options["kv_cache_memory"])
         EngineConfig(**self.engine_options())  # the engine's own checks of its knobs

@@ -128,6 +128,29 @@ def test_policy_set_priority_and_kv_share(capsys, db_path: Path) -> None:
     assert (default.priority, default.max_kv_share) == ("normal", 0.25)
 
 
+def test_policy_set_models_and_back_to_all(capsys, db_path: Path) -> None:
+    assert run(capsys, db_path, "users", "add", "alice")[0] == 0
+    code, out, _ = run(capsys, db_path, "policy", "set", "--models", "smollm2, minilm")
+    assert code == 0 and "models=smollm2, minilm" in out
+    code, out, _ = run(capsys, db_path, "policy", "show", "--user", "alice")
+    assert "(inherit) -> smollm2, minilm" in out
+    assert run(capsys, db_path, "policy", "set", "--user", "alice", "--models", "qwen3-8b")[0] == 0
+    code, out, _ = run(capsys, db_path, "policy", "show", "--user", "alice", "--json")
+    assert json.loads(out)["effective"]["models"] == ["qwen3-8b"]
+    code, out, _ = run(capsys, db_path, "policy", "set", "--models", "all")
+    assert code == 0 and "models=all models" in out
+    with Database(db_path).session() as s:
+        assert get_effective_policy(s, None).models is None
+        assert get_effective_policy(s, "alice").models == ("qwen3-8b",)
+
+
+def test_policy_set_models_refuses_an_empty_list(capsys, db_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["policy", "set", "--models", ",", "--db", str(db_path)])
+    assert exc.value.code == 2
+    assert "expected model names" in capsys.readouterr().err
+
+
 def test_policy_set_refuses_a_kv_share_over_one_and_an_unknown_priority(capsys, db_path) -> None:
     assert run(capsys, db_path, "users", "add", "alice")[0] == 0
     code, _, err = run(capsys, db_path, "policy", "set", "--user", "alice", "--max-kv-share", "1.5")

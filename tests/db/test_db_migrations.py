@@ -15,7 +15,7 @@ from officellm.app.db.migrate import head_revision
 from officellm.app.db.tables import Base
 
 ALL_TABLES = {"users", "api_keys", "policies", "threads", "usage", "events", "settings",
-              "replicas"}
+              "replicas", "registered_models"}
 
 
 def _tables(db: Database) -> set[str]:
@@ -26,7 +26,7 @@ def test_upgrade_empty_to_head(db_path: Path) -> None:
     db = Database(db_path)
     assert db.current_revision() is None
     db.upgrade()
-    assert db.current_revision() == head_revision() == "0007_sealed_jwt_secrets"
+    assert db.current_revision() == head_revision() == "0008_model_registry"
     assert _tables(db) == ALL_TABLES
     # The default policy row is seeded, with prefix-cache salting on.
     with db.engine.connect() as c:
@@ -87,11 +87,12 @@ def test_data_written_at_0001_survives_upgrade(db_path: Path) -> None:
         after_rows = con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
         assert [row[:-len(added)] for row in after_rows] == before[table]
         assert {row[-len(added):] for row in after_rows} == {added}
-    # policies gained share_prefix_cache (0002), priority and max_kv_share (0004): the
-    # default row's are false, 'normal' and NULL (no cap); users' rows NULL (inherit).
+    # policies gained share_prefix_cache (0002), priority and max_kv_share (0004), models
+    # (0008): the default row's are false, 'normal', NULL (no cap) and NULL (every model);
+    # users' rows NULL (inherit).
     after = con.execute("SELECT * FROM policies ORDER BY 1, 2").fetchall()
-    assert [row[:-3] for row in after] == before["policies"]
-    assert [row[-3:] for row in after] == [(0, "normal", None), (None, None, None)]
+    assert [row[:-4] for row in after] == before["policies"]
+    assert [row[-4:] for row in after] == [(0, "normal", None, None), (None, None, None, None)]
     assert con.execute("SELECT count(*) FROM threads").fetchone() == (0,)
     con.close()
 
@@ -221,6 +222,10 @@ def test_0004_scheduling_adds_priority_and_kv_share_and_downgrades_cleanly(db_pa
     with db.engine.begin() as c:
         c.execute(text("INSERT INTO policies (user_id, max_turns) VALUES (1, 12)"))
     db.upgrade("0004_scheduling")
+    with db.engine.connect() as c:
+        assert c.execute(text("SELECT user_id, priority, max_kv_share FROM policies "
+                              "ORDER BY id")).all() == [(None, "normal", None), (1, None, None)]
+    db.upgrade()  # the ORM reads the newest schema
     with db.transaction() as s:
         eff = get_effective_policy(s, "dave")
         assert (eff.max_turns, eff.priority, eff.max_kv_share) == (12, "normal", None)
@@ -230,4 +235,56 @@ def test_0004_scheduling_adds_priority_and_kv_share_and_downgrades_cleanly(db_pa
         columns = {col["name"] for col in inspect(c).get_columns("policies")}
         assert not {"priority", "max_kv_share"} & columns
         assert c.execute(text("SELECT max_turns FROM policies WHERE user_id = 1")).scalar() == 12
+    db.close()
+
+
+def test_data_written_at_0007_survives_0008_and_the_registry_starts_empty(db_path: Path) -> None:
+    """0008 (the model registry) adds a table and rebuilds policies to add `models`: every
+    user, key, policy and usage row comes through, each policy allowing every model."""
+    db = Database(db_path)
+    db.upgrade("0007_sealed_jwt_secrets")
+    db.close()
+    con = sqlite3.connect(db_path)
+    con.executescript("""
+        INSERT INTO users (id, name, disabled, created) VALUES
+            (1, 'alice', 0, '2026-12-01 09:00:00.000000'),
+            (2, 'bob', 1, '2026-12-02 10:30:00.000000');
+        INSERT INTO api_keys (id, user_id, key_hash, prefix, created, last_used, revoked,
+                              forwarded_users) VALUES
+            (1, 1, 'aa' || hex(zeroblob(31)), 'ocl-AAAAAAAA', '2026-12-01 09:01:00.000000',
+             '2026-12-03 08:00:00.000000', 0, 0),
+            (2, 2, 'bb' || hex(zeroblob(31)), 'ocl-BBBBBBBB', '2026-12-02 10:31:00.000000',
+             NULL, 1, 0);
+        UPDATE policies SET max_turns = 30, priority = 'high' WHERE user_id IS NULL;
+        INSERT INTO policies (user_id, max_tokens_per_day, max_kv_share) VALUES (1, 50000, 0.25);
+        INSERT INTO usage (user_id, day, requests, prompt_tokens, completion_tokens) VALUES
+            (1, '2026-12-03', 7, 2100, 800), (2, '2026-12-03', 1, 10, 5);
+    """)
+    con.commit()
+    tables = ("users", "api_keys", "usage")
+    before = {t: con.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in tables}
+    before_policies = con.execute("SELECT * FROM policies ORDER BY 1").fetchall()
+    con.close()
+
+    db = Database(db_path)
+    db.upgrade()
+    assert db.current_revision() == head_revision() == "0008_model_registry"
+    con = sqlite3.connect(db_path)
+    for t in tables:
+        assert con.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() == before[t]
+    after_policies = con.execute("SELECT * FROM policies ORDER BY 1").fetchall()
+    assert [row[:-1] for row in after_policies] == before_policies
+    assert [row[-1] for row in after_policies] == [None, None]  # every model
+    assert con.execute("SELECT count(*) FROM registered_models").fetchone() == (0,)
+    con.close()
+    assert db.integrity_check() == "ok"
+    with db.engine.connect() as c:
+        assert c.exec_driver_sql("PRAGMA foreign_key_check").all() == []
+
+    # And back down to 0007: the registry goes, the policies keep their rows.
+    db.downgrade("0007_sealed_jwt_secrets")
+    assert "registered_models" not in _tables(db)
+    con = sqlite3.connect(db_path)
+    assert con.execute("SELECT * FROM policies ORDER BY 1").fetchall() == before_policies
+    con.close()
     db.close()

@@ -151,3 +151,66 @@ def test_unknown_priority_is_refused_and_the_default_keeps_one(db: Database) -> 
             set_policy(s, "alice", priority="urgent")
         with pytest.raises(ValueError, match="the default policy needs a value for priority"):
             set_policy(s, None, priority=None)
+
+
+def test_models_default_to_every_model() -> None:
+    assert EffectivePolicy().models is None
+
+
+def test_a_users_models_replace_the_defaults(db: Database) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+        create_user(s, "bob")
+        set_policy(s, None, models=["smollm2", "minilm"])
+        set_policy(s, "alice", models=["qwen3-8b"])
+    with db.session() as s:
+        alice, bob = get_effective_policy(s, "alice"), get_effective_policy(s, "bob")
+        stored = get_policy(s, "bob")
+    assert alice.models == ("qwen3-8b",)
+    assert bob.models == ("smollm2", "minilm")  # the default's, in its order
+    assert stored.models is None  # NULL = inherit
+
+
+def test_a_users_null_models_inherit_and_the_defaults_null_means_every_model(
+        db: Database) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+        set_policy(s, None, models=["smollm2"])
+        set_policy(s, "alice", models=["qwen3-8b"])
+        set_policy(s, "alice", models=None)
+    with db.session() as s:
+        assert get_effective_policy(s, "alice").models == ("smollm2",)
+    with db.transaction() as s:
+        set_policy(s, None, models=None)
+    with db.session() as s:
+        assert get_effective_policy(s, "alice").models is None
+
+
+def test_an_empty_models_list_is_kept_apart_from_null(db: Database) -> None:
+    with db.transaction() as s:
+        create_user(s, "alice")
+        set_policy(s, "alice", models=[])
+    with db.session() as s:
+        assert get_effective_policy(s, "alice").models == ()
+
+
+def test_models_are_stored_once_each_in_the_order_given(db: Database) -> None:
+    with db.transaction() as s:
+        set_policy(s, None, models=["b", "a", "b"])
+    with db.session() as s:
+        assert get_policy(s, None).models == ("b", "a")
+
+
+def test_models_appear_in_the_policy_dicts_as_lists(db: Database) -> None:
+    with db.transaction() as s:
+        set_policy(s, None, models=["smollm2"])
+    with db.session() as s:
+        assert get_policy(s, None).to_dict()["models"] == ["smollm2"]
+        assert get_effective_policy(s, None).to_dict()["models"] == ["smollm2"]
+
+
+@pytest.mark.parametrize("value", ["smollm2", [""], ["two words"], [3], ["x" * 129]])
+def test_models_that_are_not_a_list_of_names_are_refused(db: Database, value) -> None:
+    with db.transaction() as s:
+        with pytest.raises(ValueError, match="models must be a list of model names"):
+            set_policy(s, None, models=value)

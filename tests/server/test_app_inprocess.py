@@ -199,3 +199,26 @@ def test_admin_policy_priority_and_kv_share(tmp_path) -> None:
         assert r.status_code == 400 and r.json()["error"]["param"] == "max_kv_share"
         r = client.put("/admin/policies/default", json={"priority": None}, headers=headers)
         assert r.status_code == 400 and r.json()["error"]["param"] == "priority"
+
+
+def test_admin_policy_models(tmp_path) -> None:
+    def never_loads():
+        raise RuntimeError("not needed")
+
+    settings = ServerSettings(no_auth=True, database=str(tmp_path / "officellm.db"),
+                              admin_remote=True)
+    app = create_app(settings, never_loads)
+    headers = {"Authorization": f"Bearer {(tmp_path / 'admin_token').read_text().strip()}"}
+    with TestClient(app) as client:
+        assert client.post("/admin/users", json={"name": "ann"}, headers=headers).status_code == 201
+        r = client.put("/admin/policies/default", json={"models": ["smollm2", "minilm"]},
+                       headers=headers)
+        assert r.status_code == 200 and r.json()["models"] == ["smollm2", "minilm"], r.text
+        r = client.put("/admin/policies/users/ann", json={"models": ["qwen3-8b"]}, headers=headers)
+        assert r.status_code == 200 and r.json()["models"] == ["qwen3-8b"], r.text
+        policies = client.get("/admin/policies", headers=headers).json()
+        assert policies["users"]["ann"]["models"] == ["qwen3-8b"]
+        r = client.put("/admin/policies/default", json={"models": None}, headers=headers)
+        assert r.status_code == 200 and r.json()["models"] is None
+        r = client.put("/admin/policies/users/ann", json={"models": "qwen3-8b"}, headers=headers)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "models"
