@@ -23,6 +23,7 @@ from officellm.app.admission.body_limit import BodySizeLimit
 from officellm.app.anthropic.routes import router as anthropic_router
 from officellm.app.db import Database, prepare_database
 from officellm.app.db.column_types import utcnow
+from officellm.app.db.registered_models import list_entries
 from officellm.app.db.threads import active_thread_counts
 from officellm.app.db.users import user_names
 from officellm.app.error_handlers import install_error_handlers
@@ -64,7 +65,8 @@ def default_engine_factory(settings: ServerSettings) -> EngineFactory:
 def read_registry(db: Database) -> list[ModelEntry]:
     """The registry's entries (the models table), read by the pool on start and when a
     request names a model it does not know yet."""
-    return []  # MERGE: app/db/registered_models.list_entries
+    with db.session() as session:
+        return list_entries(session)
 
 
 def command_line_entry(settings: ServerSettings) -> ModelEntry:

@@ -7,13 +7,22 @@ writes never block the event loop.
 
 from fastapi import APIRouter, Depends
 
-from officellm.app.admin import activity, keys, live, policies, replicas, users, what_if
+from officellm.app.admin import (
+    activity,
+    keys,
+    live,
+    models,
+    policies,
+    replicas,
+    users,
+    what_if,
+)
 from officellm.app.admin.access import require_admin
 from officellm.app.openai.answers import ERROR_RESPONSES
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)],
                    responses=ERROR_RESPONSES)
-for _module in (live, what_if, users, keys, policies, activity, replicas):
+for _module in (live, what_if, users, keys, policies, activity, replicas, models):
     router.include_router(_module.router)
 
 __all__ = ["router"]

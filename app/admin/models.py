@@ -217,9 +217,9 @@ async def _download(server: ServerState, download: Download) -> None:
     entry = download.entry
     try:
         assert entry.hub_repo is not None
-        await asyncio.to_thread(pull, entry.hub_repo, pulled_dir(entry.hub_repo), None,
-                                download.report)
-        await asyncio.to_thread(_store, server, entry)
+        source = await asyncio.to_thread(pull, entry.hub_repo, pulled_dir(entry.hub_repo),
+                                         None, download.report)
+        await asyncio.to_thread(_store, server, replace(entry, source=str(source)))
     except Exception as exc:  # the row says why; the server goes on
         download.error = f"{type(exc).__name__}: {exc}"
         logger.warning("Downloading %s for `%s` failed: %s", entry.hub_repo, entry.name,

@@ -110,21 +110,29 @@ class AdmissionControl:
         self._idle.set()
 
     @asynccontextmanager
-    async def admit(self, principal: Principal, endpoint: str,
-                    sequences: int) -> AsyncIterator[Admission]:
-        """Admit one request of `sequences` engine sequences, or raise its APIError: 503
-        while draining, 429 over the daily quota, the user's concurrency or the queue."""
-        admission = await self._enter(principal, endpoint, sequences)
+    async def admit(self, principal: Principal, endpoint: str, sequences: int,
+                    model: str | None = None) -> AsyncIterator[Admission]:
+        """Admit one request of `sequences` engine sequences for `model` (its registry
+        name), or raise its APIError: 503 while draining, 403 for a model the user's policy
+        does not allow, 429 over the daily quota, the user's concurrency or the queue."""
+        admission = await self._enter(principal, endpoint, sequences, model)
         try:
             yield admission
         finally:
             if not admission._held_by_response:
                 admission._release()
 
-    async def _enter(self, principal: Principal, endpoint: str, sequences: int) -> Admission:
+    async def _enter(self, principal: Principal, endpoint: str, sequences: int,
+                     model: str | None) -> Admission:
         self.refuse_if_draining()
         policy, used = await run_in_threadpool(self._policy_and_usage, principal.user_id)
         self.refuse_if_draining()  # the drain may have begun while the database answered
+        if model is not None and policy.models is not None and model not in policy.models:
+            self.refusals.server_limit(principal, "model_not_allowed")
+            allowed = ", ".join(f"`{m}`" for m in policy.models) or "none"
+            raise APIError(403, f"Your policy does not let you use the model `{model}`; you "
+                                f"may use: {allowed}. Ask your administrator.",
+                           param="model", code="model_not_allowed")
         decision = check_daily_quota(policy, used)
         if decision.action == "reject":
             self.refusals.policy(principal, decision, endpoint,

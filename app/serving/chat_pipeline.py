@@ -129,7 +129,8 @@ async def run_chat(server: ServerState, request: Request, principal: Principal, 
     # A front-end key's request runs as the person it is for (docs/design.md §5).
     principal = await get_caller(request, principal, call.user)
     model = await server.models.resolve(call.model)
-    async with server.admission.admit(principal, call.endpoint, call.n) as admission:
+    async with server.admission.admit(principal, call.endpoint, call.n,
+                                      model.name or None) as admission:
         await server.load_for(model, admission)
         chat = read(model)
         try:

@@ -49,6 +49,11 @@ class Office:
         assert r.status_code == 201, r.text
         return r.json()
 
+    @property
+    def default(self) -> str:
+        """The command line's model's name."""
+        return next(name for name, row in self.models().items() if row["default"])
+
     def models(self) -> dict[str, dict]:
         r = httpx.get(f"{self.url}/admin/models", headers=self.admin, timeout=TIMEOUT)
         assert r.status_code == 200, r.text
@@ -125,9 +130,8 @@ def test_a_request_by_name_reaches_that_models_engine(office):
 
 
 def test_a_request_without_a_model_gets_the_default(office):
-    default = next(name for name, row in office.models().items() if row["default"])
     r = office.chat(None)
-    assert r.status_code == 200 and r.json()["model"] == default
+    assert r.status_code == 200 and r.json()["model"] == office.default
 
 
 def test_an_unknown_model_is_a_404_naming_it(office):
@@ -140,7 +144,7 @@ def test_a_first_request_loads_the_model_while_the_default_keeps_streaming(offic
     office.unload("tiny-llama")
     arrivals: list[float] = []
     stream = office.client.chat.completions.create(
-        messages=ASK, max_tokens=120, temperature=0, stream=True,
+        model=office.default, messages=ASK, max_tokens=120, temperature=0, stream=True,
         extra_body={"min_tokens": 120})
 
     def read() -> None:
@@ -232,3 +236,31 @@ def test_no_loaded_engine_holds_a_kv_block_once_its_requests_are_done(office):
             break
         time.sleep(0.2)
     assert loaded and all(m["num_blocks_used"] == 0 for m in loaded), loaded
+
+
+def test_a_policy_restricting_models_refuses_others_with_403_naming_the_model(office):
+    put = httpx.put(f"{office.url}/admin/policies/users/key1", json={"models": ["tiny-llama"]},
+                    headers=office.admin, timeout=TIMEOUT)
+    assert put.status_code == 200, put.text
+    try:
+        refused = office.chat("tiny-qwen")
+        allowed = office.chat("tiny-llama")
+    finally:
+        httpx.delete(f"{office.url}/admin/policies/users/key1", headers=office.admin,
+                     timeout=TIMEOUT)
+    assert refused.status_code == 403
+    assert "`tiny-qwen`" in refused.json()["error"]["message"]
+    assert allowed.status_code == 200
+
+
+def test_a_registered_embedding_model_loads_on_its_first_request_and_sleeps_when_idle(office):
+    r = httpx.post(f"{office.url}/admin/models", headers=office.admin, timeout=TIMEOUT,
+                   json={"name": "minilm-sleepy", "source": "bundled", "kind": "embed",
+                         "sleep_idle_seconds": SLEEPY_IDLE_S})
+    assert r.status_code == 201, r.text
+    assert office.state("minilm-sleepy") == "unloaded"
+    out = office.client.embeddings.create(model="minilm-sleepy", input="a cat")
+    assert len(out.data[0].embedding) == 384
+    office.wait_state("minilm-sleepy", "sleeping", timeout=SLEEPY_IDLE_S + 20)
+    again = office.client.embeddings.create(model="minilm-sleepy", input="a cat")
+    assert again.data[0].embedding == out.data[0].embedding

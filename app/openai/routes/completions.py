@@ -57,8 +57,8 @@ async def completions(body: CompletionRequest, request: Request,
         prompts = body.prompts()
     except ValueError as exc:
         raise invalid_value(exc, "prompt") from exc
-    async with server.admission.admit(principal, "completions",
-                                      len(prompts) * params.n) as admission:
+    async with server.admission.admit(principal, "completions", len(prompts) * params.n,
+                                      served.name or None) as admission:
         await server.load_for(served, admission)
         model = served.name
         ids = [await served.prompts.completion(admission, p) for p in prompts]

@@ -83,7 +83,7 @@ async def embeddings(body: EmbeddingRequest, request: Request,
     name, embedder = served.name, served.embedder
     server.admission.refuse_if_draining()
     t0 = time.monotonic()
-    async with server.admission.admit(principal, "embeddings", 0):
+    async with server.admission.admit(principal, "embeddings", 0, name):
         # Leased from its load to its vectors: idle sleep never frees it in between.
         embedder.leases += 1
         try:
