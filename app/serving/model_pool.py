@@ -99,8 +99,8 @@ class ModelPool:
     def add(self, entry: ModelEntry, factory: EngineFactory | None = None,
             served_names: list[str] | None = None) -> ServedModel:
         """Serve `entry` (its engine is started asleep unless pinned, once the pool starts)."""
-        config = engine_config(self.settings, entry)
-        engine = AsyncLLM(factory or (lambda: LLMEngine(config)))
+        engine = AsyncLLM(factory or (lambda: LLMEngine(engine_config(self.settings,
+                                                                      model.entry))))
         model = ServedModel(entry, engine, self.settings, self.refusals,
                             served_names=served_names)
         engine.on_ready = model.engine_loaded
@@ -167,6 +167,8 @@ class ModelPool:
             if entry is None:
                 self.forget(model)
             elif entry != model.entry:
+                if entry.options != model.entry.options:
+                    model.footprint = None  # planned again; the options apply from its next load
                 model.entry = entry
         for entry in registered.values():
             if self.find(entry.name) is None and self.find_embedder(entry.name) is None:

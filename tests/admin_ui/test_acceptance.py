@@ -298,3 +298,28 @@ def test_7_front_end_key_and_its_people_through_the_ui(qtbot, window, server, ad
     qtbot.waitUntil(lambda: {"ann@example.com via open-webui",
                              "ben@example.com via open-webui"} <= labels(), timeout=10_000)
     assert tab.select_user("ann@example.com")  # selected by name, for disable / keys
+
+
+def test_8_models_tab_loads_and_unloads_a_registered_model(qtbot, window, admin,
+                                                          tmp_path_factory, smollm2_dir):
+    from officellm.admin_ui.models.registry_model import RegistryModel
+    from tests.support.tiny_models import shared_tiny_model
+
+    tiny = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
+    admin.add_model("tiny-console", source=str(tiny))
+    tab = window.models
+    state_column = [c.header for c in RegistryModel.columns].index("State")
+
+    def state() -> str | None:
+        row = tab.model.row_of("tiny-console")
+        return None if row is None else tab.model.index(row, state_column).data()
+
+    qtbot.waitUntil(lambda: state() == "unloaded", timeout=ONE_REFRESH_MS)
+    assert tab.select_model("tiny-console")
+    tab.load_button.click()
+    qtbot.waitUntil(lambda: state() == "ready", timeout=120_000)
+    assert {m["name"]: m["state"] for m in admin.models()["models"]}["tiny-console"] == "ready"
+    assert tab.select_model("tiny-console")
+    tab.unload_button.click()
+    qtbot.waitUntil(lambda: state() == "unloaded", timeout=30_000)
+    assert {m["name"]: m["state"] for m in admin.models()["models"]}["tiny-console"] == "unloaded"
