@@ -136,7 +136,6 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         tasks = [sampler, heartbeat]
         tasks.append(asyncio.ensure_future(run_idle_sleep(pool)))
         await pool.refresh(force=True)
-        pool.estimate_in_background()
         try:
             yield
         finally:

@@ -249,7 +249,11 @@ class ModelPool:
         """Estimate the footprints not known yet (reading a .gguf's config takes seconds),
         so the admin's list shows them without waiting."""
         missing = [m for m in self.models if m.footprint is None]
-        if missing and (self._estimating is None or self._estimating.done()):
+        # Not while a model loads: reading a .gguf's config imports transformers, and two
+        # threads importing it at once can fail with a circular import.
+        loading = any(m.async_engine.state is EngineState.LOADING for m in self.models) or any(
+            e.embedder.state is EngineState.LOADING for e in self.embedders)
+        if missing and not loading and (self._estimating is None or self._estimating.done()):
             async def estimate() -> None:
                 for model in missing:
                     try:
