@@ -2,6 +2,10 @@
 server (app.db.policies.validate_policy_fields), so a mistake is named before Save is sent.
 
 Blank means None: in the default policy "no limit", in a user's override "inherit".
+`models` is text too: comma-separated model names; blank (or "all", the CLI's word) is None,
+every model in the default policy and the default's list in a user's override; "none" is the
+empty list, no model at all (a model that is itself named "none" or "all": add a comma,
+"none,").
 """
 
 from __future__ import annotations
@@ -24,7 +28,14 @@ LABELS = {
     "share_prefix_cache": "Share prefix cache",
     "priority": "Priority (fair scheduling)",
     "max_kv_share": "Max share of the KV cache",
+    "models": "Models this policy allows",
 }
+# The server's rule for a model name (app/registry/entry.py ModelEntry.check).
+MODEL_NAME_MAX = 128
+# Typed alone in the models field: "none" is the empty list (no model), "all" the same as
+# blank (None). A model named so is written with a comma after it ("none,").
+MODELS_NONE = "none"
+MODELS_ALL = "all"
 
 
 @dataclass
@@ -39,6 +50,9 @@ class PolicyForm:
     share_prefix_cache: str = ""  # "yes" | "no" | "" (inherit)
     priority: str = ""  # "low" | "normal" | "high" | "" (inherit)
     max_kv_share: str = ""  # "0.5" or "50%"; "" = no cap (default) or inherit (user)
+    # "qwen3-8b, minilm"; "" (or "all") = every model (default) or inherit (user);
+    # "none" = the empty list, no model
+    models: str = ""
 
     @classmethod
     def from_policy(cls, policy: dict[str, Any] | None) -> PolicyForm:
@@ -53,7 +67,46 @@ class PolicyForm:
         form.priority = p.get("priority") or ""
         kv_share = p.get("max_kv_share")
         form.max_kv_share = "" if kv_share is None else f"{kv_share:g}"
+        form.models = models_to_text(p.get("models"))
         return form
+
+
+def models_to_text(models: list[str] | None) -> str:
+    """The models field's text for the server's `models`: "" for None, "none" for []."""
+    if models is None:
+        return ""
+    if not models:
+        return MODELS_NONE
+    text = ", ".join(models)
+    # One model whose name is a keyword: the comma keeps it a name.
+    return text + "," if text.lower() in (MODELS_NONE, MODELS_ALL) else text
+
+
+def parse_models(text: str) -> list[str] | None:
+    """The server's `models` for the field's text, or ValueError saying what is wrong.
+    Names are split on commas and trimmed; a repeated name is kept once."""
+    text = text.strip()
+    if not text or text.lower() == MODELS_ALL:
+        return None
+    if text.lower() == MODELS_NONE:
+        return []
+    names: list[str] = []
+    bad: list[str] = []
+    for piece in text.split(","):
+        name = piece.strip()
+        if not name:
+            continue
+        if any(c.isspace() for c in name) or len(name) > MODEL_NAME_MAX:
+            bad.append(name)
+        elif name not in names:
+            names.append(name)
+    if bad:
+        raise ValueError(f"model names are 1 to {MODEL_NAME_MAX} characters without spaces, "
+                         f"separated by commas; not {', '.join(map(repr, bad))}")
+    if not names:
+        raise ValueError(f"write model names separated by commas, {MODELS_NONE!r} for no "
+                         f"model, or leave it blank; not {text!r}")
+    return names
 
 
 class PolicyError(ValueError):
@@ -122,6 +175,10 @@ def form_to_policy(form: PolicyForm, is_default: bool) -> dict[str, Any]:
                                        f"and at most 1 (0.5 or 50%), or blank, not {text!r}"
         else:
             out["max_kv_share"] = share
+    try:
+        out["models"] = parse_models(form.models)
+    except ValueError as exc:
+        problems["models"] = f"{LABELS['models']}: {exc}"
     if problems:
         raise PolicyError(problems)
     return out

@@ -3,9 +3,11 @@ policies per request, so the next request already follows the new one)."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import QStringListModel, Qt
 from PySide6.QtGui import QIntValidator
 from PySide6.QtWidgets import (
     QComboBox,
+    QCompleter,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -19,6 +21,7 @@ from PySide6.QtWidgets import (
 from officellm.admin_ui.policy_values import (
     INT_FIELDS,
     LABELS,
+    MODELS_NONE,
     ON_LIMIT_CHOICES,
     PRIORITY_CHOICES,
     PRIORITY_WEIGHTS,
@@ -29,6 +32,34 @@ from officellm.admin_ui.policy_values import (
 from officellm.admin_ui.session import AdminSession
 
 DEFAULT = "(default policy)"
+MODELS_TOOLTIP = (
+    "The registered models this policy's users may use, separated by commas "
+    "(e.g. qwen3-8b, minilm). Blank (or \"all\"): every model in the default policy; the "
+    "default's list in a user's override, whose own list replaces the default's. \"none\": "
+    "no model at all. A model named \"none\" or \"all\" is written with a comma: none,")
+
+
+class ModelNamesCompleter(QCompleter):
+    """Completes the name after the last comma of the line edit, keeping the names before."""
+
+    def __init__(self, edit: QLineEdit) -> None:
+        super().__init__(edit)
+        self.edit = edit
+        self.names = QStringListModel(self)  # parented: Python keeps no other reference
+        self.setModel(self.names)
+        self.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
+
+    def set_names(self, names: list[str]) -> None:
+        self.names.setStringList(names)
+
+    def splitPath(self, path: str) -> list[str]:  # noqa: N802 - Qt's name
+        return [path.rsplit(",", 1)[-1].strip()]
+
+    def pathFromIndex(self, index) -> str:  # noqa: N802 - Qt's name
+        head, sep, _last = self.edit.text().rpartition(",")
+        name = super().pathFromIndex(index)
+        return f"{head}{sep} {name}" if sep else name
 
 
 class PoliciesTab(QWidget):
@@ -79,6 +110,20 @@ class PoliciesTab(QWidget):
         sform.addRow(LABELS["max_kv_share"], self.kv_share)
         layout.addWidget(sharing)
 
+        models_box = QGroupBox("Models")
+        mform = QFormLayout(models_box)
+        self.models = QLineEdit()
+        self.models.setToolTip(MODELS_TOOLTIP)
+        self.models.textEdited.connect(self._edited)
+        # The server's model names, to pick from as they are typed (asked in refresh).
+        self.models_completer = ModelNamesCompleter(self.models)
+        self.models.setCompleter(self.models_completer)
+        # A completion replaces the text without textEdited: it is the admin's edit too.
+        self.models_completer.highlighted.connect(self._edited)
+        self.models_completer.activated.connect(self._edited)
+        mform.addRow(LABELS["models"], self.models)
+        layout.addWidget(models_box)
+
         self.hint = QLabel("")
         self.hint.setWordWrap(True)
         layout.addWidget(self.hint)
@@ -117,6 +162,9 @@ class PoliciesTab(QWidget):
         self.kv_share.setPlaceholderText("blank: " + ("no cap" if is_default
                                                       else "inherit the default")
                                          + "; e.g. 0.5 or 50%")
+        self.models.setPlaceholderText(
+            ("blank: every model" if is_default else "blank: the default's list")
+            + f"; or names separated by commas; {MODELS_NONE}: no model")
         self.on_limit.clear()
         self.share.clear()
         self.priority.clear()
@@ -143,6 +191,12 @@ class PoliciesTab(QWidget):
         # Users too: a user without an override may be missing from the policies answer,
         # and the admin still needs to pick them to give them one.
         self.session.call(lambda c: (c.policies(), c.users()), self._show, self._error)
+        # Completions only: a server that cannot list its models leaves the field plain text.
+        self.session.call(lambda c: c.models(), self._show_models, lambda _exc: None)
+
+    def _show_models(self, answer: dict) -> None:
+        names = [m["name"] for m in answer.get("models") or [] if m.get("name")]
+        self.models_completer.set_names(sorted(set(names)))
 
     def _show(self, result: tuple[dict, list[dict]]) -> None:
         policies, users = result
@@ -175,12 +229,14 @@ class PoliciesTab(QWidget):
         self.share.setCurrentIndex(max(0, self.share.findData(form.share_prefix_cache)))
         self.priority.setCurrentIndex(max(0, self.priority.findData(form.priority)))
         self.kv_share.setText(form.max_kv_share)
+        self.models.setText(form.models)
 
     def form(self) -> PolicyForm:
         f = PolicyForm(on_limit=self.on_limit.currentData() or "",
                        share_prefix_cache=self.share.currentData() or "",
                        priority=self.priority.currentData() or "",
-                       max_kv_share=self.kv_share.text())
+                       max_kv_share=self.kv_share.text(),
+                       models=self.models.text())
         for name, edit in self.int_edits.items():
             setattr(f, name, edit.text())
         return f
