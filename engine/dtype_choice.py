@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -34,6 +35,14 @@ def _time_linear(dtype: torch.dtype, m: int, k: int, n: int, repeats: int = 7) -
     return best
 
 
+@functools.cache
+def _measured_speeds(shape: tuple[int, int, int]) -> tuple[float, float]:
+    """fp32's and bf16's time for a matmul of `shape`, measured once per process: a model
+    loaded again (a wake from idle sleep, a reload in the model pool) gets the dtype it got
+    at first, not a new draw of the timing noise."""
+    return _time_linear(torch.float32, *shape), _time_linear(torch.bfloat16, *shape)
+
+
 def resolve_dtype(requested: str, device: torch.device, config_dtype: str | None,
                   hidden_size: int = 1024, intermediate_size: int = 4096) -> torch.dtype:
     """Map a --dtype value to a torch dtype.
@@ -56,7 +65,7 @@ def resolve_dtype(requested: str, device: torch.device, config_dtype: str | None
                     "(AVX512-BF16 or AMX), so bf16 would be emulated", features.describe())
         return torch.float32
     shape = (32, hidden_size, 2 * intermediate_size)
-    fp32, bf16 = _time_linear(torch.float32, *shape), _time_linear(torch.bfloat16, *shape)
+    fp32, bf16 = _measured_speeds(shape)
     choice = torch.bfloat16 if bf16 < 0.8 * fp32 else torch.float32
     logger.info("dtype auto -> %s: this CPU (%s) has bf16 matrix instructions, and a "
                 "%dx%dx%d matmul measured here runs in bf16 at %.1fx the speed of fp32 "

@@ -123,6 +123,24 @@ def rows_in_words(n: int) -> str:
     return f"{n} row{'s' if n != 1 else ''}"
 
 
+# blocks_reach's answers by model source, dtype, packing and threads: a model loaded again
+# in this process (a wake from idle sleep, a reload in the server's model pool) keeps the
+# choice of its first load instead of a new draw of the timing noise.
+_REACHED: dict[tuple[str, str, bool, int], int | None] = {}
+
+
+def remembered_reach(source: str, dtype: torch.dtype, packs: bool,
+                     measure: Callable[[], int | None]) -> int | None:
+    """blocks_reach for `source` as first measured in this process (`measure` runs once)."""
+    key = (source, str(dtype), packs, torch.get_num_threads())
+    if key not in _REACHED:
+        _REACHED[key] = measure()
+    else:
+        logger.info("quantization auto: the choice of this model's first load in this process "
+                    "(not measured again)")
+    return _REACHED[key]
+
+
 def blocks_reach(model: DecoderModel, blocks: dict[str, QuantizedTensor], matmul, pack,
                  packs: bool, dtype: torch.dtype) -> int | None:
     """The largest batch to run over blocks (None: every batch; 0: none), from the layers'

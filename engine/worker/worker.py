@@ -27,7 +27,11 @@ from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
 from officellm.engine.weight_quantization import gguf_blocks, quantize_at_load, resolve_quantization
 from officellm.engine.worker.model_runner import ModelRunner
-from officellm.engine.worker.quantization_choice import blocks_reach, rows_in_words
+from officellm.engine.worker.quantization_choice import (
+    blocks_reach,
+    remembered_reach,
+    rows_in_words,
+)
 from officellm.kernels.cpu_features import cpu_features
 from officellm.kernels.reference import quant_reference
 
@@ -135,7 +139,9 @@ class Worker:
         else:
             blocks = quantize_at_load(iter_safetensors(model_dir), method)
         matmul, pack = self.model.ops.quant_matmul, self.model.ops.quant_pack
-        max_rows = (blocks_reach(self.model, blocks, matmul, pack, packs, self.dtype)
+        max_rows = (remembered_reach(str(source or model_dir), self.dtype, packs,
+                                     lambda: blocks_reach(self.model, blocks, matmul, pack,
+                                                          packs, self.dtype))
                     if self.config.quantization == "auto" else None)
         if max_rows == 0:
             return "dense"

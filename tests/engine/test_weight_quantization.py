@@ -6,6 +6,8 @@ the greedy output equals the engine's torch reference of the same blocks token f
 from __future__ import annotations
 
 import logging
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -238,3 +240,19 @@ def test_a_gguf_type_without_a_kernel_is_dequantized_with_one_warning(tmp_path, 
     assert list(blocks) == ["model.layers.0.self_attn.k_proj.weight"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "Q5_K" in warnings[0] and "2 tensor(s)" in warnings[0]
+
+
+def test_auto_keeps_a_models_first_choice_for_its_later_loads_in_the_process() -> None:
+    """A wake from idle sleep (or a reload in the model pool) gets the engine it got at
+    start: the timing is not drawn again."""
+    calls: list[str] = []
+
+    def measure(answer: int | None) -> Callable[[], int | None]:
+        return lambda: calls.append("measured") or answer
+
+    source = f"/models/first-choice-{uuid.uuid4().hex}.gguf"
+    first = quantization_choice.remembered_reach(source, torch.float32, False, measure(8))
+    again = quantization_choice.remembered_reach(source, torch.float32, False, measure(0))
+    other = quantization_choice.remembered_reach(source, torch.bfloat16, False, measure(0))
+    assert (first, again, other) == (8, 8, 0)
+    assert calls == ["measured", "measured"]
