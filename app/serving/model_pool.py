@@ -108,7 +108,20 @@ class ModelPool:
         self.models.append(model)
         if self._started:
             engine.start(asleep=True)
+            if entry.pinned:
+                self._load_pinned(model)
         return model
+
+    def _load_pinned(self, model: ServedModel) -> None:
+        """Load a pinned registry model now, planned like any load (a pinned model is
+        loaded, not let past the budget: if it does not fit it stays out, and says so)."""
+        async def load() -> None:
+            try:
+                await self.load(model)
+            except APIError as exc:
+                logger.warning("The pinned model `%s` is not loaded: %s", model.name,
+                               exc.message)
+        asyncio.ensure_future(load())
 
     def engines(self) -> list[tuple[str, AsyncLLM]]:
         """The engines with a name to report, for the metrics collectors."""
@@ -169,7 +182,10 @@ class ModelPool:
             elif entry != model.entry:
                 if entry.options != model.entry.options:
                     model.footprint = None  # planned again; the options apply from its next load
+                pinned_now = entry.pinned and not model.entry.pinned
                 model.entry = entry
+                if pinned_now and not model.in_memory:
+                    self._load_pinned(model)
         for entry in registered.values():
             if self.find(entry.name) is None and self.find_embedder(entry.name) is None:
                 self.add(entry)

@@ -264,3 +264,16 @@ def test_a_registered_embedding_model_loads_on_its_first_request_and_sleeps_when
     office.wait_state("minilm-sleepy", "sleeping", timeout=SLEEPY_IDLE_S + 20)
     again = office.client.embeddings.create(model="minilm-sleepy", input="a cat")
     assert again.data[0].embedding == out.data[0].embedding
+
+
+def test_a_pinned_model_loads_without_a_request_and_deleting_it_frees_it(office):
+    for name in ("tiny-llama", "tiny-qwen", "tiny-sleepy"):
+        office.unload(name)
+    office.register("tiny-pinned", office.tiny_qwen, pinned=True)
+    office.wait_state("tiny-pinned", "ready", timeout=60)
+    r = httpx.delete(f"{office.url}/admin/models/tiny-pinned", headers=office.admin,
+                     timeout=TIMEOUT)
+    assert r.status_code == 204
+    names = [m.id for m in office.client.models.list().data]
+    assert "tiny-pinned" not in names
+    assert "tiny-pinned" not in office.models()
