@@ -42,7 +42,8 @@ def default_cpu_kv_bytes() -> int:
 def estimate_footprint(config: EngineConfig, kv_cache_bytes: int | None = None) -> ModelFootprint:
     """The planned footprint of `config`'s model: weights by the parameter count (dense:
     GGUF blocks kept quantized take less) and the KV pool `kv_cache_bytes`, else
-    config.kv_cache_memory, else the CPU default. Reads only the model's config."""
+    config.kv_cache_memory, else the CPU default (on CUDA: ValueError, saying to give one).
+    Reads only the model's config."""
     source = bundled_model_path() if config.model is None else Path(config.model).expanduser()
     spec, name = load_spec(str(source))
     device = config.device.split(":")[0]
@@ -53,6 +54,12 @@ def estimate_footprint(config: EngineConfig, kv_cache_bytes: int | None = None) 
     plan = make_plan(spec, name, 0, dtype, tensor_parallel_size=config.tensor_parallel_size)
     weights = plan.weight_bytes * config.tensor_parallel_size
     kv = kv_cache_bytes if kv_cache_bytes is not None else config.kv_cache_memory
+    if kv is None and device == "cuda":
+        # On a GPU an engine without --kv-cache-memory takes --gpu-memory-utilization of the
+        # whole device, which leaves nothing to plan a second model in.
+        raise ValueError(f"The KV pool of {name} on a GPU cannot be planned beside other "
+                         "models without a size: give it a kv_cache_memory (e.g. `officellm "
+                         "models add ... --kv-cache-memory 8GiB`).")
     if kv is None:
         kv = default_cpu_kv_bytes()
     return ModelFootprint(weights, int(kv) * config.tensor_parallel_size)

@@ -255,11 +255,16 @@ class ModelPool:
 
     async def _measure(self, model: ServedModel) -> None:
         """A loaded model's footprint with the KV pool it actually has."""
-        planned = await self.footprint(model)
         stats = model.async_engine.stats()
-        if stats is not None and stats.bytes_per_token:
-            kv = stats.num_blocks_total * stats.block_size * stats.bytes_per_token
-            model.footprint = ModelFootprint(planned.weight_bytes, kv)
+        if stats is None or not stats.bytes_per_token:
+            await self.footprint(model)
+            return
+        kv = stats.num_blocks_total * stats.block_size * stats.bytes_per_token
+        if model.footprint is None:
+            config = engine_config(self.settings, model.entry)
+            model.footprint = await asyncio.to_thread(estimate_footprint, config, kv)
+        elif model.footprint.kv_cache_bytes != kv:
+            model.footprint = ModelFootprint(model.footprint.weight_bytes, kv)
 
     def estimate_in_background(self) -> None:
         """Estimate the footprints not known yet (reading a .gguf's config takes seconds),
@@ -293,7 +298,10 @@ class ModelPool:
         budget; 503 naming what is loaded if it cannot."""
         if self.budget_bytes is None:
             return
-        need = (await self.footprint(model)).total_bytes
+        try:
+            need = (await self.footprint(model)).total_bytes
+        except ValueError as exc:  # a GPU model without a KV size: nothing to plan with
+            raise self._refusal(str(exc)) from exc
         for other in self.models:
             if other.in_memory:
                 await self._measure(other)
