@@ -40,6 +40,8 @@ class EngineNumbers:
     kv_cache_tokens: int = 0
     bytes_per_token: int = 0
     max_model_len: int = 0
+    spec_decode_num_draft_tokens: int = 0
+    spec_decode_num_accepted_tokens: int = 0
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EngineNumbers:
@@ -50,6 +52,13 @@ class EngineNumbers:
             else:
                 setattr(out, name, int(_f(d, name, default)))
         return out
+
+    @property
+    def draft_acceptance(self) -> float | None:
+        """Share of speculation's draft tokens the model kept (None before any draft)."""
+        if self.spec_decode_num_draft_tokens <= 0:
+            return None
+        return self.spec_decode_num_accepted_tokens / self.spec_decode_num_draft_tokens
 
     @property
     def prefix_hit_rate(self) -> float | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from officellm.engine.core.scheduling_policy import SCHEDULING_POLICIES
+from officellm.engine.core.speculative_config import SpeculativeConfig
 from officellm.engine.kv_cache_dtype import check_kv_cache_dtype
 from officellm.engine.weight_quantization import check_quantization
 
@@ -89,7 +90,18 @@ class EngineConfig:
         "fcfs", "fcfs | priority | fair: arrival order; by request priority; or shares between "
                 "fairness keys (the server's users)", str)
 
+    # N-gram speculation (vLLM's flag): drafts from the sequence's own prompt and output,
+    # verified in the batch's forward pass (engine/core/ngram_proposer.py); None: off.
+    speculative_config: SpeculativeConfig | None = knob(
+        None, 'JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4, '
+              '"prompt_lookup_min": 2, "prompt_lookup_max": 4}\': draft tokens by looking '
+              "the sequence's latest words up in its own prompt and output, and verify them "
+              "in one forward pass (greedy requests; each stops drafting while its drafts "
+              "are mostly rejected)", SpeculativeConfig.parse)
+
     def __post_init__(self) -> None:
+        if self.speculative_config is not None:
+            self.speculative_config = SpeculativeConfig.parse(self.speculative_config)
         if self.prefill_pacing == 0:  # the flag's "off"
             self.prefill_pacing = None
         if self.block_size < 1 or self.block_size & (self.block_size - 1):

@@ -14,6 +14,7 @@ from officellm.engine.core.request import EngineCoreRequest, Request, RequestSta
 from officellm.engine.core.scheduler import Scheduler
 from officellm.engine.core.scheduler_output import EngineCoreOutput
 from officellm.engine.core.scheduling_policy import EVICTS_BY_OWNER
+from officellm.engine.core.speculation import Speculation
 from officellm.engine.cpu_caches import bound_cpu_kernel_caches
 from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.kv_cache_dtype import kv_bytes_per_token, kv_dtype_name
@@ -90,8 +91,11 @@ class EngineCore:
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                  config.scheduling_policy in EVICTS_BY_OWNER)
         pacer = PrefillPacer(config.prefill_pacing) if config.prefill_pacing else None
+        speculation = (Speculation(config.speculative_config, self.max_model_len)
+                       if config.speculative_config is not None else None)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
-                                   self.max_model_len, pacer, config.scheduling_policy)
+                                   self.max_model_len, pacer, config.scheduling_policy,
+                                   speculation)
         self.num_steps_total = 0
         self._log_state = (time.monotonic(), 0, 0)
 
@@ -153,6 +157,7 @@ class EngineCore:
     # -- observability -------------------------------------------------------------------
     def stats(self) -> EngineStats:
         pool, sched = self.kv.pool, self.scheduler
+        spec = sched.speculation
         running_by_key: dict[str, int] = {}
         for req in sched.running:
             running_by_key[req.fairness_key] = running_by_key.get(req.fairness_key, 0) + 1
@@ -176,6 +181,10 @@ class EngineCore:
             num_requests_finished_total=sched.num_finished_total,
             num_steps_total=self.num_steps_total,
             scheduling_policy=sched.policy.name,
+            spec_decode_num_drafts=spec.num_drafts_total if spec is not None else 0,
+            spec_decode_num_draft_tokens=spec.num_draft_tokens_total if spec is not None else 0,
+            spec_decode_num_accepted_tokens=(spec.num_accepted_tokens_total
+                                             if spec is not None else 0),
             kv_blocks_by_key=dict(self.kv.blocks_by_key),
             preemptions_by_key=dict(sched.preemptions_by_key),
             running_by_key=running_by_key,

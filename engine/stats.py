@@ -36,6 +36,11 @@ class EngineStats:
     num_requests_finished_total: int = 0
     num_steps_total: int = 0
     scheduling_policy: str = "fcfs"
+    # Speculation (--speculative-config): verification steps with drafts, the drafts, and
+    # those the model kept (vLLM's spec_decode counters).
+    spec_decode_num_drafts: int = 0
+    spec_decode_num_draft_tokens: int = 0
+    spec_decode_num_accepted_tokens: int = 0
     kv_blocks_by_key: dict[str, int] = field(default_factory=dict)
     preemptions_by_key: dict[str, int] = field(default_factory=dict)
     running_by_key: dict[str, int] = field(default_factory=dict)

@@ -1,5 +1,5 @@
 """What each simulated user sends, and when: office, long-doc, burst, shared-prefix,
-noisy-neighbour.
+noisy-neighbour, code-edit.
 
 Every user draws from its own seeded Random, so a run with the same seed sends the same
 prompts and lengths whatever the server's timing (only *when* things happen varies).
@@ -17,7 +17,8 @@ from officellm.loadgen import text
 from officellm.loadgen.budget import Budget
 from officellm.loadgen.client import ChatClient, RequestRecord
 
-SCENARIOS = ("office", "long-doc", "burst", "shared-prefix", "noisy-neighbour")
+SCENARIOS = ("office", "long-doc", "burst", "shared-prefix", "noisy-neighbour", "code-edit")
+CODE_SYSTEM = "You are a careful programming assistant. Reply with code only."
 CHAT_SYSTEM = "You are a helpful office assistant. Answer clearly."
 
 
@@ -43,6 +44,7 @@ class ScenarioConfig:
     # noisy-neighbour: seconds into the run before the heavy user sends its first documents
     # while light users are there (0: all start together, on a server that has seen nobody).
     heavy_start: float = 0.0
+    file_tokens: int = 1200  # code-edit: the file each request asks to rewrite
 
     def __post_init__(self) -> None:
         if self.name not in SCENARIOS:
@@ -186,6 +188,22 @@ async def shared_prefix_user(run: Run, user: int) -> None:
         await run.budget.sleep(run.think(rng))
 
 
+async def code_edit_user(run: Run, user: int) -> None:
+    """A coding agent's edits: a file of about file_tokens in the prompt, a small change
+    asked, the whole file back (as long as max_tokens allows); a new file each turn."""
+    rng = run.rng(user)
+    cfg = run.config
+    file_tokens = max(64, min(cfg.file_tokens, int(cfg.max_context * 0.85) // 2 - 64))
+    turn = 0
+    while run.budget.take():
+        rec = RequestRecord(user=user, turn=turn, kind="code-edit", start=time.perf_counter(),
+                            max_tokens=min(cfg.max_tokens, file_tokens + 64))
+        await run.send(rec, [{"role": "system", "content": CODE_SYSTEM},
+                             {"role": "user", "content": text.code_edit(rng, file_tokens)}])
+        turn += 1
+        await run.budget.sleep(run.think(rng))
+
+
 async def heavy_slot(run: Run, slot: int) -> None:
     """One of the heavy user's parallel requests: a long document to summarise, sent again
     (a new document) as soon as the answer is in, until the run ends. Not budgeted by the
@@ -226,5 +244,7 @@ async def play(run: Run) -> None:
         await burst(run)
     elif name == "noisy-neighbour":
         await noisy_neighbour(run)
+    elif name == "code-edit":
+        await asyncio.gather(*(code_edit_user(run, u) for u in range(users)))
     else:
         await asyncio.gather(*(shared_prefix_user(run, u) for u in range(users)))

@@ -59,3 +59,36 @@ def system_prompt(tokens: int, seed: int = 0) -> str:
     rng = random.Random(f"system-{seed}")
     return ("You are the office assistant. Follow the house rules below. "
             + words(rng, max(1, int(tokens / TOKENS_PER_WORD))))
+
+
+_NAMES = ("total", "count", "price", "order", "client", "invoice", "budget", "report",
+          "amount", "rate", "item", "line", "week", "month", "user", "score")
+_OPS = ("+", "-", "*")
+
+
+def source_file(rng: random.Random, tokens: int) -> str:
+    """A Python module of about `tokens` tokens: small functions over office numbers (code
+    tokenizes at about two tokens per word-like piece, so it is sized by characters)."""
+    functions: list[str] = []
+    chars = 0
+    while chars < tokens * 3:  # ~3 characters per token for code
+        name = f"{rng.choice(_NAMES)}_{rng.choice(_NAMES)}_{len(functions)}"
+        a, b = rng.sample(_NAMES, 2)
+        lines = [f"def {name}({a}, {b}):",
+                 f'    """Return the {a} and the {b} combined for the {rng.choice(_NAMES)}."""']
+        for i in range(rng.randint(1, 3)):
+            lines.append(f"    step_{i} = {a} {rng.choice(_OPS)} {b} {rng.choice(_OPS)} "
+                         f"{rng.randint(1, 99)}")
+        lines.append(f"    return step_{i}")
+        body = "\n".join(lines)
+        functions.append(body)
+        chars += len(body) + 2
+    return "\n\n\n".join(functions) + "\n"
+
+
+def code_edit(rng: random.Random, tokens: int) -> str:
+    """A request to rewrite a file with one small change: the reply repeats the file."""
+    source = source_file(rng, tokens)
+    old = source.split("def ", 2)[1].split("(", 1)[0]
+    return (f"Rename the function `{old}` to `{old}_v2` in this file. Reply with the whole "
+            f"file, changed, and nothing else.\n\n```python\n{source}```")

@@ -39,7 +39,8 @@ class DashboardTab(QWidget):
                          ("preemptions_min", "Preemptions per minute"),
                          ("structured", "Structured / tool calls")],
             "Throughput": [("prompt_tps", "Prompt tokens/s"), ("gen_tps", "Generation tokens/s"),
-                           ("prefix_hit", "Prefix-cache hit rate"), ("blocks", "KV blocks")],
+                           ("prefix_hit", "Prefix-cache hit rate"), ("blocks", "KV blocks"),
+                           ("drafts", "Draft tokens kept (speculation)")],
             "Latency": [("ttft", "Time to first token p50 / p99"),
                         ("itl", "Inter-token latency p50 / p99"),
                         ("e2e", "End to end p50 / p99"), ("window", "Window")],
@@ -71,6 +72,9 @@ class DashboardTab(QWidget):
         v["prompt_tps"].setText(fmt.rate(r.prompt_tokens_per_s, "tok/s"))
         v["gen_tps"].setText(fmt.rate(r.generation_tokens_per_s, "tok/s"))
         v["prefix_hit"].setText(fmt.pct(e.prefix_hit_rate))
+        v["drafts"].setText("—" if e.draft_acceptance is None else
+                            f"{fmt.pct(e.draft_acceptance)} of "
+                            f"{e.spec_decode_num_draft_tokens:,}")
         v["blocks"].setText(f"{e.num_blocks_used:,} used, {e.num_blocks_cached:,} cached, "
                             f"{e.num_blocks_total:,} total")
         v["ttft"].setText(f"{fmt.ms(lat.ttft_p50)} / {fmt.ms(lat.ttft_p99)}")

@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--think-time", type=float, default=2.0, help="mean seconds between turns")
     p.add_argument("--doc-tokens", type=int, default=6000, help="long-doc: the paste's size")
     p.add_argument("--prefix-tokens", type=int, default=1000, help="shared-prefix: its size")
+    p.add_argument("--file-tokens", type=int, default=1200,
+                   help="code-edit: the size of the file each request asks to rewrite")
     nn = p.add_argument_group("noisy-neighbour (--users light users chat while one heavy user "
                               "floods; give it its own key, or the server sees one user)")
     nn.add_argument("--heavy-requests", type=int, default=8,
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                             heavy_requests=args.heavy_requests,
                             heavy_doc_tokens=args.heavy_doc_tokens,
                             heavy_max_tokens=args.heavy_max_tokens,
-                            heavy_start=args.heavy_start)
+                            heavy_start=args.heavy_start, file_tokens=args.file_tokens)
     result = asyncio.run(run_bench(target, config, args.requests, args.duration))
     doc = report.build(result)
     report.write(doc, args.out)

@@ -49,7 +49,9 @@ class EngineCollector:
             values = [stats.num_running, stats.num_waiting, stats.kv_cache_usage,
                       stats.num_preemptions_total, stats.prompt_tokens_total,
                       stats.generation_tokens_total, stats.prefix_cache_queries,
-                      stats.prefix_cache_hits]
+                      stats.prefix_cache_hits, stats.spec_decode_num_drafts,
+                      stats.spec_decode_num_draft_tokens,
+                      stats.spec_decode_num_accepted_tokens]
             for family, value in zip(families, values, strict=True):
                 family.add_metric([name], value)
         return iter(families)
@@ -77,6 +79,12 @@ class EngineCollector:
             CounterMetricFamily("vllm:prefix_cache_hits",
                                 "Prefix cache hits, in terms of number of cached tokens.",
                                 labels=labels),
+            CounterMetricFamily("vllm:spec_decode_num_drafts",
+                                "Number of spec decoding drafts.", labels=labels),
+            CounterMetricFamily("vllm:spec_decode_num_draft_tokens",
+                                "Number of draft tokens.", labels=labels),
+            CounterMetricFamily("vllm:spec_decode_num_accepted_tokens",
+                                "Number of accepted tokens.", labels=labels),
         ]
 
 

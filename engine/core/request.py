@@ -153,6 +153,13 @@ class Request:
     first_scheduled_time: float | None = None
     num_preemptions: int = 0  # times this request gave its blocks back (by recompute)
     grammar: SequenceGrammar | None = None  # the structured-output matcher, if constrained
+    # Speculation: the drafts to verify in the next step (engine/core/ngram_proposer.py),
+    # the share of drafts accepted lately, and steps left without drafting after a run of
+    # rejections (engine/core/speculation.py).
+    draft_token_ids: list[int] = field(default_factory=list)
+    draft_acceptance: float = 1.0
+    draft_pause: int = 0
+    draft_pauses: int = 0
 
     def __post_init__(self) -> None:
         self.all_token_ids: list[int] = list(self.prompt_token_ids)

@@ -19,6 +19,7 @@ from officellm.engine.core.scheduler_output import (
     SchedulerOutput,
 )
 from officellm.engine.core.scheduling_policy import SchedulingPolicy, make_policy
+from officellm.engine.core.speculation import Speculation
 
 logger = logging.getLogger("officellm.engine.scheduler")
 
@@ -37,8 +38,10 @@ class Scheduler:
         max_model_len: int,
         pacer: PrefillPacer | None = None,
         policy: SchedulingPolicy | str = "fcfs",
+        speculation: Speculation | None = None,
     ) -> None:
         self.kv = kv_cache_manager
+        self.speculation = speculation
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
@@ -162,12 +165,26 @@ class Scheduler:
             budget += chosen.pop(victim, 0)
             return True
 
+        spec = self.speculation
+        drafts: dict[Request, tuple[int, ...]] = {}
         for req in decodes:
             if budget == 0:
                 break
-            if req.status is RequestStatus.RUNNING and fit(req, 1):  # else preempted earlier
-                chosen[req] = 1
-                budget -= 1
+            if req.status is not RequestStatus.RUNNING:  # preempted earlier in this loop
+                continue
+            draft = req.draft_token_ids
+            # Drafts take free blocks only: a draft is never worth preempting anyone.
+            if (draft and spec is not None and len(draft) < budget
+                    and spec.worth_it(req, pacer, len(decodes), decode_context)
+                    and allocate(req, 1 + len(draft))):
+                drafts[req] = tuple(draft)
+                num_new = 1 + len(draft)
+            elif fit(req, 1):
+                num_new = 1
+            else:
+                continue
+            chosen[req] = num_new
+            budget -= num_new
 
         # Prompt work in that order. A key over its share cap gets a chunk only if no
         # other key's prompt work was scheduled in this step, so the cap never idles the step.
@@ -204,10 +221,16 @@ class Scheduler:
                 prompt_keys.add(req.fairness_key)
 
         policy.charge(chosen)
+        # Plain decodes first, then decodes with drafts (their positions run as a chunk over
+        # the cache), then prompt work: the runner's decode kernel takes the leading
+        # one-token chunks.
+        decoding = set(decodes)
+        order_of = {req: 0 if req not in drafts else 1 for req in decoding}
         chunks = tuple(
             ScheduledChunk(req, req.num_computed_tokens, n,
-                           req.num_computed_tokens + n == len(req.all_token_ids))
-            for req, n in chosen.items())
+                           req in drafts or req.num_computed_tokens + n == len(req.all_token_ids),
+                           drafts.get(req, ()))
+            for req, n in sorted(chosen.items(), key=lambda item: order_of.get(item[0], 2)))
         finished, self._finished_ids = frozenset(self._finished_ids), set()
         return SchedulerOutput(chunks, finished, num_preempted)
 
@@ -288,7 +311,7 @@ class Scheduler:
         are text: the output processor's), fail the rows whose logits held NaN. Returns one
         output per request that sampled."""
         if self.pacer is not None:
-            self.pacer.observe(so.num_decodes, so.num_prefill_tokens, step_seconds,
+            self.pacer.observe(so.num_decode_rows, so.num_prefill_tokens, step_seconds,
                                so.prefill_context, so.decode_context, so.chunk_context)
         outputs: list[EngineCoreOutput] = []
         tokens, logprobs, invalid = sampled.token_ids, sampled.logprobs, sampled.invalid
@@ -297,6 +320,12 @@ class Scheduler:
             req = chunk.request
             req.num_computed_tokens = chunk.start + chunk.num_new_tokens
             if not chunk.samples:
+                continue
+            if chunk.draft:
+                rows = len(chunk.draft) + 1
+                outputs.append(self._verify(chunk, tokens[row:row + rows],
+                                            logprobs[row:row + rows], invalid[row:row + rows]))
+                row += rows
                 continue
             i, row = row, row + 1
             if invalid[i]:
@@ -323,7 +352,48 @@ class Scheduler:
                 req.request_id, [token], None if lp is None else [lp],
                 status.finish_reason if status is not None else None, req.stop_reason,
                 req.num_cached_tokens, queue_time=queue_time))
+        if self.speculation is not None:
+            for req in self.running:  # the drafts each next decode verifies
+                if len(req.all_token_ids) - req.num_computed_tokens == 1:
+                    self.speculation.propose(req)
         return outputs
+
+    def _verify(self, chunk: ScheduledChunk, tokens: list[int], logprobs: list,
+                invalid: list[bool]) -> EngineCoreOutput:
+        """A decode with drafts: the model's token at each position, kept up to and
+        including the first that differs from the draft it follows (the drafts before it
+        were what the model would have chosen, so their KV stays; the rest is rolled back:
+        the next step writes over it). The stop rules apply to each kept token in turn."""
+        req, draft = chunk.request, chunk.draft
+        if any(invalid):
+            self._finish(req, RequestStatus.FINISHED_ERROR)
+            return EngineCoreOutput(req.request_id, [], None, "error",
+                                    num_cached_tokens=req.num_cached_tokens, error=NAN_ERROR)
+        kept: list[int] = []
+        status = None
+        queue_time = None
+        for i, token in enumerate(tokens):
+            req.append_output_token(token)
+            kept.append(token)
+            self.generation_tokens_total += 1
+            if len(req.output_token_ids) == 1:
+                self.prompt_tokens_total += len(req.prompt_token_ids)
+                queue_time = req.queue_time
+            status = self._stop_status(req, token)
+            if status is not None or i == len(draft) or token != draft[i]:
+                break
+        accepted = sum(1 for a, b in zip(kept, draft, strict=False) if a == b)
+        accepted = min(accepted, len(kept) - 1) if status is None else accepted
+        # The KV of the last known token and of the kept drafts is the sequence's now.
+        req.num_computed_tokens = chunk.start + len(kept)
+        assert self.speculation is not None
+        self.speculation.verified(req, len(draft), accepted)
+        if status is not None:
+            self._finish(req, status)
+        lps = None if logprobs[0] is None else list(logprobs[:len(kept)])
+        return EngineCoreOutput(req.request_id, kept, lps,
+                                status.finish_reason if status is not None else None,
+                                req.stop_reason, req.num_cached_tokens, queue_time=queue_time)
 
     def _grammar_dead_end(self, req: Request, token: int) -> EngineCoreOutput:
         """The grammar allowed no token at this step (the sampled one is then outside it):

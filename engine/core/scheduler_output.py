@@ -26,10 +26,13 @@ class ScheduledChunk(NamedTuple):
     start: int  # the request's computed tokens when the step was scheduled
     num_new_tokens: int
     samples: bool  # the chunk reaches the request's last known token, so it samples the next
+    # A decode's drafts (speculation): run after its last known token, each position
+    # sampled; num_new_tokens counts them too.
+    draft: tuple[int, ...] = ()
 
     @property
     def is_decode(self) -> bool:
-        return self.num_new_tokens == 1 and self.samples
+        return self.num_new_tokens == 1 + len(self.draft) and self.samples
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,11 @@ class SchedulerOutput:
         return sum(1 for c in self.chunks if c.is_decode)
 
     @property
+    def num_decode_rows(self) -> int:
+        """Tokens the decodes run: one each, and their drafts."""
+        return sum(c.num_new_tokens for c in self.chunks if c.is_decode)
+
+    @property
     def num_prefill_tokens(self) -> int:
         return sum(c.num_new_tokens for c in self.chunks if not c.is_decode)
 
@@ -80,13 +88,16 @@ class SchedulerOutput:
 
     @property
     def sampling_requests(self) -> list[Request]:
-        """The requests that sample this step, in batch (and so logits-row) order."""
-        return [c.request for c in self.chunks if c.samples]
+        """The request of each sampled row, in batch (and so logits-row) order: a decode
+        with drafts has a row per position."""
+        return [c.request for c in self.chunks if c.samples
+                for _ in range(1 + len(c.draft))]
 
 
 @dataclass(frozen=True)
 class SamplerOutput:
-    """One step's samples, a row per request that sampled (in batch order)."""
+    """One step's samples, a row per sampled position (in batch order): one per request
+    that sampled, and one more per draft it verified."""
 
     token_ids: list[int]
     logprobs: list[dict[int, Logprob] | None]

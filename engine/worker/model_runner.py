@@ -11,13 +11,12 @@ import torch
 
 from officellm.engine.attention import selection
 from officellm.engine.attention.backend import AttentionBackend, AttentionMetadata
-from officellm.engine.core.request import Request
 from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.structured_output.bitmask import GrammarBitmask
 from officellm.engine.worker.host_to_device import stage_int64, to_device
 from officellm.engine.worker.sampler import Sampler
-from officellm.engine.worker.sampling_metadata import SamplingMetadata
+from officellm.engine.worker.sampling_metadata import SamplingMetadata, SamplingRow
 from officellm.kernels.reference.reference import cache_row_width
 
 if TYPE_CHECKING:
@@ -88,7 +87,7 @@ class ModelRunner:
         positions: list[int] = []
         slots: list[int] = []
         logits_idx: list[int] = []
-        sampling: list[Request] = []
+        sampling: list[SamplingRow] = []
         q_lens: list[int] = []
         ctx_lens: list[int] = []
         tables: list[list[int]] = []
@@ -101,20 +100,27 @@ class ModelRunner:
                 positions.append(start)
                 slots.append(blocks[start // bs] * bs + start % bs)
             else:
-                ids.extend(req.all_token_ids[start : start + n])
+                if chunk.draft:  # its last known token, then the drafts it verifies
+                    ids.append(req.all_token_ids[start])
+                    ids.extend(chunk.draft)
+                else:
+                    ids.extend(req.all_token_ids[start : start + n])
                 pos = np.arange(start, start + n, dtype=np.int64)
                 positions.extend(pos.tolist())
                 slots.extend((np.asarray(blocks, dtype=np.int64)[pos // bs] * bs + pos % bs).tolist())
             offset += n
-            if chunk.samples:
+            if chunk.draft:  # every position samples: the model's token after each draft
+                logits_idx.extend(range(offset - n, offset))
+                sampling.extend(SamplingRow.with_drafts(req, chunk.draft))
+            elif chunk.samples:
                 logits_idx.append(offset - 1)
-                sampling.append(req)
+                sampling.append(SamplingRow.of(req))
             q_lens.append(n)
             ctx_lens.append(start + n)
             tables.append(blocks)
         batch = StepBatch(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64),
                           np.asarray(slots, dtype=np.int64), q_lens, ctx_lens, tables, logits_idx)
-        return batch, SamplingMetadata.from_requests(sampling)
+        return batch, SamplingMetadata(sampling)
 
     def inputs_for(self, batch: StepBatch, sampling: SamplingMetadata) -> StepInputs:
         """The tensors of one forward pass (on any rank): staged in one host buffer and copied

@@ -25,6 +25,24 @@ class SamplingRow:
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids)
 
+    @classmethod
+    def of(cls, r: Request) -> SamplingRow:
+        """The row of a request that samples its next token."""
+        return cls(r.request_id, r.seed, r.params, r.all_token_ids, r.output_token_ids,
+                   r.eos_token_ids)
+
+    @classmethod
+    def with_drafts(cls, r: Request, draft: tuple[int, ...]) -> list[SamplingRow]:
+        """The rows of a decode verifying `draft`: the row after the i-th draft sees the
+        drafts before it as output, as a step after accepting them would (penalties and
+        min_tokens read them; only a greedy sequence drafts, so no noise is drawn)."""
+        rows = [cls.of(r)]
+        for i in range(1, len(draft) + 1):
+            ahead = list(draft[:i])
+            rows.append(cls(r.request_id, r.seed, r.params, r.all_token_ids + ahead,
+                            r.output_token_ids + ahead, r.eos_token_ids))
+        return rows
+
 
 @dataclass(frozen=True)
 class SamplingMetadata:
@@ -34,8 +52,7 @@ class SamplingMetadata:
 
     @classmethod
     def from_requests(cls, requests: Iterable[Request]) -> SamplingMetadata:
-        return cls([SamplingRow(r.request_id, r.seed, r.params, r.all_token_ids,
-                                r.output_token_ids, r.eos_token_ids) for r in requests])
+        return cls([SamplingRow.of(r) for r in requests])
 
     def __len__(self) -> int:
         return len(self.rows)

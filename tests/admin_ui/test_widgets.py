@@ -161,3 +161,20 @@ def test_dashboard_shows_who_holds_the_cache(qtbot):
     idle = StatsSnapshot.from_json(stats_json())
     tab.show_snapshot(idle, StatsHistory())
     assert tab.shares.rows() == [] and tab.shares.empty.isVisibleTo(tab.shares)
+
+
+def test_dashboard_shows_the_share_of_draft_tokens_kept(qtbot):
+    tab = DashboardTab()
+    qtbot.addWidget(tab)
+    stats = stats_json()
+    stats["engine"] |= {"spec_decode_num_draft_tokens": 200,
+                        "spec_decode_num_accepted_tokens": 150}
+    tab.show_snapshot(StatsSnapshot.from_json(stats), StatsHistory())
+    assert tab.values["drafts"].text() == "75.0% of 200"
+
+
+def test_dashboard_without_speculation_shows_no_draft_share(qtbot):
+    tab = DashboardTab()
+    qtbot.addWidget(tab)
+    tab.show_snapshot(StatsSnapshot.from_json(stats_json()), StatsHistory())
+    assert tab.values["drafts"].text() == "—"

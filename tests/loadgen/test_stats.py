@@ -128,3 +128,17 @@ def test_noisy_neighbour_gives_the_heavy_user_its_own_key() -> None:
     ScenarioConfig("noisy-neighbour", users=2, heavy_requests=0)  # the light users alone
     with pytest.raises(ValueError):
         ScenarioConfig("noisy-neighbour", users=0, heavy_requests=0)
+
+
+def test_code_edit_asks_to_rewrite_a_seeded_file_of_about_the_size_asked() -> None:
+    import random
+
+    from officellm.loadgen import text
+
+    first = text.code_edit(random.Random("0-code-edit-1"), 600)
+    again = text.code_edit(random.Random("0-code-edit-1"), 600)
+    assert first == again  # the same seed, the same file
+    body = first.split("```python\n", 1)[1]
+    assert 1500 <= len(body) <= 2400  # ~600 tokens of code at ~3 characters each
+    renamed = first.split("`", 2)[1]
+    assert f"def {renamed}(" in body

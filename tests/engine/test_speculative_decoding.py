@@ -1,0 +1,196 @@
+"""N-gram speculative decoding (`speculative_config`, engine/core/speculation.py): greedy
+output with drafts verified equals output without them, and transformers', under batching,
+chunked prefill, prefix-cache hits, preemption, n=2, penalties and min_tokens; drafts are
+really made and kept (a test that drafted nothing would prove nothing); no KV block is left
+behind; drafts come from the sequence's own tokens only."""
+
+from __future__ import annotations
+
+import pytest
+
+from officellm.engine import LLM, SamplingParams
+from officellm.engine.core.ngram_proposer import NgramProposer
+from officellm.engine.core.speculative_config import SpeculativeConfig
+from tests.engine.conftest import MAX_NEW, make_llm
+from tests.support.hf_reference import assert_all_match, compare_greedy_outputs
+from tests.support.tiny_models import shared_tiny_model
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2,
+         "prompt_lookup_max": 4}
+GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_NEW, logprobs=2)
+CODE = ("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
+        "def mul(a, b):\n    return a * b\n")
+# Replies that repeat their prompt, as an edit of a file does: drafts are kept.
+REPEATS = [
+    [{"role": "user", "content": "Repeat this code exactly, then stop:\n" + CODE}],
+    [{"role": "user", "content": "Copy this list: apple, banana, cherry, date, elderberry, "
+                                 "fig, grape, apple, banana, cherry."}],
+]
+COPY = SamplingParams(temperature=0.0, max_tokens=64, logprobs=2)
+
+
+def spec_llm(model_dir, **kwargs) -> LLM:
+    return make_llm(model_dir, speculative_config=NGRAM, **kwargs)
+
+
+def drafts(llm: LLM) -> tuple[int, int]:
+    """(draft tokens verified, draft tokens kept) since the engine started."""
+    stats = llm.llm_engine.stats()
+    return stats.spec_decode_num_draft_tokens, stats.spec_decode_num_accepted_tokens
+
+
+def assert_same(spec_outputs, plain_outputs) -> None:
+    for ours, ref in zip(spec_outputs, plain_outputs, strict=True):
+        tie = compare_greedy_outputs(ours.outputs[0], ref.outputs[0])
+        if tie:
+            print("accepted fp32 near-tie:", tie)
+
+
+@pytest.fixture(scope="module")
+def repeat_prompts(smollm2_llm) -> list[list[int]]:
+    return [smollm2_llm.apply_chat_template(m) for m in REPEATS]
+
+
+@pytest.fixture(scope="module")
+def plain_repeats(smollm2_llm, repeat_prompts):
+    return smollm2_llm.generate(repeat_prompts, COPY)
+
+
+@pytest.fixture(scope="module")
+def speculating(smollm2_dir) -> LLM:
+    return spec_llm(smollm2_dir)
+
+
+# --- the proposer ------------------------------------------------------------------------
+def test_drafts_follow_the_latest_earlier_occurrence_of_the_longest_suffix() -> None:
+    p = NgramProposer(SpeculativeConfig(num_speculative_tokens=3, prompt_lookup_min=1,
+                                        prompt_lookup_max=3))
+    # [5, 6] occurs twice before the end; the later occurrence is followed by 8, 9.
+    assert p.propose([5, 6, 7, 1, 5, 6, 8, 9, 2, 5, 6], 10) == [8, 9, 2]
+
+
+def test_no_repeat_no_draft_and_drafts_stop_at_the_room_left() -> None:
+    p = NgramProposer(SpeculativeConfig(num_speculative_tokens=4, prompt_lookup_min=2,
+                                        prompt_lookup_max=3))
+    assert p.propose([1, 2, 3, 4, 5, 6], 10) == []
+    assert p.propose([1, 2, 3, 4, 1, 2], 1) == [3]
+    assert p.propose([1, 2, 3, 4, 1, 2], 0) == []
+
+
+def test_a_config_the_engine_cannot_honour_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match="eagle"):
+        SpeculativeConfig.parse('{"method": "eagle"}')
+    with pytest.raises(ValueError, match="draft_model"):
+        SpeculativeConfig.parse({"method": "ngram", "draft_model": "x"})
+    with pytest.raises(ValueError, match="not JSON"):
+        SpeculativeConfig.parse("{ngram")
+
+
+# --- output equals output without drafts -------------------------------------------------
+def test_greedy_copying_with_drafts_equals_without_and_drafts_are_kept(
+        speculating, repeat_prompts, plain_repeats) -> None:
+    before = drafts(speculating)
+    outputs = speculating.generate(repeat_prompts, COPY)
+    assert_same(outputs, plain_repeats)
+    drafted, kept = (a - b for a, b in zip(drafts(speculating), before, strict=True))
+    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    assert kept > 0.25 * tokens, (drafted, kept, tokens)  # a quarter came in free
+    assert speculating.llm_engine.stats().num_blocks_used == 0
+
+
+def test_chats_with_drafts_equal_transformers(speculating, chat_prompt_ids, smollm2_refs):
+    before = drafts(speculating)
+    assert_all_match(speculating.generate(chat_prompt_ids, GREEDY), smollm2_refs)
+    assert drafts(speculating)[0] > before[0], "no chat drafted: the test proves nothing"
+
+
+def test_chunked_prefill_with_drafts_equals_transformers(smollm2_dir, chat_prompt_ids,
+                                                         smollm2_refs) -> None:
+    llm = spec_llm(smollm2_dir, max_num_batched_tokens=16)
+    assert_all_match(llm.generate(chat_prompt_ids, GREEDY), smollm2_refs)
+    assert drafts(llm)[0] > 0
+
+
+def test_prefix_cache_hits_with_drafts_give_the_same_output(speculating, repeat_prompts,
+                                                             plain_repeats) -> None:
+    speculating.generate(repeat_prompts, COPY)
+    hits = speculating.llm_engine.stats().prefix_cache_hits
+    again = speculating.generate(repeat_prompts, COPY)
+    assert speculating.llm_engine.stats().prefix_cache_hits > hits
+    assert_same(again, plain_repeats)
+
+
+def test_preemption_with_drafts_equals_transformers(smollm2_dir, chat_prompt_ids,
+                                                    smollm2_refs) -> None:
+    pool = 24 * 16 * 46080  # 24 blocks: 8 chats cannot all stay resident
+    llm = spec_llm(smollm2_dir, kv_cache_memory=pool, enable_prefix_caching=False)
+    assert_all_match(llm.generate(chat_prompt_ids, GREEDY), smollm2_refs)
+    stats = llm.llm_engine.stats()
+    assert stats.num_preemptions_total > 0 and stats.spec_decode_num_draft_tokens > 0
+    assert stats.num_blocks_used == 0
+
+
+def test_two_greedy_sequences_each_draft_and_equal_the_plain_ones(
+        speculating, smollm2_llm, repeat_prompts) -> None:
+    two = SamplingParams(temperature=0.0, max_tokens=48, n=2, logprobs=2)
+    ours = speculating.generate(repeat_prompts[:1], two)[0]
+    plain = smollm2_llm.generate(repeat_prompts[:1], two)[0]
+    for a, b in zip(ours.outputs, plain.outputs, strict=True):
+        compare_greedy_outputs(a, b)
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(temperature=0.0, max_tokens=48, presence_penalty=0.8,
+                   frequency_penalty=0.3, logprobs=2),
+    SamplingParams(temperature=0.0, max_tokens=48, repetition_penalty=1.05, logprobs=2),
+    SamplingParams(temperature=0.0, max_tokens=48, min_tokens=40, logprobs=2),
+], ids=["presence-frequency", "repetition", "min-tokens"])
+def test_penalties_and_min_tokens_see_each_drafts_predecessors(
+        speculating, smollm2_llm, repeat_prompts, params) -> None:
+    before = drafts(speculating)[0]
+    assert_same(speculating.generate(repeat_prompts, params),
+                smollm2_llm.generate(repeat_prompts, params))
+    assert drafts(speculating)[0] > before
+
+
+def test_a_stop_string_inside_kept_drafts_ends_the_text_there(speculating, smollm2_llm,
+                                                              repeat_prompts) -> None:
+    stop = SamplingParams(temperature=0.0, max_tokens=64, stop=["return a - b"])
+    ours = speculating.generate(repeat_prompts[:1], stop)[0].outputs[0]
+    plain = smollm2_llm.generate(repeat_prompts[:1], stop)[0].outputs[0]
+    assert (ours.text, ours.finish_reason) == (plain.text, plain.finish_reason)
+
+
+def test_a_tiny_random_model_with_drafts_equals_itself_without(tmp_path_factory,
+                                                               smollm2_dir) -> None:
+    tiny = shared_tiny_model("qwen2", tmp_path_factory, smollm2_dir)
+    prompts = [[5, 6, 7, 8, 9] * 6, list(range(100, 140))]
+    params = SamplingParams(temperature=0.0, max_tokens=40, logprobs=2, ignore_eos=True)
+    plain = make_llm(tiny).generate(prompts, params)
+    llm = spec_llm(tiny)
+    assert_same(llm.generate(prompts, params), plain)
+    assert drafts(llm)[1] > 0
+    assert llm.llm_engine.stats().num_blocks_used == 0
+
+
+def test_a_sampled_request_does_not_draft(speculating, repeat_prompts) -> None:
+    before = drafts(speculating)[0]
+    speculating.generate(repeat_prompts, SamplingParams(temperature=0.8, max_tokens=32,
+                                                        seed=1))
+    assert drafts(speculating)[0] == before
+
+
+def test_each_verification_row_sees_the_drafts_before_it_as_output() -> None:
+    """What penalties and min_tokens read at the row after the i-th draft is the sequence
+    as it would stand had the drafts before it been accepted (the whole-model tests above
+    rarely meet a draft that a penalty would flip)."""
+    from officellm.engine.core.request import Request
+    from officellm.engine.worker.sampling_metadata import SamplingRow
+
+    req = Request("r", [1, 2, 3], SamplingParams(temperature=0.0, presence_penalty=1.0))
+    req.append_output_token(4)
+    rows = SamplingRow.with_drafts(req, (5, 6))
+    assert [r.output_token_ids for r in rows] == [[4], [4, 5], [4, 5, 6]]
+    assert [r.all_token_ids for r in rows] == [[1, 2, 3, 4], [1, 2, 3, 4, 5],
+                                               [1, 2, 3, 4, 5, 6]]
+    assert [r.num_output_tokens for r in rows] == [1, 2, 3]  # min_tokens counts them too
