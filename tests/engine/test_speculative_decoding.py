@@ -194,3 +194,48 @@ def test_each_verification_row_sees_the_drafts_before_it_as_output() -> None:
     assert [r.all_token_ids for r in rows] == [[1, 2, 3, 4], [1, 2, 3, 4, 5],
                                                [1, 2, 3, 4, 5, 6]]
     assert [r.num_output_tokens for r in rows] == [1, 2, 3]  # min_tokens counts them too
+
+
+def test_two_tensor_parallel_ranks_with_drafts_give_the_tokens_of_one_without(
+        tmp_path_factory, smollm2_dir) -> None:
+    tiny = shared_tiny_model("qwen2", tmp_path_factory, smollm2_dir)
+    prompts = [[5, 6, 7, 8, 9] * 6, list(range(100, 140))]
+    params = SamplingParams(temperature=0.0, max_tokens=32, logprobs=2, ignore_eos=True)
+    plain = make_llm(tiny, kv_cache_memory="8MiB").generate(prompts, params)
+    with spec_llm(tiny, kv_cache_memory="8MiB", tensor_parallel_size=2) as tp2:
+        assert_same(tp2.generate(prompts, params), plain)
+        assert drafts(tp2)[1] > 0
+
+
+def test_a_grammar_request_batched_after_drafting_ones_keeps_its_mask_rows(
+        speculating, smollm2_llm, repeat_prompts) -> None:
+    """A decode with drafts has a logits row per position: a grammar request sampling after
+    it in the batch (its prompt's last chunk comes after the decodes) must still get its own
+    bitmask row. It arrives once the others draft."""
+    import re
+
+    from officellm.engine.structured_output import StructuredOutputsParams
+
+    pattern = r"[a-z]{3,8}-[0-9]{2}"
+    constrained = SamplingParams(temperature=0, max_tokens=24,
+                                 structured_outputs=StructuredOutputsParams(regex=pattern))
+    engine = speculating.llm_engine
+    for i, ids in enumerate(repeat_prompts):
+        engine.add_request(f"copy-{i}", ids, COPY)
+    running = engine.engine_core.scheduler.running
+    texts: dict[str, str] = {}
+    added = False
+    while engine.has_unfinished_requests():
+        if not added and any(r.draft_token_ids for r in running):
+            # The next step verifies drafts, and prefills this prompt after them.
+            engine.add_request("grammar", smollm2_llm.apply_chat_template(
+                [{"role": "user", "content": "Give a code like abc-12."}]), constrained)
+            added = True
+        for out in engine.step():
+            texts[out.request_id] = texts.get(out.request_id, "") + "".join(
+                c.text for c in out.outputs)
+    assert added, "nothing drafted: the test proves nothing"
+    plain = smollm2_llm.generate([smollm2_llm.apply_chat_template(
+        [{"role": "user", "content": "Give a code like abc-12."}])], constrained)[0]
+    assert re.fullmatch(pattern, texts["grammar"])
+    assert texts["grammar"] == plain.outputs[0].text
