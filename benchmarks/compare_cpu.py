@@ -42,7 +42,7 @@ from officellm.loadgen.scenarios import ScenarioConfig  # noqa: E402
 RESULTS = REPO / "benchmarks" / "results"
 # officellm's start-up lines kept with the numbers: the dtype chosen (and why), the KV cache's
 # dtype and size, the resident memory at rest.
-STARTUP_MARKS = ("dtype auto ->", "quantization auto ->", "Weights kept quantized", "Loaded ",
+STARTUP_MARKS = ("dtype auto ->", "quantization auto", "Weights kept quantized", "Loaded ",
                  "KV cache size:", "Resident memory after load")
 
 

@@ -23,7 +23,7 @@ from officellm.engine.core.prefill_pacer import PrefillPacer
 from officellm.engine.core.request import Request
 from officellm.engine.core.speculative_config import SpeculativeConfig
 
-MIN_ACCEPTANCE = 0.3  # without measured costs: draft while at least this share is kept
+MIN_ACCEPTANCE = 0.1  # without measured costs: draft while at least this share is kept
 SMOOTHING = 0.5  # the weight of the latest step's acceptance in the running share
 FIRST_PAUSE, MAX_PAUSE = 4, 256  # steps without drafting after drafts stopped paying
 RESUME_ACCEPTANCE = 0.5  # the share a sequence resumes with after a pause

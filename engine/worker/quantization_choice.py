@@ -14,7 +14,10 @@ kept, blocks for batches up to that size. Never clearly faster: `none`.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import platform
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -23,9 +26,11 @@ from pathlib import Path
 import torch
 
 from officellm.engine.loading.gguf_tensors import QuantizedTensor
+from officellm.engine.loading.model_loader import default_cache_dir
 from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
 from officellm.engine.models.quantized_linear import QuantizedWeight
+from officellm.kernels.cpu_features import cpu_features
 
 logger = logging.getLogger("officellm.engine.quantization_choice")
 
@@ -123,22 +128,48 @@ def rows_in_words(n: int) -> str:
     return f"{n} row{'s' if n != 1 else ''}"
 
 
-# blocks_reach's answers by model source, dtype, packing and threads: a model loaded again
-# in this process (a wake from idle sleep, a reload in the server's model pool) keeps the
-# choice of its first load instead of a new draw of the timing noise.
-_REACHED: dict[tuple[str, str, bool, int], int | None] = {}
+# blocks_reach's answers, kept in the cache directory (CHOICES_FILE) by model file, dtype,
+# packing, threads, CPU and torch: the same model on the same machine starts with the same
+# weights every time (a wake from idle sleep, a reload in the model pool, a restart), instead
+# of a new draw of the timing noise near the margin, and starts without the timing.
+CHOICES_FILE = "quantization_choices.json"
+
+
+def _choice_key(source: str, dtype: torch.dtype, packs: bool) -> str:
+    path = Path(source)
+    stamp = f"{path.stat().st_size}:{path.stat().st_mtime_ns}" if path.exists() else "-"
+    return "|".join([str(path.resolve()), stamp, str(dtype), str(packs),
+                     str(torch.get_num_threads()), platform.processor() or platform.machine(),
+                     cpu_features().describe(), torch.__version__])
 
 
 def remembered_reach(source: str, dtype: torch.dtype, packs: bool,
-                     measure: Callable[[], int | None]) -> int | None:
-    """blocks_reach for `source` as first measured in this process (`measure` runs once)."""
-    key = (source, str(dtype), packs, torch.get_num_threads())
-    if key not in _REACHED:
-        _REACHED[key] = measure()
-    else:
-        logger.info("quantization auto: the choice of this model's first load in this process "
-                    "(not measured again)")
-    return _REACHED[key]
+                     measure: Callable[[], int | None],
+                     cache_dir: Path | None = None) -> int | None:
+    """blocks_reach for `source` as first measured on this machine (`measure` runs once;
+    the answer is kept in `cache_dir`, default the engine's cache directory)."""
+    path = (cache_dir or default_cache_dir()) / CHOICES_FILE
+    key = _choice_key(source, dtype, packs)
+    try:
+        choices = json.loads(path.read_text())
+    except (OSError, ValueError):
+        choices = {}
+    if key in choices:
+        reach = choices[key]
+        logger.info("quantization auto: the choice measured at this model's first start on "
+                    "this machine (%s; delete %s to measure again)",
+                    "every batch" if reach is None else rows_in_words(reach), path)
+        return reach
+    reach = measure()
+    choices[key] = reach
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(choices, indent=1))
+        tmp.replace(path)  # whole or not at all, whoever else writes it
+    except OSError as exc:  # a read-only cache: measured again at the next start
+        logger.warning("Cannot keep the quantization choice in %s: %s", path, exc)
+    return reach
 
 
 def blocks_reach(model: DecoderModel, blocks: dict[str, QuantizedTensor], matmul, pack,

@@ -6,7 +6,6 @@ the greedy output equals the engine's torch reference of the same blocks token f
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -242,17 +241,21 @@ def test_a_gguf_type_without_a_kernel_is_dequantized_with_one_warning(tmp_path, 
     assert len(warnings) == 1 and "Q5_K" in warnings[0] and "2 tensor(s)" in warnings[0]
 
 
-def test_auto_keeps_a_models_first_choice_for_its_later_loads_in_the_process() -> None:
-    """A wake from idle sleep (or a reload in the model pool) gets the engine it got at
-    start: the timing is not drawn again."""
+def test_auto_keeps_a_models_first_choice_on_this_machine(tmp_path) -> None:
+    """A restart, a wake from idle sleep or a reload in the model pool gets the weights the
+    model got at its first start: the timing is not drawn again near its margin."""
     calls: list[str] = []
 
     def measure(answer: int | None) -> Callable[[], int | None]:
         return lambda: calls.append("measured") or answer
 
-    source = f"/models/first-choice-{uuid.uuid4().hex}.gguf"
-    first = quantization_choice.remembered_reach(source, torch.float32, False, measure(8))
-    again = quantization_choice.remembered_reach(source, torch.float32, False, measure(0))
-    other = quantization_choice.remembered_reach(source, torch.bfloat16, False, measure(0))
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"GGUF")
+    reach = quantization_choice.remembered_reach
+    first = reach(str(source), torch.float32, False, measure(8), tmp_path)
+    again = reach(str(source), torch.float32, False, measure(0), tmp_path)
+    other = reach(str(source), torch.bfloat16, False, measure(0), tmp_path)
     assert (first, again, other) == (8, 8, 0)
     assert calls == ["measured", "measured"]
+    source.write_bytes(b"GGUF, another file")  # a new file is measured afresh
+    assert reach(str(source), torch.float32, False, measure(16), tmp_path) == 16
