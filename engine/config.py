@@ -96,8 +96,8 @@ class EngineConfig:
         None, 'JSON, e.g. \'{"method": "ngram", "num_speculative_tokens": 4, '
               '"prompt_lookup_min": 2, "prompt_lookup_max": 4}\': draft tokens by looking '
               "the sequence's latest words up in its own prompt and output, and verify them "
-              "in one forward pass (greedy requests; each stops drafting while its drafts "
-              "are mostly rejected)", SpeculativeConfig.parse)
+              "in one forward pass (requests without a grammar; sampled ones by rejection "
+              "sampling; each pauses drafting while its drafts are mostly rejected)", SpeculativeConfig.parse)
 
     def __post_init__(self) -> None:
         if self.speculative_config is not None:

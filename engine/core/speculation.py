@@ -2,11 +2,13 @@
 tokens, what their verification keeps, and when a sequence stops drafting.
 
 A decode with drafts runs its last known token and its k drafts in one chunk; every position
-samples. Greedy verification keeps the drafts up to the first one the model would not have
-chosen, plus the model's own token after them: the output is what k + 1 single steps would
-have chosen (up to the kernels' rounding: the chunk runs another attention path than a
-decode). Only greedy sequences without a grammar draft; penalties and min_tokens see each
-position's drafts as output (engine/worker/sampling_metadata.py), so they keep working.
+samples. Verification keeps the drafts up to the first one the model did not choose, plus the
+model's own token there. Greedy, that is what k + 1 single steps would have chosen (up to the
+kernels' rounding: the chunk runs another attention path than a decode); sampled, each
+position draws by rejection sampling against its draft (engine/worker/sampler.py), so every
+kept token has exactly the distribution a single step would give it. Sequences with a grammar
+do not draft; penalties and min_tokens see each position's drafts as output
+(engine/worker/sampling_metadata.py), so they keep working.
 
 Drafting costs rows: k more tokens through the matmuls and attention. Each sequence keeps
 the share of its recent drafts the model accepted; with the prefill pacer's measured step
@@ -42,9 +44,9 @@ class Speculation:
 
     @staticmethod
     def drafts_for(req: Request) -> bool:
-        """Whether `req` may draft: greedy, without a grammar (its bitmask would have to
-        follow each draft)."""
-        return req.params.greedy and req.grammar is None
+        """Whether `req` may draft: without a grammar (its bitmask would have to follow
+        each draft). A sampled sequence's drafts are verified by rejection sampling."""
+        return req.grammar is None
 
     def propose(self, req: Request) -> None:
         """Set the drafts `req` verifies in its next step ([] for none)."""

@@ -153,6 +153,37 @@ class Sampler:
             g = self._generator_for(r)
             if g is not None:
                 uniforms[i] = torch.rand(1, generator=g)
+        drafted = [i for i, r in enumerate(requests) if r.draft_token is not None
+                   and not greedy[i]]
+        if drafted:
+            # Rejection sampling against a draft d (a one-hot proposal): keep d with
+            # probability p(d), else draw from p without d. The row's token is then exactly
+            # distributed as p, as without speculation; it equals d only if d was kept.
+            drafts = to_device([requests[i].draft_token for i in drafted], torch.long, device)
+            rows = to_device(drafted, torch.long, device)
+            keep_u = torch.empty(len(drafted), dtype=torch.float32)
+            for j, i in enumerate(drafted):
+                g = self._generator_for(requests[i])
+                keep_u[j] = torch.rand(1, generator=g if g is not None else self.generator)
+            p_draft = probs[rows, drafts] / probs[rows].sum(-1)
+            kept = to_device(keep_u, torch.float32, device) < p_draft
+            probs = probs.clone()
+            probs[rows, drafts] = 0.0  # the draft was not kept: what the row draws instead
+        sampled, broken = self._inverse_cdf(probs, uniforms, logits.shape[1])
+        if drafted:
+            sampled[rows] = torch.where(kept, drafts, sampled[rows])
+            broken[rows] &= ~kept
+        # Greedy rows and broken rows take the argmax; chosen on the device for every row
+        # (asking the device whether any row is broken would be a wait).
+        take_argmax = broken | to_device(greedy, torch.bool, device)
+        return torch.where(take_argmax, logits.argmax(dim=-1), sampled)
+
+    @staticmethod
+    def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor,
+                     vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's token at its uniform's place in its (unnormalised) distribution, and
+        the rows that have no finite distribution to draw from."""
+        device = probs.device
         cdf = probs.cumsum(dim=-1)
         total = cdf[:, -1:]
         # Strictly inside the mass: u * total can round up to total when u is near 1.
@@ -165,11 +196,7 @@ class Sampler:
         # overflowed) has no CDF to search: it takes its most likely token.
         mass = total.squeeze(1)
         broken = ~torch.isfinite(mass) | (mass <= 0)
-        sampled = sampled.clamp_(max=logits.shape[1] - 1)
-        # Greedy rows and broken rows take the argmax; chosen on the device for every row
-        # (asking the device whether any row is broken would be a wait).
-        take_argmax = broken | to_device(greedy, torch.bool, device)
-        return torch.where(take_argmax, logits.argmax(dim=-1), sampled)
+        return sampled.clamp_(max=vocab - 1), broken
 
     @staticmethod
     def _top_k_top_p(scaled: torch.Tensor, params) -> torch.Tensor:

@@ -20,6 +20,9 @@ class SamplingRow:
     all_token_ids: list[int]  # prompt and output (the repetition penalty's)
     output_token_ids: list[int]  # output only (presence and frequency penalties', min_tokens')
     eos_token_ids: frozenset[int]
+    # Speculation: the draft this row's token is verified against (rejection sampling keeps
+    # the row's distribution exactly: engine/worker/sampler.py); None for an ordinary row.
+    draft_token: int | None = None
 
     @property
     def num_output_tokens(self) -> int:
@@ -35,12 +38,15 @@ class SamplingRow:
     def with_drafts(cls, r: Request, draft: tuple[int, ...]) -> list[SamplingRow]:
         """The rows of a decode verifying `draft`: the row after the i-th draft sees the
         drafts before it as output, as a step after accepting them would (penalties and
-        min_tokens read them; only a greedy sequence drafts, so no noise is drawn)."""
-        rows = [cls.of(r)]
+        min_tokens read them), and is verified against the next draft (the last row, after
+        every draft, against none)."""
+        rows = [cls(r.request_id, r.seed, r.params, r.all_token_ids, r.output_token_ids,
+                    r.eos_token_ids, draft[0])]
         for i in range(1, len(draft) + 1):
             ahead = list(draft[:i])
             rows.append(cls(r.request_id, r.seed, r.params, r.all_token_ids + ahead,
-                            r.output_token_ids + ahead, r.eos_token_ids))
+                            r.output_token_ids + ahead, r.eos_token_ids,
+                            draft[i] if i < len(draft) else None))
         return rows
 
 
