@@ -71,8 +71,11 @@ def run(args: argparse.Namespace, spec: bool, tmp: Path) -> dict[str, dict[str, 
     for label, config in scenarios(args):
         server = start_server(args, spec, tmp)  # fresh: nothing carried over between runs
         try:
+            # An agent applying an edit asks for the likeliest text (temperature 0); the
+            # office chats as front ends do (the server's default sampling).
             target = Target(server.base_url, api_key=None, max_context=4096,
-                            extra_body={} if config.name == "code-edit" else {"ignore_eos": True})
+                            extra_body={"temperature": 0.0} if config.name == "code-edit"
+                            else {"ignore_eos": True})
             doc = report.build(asyncio.run(run_bench(target, config, None, args.duration)))
             docs[label] = doc
             print(f"[{label} {'spec' if spec else 'plain'}] {report.text_summary(doc)}",
@@ -89,7 +92,7 @@ def _p50(doc: dict[str, Any], key: str) -> float | None:
 
 def table(plain: dict[str, Any], spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     lines = [f"{'scenario':<13}{'TPOT p50 ms off/on':>21}{'speed-up':>10}{'ITL p50 ms off/on':>20}"
-             f"{'out tok/s off/on':>19}{'ratio':>7}"]
+             f"{'out tok/s off/on':>19}{'ratio':>7}{'drafts kept':>16}"]
     ratios: dict[str, Any] = {}
     for label in plain:
         a, b = plain[label], spec[label]
@@ -98,7 +101,10 @@ def table(plain: dict[str, Any], spec: dict[str, Any]) -> tuple[str, dict[str, A
         sa, sb = a["summary"]["output_tok_per_s"], b["summary"]["output_tok_per_s"]
         speedup = ta / tb if ta and tb else None
         ratio = sb / sa if sa else None
-        ratios[label] = {"tpot_p50_speedup": speedup, "output_tok_per_s_on_over_off": ratio}
+        metrics = b["server_metrics"]
+        drafted, kept = metrics.get("spec_draft_tokens"), metrics.get("spec_accepted_tokens")
+        ratios[label] = {"tpot_p50_speedup": speedup, "output_tok_per_s_on_over_off": ratio,
+                         "draft_tokens": drafted, "kept_tokens": kept}
 
         def ms(x: float | None) -> str:
             return "-" if x is None else f"{x * 1000:.1f}"
@@ -106,7 +112,8 @@ def table(plain: dict[str, Any], spec: dict[str, Any]) -> tuple[str, dict[str, A
         lines.append(f"{label:<13}{ms(ta) + ' / ' + ms(tb):>21}"
                      f"{'-' if speedup is None else f'{speedup:.2f}x':>10}"
                      f"{ms(ia) + ' / ' + ms(ib):>20}{f'{sa:.1f} / {sb:.1f}':>19}"
-                     f"{'-' if ratio is None else f'{ratio:.2f}':>7}")
+                     f"{'-' if ratio is None else f'{ratio:.2f}':>7}"
+                     f"{f'{kept or 0:.0f} of {drafted or 0:.0f}':>16}")
     return "\n".join(lines), ratios
 
 

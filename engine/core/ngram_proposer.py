@@ -30,14 +30,26 @@ class NgramProposer:
             return []
         tokens = np.asarray(token_ids[-MAX_LOOKBACK:], dtype=np.int64)
         length = len(tokens)
-        for n in range(min(self.config.prompt_lookup_max, length - 1),
-                       self.config.prompt_lookup_min - 1, -1):
-            # Windows that start before the suffix itself: an occurrence must have a token
-            # after it that is already known.
-            windows = np.lib.stride_tricks.sliding_window_view(tokens[:-1], n)
-            hits = np.flatnonzero((windows == tokens[-n:]).all(axis=1))
-            hits = hits[hits < length - n]
-            if hits.size:
-                start = int(hits[-1]) + n
+        lo, hi = self.config.prompt_lookup_min, min(self.config.prompt_lookup_max, length - 1)
+        # Where the last token occurred before (one pass over the tokens), then how far back
+        # each of those occurrences goes on matching the suffix: a step costs a compare per
+        # token, whatever the n-gram sizes.
+        ends = np.flatnonzero(tokens[:-1] == tokens[-1])
+        if not ends.size or hi < lo:
+            return []
+        matched = np.ones(len(ends), dtype=np.int64)
+        alive = np.ones(len(ends), dtype=bool)
+        for back in range(1, hi):
+            pos = ends - back
+            ok = alive & (pos >= 0)
+            ok[ok] = tokens[pos[ok]] == tokens[-1 - back]
+            alive &= ok
+            matched += alive
+            if not alive.any():
+                break
+        for n in range(hi, lo - 1, -1):
+            found = np.flatnonzero(matched >= n)
+            if found.size:
+                start = int(ends[found[-1]]) + 1
                 return tokens[start:start + k].tolist()
         return []

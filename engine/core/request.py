@@ -157,7 +157,7 @@ class Request:
     # the share of drafts accepted lately, and steps left without drafting after a run of
     # rejections (engine/core/speculation.py).
     draft_token_ids: list[int] = field(default_factory=list)
-    draft_acceptance: float = 1.0
+    draft_acceptance: float = 0.5  # a prior: a sequence must earn a better one
     draft_pause: int = 0
     draft_pauses: int = 0
 
