@@ -1,5 +1,5 @@
 """What each simulated user sends, and when: office, long-doc, burst, shared-prefix,
-noisy-neighbour, code-edit.
+noisy-neighbour, code-edit, agent-turn.
 
 Every user draws from its own seeded Random, so a run with the same seed sends the same
 prompts and lengths whatever the server's timing (only *when* things happen varies).
@@ -17,7 +17,8 @@ from officellm.loadgen import text
 from officellm.loadgen.budget import Budget
 from officellm.loadgen.client import ChatClient, RequestRecord
 
-SCENARIOS = ("office", "long-doc", "burst", "shared-prefix", "noisy-neighbour", "code-edit")
+SCENARIOS = ("office", "long-doc", "burst", "shared-prefix", "noisy-neighbour", "code-edit",
+             "agent-turn")
 CODE_SYSTEM = "You are a careful programming assistant. Reply with code only."
 CHAT_SYSTEM = "You are a helpful office assistant. Answer clearly."
 
@@ -204,6 +205,34 @@ async def code_edit_user(run: Run, user: int) -> None:
         await run.budget.sleep(run.think(rng))
 
 
+async def agent_turn_user(run: Run, user: int) -> None:
+    """A coding agent's loop: the same long instructions for every agent (prefix_tokens:
+    what the prefix cache is for), then turns of a tool's result and a short reply naming
+    the next tool call; the conversation is resent whole every turn, and starts anew when
+    it would outgrow the context."""
+    rng = run.rng(user)
+    cfg = run.config
+    system = text.agent_instructions(min(cfg.prefix_tokens, int(cfg.max_context * 0.5)),
+                                     cfg.seed)
+    history = [{"role": "system", "content": system}]
+    turn, used = 0, 0
+    while run.budget.take():
+        result = text.tool_result(rng, rng.randint(40, 200))
+        if used + len(result.split()) * text.TOKENS_PER_WORD + 64 > cfg.max_context * 0.9:
+            history, used = history[:1], 0
+        history.append({"role": "user", "content": result})
+        rec = RequestRecord(user=user, turn=turn, kind="agent-turn", start=time.perf_counter(),
+                            max_tokens=min(cfg.max_tokens, 48))
+        await run.send(rec, list(history))
+        if rec.ok:
+            history.append({"role": "assistant", "content": rec.text})
+            used = (rec.prompt_tokens or 0) + (rec.completion_tokens or 0)
+        else:
+            history.pop()
+        turn += 1
+        await run.budget.sleep(run.think(rng))
+
+
 async def heavy_slot(run: Run, slot: int) -> None:
     """One of the heavy user's parallel requests: a long document to summarise, sent again
     (a new document) as soon as the answer is in, until the run ends. Not budgeted by the
@@ -246,5 +275,7 @@ async def play(run: Run) -> None:
         await noisy_neighbour(run)
     elif name == "code-edit":
         await asyncio.gather(*(code_edit_user(run, u) for u in range(users)))
+    elif name == "agent-turn":
+        await asyncio.gather(*(agent_turn_user(run, u) for u in range(users)))
     else:
         await asyncio.gather(*(shared_prefix_user(run, u) for u in range(users)))

@@ -92,3 +92,24 @@ def code_edit(rng: random.Random, tokens: int) -> str:
     old = source.split("def ", 2)[1].split("(", 1)[0]
     return (f"Rename the function `{old}` to `{old}_v2` in this file. Reply with the whole "
             f"file, changed, and nothing else.\n\n```python\n{source}```")
+
+
+_TOOLS = ("read_file", "write_file", "run_tests", "search_code", "list_directory")
+
+
+def agent_instructions(tokens: int, seed: int = 0) -> str:
+    """A coding agent's long system prompt (the same for every agent of a run): its rules
+    and its tools, then the house rules as filler up to about `tokens`."""
+    rng = random.Random(f"agent-{seed}")
+    tools = "\n".join(f"- {name}(path: str, text: str | None): {words(rng, 12)}"
+                      for name in _TOOLS)
+    head = ("You are a coding agent working in a repository. Reply with exactly one tool "
+            'call as JSON, {"tool": NAME, "args": {...}}, and nothing else.\nTools:\n'
+            + tools + "\nRules: ")
+    return head + words(rng, max(1, int(tokens / TOKENS_PER_WORD) - len(head.split())))
+
+
+def tool_result(rng: random.Random, n_words: int) -> str:
+    """A tool's output as the agent's next user turn: a command's result and some lines."""
+    tool = rng.choice(_TOOLS)
+    return f"Result of {tool}:\n{words(rng, n_words)}\nWhat is the next tool call?"

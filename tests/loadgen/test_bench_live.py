@@ -141,3 +141,22 @@ def test_noisy_neighbour_reports_light_latency_and_heavy_throughput(server: Serv
     assert doc["settings"]["heavy_requests"] == 2
     assert doc["settings"]["heavy_start_s"] == 0.3
     assert min(r["start_s"] for r in heavy) >= 0.3  # it joined the light users, later
+
+
+def test_code_edit_sends_a_new_file_each_turn(server: ServerProcess, tmp_path: Path) -> None:
+    doc = bench(server, tmp_path, "--scenario", "code-edit", "--users", "1", "--requests", "2",
+                "--max-tokens", "12", "--file-tokens", "200")
+    check_consistent(doc)
+    prompts = [r["prompt_tokens"] for r in doc["requests"]]
+    assert all(p >= 150 for p in prompts)
+    assert doc["server_metrics"]["prefix_cache_hit_rate"] < 0.5  # each file is new
+
+
+def test_agent_turn_resends_the_shared_instructions(server: ServerProcess,
+                                                    tmp_path: Path) -> None:
+    doc = bench(server, tmp_path, "--scenario", "agent-turn", "--users", "2", "--requests",
+                "6", "--max-tokens", "12", "--prefix-tokens", "300")
+    check_consistent(doc)
+    assert all(r["prompt_tokens"] >= 200 for r in doc["requests"])
+    assert all(r["max_tokens"] <= 12 for r in doc["requests"])
+    assert doc["server_metrics"]["prefix_cache_hit_rate"] > 0.4

@@ -142,3 +142,12 @@ def test_code_edit_asks_to_rewrite_a_seeded_file_of_about_the_size_asked() -> No
     assert 1500 <= len(body) <= 2400  # ~600 tokens of code at ~3 characters each
     renamed = first.split("`", 2)[1]
     assert f"def {renamed}(" in body
+
+
+
+def test_agent_instructions_are_the_same_for_every_agent_and_about_the_size_asked() -> None:
+    from officellm.loadgen import text
+
+    first, again = text.agent_instructions(800, seed=3), text.agent_instructions(800, seed=3)
+    assert first == again and "read_file" in first
+    assert 500 <= len(first.split()) * text.TOKENS_PER_WORD <= 900
