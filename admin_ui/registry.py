@@ -61,7 +61,7 @@ class ModelRow:
     weight_bytes: int | None = None
     kv_cache_bytes: int | None = None
     last_used: str | None = None
-    fits: bool = True
+    fits: bool | None = None  # None: not estimated yet (the server plans in the background)
     error: str | None = None
     requests_running: int = 0
     kv_cache_usage: float | None = None
@@ -80,8 +80,8 @@ class ModelRow:
             memory_bytes=_int(d.get("memory_bytes")), weight_bytes=_int(d.get("weight_bytes")),
             kv_cache_bytes=_int(d.get("kv_cache_bytes")),
             last_used=str(d["last_used"]) if d.get("last_used") else None,
-            # A server that does not say has not refused it: only an explicit False is a no.
-            fits=d.get("fits") is not False,
+            # null: the server has not planned it yet; only an explicit False is a no.
+            fits=d["fits"] if isinstance(d.get("fits"), bool) else None,
             error=str(d["error"]) if d.get("error") else None,
             requests_running=_int(d.get("requests_running")) or 0,
             kv_cache_usage=_float(d.get("kv_cache_usage")),

@@ -58,7 +58,7 @@ class RegistryModel(RecordTableModel[ModelRow]):
         Column("Memory", _memory, sort_key=lambda m: (m.weight_bytes or 0) + (m.kv_cache_bytes or 0)),
         Column("Last used", lambda m: fmt.ago(m.last_used) or "never",
                sort_key=lambda m: m.last_used or ""),
-        Column("Fits", lambda m: "fits" if m.fits else NOT_FITTING),
+        Column("Fits", lambda m: "—" if m.fits is None else "fits" if m.fits else NOT_FITTING),
         Column("Pinned", lambda m: "pinned" if m.pinned else ""),
     ]
 

@@ -355,3 +355,12 @@ def test_the_main_window_has_a_models_tab_that_the_poller_refreshes(
         wait_for_cell(qtbot, w.models, "fetching", "State", "downloading 90 %")
     finally:
         w.close()
+
+
+def test_a_model_not_planned_yet_reads_neither_fitting_nor_not() -> None:
+    from officellm.admin_ui.registry import ModelRow
+
+    row = ModelRow.from_json({**model_row("fresh"), "fits": None})
+    model = RegistryModel()
+    model.set_records([row])
+    assert model.index(0, COLUMNS.index("Fits")).data() == "—"
