@@ -78,6 +78,11 @@ class EngineConfig:
                                          "else the cores shared among the ranks", int)
     attention_backend: str | None = knob(None, "torch | cpu | triton; default: by device", str)
     enforce_eager: bool = knob(False, "CUDA: no decode CUDA graphs")
+    batch_invariant: bool = knob(
+        False, "the same request gives bit-identical output whatever else is in its batch, "
+               "whether its prompt hit the prefix cache, how its prefill was chunked and "
+               "whether speculation ran: every matmul and attention row in one fixed order "
+               "(docs/batch_invariance.md; costs prefill speed)")
     stats_log_interval: float = 5.0  # seconds between periodic stats lines while busy
     # While decodes run, size prefill chunks so a step costs about this many decode-only
     # steps (engine/core/prefill_pacer.py); None = the token budget alone decides.

@@ -47,6 +47,19 @@ class QuantPack(Protocol):
     def __call__(self, weight: torch.Tensor, fmt: int, /) -> torch.Tensor: ...
 
 
+class FixedOrderPack(Protocol):
+    """A dense [N, K] weight in the layout fixed_order_matmul reads."""
+
+    def __call__(self, weight: torch.Tensor, /) -> torch.Tensor: ...
+
+
+class FixedOrderMatmul(Protocol):
+    """y = x W^T [M, n] over fixed_order_pack's layout of W, each row's result independent of
+    the other rows and of M (the --batch-invariant mode's dense matmul)."""
+
+    def __call__(self, x: torch.Tensor, packed: torch.Tensor, n: int, /) -> torch.Tensor: ...
+
+
 @dataclass(frozen=True)
 class KernelOps:
     """The ops a decoder layer calls, all from one implementation."""
@@ -58,6 +71,9 @@ class KernelOps:
     # Weights in blocks run on the CPU only (engine/weight_quantization.py): None on Triton.
     quant_matmul: QuantMatmul | None
     quant_pack: QuantPack | None  # None: quant_matmul reads GGUF's rows as they are
+    # The batch-invariant dense matmul: None on the torch references (BLAS's order is its own).
+    fixed_order_pack: FixedOrderPack | None = None
+    fixed_order_matmul: FixedOrderMatmul | None = None
 
 
 def kernel_ops(implementation: str) -> KernelOps:
@@ -73,7 +89,9 @@ def kernel_ops(implementation: str) -> KernelOps:
         return KernelOps(rms_norm=compiled.rms_norm,
                          fused_add_rms_norm=compiled.fused_add_rms_norm,
                          apply_rotary=compiled.apply_rotary, silu_and_mul=compiled.silu_and_mul,
-                         quant_matmul=module.quant_matmul, quant_pack=module.quant_pack)
+                         quant_matmul=module.quant_matmul, quant_pack=module.quant_pack,
+                         fixed_order_pack=module.fixed_order_pack,
+                         fixed_order_matmul=module.fixed_order_matmul)
     if implementation == "triton":
         from officellm.kernels.triton import (
             ops as triton_ops,  # imported only here: the CPU never needs it
@@ -83,7 +101,8 @@ def kernel_ops(implementation: str) -> KernelOps:
                          fused_add_rms_norm=triton_ops.fused_add_rms_norm,
                          apply_rotary=triton_ops.apply_rotary,
                          silu_and_mul=triton_ops.silu_and_mul, quant_matmul=None,
-                         quant_pack=None)
+                         quant_pack=None, fixed_order_pack=_contiguous,
+                         fixed_order_matmul=_triton_fixed_order_matmul)
     return KernelOps(rms_norm=reference.rms_norm, fused_add_rms_norm=reference.fused_add_rms_norm,
                      apply_rotary=reference.apply_rotary, silu_and_mul=reference.silu_and_mul,
                      quant_matmul=quant_reference.quant_matmul, quant_pack=None)
@@ -118,6 +137,17 @@ class _CompiledOps:
         if x.dim() == 2 and x.stride(1) == 1:
             return self._module.silu_and_mul(x)
         return reference.silu_and_mul(x)
+
+
+def _contiguous(weight: torch.Tensor) -> torch.Tensor:
+    """Triton's fixed-order matmul reads nn.Linear's own [N, K] layout."""
+    return weight.contiguous()
+
+
+def _triton_fixed_order_matmul(x: torch.Tensor, weight: torch.Tensor, n: int) -> torch.Tensor:
+    from officellm.kernels.triton import ops as triton_ops
+
+    return triton_ops.fixed_order_matmul(x, weight)
 
 
 def _heads_contiguous(t: torch.Tensor) -> bool:

@@ -58,9 +58,12 @@ def ops_for(device: torch.device, backend: str | None = None) -> KernelOps:
 
 def attention_for(device: torch.device, k_caches: list[torch.Tensor],
                   v_caches: list[torch.Tensor], scale: float,
-                  backend: str | None = None) -> AttentionBackend:
-    """An attention backend over these caches: TritonAttention, CpuAttention or TorchAttention."""
+                  backend: str | None = None, batch_invariant: bool = False) -> AttentionBackend:
+    """An attention backend over these caches: TritonAttention, CpuAttention or TorchAttention;
+    with `batch_invariant`, RowAttention over the backend's decode kernel."""
     name = backend_for(device, backend)
+    if batch_invariant:
+        return _row_attention(name, k_caches, v_caches, scale)
     if name == "triton":
         from officellm.engine.attention.triton_backend import TritonAttention
 
@@ -72,3 +75,35 @@ def attention_for(device: torch.device, k_caches: list[torch.Tensor],
     from officellm.engine.attention.torch_backend import TorchAttention
 
     return TorchAttention(k_caches, v_caches, scale)
+
+
+def check_batch_invariant(backend: str) -> None:
+    """Refuse --batch-invariant where no kernel keeps one reduction order per row."""
+    if backend not in BATCH_INVARIANT_BACKENDS:
+        raise ValueError(
+            f"--batch-invariant needs the cpu or triton backend (their kernels keep one "
+            f"reduction order per row); the {backend} backend's SDPA and BLAS calls do not. "
+            f"On a CPU, install a C++ compiler (the cpu backend builds its kernels with it).")
+
+
+BATCH_INVARIANT_BACKENDS = ("cpu", "triton")
+
+
+def _row_attention(name: str, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
+                   scale: float) -> AttentionBackend:
+    from officellm.engine.attention.row_attention import RowAttention
+
+    check_batch_invariant(name)
+    if name == "triton":
+        from functools import partial
+
+        from officellm.kernels.triton import ops as triton_ops
+
+        # One split: a split count follows the batch's shape, and with it the sum's order.
+        return RowAttention(k_caches, v_caches, scale, triton_ops.write_kv_cache,
+                            partial(triton_ops.paged_decode_attention, num_splits=1))
+    from officellm.kernels.reference import reference
+
+    kernel = cpu_kernels.load()
+    return RowAttention(k_caches, v_caches, scale, reference.write_kv_cache,
+                        kernel.paged_decode_attention)

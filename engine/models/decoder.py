@@ -10,7 +10,7 @@ its intermediate range, its vocabulary rows, and loads only those slices.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -20,6 +20,7 @@ from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.loading.gguf_tensors import QuantizedTensor
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models import packed_linear
+from officellm.engine.models.fixed_order_linear import FixedOrderWeight
 from officellm.engine.models.parallel_linear import ColumnParallelLinear, RowParallelLinear
 from officellm.engine.models.quantized_linear import QuantizedWeight, QuantMatmul, QuantPack
 from officellm.engine.models.rotary import RotaryTable
@@ -90,21 +91,24 @@ class DecoderModel(nn.Module):
                   for g in m.quantized.groups}
         return dense + sum(blocks.values())
 
-    def pack_linears(self) -> int:
-        """Pre-pack every matmul weight for oneDNN (bf16 on the CPU; see packed_linear.py).
+    def pack_linears(self, prepare: Callable[[torch.Tensor], torch.Tensor | FixedOrderWeight]
+                     = packed_linear.pack) -> int:
+        """Prepare every dense matmul weight for its kernel: oneDNN's packing (bf16 on the CPU;
+        see packed_linear.py) by default, or `prepare`'s (the batch-invariant kernel's
+        FixedOrderWeight).
 
         Call after load_weights. The plain weights of the layers are released (nothing reads
-        them any more); the embedding keeps its own for the lookup. Returns how many packed.
+        them any more); the embedding keeps its own for the lookup. Returns how many prepared.
         """
         modules = [m for layer in self.layers for m in (layer.qkv, layer.o_proj, layer.gate_up,
                                                         layer.down) if runs_dense(m)]
         for module in modules:
-            module.packed = packed_linear.pack(module.weight)
+            module.packed = prepare(module.weight)
             module.weight.data = torch.empty(0, dtype=module.weight.dtype)
         head = self.lm_head
         if not runs_dense(head):
             return len(modules)
-        head.packed = packed_linear.pack(head.tied.weight if head.tied is not None else head.weight)
+        head.packed = prepare(head.tied.weight if head.tied is not None else head.weight)
         if head.weight is not None:
             head.weight.data = torch.empty(0, dtype=head.weight.dtype)
         return len(modules) + 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from officellm.engine.models.fixed_order_linear import FixedOrderWeight
 from officellm.kernels.cpu_features import CpuFeatures, cpu_features
 
 # The batch size oneDNN picks the packed layout for; any number of rows works with it.
@@ -41,10 +42,14 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-           packed: torch.Tensor | None) -> torch.Tensor:
-    """F.linear, through the packed weight when there is one."""
+           packed: torch.Tensor | FixedOrderWeight | None) -> torch.Tensor:
+    """F.linear, through the prepared weight when there is one: oneDNN's packed layout, or
+    the batch-invariant kernel's (engine/models/fixed_order_linear.py)."""
     if packed is None:
         return F.linear(x, weight, bias)
+    if isinstance(packed, FixedOrderWeight):
+        y = packed(x)
+        return y + bias if bias is not None else y
     if x.shape[0] == 0:  # oneDNN refuses empty inputs
         return x.new_empty(0, packed.shape[0])
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")

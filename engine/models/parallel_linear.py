@@ -14,6 +14,7 @@ from torch import nn
 
 from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.models import packed_linear
+from officellm.engine.models.fixed_order_linear import FixedOrderWeight
 from officellm.engine.models.quantized_linear import QuantizedWeight
 
 
@@ -23,7 +24,9 @@ class ColumnParallelLinear(nn.Linear):
     def __init__(self, in_features: int, out_features_local: int, bias: bool,
                  dtype: torch.dtype) -> None:
         super().__init__(in_features, out_features_local, bias=bias, dtype=dtype)
-        self.packed: torch.Tensor | None = None  # oneDNN layout of weight (packed_linear.py)
+        # The weight prepared for a kernel: oneDNN's layout, or the batch-invariant one's
+        # (packed_linear.linear reads either).
+        self.packed: torch.Tensor | FixedOrderWeight | None = None
         self.quantized: QuantizedWeight | None = None  # the weight in blocks, when kept so
 
     def reset_parameters(self) -> None:
@@ -48,7 +51,9 @@ class RowParallelLinear(nn.Module):
                                    requires_grad=False)
         self.bias = (nn.Parameter(torch.zeros(out_features, dtype=dtype), requires_grad=False)
                      if bias else None)
-        self.packed: torch.Tensor | None = None  # oneDNN layout of weight (packed_linear.py)
+        # The weight prepared for a kernel: oneDNN's layout, or the batch-invariant one's
+        # (packed_linear.linear reads either).
+        self.packed: torch.Tensor | FixedOrderWeight | None = None
         # The weight in blocks, when kept so (one rank only: blocks run along the input
         # features this layer would split).
         self.quantized: QuantizedWeight | None = None

@@ -15,6 +15,7 @@ from torch import nn
 
 from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.models import packed_linear
+from officellm.engine.models.fixed_order_linear import FixedOrderWeight
 from officellm.engine.models.quantized_linear import QuantizedWeight
 from officellm.engine.models.shard_plan import ShardPlan
 
@@ -56,9 +57,9 @@ class ParallelLMHead(nn.Module):
         self.tied = tied
         self.weight = None if tied is not None else nn.Parameter(
             torch.empty(plan.vocab_shard, hidden_size, dtype=dtype), requires_grad=False)
-        # oneDNN layout of the weight (packed_linear.py); a tied head packs its own copy,
-        # the embedding lookup keeps reading the plain one.
-        self.packed: torch.Tensor | None = None
+        # The weight prepared for a kernel (packed_linear.linear); a tied head prepares its
+        # own copy, the embedding lookup keeps reading the plain one.
+        self.packed: torch.Tensor | FixedOrderWeight | None = None
         self.quantized: QuantizedWeight | None = None  # blocks (a tied head shares the table's)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor | None:

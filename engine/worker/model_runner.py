@@ -58,7 +58,7 @@ class ModelRunner:
 
     def __init__(self, model: Any, spec: ModelSpec, num_blocks: int, block_size: int,
                  kv_dtype: torch.dtype, device: torch.device, seed: int = 0,
-                 attention_backend: str | None = None) -> None:
+                 attention_backend: str | None = None, batch_invariant: bool = False) -> None:
         self.model = model
         self.spec = spec
         self.block_size = block_size
@@ -75,7 +75,8 @@ class ModelRunner:
         self.v_caches = [torch.zeros(shape, dtype=kv_dtype, device=device)
                          for _ in range(spec.num_layers)]
         self.attention: AttentionBackend = selection.attention_for(
-            device, self.k_caches, self.v_caches, spec.head_dim ** -0.5, attention_backend)
+            device, self.k_caches, self.v_caches, spec.head_dim ** -0.5, attention_backend,
+            batch_invariant)
         self.decode_graphs: DecodeGraphs | None = None  # once captured
         self.sampler = Sampler(seed)
 

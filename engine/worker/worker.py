@@ -25,6 +25,7 @@ from officellm.engine.loading.model_loader import gguf_source, iter_safetensors,
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
+from officellm.engine.models.fixed_order_linear import FixedOrderWeight
 from officellm.engine.weight_quantization import gguf_blocks, quantize_at_load, resolve_quantization
 from officellm.engine.worker.model_runner import ModelRunner
 from officellm.engine.worker.quantization_choice import (
@@ -101,6 +102,8 @@ class Worker:
         self.dtype = resolve_dtype(config.dtype, self.device, self.spec.torch_dtype,
                                    self.spec.hidden_size, self.spec.intermediate_size)
         self.backend = selection.backend_for(self.device, config.attention_backend)
+        if config.batch_invariant:
+            selection.check_batch_invariant(self.backend)
         self.kv_dtype = resolve_kv_cache_dtype(
             config.kv_cache_dtype, self.dtype, self.backend,
             torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None)
@@ -109,10 +112,16 @@ class Worker:
         self.model.to(self.device)
         self.model.load_weights(iter_safetensors(model_dir))
         packs = (self.backend == "cpu" and self.dtype == torch.bfloat16
-                 and packed_linear.can_pack(self.device, self.dtype))
+                 and packed_linear.can_pack(self.device, self.dtype)
+                 and not config.batch_invariant)
         self.weight_format = self._keep_quantized(model_dir, packs)
         self.weight_bytes = self.model.weight_bytes()
-        if self.backend == "cpu" and self.dtype == torch.bfloat16:
+        if config.batch_invariant:
+            ops = self.model.ops
+            assert ops.fixed_order_pack is not None and ops.fixed_order_matmul is not None
+            self.model.pack_linears(lambda w: FixedOrderWeight.of(w, ops.fixed_order_pack,
+                                                                  ops.fixed_order_matmul))
+        elif self.backend == "cpu" and self.dtype == torch.bfloat16:
             features = cpu_features()
             if packs:
                 self.model.pack_linears()
@@ -139,10 +148,12 @@ class Worker:
         else:
             blocks = quantize_at_load(iter_safetensors(model_dir), method)
         matmul, pack = self.model.ops.quant_matmul, self.model.ops.quant_pack
+        # Batch-invariant: one kernel for every batch size, so the blocks for all of them.
         max_rows = (remembered_reach(str(source or model_dir), self.dtype, packs,
                                      lambda: blocks_reach(self.model, blocks, matmul, pack,
                                                           packs, self.dtype))
-                    if self.config.quantization == "auto" else None)
+                    if self.config.quantization == "auto" and not self.config.batch_invariant
+                    else None)
         if max_rows == 0:
             return "dense"
         kept = self.model.keep_quantized(blocks, matmul, max_rows, pack)
@@ -217,7 +228,7 @@ class Worker:
         cfg = self.config
         self.model.init_rotary(max_model_len + 1)
         self.runner = ModelRunner(self.model, self.spec, num_blocks, cfg.block_size, self.kv_dtype,
-                                  self.device, cfg.seed, self.backend)
+                                  self.device, cfg.seed, self.backend, cfg.batch_invariant)
         if self.graph_batch():
             self.runner.capture_decode_graphs(cfg.max_num_seqs, max_model_len)
         return self.runner

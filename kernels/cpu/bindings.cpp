@@ -12,6 +12,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fused_add_rms_norm", &fused_add_rms_norm, "residual add, then RMSNorm");
   m.def("apply_rotary", &apply_rotary, "neox rotary embedding of q and k");
   m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up");
+  m.def("fixed_order_pack", &fixed_order_pack,
+        "float32/bf16 [N, K] weights in fixed_order_matmul's panels");
+  m.def("fixed_order_matmul", &fixed_order_matmul,
+        "x W^T, each element one FMA chain over K in order (batch-invariant)");
   m.def("quant_matmul", &quant_matmul, "x W^T over GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weight blocks");
   m.def("quant_pack", &quant_pack, "GGUF Q8_0/Q4_0/Q4_1 rows in the layout quant_matmul reads fastest");
   m.def("quant_matmul_path", &quant_matmul_path, "the instruction set quant_matmul was built for");

@@ -178,6 +178,7 @@ void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64
   // short history still gives every thread work.
   const std::vector<int64_t> seq_lens(num_kv_heads, seq_len);
   over_context_parts(num_kv_heads, seq_lens.data(), block_size, heads, D, kMinChunkPartBlocks,
+                     Split::kAdaptive,
                      [&](int64_t h, int64_t first, int64_t end, PartState st) {
     std::vector<float> qh(heads * D), keys(padded * D, 0.0f), vals(block_size * D),
         probs(heads * padded), corr((heads + 7) / 8 * 8, 0.0f), new_max(heads);

@@ -24,6 +24,9 @@ std::tuple<torch::Tensor, torch::Tensor> fused_add_rms_norm(torch::Tensor x, tor
 std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Tensor k,
                                                       torch::Tensor cos, torch::Tensor sin);
 torch::Tensor silu_and_mul(torch::Tensor x);
+// fixed_order_matmul.cpp
+torch::Tensor fixed_order_pack(torch::Tensor weight);
+torch::Tensor fixed_order_matmul(torch::Tensor x, torch::Tensor panels, int64_t n);
 // quant_matmul.cpp
 torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format);
 torch::Tensor quant_pack(torch::Tensor weight, int64_t format);

@@ -28,9 +28,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -122,6 +124,27 @@ inline void load_row(const at::Float8_e4m3fn* src, float* dst, int64_t n) {
 }
 #endif
 
+// A float buffer on a 64-byte boundary. The kernels' auto-vectorized reductions (the dot
+// products and softmax sums under `omp simd reduction`) may peel a few leading elements to
+// reach an aligned address, and the peel count, so the order of the sum, would then follow
+// wherever malloc placed the buffer: a row's scores changed with the heap's state, which the
+// batch around it decides (--batch-invariant found it).
+class AlignedFloats {
+ public:
+  explicit AlignedFloats(int64_t n)
+      : data_(static_cast<float*>(std::aligned_alloc(64, ((n * 4 + 63) / 64) * 64))) {
+    TORCH_CHECK(data_ != nullptr, "out of memory");
+  }
+  ~AlignedFloats() { std::free(data_); }
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  float* data() { return data_; }
+  float& operator[](int64_t i) { return data_[i]; }
+
+ private:
+  float* data_;
+};
+
 // Calls run(C{}) with the cache's element type.
 template <typename Run>
 void with_cache_type(at::ScalarType cache_type, Run&& run) {
@@ -207,13 +230,23 @@ inline void walk_blocks(const C* k_cache, const C* v_cache, const int64_t* table
   }
 }
 
-// The context of one sequence is cut into parts of min_part_blocks blocks or more
-// (kMinPartBlocks for a decode: one query row a sequence), so that one long sequence (the
-// desk case: one user) still gives every thread work; each part is
-// attended on its own and the parts are merged by their softmax maxima and sums at the end.
-// Items are taken longest first from a shared counter, so threads that drew short contexts
-// take more of them instead of waiting at the barrier for the one that drew the longest.
+// The context of one sequence is cut into parts, so that one long sequence (the desk case:
+// one user) still gives every thread work; each part is attended on its own and the parts
+// are merged by their softmax maxima and sums at the end. Items are taken longest first from
+// a shared counter, so threads that drew short contexts take more of them instead of waiting
+// at the barrier for the one that drew the longest.
+//
+// How a context is cut (Split):
+// - kFixed (decodes): parts of kMinPartBlocks blocks from the sequence's first block, the last
+//   one shorter. A row's arithmetic then depends on its own context alone, never on the
+//   batch beside it, which is what lets --batch-invariant run every row of every step here
+//   (engine/attention/row_attention.py); it costs a decode batch nothing measurable (a merge
+//   of a few floats per 128 tokens).
+// - kAdaptive (prompt chunks): parts of min_part_blocks or more, sized so the whole batch
+//   makes about four items per thread.
 constexpr int64_t kMinPartBlocks = 8;
+
+enum class Split { kFixed, kAdaptive };
 
 // The per-item state: one accumulator row, running max and sum per query head.
 struct PartState {
@@ -227,7 +260,7 @@ struct PartState {
 // -1e30); store(b, q_head, acc_row, inv_sum) writes one output row.
 template <typename Attend, typename Store>
 void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block_size,
-                        int64_t num_q_heads, int64_t d, int64_t min_part_blocks,
+                        int64_t num_q_heads, int64_t d, int64_t min_part_blocks, Split split,
                         Attend&& attend, Store&& store) {
   const int64_t threads = at::get_num_threads();
   std::vector<int64_t> blocks(num_seqs), parts(num_seqs), first_part(num_seqs + 1, 0);
@@ -236,11 +269,21 @@ void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block
     blocks[b] = (seq_lens[b] + block_size - 1) / block_size;
     total_blocks += blocks[b];
   }
-  const int64_t part_blocks = std::max(min_part_blocks, total_blocks / (4 * threads));
+  const int64_t part_blocks = split == Split::kFixed
+                                  ? min_part_blocks
+                                  : std::max(min_part_blocks, total_blocks / (4 * threads));
   for (int64_t b = 0; b < num_seqs; ++b) {
-    parts[b] = std::max<int64_t>(1, blocks[b] / part_blocks);
+    parts[b] = split == Split::kFixed ? std::max<int64_t>(1, (blocks[b] + part_blocks - 1) / part_blocks)
+                                      : std::max<int64_t>(1, blocks[b] / part_blocks);
     first_part[b + 1] = first_part[b] + parts[b];
   }
+  // Part p of sequence b: blocks [first, end).
+  auto bounds = [&](int64_t b, int64_t p) -> std::pair<int64_t, int64_t> {
+    if (split == Split::kFixed) {
+      return {p * part_blocks, std::min(blocks[b], (p + 1) * part_blocks)};
+    }
+    return {blocks[b] * p / parts[b], blocks[b] * (p + 1) / parts[b]};
+  };
   const int64_t num_items = first_part[num_seqs];
   // Longest parts first (largest-first scheduling balances the threads' totals).
   std::vector<int64_t> order(num_items), item_seq(num_items);
@@ -263,7 +306,7 @@ void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block
   at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
     for (int64_t i = next.fetch_add(1); i < num_items; i = next.fetch_add(1)) {
       const int64_t item = order[i], b = item_seq[item], p = item - first_part[b];
-      const int64_t first = blocks[b] * p / parts[b], end = blocks[b] * (p + 1) / parts[b];
+      const auto [first, end] = bounds(b, p);
       attend(b, first, end, PartState{acc.data() + item * row,
                                       run_max.data() + item * num_q_heads,
                                       run_sum.data() + item * num_q_heads});
