@@ -42,6 +42,11 @@ ONE_BYTE_CACHES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8)
 DECODE_SPLITS = (1, 2, 4, 8, 16)  # every split count default_num_splits can choose
 PREFILL_QUERY_TOKENS = (1, 2, 1024, 8192)
 PAGE = 16
+# The dense layers fixed_order_matmul (--batch-invariant) runs, per model: hidden size, qkv
+# output, MLP intermediate size, and whether qkv has a bias (Qwen2's does).
+MATMUL_SHAPES = {"qwen2.5-7b": (3584, 4608, 18944, True),
+                 "smollm2-135m": (576, 960, 1536, False)}
+MATMUL_ROWS = (1, 1024)  # a decode step and a prefill chunk: M must not change the variant
 
 
 @dataclass(frozen=True)
@@ -102,8 +107,15 @@ def _compiling_for(arch: int) -> Iterator[list[tuple[str, object]]]:
 
     compiled: list[tuple[str, object]] = []
     original = JITFunction.run
+    retargeted: set[int] = set()
 
     def compile_only(self, *args, grid, warmup, **kwargs):  # type: ignore[no-untyped-def]
+        if id(self) not in retargeted:
+            # A JIT function caches the target with its kernels, per device (always 0 here):
+            # left alone, every architecture after a process's first reused the first one's
+            # kernels (--arch 80,89,90 reported sm_80 code three times).
+            retargeted.add(id(self))
+            self.device_caches.clear()
         kernel = original(self, *args, grid=grid, warmup=True, **kwargs)
         compiled.append((self.fn.__name__, kernel))
         return kernel
@@ -162,6 +174,27 @@ def _cases(level: str, arch: int) -> Iterator[tuple[str, object]]:
                        lambda kv=kv, kc=kc, vc=vc, s=slots: ops.write_kv_cache(kv, kv, kc, vc, s))
                 yield from _attention_cases(ops, layout, hq, hk, d, q_dtype, cache_dtype,
                                             splits, prefill)
+    if not smoke:
+        yield from _matmul_cases(ops)
+
+
+def _matmul_cases(ops) -> Iterator[tuple[str, object]]:  # type: ignore[no-untyped-def]
+    """Both models' shapes at every level: they share their variants (the kernel does not
+    specialize on M, and every N and K here is a multiple of 16), so the second costs no
+    compile."""
+    for model, (hidden, qkv, inter, qkv_bias) in MATMUL_SHAPES.items():
+        for dtype in QUERY_DTYPES:
+            for proj, k, n, has_bias in (("qkv", hidden, qkv, qkv_bias),
+                                         ("o", hidden, hidden, False),
+                                         ("gate_up", hidden, 2 * inter, False),
+                                         ("down", inter, hidden, False)):
+                # empty, not zeros: never run, so never touched (gate_up is 0.5 GB in fp32).
+                w = torch.empty(n, k, dtype=dtype)
+                b = torch.empty(n, dtype=dtype) if has_bias else None
+                for rows in MATMUL_ROWS:
+                    x = torch.empty(rows, k, dtype=dtype)
+                    yield (f"fixed_order_matmul {model} {proj} {_name(dtype)} {rows} rows",
+                           lambda x=x, w=w, b=b: ops.fixed_order_matmul(x, w, b))
 
 
 def _attention_cases(ops, layout: str, hq: int, hk: int, d: int, q_dtype: torch.dtype,  # type: ignore[no-untyped-def]
@@ -203,9 +236,10 @@ def _ptxas_report(ptx: str, arch: str) -> tuple[int, int]:
     return registers, spills
 
 
-def compile_variants(arch: int, level: str = "standard") -> list[Variant]:
-    """Compile the variants of `level` (LEVELS) for compute capability `arch` (80, 89, 90);
-    a variant that does not compile is reported with its error, not raised."""
+def compile_variants(arch: int, level: str = "standard", only: str = "") -> list[Variant]:
+    """Compile the variants of `level` (LEVELS) for compute capability `arch` (80, 89, 90),
+    those whose case names contain `only` if given; a variant that does not compile is
+    reported with its error, not raised."""
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise RuntimeError("TRITON_INTERPRET is set: kernels decorated for the interpreter "
                            "cannot be compiled; run this in a process of its own without it")
@@ -213,6 +247,8 @@ def compile_variants(arch: int, level: str = "standard") -> list[Variant]:
     seen: set[tuple[str, str]] = set()
     with _compiling_for(arch) as compiled:
         for case, call in _cases(level, arch):
+            if only not in case:
+                continue
             before = len(compiled)
             try:
                 call()  # type: ignore[operator]
@@ -253,9 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", default="80,89,90", help="compute capabilities, e.g. 80,89,90")
     parser.add_argument("--level", choices=LEVELS, default="standard",
                         help="how much of the variant matrix (see LEVELS)")
+    parser.add_argument("--only", default="",
+                        help="only the cases whose names contain this, e.g. fixed_order_matmul")
     args = parser.parse_args(argv)
     variants = [v for arch in args.arch.split(",")
-                for v in compile_variants(int(arch), level=args.level)]
+                for v in compile_variants(int(arch), level=args.level, only=args.only)]
     json.dump({"variants": [asdict(v) for v in variants], "problems": problems(variants)},
               sys.stdout, indent=1)
     print()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from officellm.kernels.triton.activation import silu_and_mul
 from officellm.kernels.triton.decode_attention import paged_decode_attention
+from officellm.kernels.triton.fixed_order_matmul import fixed_order_matmul
 from officellm.kernels.triton.kv_cache import write_kv_cache
 from officellm.kernels.triton.norm import fused_add_rms_norm, rms_norm
 from officellm.kernels.triton.prefill_attention import paged_prefill_attention
@@ -15,6 +16,7 @@ from officellm.kernels.triton.rotary import apply_rotary
 paged_attention = paged_prefill_attention
 
 __all__ = [
-    "apply_rotary", "fused_add_rms_norm", "paged_attention", "paged_decode_attention",
-    "paged_prefill_attention", "rms_norm", "silu_and_mul", "write_kv_cache",
+    "apply_rotary", "fixed_order_matmul", "fused_add_rms_norm", "paged_attention",
+    "paged_decode_attention", "paged_prefill_attention", "rms_norm", "silu_and_mul",
+    "write_kv_cache",
 ]
