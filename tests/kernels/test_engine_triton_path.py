@@ -1,7 +1,8 @@
 """The whole Triton path inside the engine, on the CPU through Triton's interpreter:
 TritonAttention and the Triton ops must give the torch backend's greedy tokens exactly
 (fp32), through prefill, chunked prefill, prefix-cache hits and decode, and through the
-CUDA-graph runner's padded decode path (run eagerly here)."""
+CUDA-graph runner's padded decode path (run eagerly here); and --batch-invariant's replies
+must not depend on the batch."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import random
 import pytest
 
 from officellm.engine import LLM, SamplingParams
+from officellm.engine.attention.row_attention import RowAttention
 from officellm.engine.attention.triton_backend import TritonAttention
 from tests.support.tiny_models import shared_tiny_model
 
@@ -74,3 +76,28 @@ def test_padded_decode_graph_path_matches(tiny_qwen3, prompts, torch_tokens, mon
                           max_num_batched_tokens=64)
     assert 3 in runs, "the decode steps did not go through the graph runner"
     assert tokens == torch_tokens[: len(prompts)]
+
+
+def test_batch_invariant_replies_are_bit_identical(tiny_qwen3, prompts):
+    """--batch-invariant on the Triton path (the decode kernel with one split for every row,
+    the fixed-order matmul): a reply alone, over its cached prefix, in a batch and prefilled
+    in other chunks has the same token ids and logprobs (without the mode, the batch's reply
+    differs)."""
+    params = SamplingParams(temperature=0, max_tokens=MAX_NEW, logprobs=1, ignore_eos=True)
+    target = prompts[0] * 2  # 46 tokens: three blocks, the last partial
+
+    def reply(llm, batch, at):
+        out = llm.generate(batch, params)[at].outputs[0]
+        return out.token_ids, [lp[t].logprob for lp, t in zip(out.logprobs, out.token_ids)]
+
+    def engine(**kwargs):
+        return LLM(str(tiny_qwen3), dtype="float32", kv_cache_memory="4MiB",
+                   attention_backend="triton", batch_invariant=True, **kwargs)
+
+    llm = engine()
+    assert isinstance(llm.llm_engine.engine_core.runner.attention, RowAttention)
+    alone = reply(llm, [target], 0)
+    assert reply(llm, [target], 0) == alone  # over its cached prefix
+    assert reply(llm, [prompts[1], target, prompts[2]], 1) == alone
+    chunked = engine(max_num_batched_tokens=16, enable_prefix_caching=False)
+    assert reply(chunked, [target], 0) == alone
