@@ -17,8 +17,12 @@ benchmarks/results/spec_decode.json and .png, with the CPU.
 
     .venv/bin/python benchmarks/spec_decode.py [--threads 2] [--duration 40] [--k 4]
 
-llama.cpp's llama-server is not in this run: it needs a build (build_llama_server.sh) this
-machine does not have.
+With --llama-spec-types, llama.cpp's llama-server (benchmarks/build_llama_server.sh's native
+build) runs the code edits on the same GGUF too, without and with each of its n-gram
+speculation types at llama.cpp's own settings: the best type is the peer.
+
+    .venv/bin/python benchmarks/spec_decode.py --llama-spec-types ngram-simple ngram-map-k \
+        ngram-mod
 """
 
 from __future__ import annotations
@@ -59,6 +63,26 @@ def start_server(args: argparse.Namespace, spec: bool, tmp: Path) -> Server:
     return server
 
 
+def start_llama_server(args: argparse.Namespace, spec_type: str | None) -> Server:
+    """llama-server on the bundled GGUF (compare_cpu.py's binary and settings), with one of its
+    n-gram speculation types (`--spec-type`, at llama.cpp's defaults: its m-gram drafts run
+    up to 48 tokens, ngram-mod's up to 64) or none."""
+    from benchmarks.compare_cpu import default_llama_server
+    from officellm.engine.loading.model_loader import bundled_model_path
+
+    binary, env = (args.llama_server, dict(os.environ)) if args.llama_server else \
+        default_llama_server()
+    port = free_port()
+    cmd = [binary, "-m", bundled_model_path(), "--host", "127.0.0.1", "--port", str(port),
+           "-t", str(args.threads), "-tb", str(args.threads), "--parallel", "4",
+           "-c", str(4 * 4096), "--metrics"]
+    if spec_type is not None:  # with llama.cpp's own draft lengths for the type
+        cmd += ["--spec-type", spec_type]
+    server = Server(f"llama-server-{spec_type or 'plain'}", cmd, env, port, cwd=REPO)
+    server.start(timeout=300)
+    return server
+
+
 def scenarios(args: argparse.Namespace) -> list[tuple[str, ScenarioConfig]]:
     edit = dict(max_tokens=args.edit_max_tokens, think_time=1.0, file_tokens=args.file_tokens)
     runs = [("code-edit-1", ScenarioConfig("code-edit", 1, args.seed, **edit)),
@@ -67,10 +91,16 @@ def scenarios(args: argparse.Namespace) -> list[tuple[str, ScenarioConfig]]:
     return [(label, config) for label, config in runs if not args.only or label in args.only]
 
 
-def run(args: argparse.Namespace, spec: bool, tmp: Path) -> dict[str, dict[str, Any]]:
+def run(args: argparse.Namespace, spec: bool, tmp: Path,
+        llama: str | None = None) -> dict[str, dict[str, Any]]:
+    """Each scenario on a fresh server: officellm with or without drafts, or, with `llama`
+    ("plain" or a --spec-type), llama-server (the code edits only)."""
     docs = {}
     for label, config in scenarios(args):
-        server = start_server(args, spec, tmp)  # fresh: nothing carried over between runs
+        if llama is not None and config.name != "code-edit":
+            continue
+        server = (start_server(args, spec, tmp) if llama is None else  # fresh every run
+                  start_llama_server(args, None if llama == "plain" else llama))
         try:
             # An agent applying an edit asks for the likeliest text (temperature 0); the
             # office chats as front ends do (the server's default sampling).
@@ -79,8 +109,7 @@ def run(args: argparse.Namespace, spec: bool, tmp: Path) -> dict[str, dict[str, 
                             else {"ignore_eos": True})
             doc = report.build(asyncio.run(run_bench(target, config, None, args.duration)))
             docs[label] = doc
-            print(f"[{label} {'spec' if spec else 'plain'}] {report.text_summary(doc)}",
-                  flush=True)
+            print(f"[{label} {server.name}] {report.text_summary(doc)}", flush=True)
         finally:
             server.stop()
             server.remove_log()
@@ -115,6 +144,34 @@ def table(plain: dict[str, Any], spec: dict[str, Any]) -> tuple[str, dict[str, A
                      f"{ms(ia) + ' / ' + ms(ib):>20}{f'{sa:.1f} / {sb:.1f}':>19}"
                      f"{'-' if ratio is None else f'{ratio:.2f}':>7}"
                      f"{f'{kept or 0:.0f} of {drafted or 0:.0f}':>16}")
+    return "\n".join(lines), ratios
+
+
+def llama_table(spec: dict[str, Any], llama: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """officellm with drafts against llama-server without and with its best n-gram type, per
+    code-edit scenario (TPOT p50: lower is better)."""
+    lines = [f"{'scenario':<13}{'officellm spec TPOT':>20}{'llama plain':>13}"
+             f"{'llama best spec':>24}{'officellm/llama':>17}"]
+    ratios: dict[str, Any] = {}
+    for label in [k for k in spec if k.startswith("code-edit")]:
+        ours = _p50(spec[label], "tpot_s")
+        plain = _p50(llama["plain"][label], "tpot_s") if label in llama.get("plain", {}) else None
+        typed = {t: _p50(d[label], "tpot_s") for t, d in llama.items()
+                 if t != "plain" and label in d and _p50(d[label], "tpot_s")}
+        best = min(typed, key=typed.__getitem__) if typed else None
+        best_tpot = typed[best] if best else None
+        ratio = ours / best_tpot if ours and best_tpot else None
+        ratios[label] = {"officellm_spec_tpot_s": ours, "llama_plain_tpot_s": plain,
+                         "llama_best_spec_type": best, "llama_best_spec_tpot_s": best_tpot,
+                         "llama_tpot_by_type": typed,
+                         "officellm_tpot_over_llama_best": ratio}
+
+        def ms(x: float | None) -> str:
+            return "-" if x is None else f"{x * 1000:.1f} ms"
+
+        lines.append(f"{label:<13}{ms(ours):>20}{ms(plain):>13}"
+                     f"{(ms(best_tpot) + f' ({best})') if best else '-':>24}"
+                     f"{'-' if ratio is None else f'{ratio:.2f}':>17}")
     return "\n".join(lines), ratios
 
 
@@ -156,6 +213,12 @@ def main() -> None:
                    help="run only these (code-edit-1, code-edit-4, office-16)")
     p.add_argument("--repeat", type=int, default=1,
                    help="alternate without/with this many times (the best of each is kept)")
+    p.add_argument("--llama-spec-types", nargs="*", default=[],
+                   metavar="TYPE", help="also run llama-server on the code edits, without "
+                   "and with each of these --spec-type values (ngram-simple, ngram-map-k, "
+                   "ngram-mod, ...); the best is compared")
+    p.add_argument("--llama-server", default=None, help="path of a llama-server binary "
+                   "(default: benchmarks/build_llama_server.sh's build)")
     p.add_argument("--out", type=Path, default=RESULTS / "spec_decode.json")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -168,10 +231,18 @@ def main() -> None:
                     if best is None or (doc["summary"]["output_tok_per_s"]
                                         > best["summary"]["output_tok_per_s"]):
                         docs[label] = doc
+        llama: dict[str, dict[str, Any]] = {}
+        if args.llama_spec_types:
+            for kind in ["plain", *args.llama_spec_types]:
+                llama[kind] = run(args, False, Path(tmp), llama=kind)
     text, ratios = table(plain, spec)
     print(text)
     out = {"machine": cpu_description(), "settings": vars(args) | {"out": str(args.out)},
            "ratios": ratios, "plain": plain, "spec": spec}
+    if llama:
+        text, against = llama_table(spec, llama)
+        print(text)
+        out |= {"llama_server": llama, "against_llama_server": against}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1, default=str))
     plot(plain, spec, args.out.with_suffix(".png"))

@@ -131,6 +131,12 @@ class EngineConfig:
         if self.tensor_parallel_size > 1 and ":" in self.device:
             raise ValueError(f"With tensor_parallel_size > 1 give the device without an index "
                              f"(rank r uses cuda:r), not {self.device!r}.")
+        if self.batch_invariant and self.tensor_parallel_size > 2:
+            # Two ranks' partial sums add the same in either order; a ring all-reduce over
+            # more adds each element in an order that follows the tensor's size (the batch).
+            raise ValueError("batch_invariant holds for tensor_parallel_size 1 or 2, not "
+                             f"{self.tensor_parallel_size}: a ring all-reduce over more ranks "
+                             "sums in an order that follows the batch's size.")
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_memory(self.kv_cache_memory)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from officellm.engine import SamplingParams
+from officellm.engine.config import EngineConfig
 from officellm.kernels.cpu_features import OVERRIDE_ENV, cpu_features
 from tests.engine.conftest import make_llm
 
@@ -99,3 +100,8 @@ def test_speculation_changes_nothing(smollm2_dir):
 def test_the_torch_backend_refuses_the_mode(smollm2_dir):
     with pytest.raises(ValueError, match="--batch-invariant needs the cpu or triton backend"):
         make_llm(smollm2_dir, attention_backend="torch", batch_invariant=True)
+
+
+def test_more_than_two_tensor_parallel_ranks_refuse_the_mode():
+    with pytest.raises(ValueError, match="tensor_parallel_size 1 or 2, not 4"):
+        EngineConfig(batch_invariant=True, tensor_parallel_size=4)
