@@ -119,8 +119,11 @@ class Worker:
         if config.batch_invariant:
             ops = self.model.ops
             assert ops.fixed_order_pack is not None and ops.fixed_order_matmul is not None
-            self.model.pack_linears(lambda w: FixedOrderWeight.of(w, ops.fixed_order_pack,
-                                                                  ops.fixed_order_matmul))
+            dense = self.model.pack_linears(lambda w: FixedOrderWeight.of(
+                w, ops.fixed_order_pack, ops.fixed_order_matmul))
+            logger.info("Batch-invariant: every attention row through the decode kernel, %d "
+                        "dense matmuls in fixed order, weights %s (docs/batch_invariance.md)",
+                        dense, self.weight_format)
         elif self.backend == "cpu" and self.dtype == torch.bfloat16:
             features = cpu_features()
             if packs:

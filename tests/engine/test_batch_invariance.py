@@ -63,6 +63,7 @@ def test_greedy_reply_is_bit_identical_alone_cached_batched_and_chunked(smollm2_
     report = probe(smollm2_dir, config)
     alone = report["alone"]
     assert {run: report[run] == alone for run in RUNS} == {run: True for run in RUNS}
+    assert report["engine"]["leaked_blocks"] == [0, 0]
 
 
 def test_gguf_blocks_serve_every_batch_size(smollm2_dir):

@@ -22,8 +22,8 @@ MAX_TOKENS = 32
 
 def run(model_dir: str, dtype: str, batch_invariant: bool,
         quantization: str = "none") -> dict[str, dict[str, list]]:
-    """Token ids and logprobs of PROMPT's reply under each of the four runs, and the engine's
-    free KV blocks before and after."""
+    """Token ids and logprobs of PROMPT's reply under each of the four runs, how the weights
+    were held, and the KV blocks each engine still held at the end."""
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, logprobs=1,
                             ignore_eos=True)
     kwargs = dict(dtype=dtype, quantization=quantization, kv_cache_memory="96MiB",
@@ -44,7 +44,9 @@ def run(model_dir: str, dtype: str, batch_invariant: bool,
                    "logprobs": [lp[t].logprob for lp, t in zip(out.outputs[0].logprobs,
                                                         out.outputs[0].token_ids)]}
             for name, out in runs.items()}
-    report["engine"] = {"weights": [llm.llm_engine.engine_core.weight_format]}
+    pools = [engine.llm_engine.engine_core.kv.pool for engine in (llm, chunked)]
+    report["engine"] = {"weights": [llm.llm_engine.engine_core.weight_format],
+                        "leaked_blocks": [p.num_blocks - p.num_free_blocks for p in pools]}
     return report
 
 
