@@ -5,8 +5,10 @@ decode attention kernel (kernels/cpu/decode_attention.cpp, built on first use); 
 the GPU path. By default the engine picks Triton on CUDA when Triton can be imported, `cpu` on
 the CPU when its kernel builds, else torch; EngineConfig.attention_backend (the
 `attention_backend` argument of engine.LLM; the server has no flag for it) overrides, which
-is how the CPU tests drive the Triton path through Triton's interpreter. Every backend
-implements engine.attention.AttentionBackend.
+is how the CPU tests drive the Triton path through Triton's interpreter. With
+--batch-invariant every row runs through the cpu or triton backend's decode kernel instead
+(engine/attention/row_attention.py). Every backend implements
+engine.attention.AttentionBackend.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from officellm.kernels.ops import KernelOps, kernel_ops
 from officellm.kernels.triton import triton_available
 
 BACKENDS = ("torch", "cpu", "triton")
+# Those whose kernels keep one reduction order per row (--batch-invariant).
+BATCH_INVARIANT_BACKENDS = ("cpu", "triton")
 
 logger = logging.getLogger(__name__)
 
@@ -84,9 +88,6 @@ def check_batch_invariant(backend: str) -> None:
             f"--batch-invariant needs the cpu or triton backend (their kernels keep one "
             f"reduction order per row); the {backend} backend's SDPA and BLAS calls do not. "
             f"On a CPU, install a C++ compiler (the cpu backend builds its kernels with it).")
-
-
-BATCH_INVARIANT_BACKENDS = ("cpu", "triton")
 
 
 def _row_attention(name: str, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
