@@ -104,6 +104,10 @@ class Worker:
         self.backend = selection.backend_for(self.device, config.attention_backend)
         if config.batch_invariant:
             selection.check_batch_invariant(self.backend)
+            if self.backend == "cpu" and self.dtype not in (torch.float32, torch.bfloat16):
+                raise ValueError(f"--batch-invariant on the CPU runs float32 or bfloat16 "
+                                 f"matmuls, not {self.dtype}: use --dtype float32, bfloat16 "
+                                 f"or auto.")
         self.kv_dtype = resolve_kv_cache_dtype(
             config.kv_cache_dtype, self.dtype, self.backend,
             torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None)

@@ -36,7 +36,8 @@ void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int6
   const int64_t row_elems = d + row_extra<C>();
   // Stride between consecutive tokens of one KV head inside a block.
   const int64_t token_stride = num_kv_heads * row_elems;
-  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, d, kMinPartBlocks, Split::kFixed,
+  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, d, kMinPartBlocks,
+                     Split::kFixed,
                      [&](int64_t b, int64_t first, int64_t end, PartState st) {
     AlignedFloats qf(num_q_heads * d), row(d), probs(group * block_size);
     for (int64_t i = 0; i < num_q_heads * d; ++i) qf[i] = to_float(q[b * num_q_heads * d + i]) * scale;
@@ -95,7 +96,8 @@ void decode_attention_avx512_bf16(const at::BFloat16* q, const at::BFloat16* k_c
   constexpr int64_t kPairs = D / 32;  // 512-bit vectors of bf16 per row
   constexpr int64_t kVecs = D / 16;   // 512-bit vectors of fp32 per row
   const int64_t token_stride = num_kv_heads * D;
-  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, D, kMinPartBlocks, Split::kFixed,
+  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, D, kMinPartBlocks,
+                     Split::kFixed,
                      [&](int64_t b, int64_t first, int64_t end, PartState st) {
     AlignedFloats probs(G * block_size);
     walk_blocks(k_cache, v_cache, block_tables + b * table_width, first, end, seq_lens[b],
@@ -233,7 +235,8 @@ void decode_attention_avx2(const float* q, const C* k_cache, const C* v_cache,
   constexpr int64_t kChunk = chunk_vectors(kVecs, G);
   constexpr int64_t kGroups4 = (G + 3) / 4;
   const int64_t token_stride = num_kv_heads * D;
-  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, D, kMinPartBlocks, Split::kFixed,
+  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, D, kMinPartBlocks,
+                     Split::kFixed,
                      [&](int64_t b, int64_t first, int64_t end, PartState st) {
     AlignedFloats qf(num_q_heads * D), probs(G * block_size);
     for (int64_t i = 0; i < num_q_heads * D; ++i) qf[i] = q[b * num_q_heads * D + i] * scale;

@@ -7,16 +7,16 @@
 // request's logits change with whatever else is in its batch, and near-tied greedy tokens
 // flip. Here the batch changes only which rows share a weight load, never an element's
 // arithmetic, and since a fused multiply-add is exactly specified the chain gives the same
-// bits on the AVX-512, AVX2 and portable paths (std::fma): the mode's answers do not depend
-// on the CPU either.
+// bits on the AVX-512, AVX2 and portable paths (std::fma): this matmul's results do not
+// depend on the CPU either (the attention kernels' do, by build level).
 //
 // The weight is pre-packed once (fixed_order_pack) into panels of 16 output columns, each
 // [K, 16] contiguous, so a step's vector holds 16 columns' weights for one k and the row's x
 // value is broadcast against it. Several rows share each weight load (4 rows x 16 columns
 // on AVX2, 8 rows x 32 columns on AVX-512: as many independent chains as the registers
-// hold, which also hides the FMA's latency). Threads split the panels; each element is computed by one thread from start to
-// end. Compiled without -ffast-math (kernels/build/cpu_kernels.py): reassociation would split
-// the chains.
+// hold, which also hides the FMA's latency). Threads split the panels; each element is
+// computed by one thread from start to end. Compiled without -ffast-math
+// (kernels/build/cpu_kernels.py): reassociation would split the chains.
 
 #include "entry_points.h"
 

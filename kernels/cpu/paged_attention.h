@@ -240,8 +240,8 @@ inline void walk_blocks(const C* k_cache, const C* v_cache, const int64_t* table
 // - kFixed (decodes): parts of kMinPartBlocks blocks from the sequence's first block, the last
 //   one shorter. A row's arithmetic then depends on its own context alone, never on the
 //   batch beside it, which is what lets --batch-invariant run every row of every step here
-//   (engine/attention/row_attention.py); it costs a decode batch nothing measurable (a merge
-//   of a few floats per 128 tokens).
+//   (engine/attention/row_attention.py); decode attention measured within 2 % of the
+//   adaptive split (docs/performance.md).
 // - kAdaptive (prompt chunks): parts of min_part_blocks or more, sized so the whole batch
 //   makes about four items per thread.
 constexpr int64_t kMinPartBlocks = 8;
@@ -273,8 +273,9 @@ void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block
                                   ? min_part_blocks
                                   : std::max(min_part_blocks, total_blocks / (4 * threads));
   for (int64_t b = 0; b < num_seqs; ++b) {
-    parts[b] = split == Split::kFixed ? std::max<int64_t>(1, (blocks[b] + part_blocks - 1) / part_blocks)
-                                      : std::max<int64_t>(1, blocks[b] / part_blocks);
+    parts[b] = split == Split::kFixed
+                   ? std::max<int64_t>(1, (blocks[b] + part_blocks - 1) / part_blocks)
+                   : std::max<int64_t>(1, blocks[b] / part_blocks);
     first_part[b + 1] = first_part[b] + parts[b];
   }
   // Part p of sequence b: blocks [first, end).

@@ -1,9 +1,9 @@
 """--batch-invariant (docs/batch_invariance.md): the same greedy request gives bit-identical
 token ids and logprobs alone, again over its cached prefix, in a batch of 16 others, and
 prefilled in other chunks; on the bundled model in float32 and bfloat16, on this CPU's best
-path and forced to AVX2, dense and over GGUF blocks; with speculation and without (the Triton
-path: tests/kernels/test_engine_triton_path.py). Without the mode the same runs differ (so the comparison
-can fail), and a backend that cannot keep one order refuses the mode."""
+path and forced to AVX2, dense and over GGUF blocks; with speculation and without (the
+Triton path: tests/kernels/test_engine_triton_path.py). Without the mode the same runs differ
+(so the comparison can fail), and what cannot keep one order refuses the mode."""
 
 from __future__ import annotations
 
@@ -101,6 +101,11 @@ def test_speculation_changes_nothing(smollm2_dir):
 def test_the_torch_backend_refuses_the_mode(smollm2_dir):
     with pytest.raises(ValueError, match="--batch-invariant needs the cpu or triton backend"):
         make_llm(smollm2_dir, attention_backend="torch", batch_invariant=True)
+
+
+def test_float16_on_the_cpu_refuses_the_mode(smollm2_dir):
+    with pytest.raises(ValueError, match="runs float32 or bfloat16 matmuls"):
+        make_llm(smollm2_dir, dtype="float16", batch_invariant=True)
 
 
 def test_more_than_two_tensor_parallel_ranks_refuse_the_mode():
