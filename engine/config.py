@@ -83,6 +83,11 @@ class EngineConfig:
                "whether its prompt hit the prefix cache, how its prefill was chunked and "
                "whether speculation ran: every matmul and attention row in one fixed order "
                "(docs/batch_invariance.md; costs prefill speed)")
+    async_scheduling: bool | None = knob(
+        None, "schedule and launch each step while the device still runs the one before "
+              "(its decodes read the tokens it sampled on the device): the GPU never waits "
+              "for the host's scheduling; default: on for one CUDA GPU without speculation "
+              "(a CPU runs the forward on the scheduling thread, so gains nothing)")
     stats_log_interval: float = 5.0  # seconds between periodic stats lines while busy
     # While decodes run, size prefill chunks so a step costs about this many decode-only
     # steps (engine/core/prefill_pacer.py); None = the token budget alone decides.
@@ -137,6 +142,12 @@ class EngineConfig:
             raise ValueError("batch_invariant holds for tensor_parallel_size 1 or 2, not "
                              f"{self.tensor_parallel_size}: a ring all-reduce over more ranks "
                              "sums in an order that follows the batch's size.")
+        if self.async_scheduling and self.tensor_parallel_size > 1:
+            raise ValueError("async_scheduling needs tensor_parallel_size 1: the other ranks "
+                             "cannot read the tokens rank 0 sampled on its device.")
+        if self.async_scheduling and self.speculative_config is not None:
+            raise ValueError("async_scheduling and speculative_config do not combine: a "
+                             "draft follows the last token, which must be read first.")
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_memory(self.kv_cache_memory)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from officellm.engine.config import EngineConfig, format_gib
@@ -12,7 +13,7 @@ from officellm.engine.core.kv_cache_manager import KVCacheManager
 from officellm.engine.core.prefill_pacer import PrefillPacer
 from officellm.engine.core.request import EngineCoreRequest, Request, RequestStatus
 from officellm.engine.core.scheduler import Scheduler
-from officellm.engine.core.scheduler_output import EngineCoreOutput
+from officellm.engine.core.scheduler_output import EngineCoreOutput, SchedulerOutput
 from officellm.engine.core.scheduling_policy import EVICTS_BY_OWNER
 from officellm.engine.core.speculation import Speculation
 from officellm.engine.cpu_caches import bound_cpu_kernel_caches
@@ -24,11 +25,29 @@ from officellm.engine.models.shard_plan import ShardPlan
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output.bitmask import grammar_bitmask
 from officellm.engine.structured_output.request_grammar import RequestGrammar
-from officellm.engine.worker.executor import Executor, UniprocExecutor
+from officellm.engine.worker.executor import Executor, StepResult, UniprocExecutor
 from officellm.engine.worker.multiproc_executor import MultiprocExecutor, WorkerDiedError
 from officellm.engine.worker.worker import Worker, check_devices, resident_memory_bytes
 
 logger = logging.getLogger("engine")
+
+
+@dataclass(frozen=True)
+class InFlightStep:
+    """A launched step: what was scheduled, its samples once read, when it was launched."""
+
+    so: SchedulerOutput
+    result: StepResult
+    started: float
+
+
+def uses_async_scheduling(config: EngineConfig) -> bool:
+    """config.async_scheduling, or by default: on for one CUDA device without speculation.
+    A CPU runs the forward on the scheduling thread itself, so nothing would overlap."""
+    if config.async_scheduling is not None:
+        return config.async_scheduling
+    return (config.device.startswith("cuda") and config.tensor_parallel_size == 1
+            and config.speculative_config is None)
 
 
 class EngineCore:
@@ -96,6 +115,9 @@ class EngineCore:
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    self.max_model_len, pacer, config.scheduling_policy,
                                    speculation)
+        self.async_scheduling = uses_async_scheduling(config)
+        # Async scheduling: the step launched last, whose samples are not read yet.
+        self._in_flight: InFlightStep | None = None
         self.num_steps_total = 0
         self._log_state = (time.monotonic(), 0, 0)
 
@@ -114,37 +136,74 @@ class EngineCore:
         self.scheduler.finish_requests(request_ids, RequestStatus.FINISHED_ABORTED)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests()
+        """Requests queued or running, or a launched step still to read."""
+        return self.scheduler.has_unfinished_requests() or self._in_flight is not None
 
     # -- stepping ------------------------------------------------------------------------
     def step(self) -> list[EngineCoreOutput]:
         """Schedule, run the model, update the requests; one output per request that
         sampled (or failed).
 
-        A failure while running the batch fails the requests of that batch alone; the
+        With async scheduling (engine/config.py) the step is launched, the previous one's
+        samples are read and applied, and this one's are left in flight: the host schedules
+        and launches step N+1 while the device still runs step N, and N+1's decodes read
+        the tokens N sampled on the device. A request that ends in N has a wasted row in
+        N+1, and outputs come a step's host work later; the device never waits for the
+        host. Steps whose requests need their tokens on the host first (grammars,
+        penalties, min_tokens, speculation) are read before the next is scheduled.
+
+        A failure while running a batch fails the requests of that batch alone; the
         engine and every other request go on. The exception is a tensor-parallel worker
         that died (WorkerDiedError): the batch's requests are failed, then the error is
         raised, since no further step can run.
         """
+        outputs: list[EngineCoreOutput] = []
+        previous, self._in_flight = self._in_flight, None
+        if previous is not None and self.scheduler.needs_host_tokens(previous.so):
+            outputs += self._finish_step(previous)
+            previous = None
         so = self.scheduler.schedule()
-        if so.is_empty:
-            return []
-        self.num_steps_total += 1
+        current = None
+        if not so.is_empty:
+            self.num_steps_total += 1
+            current = self._launch(so, outputs)
+        if previous is not None:
+            outputs += self._finish_step(previous)
+        if current is not None:
+            if self.async_scheduling:
+                self._in_flight = current
+            else:
+                outputs += self._finish_step(current)
+        self._scrub()
+        self._maybe_log_stats()
+        return outputs
+
+    def _launch(self, so: SchedulerOutput, outputs: list[EngineCoreOutput]) -> InFlightStep | None:
+        """Queue one scheduled step; None if it failed (its requests' outputs go to
+        `outputs`)."""
         started = time.perf_counter()
         try:
             grammar = grammar_bitmask(so.sampling_requests, self.spec.vocab_size)
-            sampled = self.executor.execute(so, grammar)
+            return InFlightStep(so, self.executor.launch(so, grammar), started)
         except Exception as exc:  # noqa: BLE001 - isolate the failure to this batch
-            logger.exception("Engine step failed; failing the %d requests of this batch",
-                             len(so.chunks))
-            outputs = self.scheduler.fail_batch(so, f"internal error while running the model: {exc}")
-            if isinstance(exc, WorkerDiedError):
-                raise  # no step can run any more: the engine's owner must restart it
-            self._scrub()
-            return outputs
-        outputs = self.scheduler.update_from_output(so, sampled, time.perf_counter() - started)
-        self._scrub()
-        self._maybe_log_stats()
+            outputs += self._fail(so, exc)
+            return None
+
+    def _finish_step(self, step: InFlightStep) -> list[EngineCoreOutput]:
+        """Read a launched step's samples and update its requests from them."""
+        try:
+            sampled = step.result.result()
+        except Exception as exc:  # noqa: BLE001 - a failure surfaced at the read
+            return self._fail(step.so, exc)
+        return self.scheduler.update_from_output(step.so, sampled,
+                                                 time.perf_counter() - step.started)
+
+    def _fail(self, so: SchedulerOutput, exc: Exception) -> list[EngineCoreOutput]:
+        logger.error("Engine step failed; failing the %d requests of this batch",
+                     len(so.chunks), exc_info=exc)
+        outputs = self.scheduler.fail_batch(so, f"internal error while running the model: {exc}")
+        if isinstance(exc, WorkerDiedError):
+            raise exc  # no step can run any more: the engine's owner must restart it
         return outputs
 
     def _scrub(self) -> None:

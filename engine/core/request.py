@@ -125,9 +125,10 @@ DEFAULT_FAIRNESS_KEY = ""
 class Request:
     """Prompt and output token ids, progress and KV blocks of one sequence.
 
-    `num_computed_tokens` counts tokens whose KV is in the cache. Everything in
-    `all_token_ids` past it still has to run through the model; after preemption by
-    recompute that includes the output generated so far.
+    `num_computed_tokens` counts tokens whose KV is in the cache, or is written by a step
+    already scheduled (the scheduler advances it when it schedules). Everything in
+    `all_token_ids` past it, and a token in flight, still has to run through the model;
+    after preemption by recompute that includes the output generated so far.
     """
 
     request_id: str
@@ -139,6 +140,9 @@ class Request:
     output_token_ids: list[int] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
+    # Tokens sampled by a launched step that the host has not read yet (async scheduling:
+    # 0 or 1). The next step may already run on the one in flight, read on the device.
+    num_in_flight: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)
@@ -193,6 +197,11 @@ class Request:
     @property
     def num_output_tokens(self) -> int:
         return len(self.output_token_ids)
+
+    @property
+    def num_tokens_to_compute(self) -> int:
+        """Tokens not yet scheduled through the model: known ones and one in flight."""
+        return len(self.all_token_ids) + self.num_in_flight - self.num_computed_tokens
 
     @property
     def is_finished(self) -> bool:

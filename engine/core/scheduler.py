@@ -105,8 +105,11 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         chosen: dict[Request, int] = {}  # request -> new tokens, in batch order
         num_preempted = 0
-        decodes = [r for r in self.running if len(r.all_token_ids) - r.num_computed_tokens == 1]
-        prefills = [r for r in self.running if len(r.all_token_ids) - r.num_computed_tokens > 1]
+        # A request whose token in flight ends it by length is not run again (async
+        # scheduling; without it nothing is in flight here).
+        decodes = [r for r in self.running
+                   if r.num_tokens_to_compute == 1 and not self._ends_by_length(r)]
+        prefills = [r for r in self.running if r.num_tokens_to_compute > 1]
         # While others decode, the pacer bounds this step's prompt tokens (their next word
         # waits for the whole step); alone, a prompt gets the whole budget.
         pacer = self.pacer
@@ -172,7 +175,8 @@ class Scheduler:
                 break
             if req.status is not RequestStatus.RUNNING:  # preempted earlier in this loop
                 continue
-            draft = req.draft_token_ids
+            # Drafts follow the last token the host knows: none while one is in flight.
+            draft = req.draft_token_ids if not req.num_in_flight else []
             # Drafts take free blocks only: a draft is never worth preempting anyone.
             if (draft and spec is not None and len(draft) < budget
                     and spec.worth_it(req, pacer, len(decodes), decode_context)
@@ -199,13 +203,14 @@ class Scheduler:
                 room = prefill_room(req, req.num_computed_tokens)
                 if room <= 0:
                     continue
-                num_new = fit(req, min(len(req.all_token_ids) - req.num_computed_tokens,
-                                       budget, room))
+                num_new = fit(req, min(req.num_tokens_to_compute, budget, room))
             else:
                 # Admit new work only while nothing had to be preempted: otherwise we would
                 # take blocks from the very requests we just paused. The first request that
                 # does not fit ends admission for this step (FCFS within the queue's order).
                 if not admitting or num_preempted or len(self.running) >= self.max_num_seqs:
+                    continue
+                if req.num_in_flight:  # preempted with a token in flight: resumed once read
                     continue
                 num_new = self._admit(req, budget, prefill_room, make_room)
                 if not num_new:
@@ -216,7 +221,7 @@ class Scheduler:
                 budget -= num_new
                 if pacer is not None:
                     prefill_spent += pacer.chunk_cost(num_new, req.num_computed_tokens)
-                if req.num_computed_tokens + num_new == len(req.all_token_ids):
+                if num_new == req.num_tokens_to_compute:
                     first_words[req.fairness_key] += 1
                 prompt_keys.add(req.fairness_key)
 
@@ -228,9 +233,14 @@ class Scheduler:
         order_of = {req: 0 if req not in drafts else 1 for req in decoding}
         chunks = tuple(
             ScheduledChunk(req, req.num_computed_tokens, n,
-                           req in drafts or req.num_computed_tokens + n == len(req.all_token_ids),
-                           drafts.get(req, ()))
+                           req in drafts or n == req.num_tokens_to_compute, drafts.get(req, ()))
             for req, n in sorted(chosen.items(), key=lambda item: order_of.get(item[0], 2)))
+        # Advanced now, not when the results come back, so the next step can be scheduled
+        # while this one runs (async scheduling); a chunk that samples puts a token in flight.
+        for chunk in chunks:
+            chunk.request.num_computed_tokens = chunk.start + chunk.num_new_tokens
+            if chunk.samples:
+                chunk.request.num_in_flight += 1
         finished, self._finished_ids = frozenset(self._finished_ids), set()
         return SchedulerOutput(chunks, finished, num_preempted)
 
@@ -242,7 +252,7 @@ class Scheduler:
         found: set[Request] = set()
         for req in order:
             if req.status is RequestStatus.RUNNING:
-                left = len(req.all_token_ids) - req.num_computed_tokens
+                left = req.num_tokens_to_compute
             elif req.status is RequestStatus.WAITING and req.num_tokens > limit:
                 left = req.num_tokens - self.kv.get_computed_blocks(req)[1]
             else:
@@ -318,8 +328,11 @@ class Scheduler:
         row = 0
         for chunk in so.chunks:
             req = chunk.request
-            req.num_computed_tokens = chunk.start + chunk.num_new_tokens
             if not chunk.samples:
+                continue
+            req.num_in_flight -= 1
+            if req.is_finished:  # ended while this step ran (async scheduling): a wasted row
+                row += 1 + len(chunk.draft)
                 continue
             if chunk.draft:
                 rows = len(chunk.draft) + 1
@@ -354,7 +367,7 @@ class Scheduler:
                 req.num_cached_tokens, queue_time=queue_time))
         if self.speculation is not None:
             for req in self.running:  # the drafts each next decode verifies
-                if len(req.all_token_ids) - req.num_computed_tokens == 1:
+                if req.num_tokens_to_compute == 1:
                     self.speculation.propose(req)
         return outputs
 
@@ -417,6 +430,31 @@ class Scheduler:
                                             num_cached_tokens=req.num_cached_tokens,
                                             error=message))
         return outputs
+
+    def _ends_by_length(self, req: Request) -> bool:
+        """Whether the tokens in flight already end the request by max_tokens or
+        max_model_len (the rule in _stop_status, counted ahead)."""
+        if not req.num_in_flight:
+            return False
+        ahead = req.num_in_flight
+        max_tokens = req.params.max_tokens
+        return (max_tokens is not None and len(req.output_token_ids) + ahead >= max_tokens) or \
+            len(req.all_token_ids) + ahead >= self.max_model_len
+
+    def needs_host_tokens(self, so: SchedulerOutput) -> bool:
+        """Whether a request that samples in `so` must have that token on the host before
+        its next step is scheduled: its grammar, penalties or min_tokens read its output,
+        and drafts follow it. The engine then reads the step before scheduling the next."""
+        if self.speculation is not None:
+            return any(c.samples for c in so.chunks)
+        for chunk in so.chunks:
+            if not chunk.samples:
+                continue
+            req = chunk.request
+            if req.grammar is not None or req.params.uses_penalties or \
+                    len(req.output_token_ids) < req.params.min_tokens:
+                return True
+        return False
 
     def _stop_status(self, req: Request, token: int) -> RequestStatus | None:
         """How the token just appended ends the request, if it does (token rules only)."""

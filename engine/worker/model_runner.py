@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,6 +15,7 @@ from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutpu
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.structured_output.bitmask import GrammarBitmask
 from officellm.engine.worker.host_to_device import stage_int64, to_device
+from officellm.engine.worker.pending_samples import PendingSamples
 from officellm.engine.worker.sampler import Sampler
 from officellm.engine.worker.sampling_metadata import SamplingMetadata, SamplingRow
 from officellm.kernels.reference.reference import cache_row_width
@@ -36,6 +37,10 @@ class StepBatch:
     context_lens: list[int]  # [B] tokens in the KV cache once this step has run
     block_tables: list[list[int]]  # [B] block ids per sequence
     logits_indices: list[int]  # rows whose logits are sampled
+    # Async scheduling (rank 0 alone): token rows whose id the previous step sampled and the
+    # host has not read yet, and each one's row in that step's samples (read on the device).
+    from_previous: list[int] = field(default_factory=list)
+    previous_rows: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -79,6 +84,10 @@ class ModelRunner:
             batch_invariant)
         self.decode_graphs: DecodeGraphs | None = None  # once captured
         self.sampler = Sampler(seed)
+        # The last launched step's samples, still on the device, and the row of each
+        # request whose next input token is among them (async scheduling reads it there).
+        self._previous: PendingSamples | None = None
+        self._previous_rows: dict[str, int] = {}
 
     def batch_for(self, so: SchedulerOutput) -> tuple[StepBatch, SamplingMetadata]:
         """Flatten the scheduled chunks; also return what the sampler reads of the requests
@@ -92,12 +101,19 @@ class ModelRunner:
         q_lens: list[int] = []
         ctx_lens: list[int] = []
         tables: list[list[int]] = []
+        from_previous: list[int] = []
+        previous_rows: list[int] = []
         offset = 0
         for chunk in so.chunks:
             req, start, n = chunk.request, chunk.start, chunk.num_new_tokens
             blocks = req.block_ids
             if n == 1:  # a decode: plain ints are cheaper than numpy for one token
-                ids.append(req.all_token_ids[start])
+                if start < len(req.all_token_ids):
+                    ids.append(req.all_token_ids[start])
+                else:  # sampled by the step still in flight: read on the device
+                    from_previous.append(offset)
+                    previous_rows.append(self._previous_rows[req.request_id])
+                    ids.append(0)
                 positions.append(start)
                 slots.append(blocks[start // bs] * bs + start % bs)
             else:
@@ -120,20 +136,28 @@ class ModelRunner:
             ctx_lens.append(start + n)
             tables.append(blocks)
         batch = StepBatch(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64),
-                          np.asarray(slots, dtype=np.int64), q_lens, ctx_lens, tables, logits_idx)
+                          np.asarray(slots, dtype=np.int64), q_lens, ctx_lens, tables, logits_idx,
+                          from_previous, previous_rows)
         return batch, SamplingMetadata(sampling)
 
     def inputs_for(self, batch: StepBatch, sampling: SamplingMetadata) -> StepInputs:
         """The tensors of one forward pass (on any rank): staged in one host buffer and copied
-        to the device once, without waiting for it (engine/worker/host_to_device.py)."""
+        to the device once, without waiting for it (engine/worker/host_to_device.py); input
+        tokens still on the device (async scheduling) are gathered there."""
         q_lens = np.asarray(batch.query_lens, dtype=np.int64)
         qsl = np.zeros(len(q_lens) + 1, dtype=np.int64)
         np.cumsum(q_lens, out=qsl[1:])
         seq_lens = np.asarray(batch.context_lens, dtype=np.int64)
         tables = self._pad_tables(batch.block_tables)
-        ids, positions, logits_indices, slots, seq_lens_t, qsl_t, tables_t = stage_int64(
-            [batch.token_ids, batch.positions, np.asarray(batch.logits_indices, dtype=np.int64),
-             batch.slot_mapping, seq_lens, qsl, tables], self.device)
+        ids, positions, logits_indices, slots, seq_lens_t, qsl_t, tables_t, from_previous, \
+            previous_rows = stage_int64(
+                [batch.token_ids, batch.positions,
+                 np.asarray(batch.logits_indices, dtype=np.int64), batch.slot_mapping, seq_lens,
+                 qsl, tables, np.asarray(batch.from_previous, dtype=np.int64),
+                 np.asarray(batch.previous_rows, dtype=np.int64)], self.device)
+        if batch.from_previous:
+            assert self._previous is not None, "a token of a step never launched"
+            ids.index_copy_(0, from_previous, self._previous.tokens.index_select(0, previous_rows))
         # The scheduler puts running decodes first; a one-token chunk after a prefill (a
         # clipped chunk, a prompt whose prefix is cached) simply runs as a prefill.
         longer = np.flatnonzero(q_lens != 1)
@@ -187,14 +211,40 @@ class ModelRunner:
     def execute(self, so: SchedulerOutput, grammar: GrammarBitmask | None = None) -> SamplerOutput:
         """Run one step; return the sampled tokens of the requests that sample, in order
         (`grammar` masks the constrained ones)."""
+        pending = self.launch(so, grammar)
+        return SamplerOutput.empty() if pending is None else pending.result()
+
+    @torch.inference_mode()
+    def launch(self, so: SchedulerOutput,
+               grammar: GrammarBitmask | None = None) -> PendingSamples | None:
+        """Queue one step on the device and return its samples unread (None: nothing
+        samples). A decode whose input token the previous launch sampled, not yet read by
+        the host, takes it from there on the device (async scheduling). One process only:
+        the other tensor-parallel ranks never have that token."""
         self.sampler.release(so.finished_request_ids)
-        return self.execute_batch(*self.batch_for(so), grammar)
+        pending = self.launch_batch(*self.batch_for(so), grammar)
+        self._previous = pending
+        self._previous_rows = {}
+        row = 0
+        for chunk in so.chunks:
+            if chunk.samples:
+                if not chunk.draft:
+                    self._previous_rows[chunk.request.request_id] = row
+                row += 1 + len(chunk.draft)
+        return pending
 
     @torch.inference_mode()
     def execute_batch(self, batch: StepBatch, sampling: SamplingMetadata,
                       grammar: GrammarBitmask | None = None) -> SamplerOutput:
         """Run one built step (every rank runs this; only rank 0 has logits to sample, and
         so only rank 0 has grammar masks)."""
+        pending = self.launch_batch(batch, sampling, grammar)
+        return SamplerOutput.empty() if pending is None else pending.result()
+
+    def launch_batch(self, batch: StepBatch, sampling: SamplingMetadata,
+                     grammar: GrammarBitmask | None = None) -> PendingSamples | None:
+        """Queue one built step's forward and sampling; its samples unread (None where
+        nothing samples, or on a rank without logits)."""
         inputs = self.inputs_for(batch, sampling)
         n = inputs.input_ids.shape[0]
         graphs = self.decode_graphs
@@ -206,5 +256,5 @@ class ModelRunner:
             logits = self.model(inputs.input_ids, inputs.positions, self.attention,
                                 inputs.logits_indices)
         if not inputs.sampling.rows or logits is None:
-            return SamplerOutput.empty()
-        return self.sampler(logits, inputs.sampling, grammar)
+            return None
+        return self.sampler.sample(logits, inputs.sampling, grammar)

@@ -29,6 +29,7 @@ from officellm.engine.distributed.parallel_state import (
     rendezvous_store,
 )
 from officellm.engine.structured_output.bitmask import GrammarBitmask
+from officellm.engine.worker.executor import RanStep, StepResult
 from officellm.engine.worker.model_runner import ModelRunner, StepBatch
 from officellm.engine.worker.tp_worker import (
     SCRUB,
@@ -136,6 +137,12 @@ class MultiprocExecutor:
             # The other ranks may be waiting in a collective this rank never reached.
             self.mark_broken(f"a step failed on rank 0: {exc}")
             raise
+
+    def launch(self, so: SchedulerOutput,
+               grammar: GrammarBitmask | None = None) -> StepResult:
+        """Run the step (the other ranks could not read a token left on rank 0's device, so
+        tensor parallelism does not run ahead)."""
+        return RanStep(self.execute(so, grammar))
 
     def send_step(self, batch: StepBatch) -> None:
         """Tell every worker to run this step (rank 0 then runs it too)."""
