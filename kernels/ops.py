@@ -31,6 +31,30 @@ class ApplyRotary(Protocol):
                  sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
+class RotaryWriteKv(Protocol):
+    """The neox rotary of q [T, Hq, D] and k [T, Hk, D] with cos/sin [T, D]; the rotated k and
+    v stored into the caches at the flat slots (-1: none, as write_kv_cache); returns the
+    rotated q."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+                 sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor, /) -> torch.Tensor: ...
+
+
+def rotary_then_write_kv(rotary: ApplyRotary) -> RotaryWriteKv:
+    """RotaryWriteKv as two steps, `rotary` then the reference's KV write: what the Triton
+    kernel (kernels/triton/rotary_kv_cache.py) does in one, for the CPU."""
+
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+            sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+            slot_mapping: torch.Tensor, /) -> torch.Tensor:
+        q, k = rotary(q, k, cos, sin)
+        reference.write_kv_cache(k, v, k_cache, v_cache, slot_mapping)
+        return q
+
+    return run
+
+
 class SiluAndMul(Protocol):
     def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
