@@ -1,5 +1,6 @@
-"""KernelOps: the per-layer ops the model calls (norms, rotary, activation, quantized matmul),
-and kernel_ops(), the one place that picks them for a backend: the CPU's compiled kernels,
+"""KernelOps: the per-layer ops the model calls (norms, rotary, activation, quantized matmul;
+the rotary through its attention backend, which rotates q/k as it stores them), and
+kernel_ops(), the one place that picks them for a backend: the CPU's compiled kernels,
 Triton's, or the torch references.
 
 On the CPU the compiled fused kernels run where the layout allows and the torch references
@@ -86,7 +87,8 @@ class FixedOrderMatmul(Protocol):
 
 @dataclass(frozen=True)
 class KernelOps:
-    """The ops a decoder layer calls, all from one implementation."""
+    """The ops a decoder layer calls, all from one implementation (apply_rotary through the
+    torch and cpu attention backends; the Triton backend fuses it with the KV write)."""
 
     rms_norm: RmsNorm
     fused_add_rms_norm: FusedAddRmsNorm

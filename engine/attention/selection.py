@@ -54,8 +54,9 @@ def backend_for(device: torch.device, requested: str | None = None) -> str:
 
 
 def ops_for(device: torch.device, backend: str | None = None) -> KernelOps:
-    """The norm/rotary/activation/quantized-matmul ops the model calls: Triton's, the C++
-    kernels or the references (kernels.ops.kernel_ops)."""
+    """The norm/rotary/activation/quantized-matmul ops the model calls (the rotary through
+    attention_for's backend): Triton's, the C++ kernels or the references
+    (kernels.ops.kernel_ops)."""
     name = backend_for(device, backend)
     return kernel_ops(name)
 
