@@ -1,5 +1,6 @@
-"""KernelOps: the per-layer ops the model calls (norms, rotary, activation, quantized matmul),
-and kernel_ops(), the one place that picks them for a backend: the CPU's compiled kernels,
+"""KernelOps: the per-layer ops the model calls (norms, rotary, activation, quantized matmul;
+the rotary through its attention backend, which rotates q/k as it stores them), and
+kernel_ops(), the one place that picks them for a backend: the CPU's compiled kernels,
 Triton's, or the torch references.
 
 On the CPU the compiled fused kernels run where the layout allows and the torch references
@@ -29,6 +30,30 @@ class FusedAddRmsNorm(Protocol):
 class ApplyRotary(Protocol):
     def __call__(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                  sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class RotaryWriteKv(Protocol):
+    """The neox rotary of q [T, Hq, D] and k [T, Hk, D] with cos/sin [T, D]; the rotated k and
+    v stored into the caches at the flat slots (-1: none, as write_kv_cache); returns the
+    rotated q."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+                 sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                 slot_mapping: torch.Tensor, /) -> torch.Tensor: ...
+
+
+def rotary_then_write_kv(rotary: ApplyRotary) -> RotaryWriteKv:
+    """RotaryWriteKv as two steps, `rotary` then the reference's KV write: what the Triton
+    kernel (kernels/triton/rotary_kv_cache.py) does in one, for the CPU."""
+
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+            sin: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+            slot_mapping: torch.Tensor, /) -> torch.Tensor:
+        q, k = rotary(q, k, cos, sin)
+        reference.write_kv_cache(k, v, k_cache, v_cache, slot_mapping)
+        return q
+
+    return run
 
 
 class SiluAndMul(Protocol):
@@ -62,7 +87,8 @@ class FixedOrderMatmul(Protocol):
 
 @dataclass(frozen=True)
 class KernelOps:
-    """The ops a decoder layer calls, all from one implementation."""
+    """The ops a decoder layer calls, all from one implementation (apply_rotary through the
+    torch and cpu attention backends; the Triton backend fuses it with the KV write)."""
 
     rms_norm: RmsNorm
     fused_add_rms_norm: FusedAddRmsNorm

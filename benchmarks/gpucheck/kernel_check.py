@@ -142,6 +142,41 @@ def _one_byte_caches(tri: Any, dev: torch.device, dtype: torch.dtype, out: list,
                   got, reference_output(rounded))
 
 
+def _rotary_write_kv(tri: Any, dev: torch.device, dtype: torch.dtype, out: list,
+                     smoke: bool) -> None:
+    """The rotary fused with the KV write, per cache dtype: q and both caches byte for byte
+    those of Triton's apply_rotary then write_kv_cache (its contract; those two are checked
+    against the reference above), and q and a cache in the activation dtype against the
+    reference's rotary then write."""
+    hq, hk, d = (4, 2, 16) if smoke else (28, 4, 128)
+    t = 5 if smoke else 37
+    for cache_dtype in (dtype, *ONE_BYTE_CACHES):
+        name = str(cache_dtype).removeprefix("torch.")
+        qkv = torch.randn(t, (hq + 2 * hk) * d, dtype=dtype, device=dev) * 4
+        q, k, v = (x.view(t, -1, d) for x in qkv.split([hq * d, hk * d, hk * d], dim=-1))
+        cos, sin = torch.randn(t, d, device=dev), torch.randn(t, d, device=dev)
+        width = d + 4 if cache_dtype == torch.int8 else d
+        empty = torch.zeros(9, 16, hk, width, dtype=cache_dtype, device=dev)
+        kc, vc, kc2, vc2 = (empty.clone() for _ in range(4))
+        slots = torch.randperm(empty.shape[0] * empty.shape[1], device=dev)[:t]
+        slots[::3] = -1
+        got_q = tri.rotary_write_kv(q, k, v, cos, sin, kc, vc, slots)
+        two_q, two_k = tri.apply_rotary(q, k, cos, sin)
+        tri.write_kv_cache(two_k, v, kc2, vc2, slots)
+        same = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+                   for a, b in ((got_q, two_q), (kc, kc2), (vc, vc2)))
+        out.append({"kernel": f"rotary_write_kv ({name} cache) == apply_rotary + write_kv_cache",
+                    "dtype": str(dtype).removeprefix("torch."), "max_err": 0.0 if same else 1.0,
+                    "tol": 0.0, "ok": same})
+        if cache_dtype == dtype:
+            want_q, want_k = reference.apply_rotary(q, k, cos, sin)
+            kc3, vc3 = empty.clone(), empty.clone()
+            reference.write_kv_cache(want_k, v, kc3, vc3, slots)
+            _case(out, "rotary_write_kv.q", dtype, got_q, want_q)
+            _case(out, "rotary_write_kv.caches", dtype, torch.cat([kc, vc]),
+                  torch.cat([kc3, vc3]))
+
+
 def run(device: torch.device, smoke: bool) -> dict:
     """All kernel cases; on a CPU only under TRITON_INTERPRET=1, in fp32/fp16."""
     from officellm.kernels.triton import ops as tri
@@ -154,6 +189,7 @@ def run(device: torch.device, smoke: bool) -> dict:
     cases: list[dict] = []
     for dtype in dtypes:
         _elementwise(tri, device, dtype, cases, smoke)
+        _rotary_write_kv(tri, device, dtype, cases, smoke)
         _attention(tri, device, dtype, cases, smoke)
         _one_byte_caches(tri, device, dtype, cases, smoke)
     return {"cases": cases, "all_ok": all(c["ok"] for c in cases),

@@ -3,7 +3,9 @@ one format every backend reads, and the `AttentionBackend` protocol.
 
 ModelRunner builds an `AttentionMetadata` once per step and hands it to the backend before
 the forward; every layer then reads it. The backends (engine/attention/torch_backend.py,
-attention_cpu.py, attention_triton.py) read the paged KV cache through the block tables.
+cpu_backend.py, triton_backend.py, row_attention.py) read the paged KV cache through the block
+tables. A backend rotates q and k itself (the rotary and the KV write are one kernel on the
+GPU), so the model hands them over un-rotated with the step's cos/sin rows.
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ class AttentionBackend(Protocol):
         """Take this step's metadata; every forward until the next call reads it."""
         ...
 
-    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
-                v: torch.Tensor) -> torch.Tensor:
-        """Write this step's k/v [T, Hk, D] into layer's cache at the slot mapping, then
-        return causal attention of q [T, Hq, D] over each sequence's cached tokens."""
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Apply the neox rotary to this step's q [T, Hq, D] and k [T, Hk, D] (handed over
+        before it) with cos/sin [T, D], the rows of the step's tokens; write the rotated k and
+        v [T, Hk, D] into layer's cache at the slot mapping; return causal attention of the
+        rotated q over each sequence's cached tokens."""
         ...

@@ -18,6 +18,7 @@ import torch
 
 from officellm.engine.attention.backend import AttentionMetadata
 from officellm.engine.attention.torch_backend import PrefillPlan, TorchAttention
+from officellm.kernels.ops import ApplyRotary
 
 # Up to this many query rows a cached-history chunk runs through the chunk kernel.
 CHUNK_KERNEL_MAX_ROWS = 32
@@ -28,8 +29,8 @@ class CpuAttention(TorchAttention):
     kernels."""
 
     def __init__(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], scale: float,
-                 kernel: Any) -> None:
-        super().__init__(k_caches, v_caches, scale)
+                 rotary: ApplyRotary, kernel: Any) -> None:
+        super().__init__(k_caches, v_caches, scale, rotary)
         self.kernel = kernel
         self._decode_tables = torch.empty(0, 0, dtype=torch.long)
         self._decode_lens = torch.empty(0, dtype=torch.long)

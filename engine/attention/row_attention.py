@@ -19,9 +19,8 @@ from collections.abc import Callable
 import torch
 
 from officellm.engine.attention.backend import AttentionMetadata
+from officellm.kernels.ops import RotaryWriteKv
 
-# (k, v, k_cache, v_cache, slot_mapping) -> None
-WriteKv = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 # (q [R, Hq, D], k_cache, v_cache, block_tables [R, W], seq_lens [R], scale) -> [R, Hq, D]
 DecodeAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                             torch.Tensor, float], torch.Tensor]
@@ -45,11 +44,11 @@ class RowAttention:
     """AttentionBackend whose every row is a decode of its own (see the module's docstring)."""
 
     def __init__(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], scale: float,
-                 write_kv: WriteKv, decode: DecodeAttention) -> None:
+                 rotary_write_kv: RotaryWriteKv, decode: DecodeAttention) -> None:
         self.k_caches = k_caches
         self.v_caches = v_caches
         self.scale = scale
-        self._write_kv = write_kv
+        self._rotary_write_kv = rotary_write_kv
         self._decode = decode
         self._tables = torch.empty(0, 0, dtype=torch.long)
         self._lens = torch.empty(0, dtype=torch.long)
@@ -60,10 +59,12 @@ class RowAttention:
         self.metadata = metadata
         self._tables, self._lens = rows_as_decodes(metadata)
 
-    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Store k/v in the layer's cache, then attend row by row (AttentionBackend.forward)."""
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotate q/k and store k/v in the layer's cache, then attend row by row
+        (AttentionBackend.forward)."""
         md = self.metadata
         assert md is not None, "set_metadata before forward"
         kc, vc = self.k_caches[layer], self.v_caches[layer]
-        self._write_kv(k, v, kc, vc, md.slot_mapping)
+        q = self._rotary_write_kv(q, k, v, cos, sin, kc, vc, md.slot_mapping)
         return self._decode(q, kc, vc, self._tables, self._lens, self.scale)

@@ -19,7 +19,7 @@ import torch
 
 from officellm.engine.attention.backend import AttentionBackend
 from officellm.kernels.build import cpu_kernels
-from officellm.kernels.ops import KernelOps, kernel_ops
+from officellm.kernels.ops import KernelOps, kernel_ops, rotary_then_write_kv
 from officellm.kernels.triton import triton_available
 
 BACKENDS = ("torch", "cpu", "triton")
@@ -54,8 +54,9 @@ def backend_for(device: torch.device, requested: str | None = None) -> str:
 
 
 def ops_for(device: torch.device, backend: str | None = None) -> KernelOps:
-    """The norm/rotary/activation/quantized-matmul ops the model calls: Triton's, the C++
-    kernels or the references (kernels.ops.kernel_ops)."""
+    """The norm/rotary/activation/quantized-matmul ops the model calls (the rotary through
+    attention_for's backend): Triton's, the C++ kernels or the references
+    (kernels.ops.kernel_ops)."""
     name = backend_for(device, backend)
     return kernel_ops(name)
 
@@ -72,13 +73,15 @@ def attention_for(device: torch.device, k_caches: list[torch.Tensor],
         from officellm.engine.attention.triton_backend import TritonAttention
 
         return TritonAttention(k_caches, v_caches, scale)
+    # The torch and cpu backends rotate q/k with the model's own rotary op.
+    rotary = kernel_ops(name).apply_rotary
     if name == "cpu":
         from officellm.engine.attention.cpu_backend import CpuAttention
 
-        return CpuAttention(k_caches, v_caches, scale, cpu_kernels.load())
+        return CpuAttention(k_caches, v_caches, scale, rotary, cpu_kernels.load())
     from officellm.engine.attention.torch_backend import TorchAttention
 
-    return TorchAttention(k_caches, v_caches, scale)
+    return TorchAttention(k_caches, v_caches, scale, rotary)
 
 
 def check_batch_invariant(backend: str) -> None:
@@ -101,10 +104,9 @@ def _row_attention(name: str, k_caches: list[torch.Tensor], v_caches: list[torch
         from officellm.kernels.triton import ops as triton_ops
 
         # One split: a split count follows the batch's shape, and with it the sum's order.
-        return RowAttention(k_caches, v_caches, scale, triton_ops.write_kv_cache,
+        return RowAttention(k_caches, v_caches, scale, triton_ops.rotary_write_kv,
                             partial(triton_ops.paged_decode_attention, num_splits=1))
-    from officellm.kernels.reference import reference
-
     kernel = cpu_kernels.load()
-    return RowAttention(k_caches, v_caches, scale, reference.write_kv_cache,
+    return RowAttention(k_caches, v_caches, scale,
+                        rotary_then_write_kv(kernel_ops(name).apply_rotary),
                         kernel.paged_decode_attention)

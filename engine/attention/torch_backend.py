@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from officellm.engine.attention.backend import AttentionMetadata
+from officellm.kernels.ops import ApplyRotary
 from officellm.kernels.reference import reference
 
 
@@ -31,13 +32,15 @@ class PrefillPlan:
 
 
 class TorchAttention:
-    """Reference paged attention with torch ops (SDPA)."""
+    """Reference paged attention with torch ops (SDPA), after `rotary` (the model's
+    KernelOps.apply_rotary) and the reference's KV write."""
 
     def __init__(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
-                 scale: float) -> None:
+                 scale: float, rotary: ApplyRotary) -> None:
         self.k_caches = k_caches
         self.v_caches = v_caches
         self.scale = scale
+        self.rotary = rotary
         self.block_size = k_caches[0].shape[1]
         self.metadata: AttentionMetadata | None = None
         self.prefills: list[PrefillPlan] = []
@@ -78,11 +81,14 @@ class TorchAttention:
             plans.append(PrefillPlan(start, n, ctx, md.block_tables[b, : -(-ctx // bs)], mask))
         return plans
 
-    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Store k/v in the layer's cache, then attend (see AttentionBackend.forward)."""
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotate q/k, store k/v in the layer's cache, then attend (see
+        AttentionBackend.forward)."""
         md = self.metadata
         assert md is not None, "set_metadata before forward"
         kc, vc = self.k_caches[layer], self.v_caches[layer]
+        q, k = self.rotary(q, k, cos, sin)
         reference.write_kv_cache(k, v, kc, vc, md.slot_mapping)
         nd = md.num_decodes
         if nd and nd == q.shape[0]:

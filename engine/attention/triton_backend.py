@@ -1,5 +1,7 @@
 """The Triton attention backend: the AttentionBackend protocol over kernels/ Triton kernels.
 
+Each layer's forward first runs the rotary fused with the KV-cache write (one kernel: the
+rotated keys go straight into the cache), then attention on the rotated queries it returns.
 A decode-only step (every sequence has one new token: the common case, and the one captured
 in CUDA graphs) runs the split-K decode kernel; any step with a prefill runs the varlen
 kernel once for all sequences. Both read the paged cache through the metadata's
@@ -30,12 +32,14 @@ class TritonAttention:
         """Take the step's metadata (the kernels read it as it is)."""
         self.metadata = metadata
 
-    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Store k/v in the layer's cache, then attend (see AttentionBackend.forward)."""
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotate q/k and store k/v in the layer's cache in one launch, then attend (see
+        AttentionBackend.forward)."""
         md = self.metadata
         assert md is not None, "set_metadata before forward"
         kc, vc = self.k_caches[layer], self.v_caches[layer]
-        triton_ops.write_kv_cache(k, v, kc, vc, md.slot_mapping)
+        q = triton_ops.rotary_write_kv(q, k, v, cos, sin, kc, vc, md.slot_mapping)
         if md.num_decodes == q.shape[0]:
             # Split count from the shape alone, so a graph captured for this batch size is
             # valid for every context length it will later replay with.

@@ -23,6 +23,7 @@ from officellm.engine.loading.model_loader import iter_safetensors, load_config_
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.loading.tokenizer import load_tokenizer
 from officellm.engine.models.decoder import DecoderModel
+from officellm.kernels.ops import ApplyRotary
 
 # The longest input read: attention over a whole input is computed at once, and a decoder's
 # own context (32k for Qwen3-Embedding) is more than an embedding of a document chunk needs.
@@ -31,14 +32,17 @@ MAX_INPUT_TOKENS = 8192
 
 class DenseCausalAttention:
     """The attention DecoderModel calls, over flat tokens of whole sequences (`starts`: each
-    sequence's first token, then the total): causal within each sequence, nothing cached."""
+    sequence's first token, then the total): q/k rotated by `rotary` (the model's
+    KernelOps.apply_rotary), then causal within each sequence, nothing cached."""
 
-    def __init__(self, starts: list[int], scale: float) -> None:
+    def __init__(self, starts: list[int], scale: float, rotary: ApplyRotary) -> None:
         self.starts = starts
         self.scale = scale
+        self.rotary = rotary
 
-    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor,
-                v: torch.Tensor) -> torch.Tensor:
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        q, k = self.rotary(q, k, cos, sin)
         out = torch.empty_like(q)
         groups = q.shape[1] // k.shape[1]
         for a, b in zip(self.starts, self.starts[1:], strict=False):
@@ -109,7 +113,8 @@ class DecoderEncoder:
         flat = torch.tensor([t for ids in batch for t in ids], device=self.device)
         positions = torch.cat([torch.arange(len(ids), device=self.device) for ids in batch])
         last = torch.tensor([s - 1 for s in starts[1:]], device=self.device)
-        attention = DenseCausalAttention(starts, self.spec.head_dim ** -0.5)
+        attention = DenseCausalAttention(starts, self.spec.head_dim ** -0.5,
+                                         self.model.ops.apply_rotary)
         h = self.model.hidden_states(flat, positions, attention, last).float()
         if self.info.normalized:
             h = F.normalize(h, dim=-1)

@@ -276,8 +276,8 @@ class DecoderModel(nn.Module):
             if layer.q_norm is not None:
                 q = ops.rms_norm(q, layer.q_norm, eps)
                 k = ops.rms_norm(k, layer.k_norm, eps)
-            q, k = ops.apply_rotary(q, k, cos, sin)
-            o = attention.forward(i, q, k, v)
+            # The backend rotates q/k as it stores k/v (one kernel on the GPU).
+            o = attention.forward(i, q, k, v, cos, sin)
             x = layer.o_proj(o.reshape(-1, hq * d))
             h, residual = ops.fused_add_rms_norm(x, residual, layer.post_attn_norm, eps)
             x = layer.down(ops.silu_and_mul(layer.gate_up(h)))

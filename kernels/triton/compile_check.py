@@ -135,10 +135,11 @@ def _cache(blocks: int, hk: int, d: int, dtype: torch.dtype) -> torch.Tensor:
 
 
 # How much of the matrix a run compiles (each variant takes ~3 s on a small CPU):
-# smoke: the attention kernels over an int8 cache with bf16 queries (the CI default run);
-# standard: every kernel x query dtype x cache dtype, Qwen2.5-7B's heads, 1 and 4 splits,
-# prefill of 1 and 1,024 tokens (~80 variants); full: also SmolLM2's heads, every split
-# count and 2 and 8,192 tokens.
+# smoke: the attention kernels and the rotary + KV write over an int8 cache with bf16
+# queries, Qwen2.5-7B's heads (the CI default run); standard: every kernel x query dtype x
+# cache dtype, Qwen2.5-7B's heads (the rotary + KV write: both models' heads), 1 and 4 splits,
+# prefill of 1 and 1,024 tokens (~110 variants); full: also SmolLM2's heads everywhere, every
+# split count and 2 and 8,192 tokens.
 LEVELS = ("smoke", "standard", "full")
 
 
@@ -150,6 +151,7 @@ def _cases(level: str, arch: int) -> Iterator[tuple[str, object]]:
     layouts = HEAD_LAYOUTS if full else dict(list(HEAD_LAYOUTS.items())[:1])
     splits = DECODE_SPLITS if full else (4,) if smoke else (1, 4)
     prefill = PREFILL_QUERY_TOKENS if full else (1024,) if smoke else (1, 1024)
+    yield from _rotary_write_kv_cases(ops, smoke, arch)
     for layout, (hq, hk, d) in layouts.items():
         for q_dtype in (torch.bfloat16,) if smoke else QUERY_DTYPES:
             if smoke:
@@ -176,6 +178,24 @@ def _cases(level: str, arch: int) -> Iterator[tuple[str, object]]:
                                             splits, prefill)
     if not smoke:
         yield from _matmul_cases(ops)
+
+
+def _rotary_write_kv_cases(ops, smoke: bool, arch: int) -> Iterator[tuple[str, object]]:  # type: ignore[no-untyped-def]
+    """The rotary fused with the KV write (every layer's first kernel), for write_kv_cache's
+    query x cache dtypes and both models' heads (its blocks follow the head counts); smoke:
+    bf16 queries over an int8 cache, Qwen2.5-7B's heads."""
+    layouts = dict(list(HEAD_LAYOUTS.items())[:1]) if smoke else HEAD_LAYOUTS
+    for layout, (hq, hk, d) in layouts.items():
+        for q_dtype in (torch.bfloat16,) if smoke else QUERY_DTYPES:
+            q = torch.zeros(4, hq, d, dtype=q_dtype)
+            kv = torch.zeros(4, hk, d, dtype=q_dtype)
+            cos = torch.zeros(4, d, dtype=torch.float32)  # the rotary table's dtype
+            slots = torch.arange(4, dtype=torch.long)
+            for cache_dtype in (torch.int8,) if smoke else caches_for(q_dtype, arch):
+                kc, vc = _cache(64, hk, d, cache_dtype), _cache(64, hk, d, cache_dtype)
+                yield (f"rotary_write_kv {layout} q {_name(q_dtype)} cache {_name(cache_dtype)}",
+                       lambda q=q, kv=kv, cos=cos, kc=kc, vc=vc, s=slots:
+                       ops.rotary_write_kv(q, kv, kv, cos, cos, kc, vc, s))
 
 
 def _matmul_cases(ops) -> Iterator[tuple[str, object]]:  # type: ignore[no-untyped-def]

@@ -29,19 +29,26 @@ def _write_kv_kernel(
     mask = (heads < n_heads) & (cols < head_dim) & (slot >= 0)
     k = tl.load(k_ptr + tok * stride_kt + heads * stride_kh + cols, mask=mask, other=0.0)
     v = tl.load(v_ptr + tok * stride_vt + heads * stride_vh + cols, mask=mask, other=0.0)
-    if LIMIT > 0:  # an fp8 cache saturates at its largest finite value instead of NaN
-        k = tl.minimum(tl.maximum(k.to(tl.float32), -LIMIT), LIMIT)
-        v = tl.minimum(tl.maximum(v.to(tl.float32), -LIMIT), LIMIT)
     # The cache is contiguous [blocks, block_size, heads, width]: a slot is heads rows of
     # width elements (head_dim, plus an int8 row's float32 scale).
     width = head_dim + 4 * INT8
     row = slot * (n_heads * width) + heads * width
     if INT8:
-        _store_int8_rows(kc_ptr, row, cols, head_dim, k, mask, (heads < n_heads) & (slot >= 0))
-        _store_int8_rows(vc_ptr, row, cols, head_dim, v, mask, (heads < n_heads) & (slot >= 0))
+        row_mask = (heads < n_heads) & (slot >= 0)
+        _store_int8_rows(kc_ptr, row, cols, head_dim, k, mask, row_mask)
+        _store_int8_rows(vc_ptr, row, cols, head_dim, v, mask, row_mask)
     else:
-        tl.store(kc_ptr + row + cols, k.to(kc_ptr.dtype.element_ty), mask=mask)
-        tl.store(vc_ptr + row + cols, v.to(vc_ptr.dtype.element_ty), mask=mask)
+        _store_rows(kc_ptr + row + cols, k, mask, LIMIT)
+        _store_rows(vc_ptr + row + cols, v, mask, LIMIT)
+
+
+@triton.jit
+def _store_rows(ptr, x, mask, LIMIT: tl.constexpr):
+    """x at ptr in the cache's dtype; with LIMIT > 0 (an fp8 cache) saturated at its largest
+    finite value instead of becoming NaN."""
+    if LIMIT > 0:
+        x = tl.minimum(tl.maximum(x.to(tl.float32), -LIMIT), LIMIT)
+    tl.store(ptr, x.to(ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -49,11 +56,22 @@ def _store_int8_rows(cache_ptr, row, cols, head_dim, x, mask, row_mask):
     """x [H, D] as int8 rows with their scale, as kernels.reference.reference.quantize_int8_rows."""
     xf = x.to(tl.float32)
     amax = tl.max(tl.abs(xf), axis=1)[:, None]
+    _store_int8_values(cache_ptr + row + cols, xf, amax, mask)
+    _store_int8_scale(cache_ptr + row + head_dim, amax, row_mask)
+
+
+@triton.jit
+def _store_int8_values(ptr, xf, amax, mask):
+    """float32 values xf of rows whose largest magnitude is amax [H, 1], as int8 at ptr."""
     inv = tl.where(amax > 0, 127.0 / tl.where(amax > 0, amax, 1.0), 0.0)
     q = tl.minimum(tl.maximum(tl.floor(xf * inv + 0.5), -127.0), 127.0)
-    tl.store(cache_ptr + row + cols, q.to(tl.int8), mask=mask)
-    scale_ptr = (cache_ptr + row + head_dim).to(tl.pointer_type(tl.float32))
-    tl.store(scale_ptr, amax / 127.0, mask=row_mask)
+    tl.store(ptr, q.to(tl.int8), mask=mask)
+
+
+@triton.jit
+def _store_int8_scale(ptr, amax, row_mask):
+    """The rows' scale amax / 127 as float32 at ptr (an int8 pointer past the row's values)."""
+    tl.store(ptr.to(tl.pointer_type(tl.float32)), amax / 127.0, mask=row_mask)
 
 
 def write_kv_cache(

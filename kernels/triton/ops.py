@@ -11,12 +11,13 @@ from officellm.kernels.triton.kv_cache import write_kv_cache
 from officellm.kernels.triton.norm import fused_add_rms_norm, rms_norm
 from officellm.kernels.triton.prefill_attention import paged_prefill_attention
 from officellm.kernels.triton.rotary import apply_rotary
+from officellm.kernels.triton.rotary_kv_cache import rotary_write_kv
 
 # The reference's varlen entry point: the prefill kernel handles any mix of query lengths.
 paged_attention = paged_prefill_attention
 
 __all__ = [
     "apply_rotary", "fixed_order_matmul", "fused_add_rms_norm", "paged_attention",
-    "paged_decode_attention", "paged_prefill_attention", "rms_norm", "silu_and_mul",
-    "write_kv_cache",
+    "paged_decode_attention", "paged_prefill_attention", "rms_norm", "rotary_write_kv",
+    "silu_and_mul", "write_kv_cache",
 ]

@@ -15,8 +15,10 @@ from officellm.kernels.triton.util import check_last_dim_contiguous, next_power_
 
 
 @triton.jit
-def _rotate_heads(src_ptr, dst_ptr, stride_t, stride_h, n_heads, tok, c1, c2, s1, s2,
-                  half, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+def _rotated_halves(src_ptr, stride_t, stride_h, n_heads, tok, c1, c2, s1, s2, half,
+                    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Token tok's heads of src rotated, as two [BLOCK_H, BLOCK_D] halves in src's dtype, with
+    the heads and columns they cover (rotary_kv_cache.py stores them into a cache)."""
     heads = tl.arange(0, BLOCK_H)[:, None]
     cols = tl.arange(0, BLOCK_D)[None, :]
     mask = (heads < n_heads) & (cols < half)
@@ -29,9 +31,33 @@ def _rotate_heads(src_ptr, dst_ptr, stride_t, stride_h, n_heads, tok, c1, c2, s1
     # out1 = x1*cos1 - x2*sin1; out2 = x2*cos2 + x1*sin2, each term rounded like torch does.
     o1 = (f1 * c1).to(dt).to(tl.float32) + (-(f2 * s1)).to(dt).to(tl.float32)
     o2 = (f2 * c2).to(dt).to(tl.float32) + (f1 * s2).to(dt).to(tl.float32)
+    return o1.to(dt), o2.to(dt), heads, cols, mask
+
+
+@triton.jit
+def _cos_sin(cos_ptr, sin_ptr, stride_ct, stride_st, tok, half, dt_ptr,
+             BLOCK_D: tl.constexpr):
+    """Token tok's cos/sin halves in float32, rounded to dt_ptr's element type first, as the
+    reference's `.to(q.dtype)`."""
+    cols = tl.arange(0, BLOCK_D)[None, :]
+    cmask = cols < half
+    dt = dt_ptr.dtype.element_ty
+    c1 = tl.load(cos_ptr + tok * stride_ct + cols, mask=cmask, other=0.0).to(dt).to(tl.float32)
+    c2 = tl.load(cos_ptr + tok * stride_ct + half + cols, mask=cmask, other=0.0).to(dt).to(tl.float32)
+    s1 = tl.load(sin_ptr + tok * stride_st + cols, mask=cmask, other=0.0).to(dt).to(tl.float32)
+    s2 = tl.load(sin_ptr + tok * stride_st + half + cols, mask=cmask, other=0.0).to(dt).to(tl.float32)
+    return c1, c2, s1, s2
+
+
+@triton.jit
+def _rotate_heads(src_ptr, dst_ptr, stride_t, stride_h, n_heads, tok, c1, c2, s1, s2,
+                  half, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Token tok's heads of src rotated into contiguous dst [T, n_heads, 2 * half]."""
+    o1, o2, heads, cols, mask = _rotated_halves(src_ptr, stride_t, stride_h, n_heads, tok,
+                                                c1, c2, s1, s2, half, BLOCK_H, BLOCK_D)
     out = dst_ptr + (tok * n_heads + heads) * (2 * half) + cols
-    tl.store(out, o1.to(dt), mask=mask)
-    tl.store(out + half, o2.to(dt), mask=mask)
+    tl.store(out, o1, mask=mask)
+    tl.store(out + half, o2, mask=mask)
 
 
 @triton.jit
@@ -42,14 +68,7 @@ def _rotary_kernel(
     BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     tok = tl.program_id(0).to(tl.int64)  # 64-bit offsets: tokens * stride may pass 2**31
-    cols = tl.arange(0, BLOCK_D)[None, :]
-    cmask = cols < half
-    # cos/sin are rounded to the activation dtype first, as the reference's `.to(q.dtype)`.
-    dt = q_ptr.dtype.element_ty
-    c1 = tl.load(cos_ptr + tok * stride_ct + cols, mask=cmask, other=0.0).to(dt).to(tl.float32)
-    c2 = tl.load(cos_ptr + tok * stride_ct + half + cols, mask=cmask, other=0.0).to(dt).to(tl.float32)
-    s1 = tl.load(sin_ptr + tok * stride_st + cols, mask=cmask, other=0.0).to(dt).to(tl.float32)
-    s2 = tl.load(sin_ptr + tok * stride_st + half + cols, mask=cmask, other=0.0).to(dt).to(tl.float32)
+    c1, c2, s1, s2 = _cos_sin(cos_ptr, sin_ptr, stride_ct, stride_st, tok, half, q_ptr, BLOCK_D)
     _rotate_heads(q_ptr, q_out_ptr, stride_qt, stride_qh, n_q_heads, tok, c1, c2, s1, s2, half,
                   BLOCK_HQ, BLOCK_D)
     _rotate_heads(k_ptr, k_out_ptr, stride_kt, stride_kh, n_k_heads, tok, c1, c2, s1, s2, half,

@@ -3,6 +3,7 @@ reference, and ModelRunner builds that metadata as the backends expect."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -51,7 +52,8 @@ def metadata_for(p: PagedProblem) -> AttentionMetadata:
 
 def run_backend(name: str, p: PagedProblem) -> torch.Tensor:
     """One layer's forward through the named backend. The step's k/v are read back from the
-    cache, so writing them is a no-op and the reference sees the same cache."""
+    cache and the rotary is the identity (cos 1, sin 0), so writing them is a no-op and the
+    reference sees the same cache and queries."""
     md = metadata_for(p)
     hk = p.k_cache.shape[2]
     # In the query's dtype, as the model hands them over: what the cache holds, so storing
@@ -64,7 +66,8 @@ def run_backend(name: str, p: PagedProblem) -> torch.Tensor:
                                   d, p.q.dtype)
     backend = selection.attention_for(p.q.device, [p.k_cache], [p.v_cache], p.scale, name)
     backend.set_metadata(md)
-    return backend.forward(0, p.q, k, v)
+    cos = torch.ones(p.q.shape[0], d, device=p.q.device)
+    return backend.forward(0, p.q, k, v, cos, torch.zeros_like(cos))
 
 
 def _cases(name: str) -> list[torch.dtype]:
@@ -93,6 +96,27 @@ def test_backend_reads_a_one_byte_cache(name, dtype, cache_dtype, seqs):
     p = make_problem(seqs, 9, 3, 64, dtype, torch.device("cpu"), seed=11)
     stored, rounded = stored_as(p, cache_dtype)
     close(run_backend(name, stored), reference_output(rounded), dtype)
+
+
+@pytest.mark.parametrize("name", ["torch", "cpu", "triton"])
+def test_backend_rotates_q_and_k_then_stores_and_attends(name):
+    """The backend takes q/k before the rotary: its cache and output are the reference's
+    rotary, KV write and attention."""
+    p = make_problem(MIXED[:5], 4, 2, 32, torch.float32, torch.device("cpu"), seed=3)
+    md = metadata_for(p)
+    t, hk, d = p.q.shape[0], p.k_cache.shape[2], p.q.shape[2]
+    g = torch.Generator().manual_seed(4)
+    k, v = torch.randn(2, t, hk, d, generator=g)
+    cos, sin = torch.randn(2, t, d, generator=g)
+    q_rot, k_rot = reference.apply_rotary(p.q, k, cos, sin)
+    want = dataclasses.replace(p, q=q_rot, k_cache=p.k_cache.clone(), v_cache=p.v_cache.clone())
+    reference.write_kv_cache(k_rot, v, want.k_cache, want.v_cache, md.slot_mapping)
+    backend = selection.attention_for(p.q.device, [p.k_cache], [p.v_cache], p.scale, name)
+    backend.set_metadata(md)
+    out = backend.forward(0, p.q, k, v, cos, sin)
+    close(p.k_cache, want.k_cache, torch.float32)
+    assert torch.equal(p.v_cache, want.v_cache)
+    close(out, reference_output(want), torch.float32)
 
 
 def _runner(block_size: int = 4, num_blocks: int = 10) -> ModelRunner:
