@@ -1,8 +1,8 @@
 """The whole Triton path inside the engine, on the CPU through Triton's interpreter:
 TritonAttention and the Triton ops must give the torch backend's greedy tokens exactly
 (fp32), through prefill, chunked prefill, prefix-cache hits and decode, and through the
-CUDA-graph runner's padded decode path (run eagerly here); and --batch-invariant's replies
-must not depend on the batch."""
+CUDA-graph runner's padded decode path (run eagerly here), with async scheduling as on a GPU;
+and --batch-invariant's replies must not depend on the batch."""
 
 from __future__ import annotations
 
@@ -60,11 +60,12 @@ def test_triton_backend_matches_torch_backend(tiny_qwen3, prompts, torch_tokens)
     assert tokens == torch_tokens
 
 
-def test_padded_decode_graph_path_matches(tiny_qwen3, prompts, torch_tokens, monkeypatch):
-    """3 decodes padded to a batch of 4: padding rows must neither write nor disturb."""
+@pytest.fixture
+def graph_runs(monkeypatch) -> list[int]:
+    """The batch size of every step the decode-graph runner runs."""
     from officellm.engine.worker.cuda_graphs import DecodeGraphs
 
-    runs = []
+    runs: list[int] = []
     original = DecodeGraphs.run
 
     def counting_run(self, input_ids, positions, metadata):  # type: ignore[no-untyped-def]
@@ -72,9 +73,24 @@ def test_padded_decode_graph_path_matches(tiny_qwen3, prompts, torch_tokens, mon
         return original(self, input_ids, positions, metadata)
 
     monkeypatch.setattr(DecodeGraphs, "run", counting_run)
+    return runs
+
+
+def test_padded_decode_graph_path_matches(tiny_qwen3, prompts, torch_tokens, graph_runs):
+    """3 decodes padded to a batch of 4: padding rows must neither write nor disturb."""
     _, tokens = _generate(tiny_qwen3, prompts, "triton", graphs=True, rounds=1,
                           max_num_batched_tokens=64)
-    assert 3 in runs, "the decode steps did not go through the graph runner"
+    assert 3 in graph_runs, "the decode steps did not go through the graph runner"
+    assert tokens == torch_tokens[: len(prompts)]
+
+
+def test_async_scheduling_through_the_graph_runner_matches(tiny_qwen3, prompts, torch_tokens,
+                                                           graph_runs):
+    """The GPU's configuration: async scheduling, the decodes' input tokens gathered from the
+    previous step's samples on the device, then the graph runner's static buffers."""
+    _, tokens = _generate(tiny_qwen3, prompts, "triton", graphs=True, rounds=1,
+                          async_scheduling=True, max_num_batched_tokens=64)
+    assert 3 in graph_runs, "the decode steps did not go through the graph runner"
     assert tokens == torch_tokens[: len(prompts)]
 
 
