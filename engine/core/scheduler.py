@@ -105,11 +105,16 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         chosen: dict[Request, int] = {}  # request -> new tokens, in batch order
         num_preempted = 0
-        # A request whose token in flight ends it by length is not run again (async
-        # scheduling; without it nothing is in flight here).
-        decodes = [r for r in self.running
-                   if r.num_tokens_to_compute == 1 and not self._ends_by_length(r)]
-        prefills = [r for r in self.running if r.num_tokens_to_compute > 1]
+        decodes: list[Request] = []
+        prefills: list[Request] = []
+        for r in self.running:
+            left = len(r.all_token_ids) + r.num_in_flight - r.num_computed_tokens
+            if left > 1:
+                prefills.append(r)
+            # A request whose token in flight ends it by length is not run again (async
+            # scheduling; without it nothing is in flight here).
+            elif left == 1 and not (r.num_in_flight and self._ends_by_length(r)):
+                decodes.append(r)
         # While others decode, the pacer bounds this step's prompt tokens (their next word
         # waits for the whole step); alone, a prompt gets the whole budget.
         pacer = self.pacer
@@ -434,8 +439,6 @@ class Scheduler:
     def _ends_by_length(self, req: Request) -> bool:
         """Whether the tokens in flight already end the request by max_tokens or
         max_model_len (the rule in _stop_status, counted ahead)."""
-        if not req.num_in_flight:
-            return False
         ahead = req.num_in_flight
         max_tokens = req.params.max_tokens
         return (max_tokens is not None and len(req.output_token_ids) + ahead >= max_tokens) or \

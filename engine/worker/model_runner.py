@@ -84,10 +84,11 @@ class ModelRunner:
             batch_invariant)
         self.decode_graphs: DecodeGraphs | None = None  # once captured
         self.sampler = Sampler(seed)
-        # The last launched step's samples, still on the device, and the row of each
+        # The last launched step, its samples still on the device, and the row of each
         # request whose next input token is among them (async scheduling reads it there).
         self._previous: PendingSamples | None = None
-        self._previous_rows: dict[str, int] = {}
+        self._previous_so: SchedulerOutput | None = None
+        self._previous_rows: dict[str, int] | None = None
 
     def batch_for(self, so: SchedulerOutput) -> tuple[StepBatch, SamplingMetadata]:
         """Flatten the scheduled chunks; also return what the sampler reads of the requests
@@ -112,7 +113,7 @@ class ModelRunner:
                     ids.append(req.all_token_ids[start])
                 else:  # sampled by the step still in flight: read on the device
                     from_previous.append(offset)
-                    previous_rows.append(self._previous_rows[req.request_id])
+                    previous_rows.append(self._row_in_previous(req.request_id))
                     ids.append(0)
                 positions.append(start)
                 slots.append(blocks[start // bs] * bs + start % bs)
@@ -223,15 +224,23 @@ class ModelRunner:
         the other tensor-parallel ranks never have that token."""
         self.sampler.release(so.finished_request_ids)
         pending = self.launch_batch(*self.batch_for(so), grammar)
-        self._previous = pending
-        self._previous_rows = {}
-        row = 0
-        for chunk in so.chunks:
-            if chunk.samples:
-                if not chunk.draft:
-                    self._previous_rows[chunk.request.request_id] = row
-                row += 1 + len(chunk.draft)
+        self._previous, self._previous_so = pending, so
+        self._previous_rows = None
         return pending
+
+    def _row_in_previous(self, request_id: str) -> int:
+        """The row of the request's sample in the last launched step (mapped on first use:
+        a serial loop never asks)."""
+        if self._previous_rows is None:
+            rows: dict[str, int] = {}
+            row = 0
+            for chunk in self._previous_so.chunks if self._previous_so is not None else ():
+                if chunk.samples:
+                    if not chunk.draft:
+                        rows[chunk.request.request_id] = row
+                    row += 1 + len(chunk.draft)
+            self._previous_rows = rows
+        return self._previous_rows[request_id]
 
     @torch.inference_mode()
     def execute_batch(self, batch: StepBatch, sampling: SamplingMetadata,
