@@ -116,6 +116,9 @@ class EngineCore:
                                    self.max_model_len, pacer, config.scheduling_policy,
                                    speculation)
         self.async_scheduling = uses_async_scheduling(config)
+        if self.async_scheduling:
+            logger.info("Async scheduling: each step is scheduled and launched while the "
+                        "device runs the one before (--no-async-scheduling turns it off)")
         # Async scheduling: the step launched last, whose samples are not read yet.
         self._in_flight: InFlightStep | None = None
         self.num_steps_total = 0

@@ -3,9 +3,11 @@
 A decode step must read every weight it multiplies by (all but the embedding table, of which
 it reads one row per sequence) plus every live KV entry, so its floor is
 (weight bytes + KV bytes read) / copy bandwidth. Requests with `context` prompt tokens are
-prefilled through the engine; then steady-state decode steps are timed two ways: the whole
-engine step (schedule, prepare, forward, sample, detokenize) and, where CUDA graphs run,
-the graph replay alone (the GPU's time for the forward).
+prefilled through the engine; then steady-state decode steps are timed three ways: the whole
+engine step (schedule, prepare, forward, sample, detokenize), the same with async scheduling
+off (the serial loop: the GPU waits for the host's work between steps; where async
+scheduling is on), and, where CUDA graphs run, the graph replay alone (the GPU's time for
+the forward).
 """
 
 from __future__ import annotations
@@ -48,9 +50,19 @@ def _replay_seconds(engine, batch: int, iters: int) -> float | None:
     return start.elapsed_time(end) / 1000 / iters
 
 
+def _step_seconds(engine, steps: int) -> float:
+    """Mean seconds of `steps` engine steps, the device drained before and after."""
+    dev = engine.engine_core.device
+    _sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        engine.step()
+    _sync(dev)
+    return (time.perf_counter() - t0) / steps
+
+
 def measure(engine, batch: int, context: int, steps: int, bandwidth: float) -> dict:
     """Prefill `batch` requests of `context` tokens, then time `steps` decode steps."""
-    dev = engine.engine_core.device
     prompts = random_prompts(batch, context, engine.engine_core.spec.vocab_size, seed=batch)
     # Early requests decode while later ones prefill: none may finish before the timing.
     params = SamplingParams(temperature=0, max_tokens=engine.max_model_len - context - 1,
@@ -66,12 +78,15 @@ def measure(engine, batch: int, context: int, steps: int, bandwidth: float) -> d
     running = list(engine.engine_core.scheduler.running)
     assert len(running) == batch, f"{len(running)} of {batch} requests running"
     tokens_before = sum(r.num_tokens for r in running)
-    _sync(dev)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        engine.step()
-    _sync(dev)
-    step_s = (time.perf_counter() - t0) / steps
+    step_s = _step_seconds(engine, steps)
+    serial_s = None
+    core = engine.engine_core
+    if core.async_scheduling:
+        core.async_scheduling = False  # between steps: the step in flight is read first
+        try:
+            serial_s = _step_seconds(engine, steps)
+        finally:
+            core.async_scheduling = True
     replay_s = _replay_seconds(engine, batch, steps)
     # Mean live context over the timed steps (early requests decoded during the prefills).
     kv_tokens = (tokens_before + sum(r.num_tokens for r in running)) / 2
@@ -82,6 +97,7 @@ def measure(engine, batch: int, context: int, steps: int, bandwidth: float) -> d
     w_bytes = weight_bytes_read(engine, batch)
     floor = (w_bytes + kv_bytes) / bandwidth
     return {"batch": batch, "context": context, "step_ms": step_s * 1e3,
+            "serial_step_ms": None if serial_s is None else serial_s * 1e3,
             "graph_replay_ms": None if replay_s is None else replay_s * 1e3,
             "floor_ms": floor * 1e3, "weight_GB": w_bytes / 1e9, "kv_GB": kv_bytes / 1e9,
             "step_vs_floor": step_s / floor,

@@ -34,11 +34,12 @@ def _parity(b: dict) -> list[str]:
 
 def _decode(c: dict) -> list[str]:
     lines = [f"(c) decode step vs floor (copy bandwidth {c['bandwidth_GBps']:.0f} GB/s)",
-             "    | batch | context | step ms | graph replay ms | floor ms | step/floor "
-             "| replay/floor | tok/s |",
-             "    |---|---|---|---|---|---|---|---|"]
+             "    | batch | context | step ms | serial loop ms | graph replay ms | floor ms "
+             "| step/floor | replay/floor | tok/s |",
+             "    |---|---|---|---|---|---|---|---|---|"]
     for r in c["rows"]:
         lines.append(f"    | {r['batch']} | {r['context']} | {r['step_ms']:.2f} | "
+                     f"{_fmt(r['serial_step_ms'])} | "
                      f"{_fmt(r['graph_replay_ms'])} | {r['floor_ms']:.2f} | "
                      f"{r['step_vs_floor']:.2f} | {_fmt(r['replay_vs_floor'])} | "
                      f"{r['tokens_per_s']:.0f} |")

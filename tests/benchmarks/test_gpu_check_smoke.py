@@ -35,6 +35,8 @@ def test_the_engine_sections_run_green_without_a_gpu(tmp_path: Path) -> None:
     # must give the same pool, within a block per layer's rounding.
     assert report["e_startup"]["pool_vs_plan"] == pytest.approx(1.0, abs=0.05)
     assert report["c_decode"]["rows"]
+    # Every row also times the serial loop (async scheduling off, then on again).
+    assert all(row["serial_step_ms"] > 0 for row in report["c_decode"]["rows"])
     assert not any("error" in report[key] for key in ("c_decode", "e_startup"))
     assert "d_throughput" not in report  # a section not asked for is not run
 
