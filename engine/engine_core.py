@@ -25,7 +25,12 @@ from officellm.engine.models.shard_plan import ShardPlan
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output.bitmask import grammar_bitmask
 from officellm.engine.structured_output.request_grammar import RequestGrammar
-from officellm.engine.worker.executor import Executor, StepResult, UniprocExecutor
+from officellm.engine.worker.executor import (
+    Executor,
+    LaunchedStep,
+    StepResult,
+    UniprocExecutor,
+)
 from officellm.engine.worker.multiproc_executor import MultiprocExecutor, WorkerDiedError
 from officellm.engine.worker.worker import Worker, check_devices, resident_memory_bytes
 
@@ -33,8 +38,17 @@ logger = logging.getLogger("engine")
 
 
 @dataclass(frozen=True)
+class LaunchedForward:
+    """A step whose forward is queued: what was scheduled, when it was launched."""
+
+    so: SchedulerOutput
+    step: LaunchedStep
+    started: float
+
+
+@dataclass(frozen=True)
 class InFlightStep:
-    """A launched step: what was scheduled, its samples once read, when it was launched."""
+    """A sampled step: what was scheduled, its samples once read, when it was launched."""
 
     so: SchedulerOutput
     result: StepResult
@@ -147,13 +161,13 @@ class EngineCore:
         """Schedule, run the model, update the requests; one output per request that
         sampled (or failed).
 
-        With async scheduling (engine/config.py) the step is launched, the previous one's
-        samples are read and applied, and this one's are left in flight: the host schedules
-        and launches step N+1 while the device still runs step N, and N+1's decodes read
-        the tokens N sampled on the device. A request that ends in N has a wasted row in
-        N+1, and outputs come a step's host work later; the device never waits for the
-        host. Steps whose requests need their tokens on the host first (grammars,
-        penalties, min_tokens, speculation) are read before the next is scheduled.
+        The step's forward is queued before the previous step's samples are read and applied,
+        and its sampling after: the sampler's penalties, min_tokens and grammar masks then
+        count the previous step's tokens. With async scheduling (engine/config.py) the
+        step's samples are left in flight until the next step: the host schedules and
+        launches step N+1 while the device still runs step N, and N+1's decodes read the
+        tokens N sampled on the device. A request that ends in N has a wasted row in N+1,
+        and outputs come a step's host work later; the device never waits for the host.
 
         A failure while running a batch fails the requests of that batch alone; the
         engine and every other request go on. The exception is a tensor-parallel worker
@@ -162,38 +176,48 @@ class EngineCore:
         """
         outputs: list[EngineCoreOutput] = []
         previous, self._in_flight = self._in_flight, None
-        if previous is not None and self.scheduler.needs_host_tokens(previous.so):
-            outputs += self._finish_step(previous)
-            previous = None
         so = self.scheduler.schedule()
-        current = None
+        launched = None
         if not so.is_empty:
             self.num_steps_total += 1
-            current = self._launch(so, outputs)
+            launched = self._launch(so, outputs)
         if previous is not None:
             outputs += self._finish_step(previous)
-        if current is not None:
-            if self.async_scheduling:
+        if launched is not None:
+            current = self._sample(launched, outputs)
+            if current is not None and self.async_scheduling:
                 self._in_flight = current
-            else:
+            elif current is not None:
                 outputs += self._finish_step(current)
         self._scrub()
         self._maybe_log_stats()
         return outputs
 
-    def _launch(self, so: SchedulerOutput, outputs: list[EngineCoreOutput]) -> InFlightStep | None:
-        """Queue one scheduled step; None if it failed (its requests' outputs go to
+    def _launch(self, so: SchedulerOutput,
+                outputs: list[EngineCoreOutput]) -> LaunchedForward | None:
+        """Queue a scheduled step's forward; None if it failed (its requests' outputs go to
         `outputs`)."""
         started = time.perf_counter()
         try:
+            return LaunchedForward(so, self.executor.launch(so), started)
+        except Exception as exc:  # noqa: BLE001 - isolate the failure to this batch
+            outputs += self._fail(so, exc)
+            return None
+
+    def _sample(self, launched: LaunchedForward,
+                outputs: list[EngineCoreOutput]) -> InFlightStep | None:
+        """Queue a launched step's sampling, with its requests' grammar masks as they stand
+        now; None if it failed (its requests' outputs go to `outputs`)."""
+        so = launched.so
+        try:
             grammar = grammar_bitmask(so.sampling_requests, self.spec.vocab_size)
-            return InFlightStep(so, self.executor.launch(so, grammar), started)
+            return InFlightStep(so, launched.step.sample(grammar), launched.started)
         except Exception as exc:  # noqa: BLE001 - isolate the failure to this batch
             outputs += self._fail(so, exc)
             return None
 
     def _finish_step(self, step: InFlightStep) -> list[EngineCoreOutput]:
-        """Read a launched step's samples and update its requests from them."""
+        """Read a sampled step's samples and update its requests from them."""
         try:
             sampled = step.result.result()
         except Exception as exc:  # noqa: BLE001 - a failure surfaced at the read

@@ -236,18 +236,19 @@ class Scheduler:
         # one-token chunks.
         decoding = set(decodes)
         order_of = {req: 0 if req not in drafts else 1 for req in decoding}
-        chunks = tuple(
-            ScheduledChunk(req, req.num_computed_tokens, n,
-                           req in drafts or n == req.num_tokens_to_compute, drafts.get(req, ()))
-            for req, n in sorted(chosen.items(), key=lambda item: order_of.get(item[0], 2)))
-        # Advanced now, not when the results come back, so the next step can be scheduled
-        # while this one runs (async scheduling); a chunk that samples puts a token in flight.
-        for chunk in chunks:
-            chunk.request.num_computed_tokens = chunk.start + chunk.num_new_tokens
-            if chunk.samples:
-                chunk.request.num_in_flight += 1
+        chunks = []
+        for req, n in sorted(chosen.items(), key=lambda item: order_of.get(item[0], 2)):
+            start = req.num_computed_tokens
+            samples = req in drafts or start + n == len(req.all_token_ids) + req.num_in_flight
+            chunks.append(ScheduledChunk(req, start, n, samples, drafts.get(req, ())))
+            # Advanced now, not when the results come back, so the next step can be scheduled
+            # while this one runs (async scheduling); a chunk that samples puts a token in
+            # flight.
+            req.num_computed_tokens = start + n
+            if samples:
+                req.num_in_flight += 1
         finished, self._finished_ids = frozenset(self._finished_ids), set()
-        return SchedulerOutput(chunks, finished, num_preempted)
+        return SchedulerOutput(tuple(chunks), finished, num_preempted)
 
     def _long_prompts(self, order: list[Request]) -> set[Request]:
         """The prompts in `order` with more tokens left to compute than a step's budget
@@ -336,7 +337,9 @@ class Scheduler:
             if not chunk.samples:
                 continue
             req.num_in_flight -= 1
-            if req.is_finished:  # ended while this step ran (async scheduling): a wasted row
+            # Ended while this step ran (async scheduling): a wasted row. (The status is
+            # asked only of a request not running: this loop runs for every row.)
+            if req.status is not RequestStatus.RUNNING and req.is_finished:
                 row += 1 + len(chunk.draft)
                 continue
             if chunk.draft:
@@ -443,21 +446,6 @@ class Scheduler:
         max_tokens = req.params.max_tokens
         return (max_tokens is not None and len(req.output_token_ids) + ahead >= max_tokens) or \
             len(req.all_token_ids) + ahead >= self.max_model_len
-
-    def needs_host_tokens(self, so: SchedulerOutput) -> bool:
-        """Whether a request that samples in `so` must have that token on the host before
-        its next step is scheduled: its grammar, penalties or min_tokens read its output,
-        and drafts follow it. The engine then reads the step before scheduling the next."""
-        if self.speculation is not None:
-            return any(c.samples for c in so.chunks)
-        for chunk in so.chunks:
-            if not chunk.samples:
-                continue
-            req = chunk.request
-            if req.grammar is not None or req.params.uses_penalties or \
-                    len(req.output_token_ids) < req.params.min_tokens:
-                return True
-        return False
 
     def _stop_status(self, req: Request, token: int) -> RequestStatus | None:
         """How the token just appended ends the request, if it does (token rules only)."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from officellm.engine.core.request import Request
+from officellm.engine.worker.host_to_device import to_device
 
 
 @dataclass(frozen=True)
@@ -22,14 +23,18 @@ class GrammarBitmask:
         """Set the logits of disallowed tokens to -inf, in place, on the constrained rows."""
         import xgrammar as xgr  # loaded by the first grammar (engine/structured_output/request_grammar.py)
 
-        xgr.apply_token_bitmask_inplace(logits, self.bitmask.to(logits.device, non_blocking=True),
-                                        indices=self.rows)
+        # Through pinned memory: a copy from pageable memory would wait for the device.
+        xgr.apply_token_bitmask_inplace(logits, to_device(self.bitmask, torch.int32,
+                                                          logits.device), indices=self.rows)
 
 
 def grammar_bitmask(sampling_requests: Sequence[Request], vocab_size: int) -> GrammarBitmask | None:
     """The masks of the requests that sample this step, in logits-row order; None when none
     of them has a grammar (the common case costs one pass over the list)."""
-    rows = [i for i, r in enumerate(sampling_requests) if r.grammar is not None]
+    # A request that ended after this step was scheduled (async scheduling) has a wasted
+    # row: its matcher may be terminated, and nothing it samples is kept.
+    rows = [i for i, r in enumerate(sampling_requests)
+            if r.grammar is not None and not r.is_finished]
     if not rows:
         return None
     import xgrammar as xgr

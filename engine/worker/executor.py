@@ -6,19 +6,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 from officellm.engine.structured_output.bitmask import GrammarBitmask
-from officellm.engine.worker.model_runner import ModelRunner
+from officellm.engine.worker.model_runner import ModelRunner, QueuedForward
 
 
 class StepResult(Protocol):
-    """A launched step's samples (engine/worker/pending_samples.py's PendingSamples)."""
+    """A sampled step's samples (engine/worker/pending_samples.py's PendingSamples)."""
 
     def result(self) -> SamplerOutput:
         """The samples on the host, once the device has them."""
+        ...
+
+
+class LaunchedStep(Protocol):
+    """A step whose forward is queued; its sampling comes once the grammar masks are known."""
+
+    def sample(self, grammar: GrammarBitmask | None) -> StepResult:
+        """Queue the sampling (`grammar` masks the constrained rows); the samples unread."""
         ...
 
 
@@ -32,18 +41,23 @@ class RanStep:
         return self.output
 
 
+@dataclass(frozen=True)
+class RunWhenSampled:
+    """A step run whole, forward and sampling, when its sampling is asked for (an
+    executor that cannot queue a forward alone)."""
+
+    run: Callable[[GrammarBitmask | None], SamplerOutput]
+
+    def sample(self, grammar: GrammarBitmask | None) -> StepResult:
+        return RanStep(self.run(grammar))
+
+
 class Executor(Protocol):
     """Runs steps on every rank of the model and keeps their KV caches in step."""
 
-    def execute(self, so: SchedulerOutput, grammar: GrammarBitmask | None = None) -> SamplerOutput:
-        """Run one step; rank 0's samples, a row per request that samples (`grammar`
-        masks the constrained rows)."""
-        ...
-
-    def launch(self, so: SchedulerOutput,
-               grammar: GrammarBitmask | None = None) -> StepResult:
-        """Queue one step and return before its samples are read (async scheduling);
-        executors that cannot run ahead return it already run."""
+    def launch(self, so: SchedulerOutput) -> LaunchedStep:
+        """Queue one step's forward (async scheduling reads the step before while it runs);
+        its sampling, and rank 0's samples (a row per request that samples), follow."""
         ...
 
     def scrub(self, block_ids: list[int]) -> None:
@@ -55,24 +69,29 @@ class Executor(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class QueuedOnRunner:
+    """A forward queued by this process's ModelRunner."""
+
+    runner: ModelRunner
+    queued: QueuedForward
+
+    def sample(self, grammar: GrammarBitmask | None) -> StepResult:
+        pending = self.runner.sample(self.queued, grammar)
+        return RanStep(SamplerOutput.empty()) if pending is None else pending
+
+
 class UniprocExecutor:
     """The model on one rank, in this process."""
 
     def __init__(self, runner: ModelRunner) -> None:
         self.runner = runner
 
-    def execute(self, so: SchedulerOutput, grammar: GrammarBitmask | None = None) -> SamplerOutput:
-        return self.runner.execute(so, grammar)
-
-    def launch(self, so: SchedulerOutput,
-               grammar: GrammarBitmask | None = None) -> StepResult:
-        pending = self.runner.launch(so, grammar)
-        return RanStep(SamplerOutput.empty()) if pending is None else pending
+    def launch(self, so: SchedulerOutput) -> LaunchedStep:
+        return QueuedOnRunner(self.runner, self.runner.launch(so))
 
     def scrub(self, block_ids: list[int]) -> None:
         self.runner.scrub_blocks(block_ids)
 
     def close(self) -> None:
         pass
-
-

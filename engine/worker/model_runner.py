@@ -44,6 +44,15 @@ class StepBatch:
 
 
 @dataclass
+class QueuedForward:
+    """A step whose forward is queued on the device, its sampling not yet."""
+
+    so: SchedulerOutput
+    logits: torch.Tensor | None  # [sampled rows, vocab] float32; None: nothing to sample
+    sampling: SamplingMetadata
+
+
+@dataclass
 class StepInputs:
     """One forward pass's tensors on this rank's device, and who samples from it."""
 
@@ -212,24 +221,33 @@ class ModelRunner:
     def execute(self, so: SchedulerOutput, grammar: GrammarBitmask | None = None) -> SamplerOutput:
         """Run one step; return the sampled tokens of the requests that sample, in order
         (`grammar` masks the constrained ones)."""
-        pending = self.launch(so, grammar)
+        pending = self.sample(self.launch(so), grammar)
         return SamplerOutput.empty() if pending is None else pending.result()
 
     @torch.inference_mode()
-    def launch(self, so: SchedulerOutput,
-               grammar: GrammarBitmask | None = None) -> PendingSamples | None:
-        """Queue one step on the device and return its samples unread (None: nothing
-        samples). A decode whose input token the previous launch sampled, not yet read by
-        the host, takes it from there on the device (async scheduling). One process only:
-        the other tensor-parallel ranks never have that token."""
+    def launch(self, so: SchedulerOutput) -> QueuedForward:
+        """Queue one step's forward on the device; `sample` queues its sampling. A decode
+        whose input token the previous step sampled, not yet read by the host, takes it from
+        there on the device (async scheduling). One process only: the other tensor-parallel
+        ranks never have that token."""
         self.sampler.release(so.finished_request_ids)
-        pending = self.launch_batch(*self.batch_for(so), grammar)
-        self._previous, self._previous_so = pending, so
-        self._previous_rows = None
+        batch, sampling = self.batch_for(so)
+        return QueuedForward(so, self.forward(batch, sampling), sampling)
+
+    @torch.inference_mode()
+    def sample(self, queued: QueuedForward,
+               grammar: GrammarBitmask | None = None) -> PendingSamples | None:
+        """Queue the sampling of a launched forward and return its samples unread (None:
+        nothing samples). The requests' penalties, min_tokens and grammar masks are read
+        now, so under async scheduling they already count the previous step's tokens."""
+        pending = None
+        if queued.sampling.rows and queued.logits is not None:
+            pending = self.sampler.sample(queued.logits, queued.sampling, grammar)
+        self._previous, self._previous_so, self._previous_rows = pending, queued.so, None
         return pending
 
     def _row_in_previous(self, request_id: str) -> int:
-        """The row of the request's sample in the last launched step (mapped on first use:
+        """The row of the request's sample in the last sampled step (mapped on first use:
         a serial loop never asks)."""
         if self._previous_rows is None:
             rows: dict[str, int] = {}
@@ -247,23 +265,20 @@ class ModelRunner:
                       grammar: GrammarBitmask | None = None) -> SamplerOutput:
         """Run one built step (every rank runs this; only rank 0 has logits to sample, and
         so only rank 0 has grammar masks)."""
-        pending = self.launch_batch(batch, sampling, grammar)
-        return SamplerOutput.empty() if pending is None else pending.result()
+        logits = self.forward(batch, sampling)
+        if not sampling.rows or logits is None:
+            return SamplerOutput.empty()
+        return self.sampler.sample(logits, sampling, grammar).result()
 
-    def launch_batch(self, batch: StepBatch, sampling: SamplingMetadata,
-                     grammar: GrammarBitmask | None = None) -> PendingSamples | None:
-        """Queue one built step's forward and sampling; its samples unread (None where
-        nothing samples, or on a rank without logits)."""
+    def forward(self, batch: StepBatch, sampling: SamplingMetadata) -> torch.Tensor | None:
+        """Queue one built step's forward; the logits of its sampled rows (None on a rank
+        without them)."""
         inputs = self.inputs_for(batch, sampling)
         n = inputs.input_ids.shape[0]
         graphs = self.decode_graphs
         if graphs is not None and graphs.can_run(n, inputs.metadata) and \
                 inputs.logits_indices.shape[0] == n:
-            logits = graphs.run(inputs.input_ids, inputs.positions, inputs.metadata)
-        else:
-            self.attention.set_metadata(inputs.metadata)
-            logits = self.model(inputs.input_ids, inputs.positions, self.attention,
-                                inputs.logits_indices)
-        if not inputs.sampling.rows or logits is None:
-            return None
-        return self.sampler.sample(logits, inputs.sampling, grammar)
+            return graphs.run(inputs.input_ids, inputs.positions, inputs.metadata)
+        self.attention.set_metadata(inputs.metadata)
+        return self.model(inputs.input_ids, inputs.positions, self.attention,
+                          inputs.logits_indices)

@@ -14,6 +14,7 @@ import multiprocessing as mp
 import time
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -29,7 +30,7 @@ from officellm.engine.distributed.parallel_state import (
     rendezvous_store,
 )
 from officellm.engine.structured_output.bitmask import GrammarBitmask
-from officellm.engine.worker.executor import RanStep, StepResult
+from officellm.engine.worker.executor import LaunchedStep, RunWhenSampled
 from officellm.engine.worker.model_runner import ModelRunner, StepBatch
 from officellm.engine.worker.tp_worker import (
     SCRUB,
@@ -138,11 +139,10 @@ class MultiprocExecutor:
             self.mark_broken(f"a step failed on rank 0: {exc}")
             raise
 
-    def launch(self, so: SchedulerOutput,
-               grammar: GrammarBitmask | None = None) -> StepResult:
-        """Run the step (the other ranks could not read a token left on rank 0's device, so
-        tensor parallelism does not run ahead)."""
-        return RanStep(self.execute(so, grammar))
+    def launch(self, so: SchedulerOutput) -> LaunchedStep:
+        """The step, run whole when its sampling is asked for (the other ranks could not read
+        a token left on rank 0's device, so tensor parallelism does not run ahead)."""
+        return RunWhenSampled(partial(self.execute, so))
 
     def send_step(self, batch: StepBatch) -> None:
         """Tell every worker to run this step (rank 0 then runs it too)."""

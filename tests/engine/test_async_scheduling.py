@@ -161,9 +161,10 @@ def test_preemption_and_aborts_leave_no_block_behind(tiny_llama):
             assert len(ahead[rid].token_ids) == 60
 
 
-def test_requests_that_read_their_output_are_read_before_their_next_step(tiny_llama):
-    """Penalties and min_tokens read the output so far: those requests' tokens come to the
-    host before they are scheduled again, and their replies equal the serial loop's."""
+def test_penalties_and_min_tokens_count_the_token_in_flight(tiny_llama):
+    """A step's sampling is queued after the previous step's samples are read, so the
+    penalties and min_tokens of a request that ran ahead already count the token that was
+    in flight: the replies equal the serial loop's, and they did run ahead."""
     requests = {
         "penalised": ([21, 22, 23], SamplingParams(temperature=0, max_tokens=12,
                                                    ignore_eos=True, frequency_penalty=1.5,
@@ -171,7 +172,31 @@ def test_requests_that_read_their_output_are_read_before_their_next_step(tiny_ll
         "plain": ([24, 25], greedy(12)),
     }
     serial = run(make_llm(tiny_llama, async_scheduling=False).llm_engine, requests)
-    assert run(make_llm(tiny_llama, async_scheduling=True).llm_engine, requests) == serial
+    free = serial["plain"].token_ids
+    # min_tokens over a stop token the free reply samples at its third token.
+    requests["held"] = ([24, 25], SamplingParams(temperature=0, max_tokens=12, min_tokens=6,
+                                                 stop_token_ids=[free[2]]))
+    serial = run(make_llm(tiny_llama, async_scheduling=False).llm_engine, requests)
+    engine = make_llm(tiny_llama, async_scheduling=True).llm_engine
+    on_device = tokens_read_on_the_device(engine)
+    assert run(engine, requests) == serial
+    assert len(serial["held"].token_ids) >= 6
+    assert max(on_device) == 3  # every request's decodes ran ahead
+
+
+def test_a_grammar_constrained_reply_equals_the_serial_loops(tiny_llama):
+    """A grammar's mask for step N+1 is filled after step N's token is accepted."""
+    from officellm.engine.structured_output import StructuredOutputsParams
+
+    spec = StructuredOutputsParams(regex=r"(ab|cd)+x")
+    requests = {"constrained": ([41, 42, 43], SamplingParams(temperature=0, max_tokens=10,
+                                                            structured_outputs=spec)),
+                "plain": ([44, 45], greedy(10))}
+    serial = run(make_llm(tiny_llama, async_scheduling=False).llm_engine, requests)
+    engine = make_llm(tiny_llama, async_scheduling=True).llm_engine
+    on_device = tokens_read_on_the_device(engine)
+    assert run(engine, requests) == serial
+    assert max(on_device) == 2
 
 
 def test_logprobs_come_back_with_their_tokens(tiny_llama):
