@@ -13,11 +13,20 @@ from officellm.app.db.paths import default_db_path
 DATABASE_URL_ENV = "OFFICELLM_DATABASE_URL"
 
 
+def _db_file(value: str) -> Path:
+    """--db's value: a file path. A URL there would become a file under a directory named
+    after its scheme (`sqlite:/...`), so it is refused with the flag that takes it."""
+    if "://" in value:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is a URL; --db takes a SQLite file path, --database-url a URL")
+    return Path(value)
+
+
 def add_db_argument(parser: argparse.ArgumentParser, help_suffix: str = "") -> None:
     """Add `--db PATH` (a SQLite file; default: officellm.db in the user's data directory)
     and `--database-url URL` (default: $OFFICELLM_DATABASE_URL), one or the other."""
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--db", type=Path, default=None,
+    which.add_argument("--db", type=_db_file, default=None,
                        help=f"SQLite database file (default {default_db_path()}){help_suffix}")
     which.add_argument("--database-url", default=os.environ.get(DATABASE_URL_ENV) or None,
                        metavar="URL",

@@ -228,3 +228,10 @@ def test_a_database_command_imports_neither_torch_nor_the_server(tmp_path: Path)
                           cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "[]"
+
+
+def test_a_url_given_to_db_is_refused_with_the_flag_that_takes_it(capsys, tmp_path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["users", "list", "--db", f"sqlite:///{tmp_path / 'x.db'}"])
+    assert exc.value.code == 2
+    assert "--database-url" in capsys.readouterr().err
