@@ -3,9 +3,10 @@
 (a) every Triton kernel vs its torch reference, fp32/fp16/bf16;
 (b) engine greedy output vs transformers on random Qwen2.5-0.5B-shaped weights, fp32 and bf16;
 (e) start-up lines of an engine on random Qwen2.5-7B-shaped weights (profiling, pool, graphs);
-(c) decode step time at batch 1/16/64/256 vs (weight + KV bytes) / measured copy bandwidth;
+(c) decode step time at batch 1/16/64/256 vs (weight + KV bytes) / measured copy bandwidth,
+    with async scheduling and with the serial loop;
 (d) throughput of 256 requests x ~1000 prompt / ~1000 output tokens vs transformers'
-    generate_batch on the same weights.
+    generate_batch on the same weights, with the engine's TTFT and ITL p50/p99.
 Writes gpu_check.json and gpu_check.md under $OUT, else benchmarks/results/. Without CUDA it
 runs the CPU-side logic at toy sizes (Triton under its interpreter) and says so.
 """

@@ -51,7 +51,10 @@ def _throughput(d: dict) -> list[str]:
     lines = [f"(d) throughput, {d['requests']} requests x {d['prompt_len']} prompt / "
              f"{d['output_len']} output tokens{' (scaled down)' if d.get('scaled') else ''}",
              f"    engine: {e['tokens_per_s']:.0f} tok/s ({e['output_tokens']} tokens in "
-             f"{e['seconds']:.1f} s, complete={e['complete']}, preemptions={e['preemptions']})"]
+             f"{e['seconds']:.1f} s, complete={e['complete']}, preemptions={e['preemptions']})",
+             f"    engine TTFT p50/p99: {_fmt(e['ttft_ms']['p50'], '.0f')}/"
+             f"{_fmt(e['ttft_ms']['p99'], '.0f')} ms, ITL p50/p99: "
+             f"{_fmt(e['itl_ms']['p50'], '.1f')}/{_fmt(e['itl_ms']['p99'], '.1f')} ms"]
     if "tokens_per_s" in h:
         lines.append(f"    transformers generate_batch: {h['tokens_per_s']:.0f} tok/s "
                      f"({h['seconds']:.1f} s, including its warm-up)")

@@ -1,7 +1,8 @@
 """(d) Offline throughput: the engine vs transformers' generate_batch, same model, same run.
 
 Both get the same token-id prompts and produce exactly `output_len` tokens per request (no
-EOS). Each side runs under a deadline; the engine's rate is counted over the tokens it
+EOS). The engine's time to first token (all requests arrive at once, so it includes the
+queue behind the others' prefills) and inter-token latency are reported as p50/p99. Each side runs under a deadline; the engine's rate is counted over the tokens it
 produced by then, and a transformers run that misses its deadline yields an upper bound on
 its rate (all its tokens / the deadline), hence a lower bound on the engine's advantage.
 """
@@ -24,17 +25,44 @@ def engine_throughput(engine, prompts: list[list[int]], output_len: int, deadlin
     for rid, p in zip(ids, prompts):
         engine.add_request(rid, p, params)
     produced, finished = 0, 0
+    last_token: dict[str, float] = {}  # request -> when its latest tokens came out
+    ttft: list[float] = []
+    itl: list[float] = []  # per token after the first: the gap since the previous output
     while engine.has_unfinished_requests() and time.perf_counter() - t0 < deadline_s:
-        for out in engine.step():
-            produced += len(out.outputs[0].token_ids) if out.outputs else 0
+        outs = engine.step()
+        now = time.perf_counter()
+        for out in outs:
+            n = len(out.outputs[0].token_ids) if out.outputs else 0
+            produced += n
             finished += out.finished
+            if not n:
+                continue
+            before = last_token.get(out.request_id)
+            if before is None:
+                ttft.append(now - t0)
+            else:
+                itl.extend([(now - before) / n] * n)
+            last_token[out.request_id] = now
     seconds = time.perf_counter() - t0
     complete = not engine.has_unfinished_requests()
     for rid in ids:
         engine.abort_request(rid)
     return {"seconds": seconds, "output_tokens": produced, "finished_requests": finished,
             "complete": complete, "tokens_per_s": produced / seconds,
-            "preemptions": engine.stats().num_preemptions_total}
+            "preemptions": engine.stats().num_preemptions_total,
+            "ttft_ms": percentiles_ms(ttft), "itl_ms": percentiles_ms(itl)}
+
+
+def percentiles_ms(seconds: list[float]) -> dict:
+    """p50 and p99 of `seconds`, in ms (None without samples)."""
+    if not seconds:
+        return {"p50": None, "p99": None}
+    ordered = sorted(seconds)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
+
+    return {"p50": at(0.50), "p99": at(0.99)}
 
 
 def hf_generate_batch(model, prompts: list[list[int]], output_len: int, deadline_s: float) -> dict:

@@ -46,6 +46,9 @@ def test_every_section_runs_green_without_a_gpu(tmp_path: Path) -> None:
     report = _smoke(tmp_path, "abcde")
     assert report["a_kernels"]["all_ok"] and report["b_parity"]["float32"]["identical"]
     assert not any("error" in report[key] for key in SECTIONS)
+    engine = report["d_throughput"]["engine"]
+    assert 0 < engine["ttft_ms"]["p50"] <= engine["ttft_ms"]["p99"]
+    assert 0 < engine["itl_ms"]["p50"] <= engine["itl_ms"]["p99"]
 
 
 def test_each_section_is_saved_as_soon_as_it_ends(tmp_path: Path) -> None:
