@@ -236,6 +236,12 @@ async def patch_model(name: str, body: ModelChange, request: Request) -> ModelRo
     apply from its next load)."""
     server = _server(request)
     changes = body.model_dump(exclude_unset=True)
+    # Only the idle time has a null (the server's --sleep-idle-seconds); for the others an
+    # absent field keeps the value, so an explicit null is a mistake worth saying.
+    nulls = [k for k, v in changes.items() if v is None and k != "sleep_idle_seconds"]
+    if nulls:
+        raise APIError(400, f"{nulls[0]} cannot be null; leave it out to keep its value.",
+                       param=nulls[0])
     if "aliases" in changes:
         changes["aliases"] = tuple(changes["aliases"])
 

@@ -27,6 +27,7 @@ from officellm.app.registry.entry import (
     BUNDLED,
     ENGINE_OPTIONS,
     GENERATE,
+    INT_OPTIONS,
     KINDS,
     PARSER_OPTIONS,
     ModelEntry,
@@ -42,7 +43,6 @@ ENGINE_OPTION_HELP = {
     "max_model_len": "longest request (prompt plus output) in tokens",
     "kv_cache_memory": "this model's KV pool, e.g. 4GiB",
 }
-INT_OPTIONS = ("max_model_len",)
 METAVARS = {"dtype": "DTYPE", "quantization": "Q", "kv_cache_dtype": "DTYPE",
             "max_model_len": "N", "kv_cache_memory": "SIZE"}
 

@@ -12,6 +12,8 @@ KINDS = (GENERATE, EMBED)
 BUNDLED = "bundled"
 # Serve options an entry may set; everything else is the server's (its flags).
 ENGINE_OPTIONS = ("dtype", "quantization", "kv_cache_dtype", "max_model_len", "kv_cache_memory")
+# The options whose value is a whole number; the others' are strings.
+INT_OPTIONS = ("max_model_len",)
 # engine/dtype_choice.py's names, not imported from there: it loads torch, which the CLI's
 # data commands must not wait for.
 DTYPES = ("auto", "float32", "fp32", "float", "bfloat16", "bf16", "float16", "fp16", "half")
@@ -53,6 +55,13 @@ class ModelEntry:
         if unknown:
             raise ValueError(f"Unknown serve option(s) {', '.join(sorted(unknown))}; an entry "
                              f"may set {', '.join(ENGINE_OPTIONS + tuple(PARSER_OPTIONS))}.")
+        for key, value in self.engine_options().items():
+            # JSON may carry any type: a wrong one must be a sentence here, not a TypeError
+            # deep in the engine's checks.
+            if key in INT_OPTIONS and (not isinstance(value, int) or isinstance(value, bool)):
+                raise ValueError(f"{key} must be a whole number, not {value!r}.")
+            if key not in INT_OPTIONS and not isinstance(value, str):
+                raise ValueError(f"{key} must be a string, not {value!r}.")
         for key, choices in PARSER_OPTIONS.items():
             if key in self.options and self.options[key] not in choices:
                 raise ValueError(f"{key} must be one of {', '.join(choices)}.")

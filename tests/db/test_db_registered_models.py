@@ -119,3 +119,15 @@ def test_a_dtype_the_engine_does_not_know_is_refused(db: Database) -> None:
     with pytest.raises(ValueError, match="dtype must be auto, float32, bfloat16 or float16"), \
             db.transaction() as s:
         add_entry(s, ModelEntry(name="x", source="bundled", options={"dtype": "int3"}))
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"max_model_len": "abc"}, "max_model_len must be a whole number, not 'abc'"),
+    ({"max_model_len": True}, "max_model_len must be a whole number, not True"),
+    ({"dtype": 16}, "dtype must be a string, not 16"),
+    ({"kv_cache_memory": ["4GiB"]}, "kv_cache_memory must be a string"),
+])
+def test_an_option_of_the_wrong_type_is_refused_with_a_sentence(options, message) -> None:
+    """The admin API's JSON may carry any type; the check says which option is wrong."""
+    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+        ModelEntry(name="x", source="bundled", options=options).check()

@@ -118,6 +118,18 @@ def test_registered_models_are_listed_with_their_state_and_the_plans_fit(office)
     assert rows[BUNDLED_EMBEDDER]["kind"] == "embed"
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"pinned": None}, "pinned cannot be null"),
+    ({"options": None}, "options cannot be null"),
+    ({"options": {"max_model_len": "abc"}}, "max_model_len must be a whole number"),
+])
+def test_a_bad_change_to_a_registered_model_is_a_400_naming_it(office, change, message):
+    r = httpx.patch(f"{office.url}/admin/models/tiny-qwen", json=change, headers=office.admin,
+                    timeout=TIMEOUT)
+    assert r.status_code == 400 and message in r.json()["error"]["message"], r.text
+    assert office.models()["tiny-qwen"]["options"] == TINY_OPTIONS  # nothing was written
+
+
 def test_a_request_by_name_reaches_that_models_engine(office):
     before = scrape(office.server)
     answer = office.client.chat.completions.create(model="tiny-llama", messages=ASK,
