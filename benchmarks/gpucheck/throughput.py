@@ -2,9 +2,10 @@
 
 Both get the same token-id prompts and produce exactly `output_len` tokens per request (no
 EOS). The engine's time to first token (all requests arrive at once, so it includes the
-queue behind the others' prefills) and inter-token latency are reported as p50/p99. Each side runs under a deadline; the engine's rate is counted over the tokens it
-produced by then, and a transformers run that misses its deadline yields an upper bound on
-its rate (all its tokens / the deadline), hence a lower bound on the engine's advantage.
+queue behind the others' prefills) and inter-token latency are reported as p50/p99. Each side
+runs under a deadline; the engine's rate is counted over the tokens it produced by then, and
+a transformers run that misses its deadline yields an upper bound on its rate (all its tokens
+/ the deadline), hence a lower bound on the engine's advantage.
 """
 
 from __future__ import annotations

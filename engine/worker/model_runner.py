@@ -93,7 +93,7 @@ class ModelRunner:
             batch_invariant)
         self.decode_graphs: DecodeGraphs | None = None  # once captured
         self.sampler = Sampler(seed)
-        # The last launched step, its samples still on the device, and the row of each
+        # The last sampled step, its samples still on the device, and the row of each
         # request whose next input token is among them (async scheduling reads it there).
         self._previous: PendingSamples | None = None
         self._previous_so: SchedulerOutput | None = None
@@ -216,13 +216,6 @@ class ModelRunner:
                               self.device, use_graphs)
         graphs.capture()
         self.decode_graphs = graphs
-
-    @torch.inference_mode()
-    def execute(self, so: SchedulerOutput, grammar: GrammarBitmask | None = None) -> SamplerOutput:
-        """Run one step; return the sampled tokens of the requests that sample, in order
-        (`grammar` masks the constrained ones)."""
-        pending = self.sample(self.launch(so), grammar)
-        return SamplerOutput.empty() if pending is None else pending.result()
 
     @torch.inference_mode()
     def launch(self, so: SchedulerOutput) -> QueuedForward:
