@@ -1,23 +1,31 @@
-"""Rotary position embedding tables, including rope_scaling (linear, llama3, yarn, dynamic...)."""
+"""Rotary position embedding tables, including rope_scaling (linear, llama3, yarn, longrope,
+dynamic...), partial rotary (Phi-4-mini) and a table per layer type (Gemma 3's sliding
+layers rotate with another base than its global ones)."""
 
 from __future__ import annotations
 
 import torch
 
-from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.loading.model_spec import ModelSpec, RopeSpec
 
 
-def _default_inv_freq(spec: ModelSpec) -> torch.Tensor:
-    d = spec.head_dim
-    return 1.0 / (spec.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+def rotary_dim(spec: ModelSpec) -> int:
+    """Values of each head the rotary turns: head_dim, or its partial rotary share."""
+    return spec.rotary_dim or spec.head_dim
 
 
-def _scaled_inv_freq(spec: ModelSpec) -> tuple[torch.Tensor, float]:
-    """inv_freq and attention scaling through transformers' own rope functions."""
+def _default_inv_freq(theta: float, dim: int) -> torch.Tensor:
+    return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+
+def _scaled_inv_freq(spec: ModelSpec, rope: RopeSpec, layer_type: str | None,
+                     seq_len: int | None = None) -> tuple[torch.Tensor, float]:
+    """inv_freq and attention scaling through transformers' own rope functions (seq_len:
+    LongRoPE's long factors past the original window)."""
     from transformers import AutoConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    rtype = spec.rope_scaling["rope_type"]  # type: ignore[index]
+    rtype = rope.scaling["rope_type"]  # type: ignore[index]
     if rtype not in ROPE_INIT_FUNCTIONS:
         raise ValueError(
             f"Unsupported rope_scaling type {rtype!r}; supported: "
@@ -26,30 +34,65 @@ def _scaled_inv_freq(spec: ModelSpec) -> tuple[torch.Tensor, float]:
     # The model family's own config class normalizes rope settings across transformers versions.
     raw = {k: v for k, v in spec.raw.items() if k not in ("model_type", "transformers_version")}
     cfg = AutoConfig.for_model(spec.model_type, **raw)
-    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rtype](cfg, torch.device("cpu"))
+    kwargs = {"layer_type": layer_type} if layer_type else {}
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rtype](cfg, torch.device("cpu"), seq_len=seq_len,
+                                                   **kwargs)
     return inv_freq.float(), float(scaling)
 
 
+def _table(inv_freq: torch.Tensor, scaling: float, max_positions: int,
+           device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    pos = torch.arange(max_positions, dtype=torch.float32)
+    freqs = pos[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return (emb.cos() * scaling).to(device), (emb.sin() * scaling).to(device)
+
+
 class RotaryTable:
-    """cos/sin for every position up to max_positions, in float32, as [P, head_dim].
+    """cos/sin for every position up to max_positions, in float32, as [P, rotary_dim].
 
     Values are computed exactly as transformers does (positions times inv_freq in float32,
     both halves concatenated, times the attention scaling), so a lookup by position equals
     its per-forward computation bit for bit.
+
+    LongRoPE (Phi-3/Phi-4-mini) keeps two tables: transformers rotates a forward whose
+    sequence has grown past the original window (original_max_position_embeddings) with the
+    long factors, else with the short ones; `lookup` takes the same choice per token from its
+    sequence's length in the step.
     """
 
-    def __init__(self, spec: ModelSpec, max_positions: int, device: torch.device) -> None:
-        if spec.rope_scaling is None:
-            inv_freq, scaling = _default_inv_freq(spec), 1.0
-        else:
-            # Dynamic NTK: transformers rescales only once a sequence passes the original
-            # maximum; we keep the original frequencies (exact within that length).
-            inv_freq, scaling = _scaled_inv_freq(spec)
-        pos = torch.arange(max_positions, dtype=torch.float32)
-        freqs = pos[:, None] * inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.cos = (emb.cos() * scaling).to(device)
-        self.sin = (emb.sin() * scaling).to(device)
+    def __init__(self, spec: ModelSpec, rope: RopeSpec, max_positions: int,
+                 device: torch.device, layer_type: str | None = None) -> None:
+        dim = rotary_dim(spec)
+        rtype = (rope.scaling or {}).get("rope_type", "default")
+        self.long_after: int | None = None
+        self.long_cos = self.long_sin = None
+        if rtype == "default":
+            self.cos, self.sin = _table(_default_inv_freq(rope.theta, dim), 1.0, max_positions,
+                                        device)
+            return
+        # Dynamic NTK: transformers rescales only once a sequence passes the original
+        # maximum; we keep the original frequencies (exact within that length).
+        inv_freq, scaling = _scaled_inv_freq(spec, rope, layer_type)
+        self.cos, self.sin = _table(inv_freq, scaling, max_positions, device)
+        if rtype == "longrope":
+            original = int(rope.scaling.get("original_max_position_embeddings")  # type: ignore[union-attr]
+                           or spec.raw.get("original_max_position_embeddings")
+                           or spec.max_position_embeddings)
+            if max_positions > original:
+                self.long_after = original
+                inv_long, scaling_long = _scaled_inv_freq(spec, rope, layer_type, original + 1)
+                self.long_cos, self.long_sin = _table(inv_long, scaling_long, max_positions,
+                                                      device)
 
-    def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+    def lookup(self, positions: torch.Tensor, seq_lens: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin [T, rotary_dim] at `positions` [T]; seq_lens [T]: each token's sequence
+        length in this step (LongRoPE's choice of table; ignored by the others)."""
+        cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+        if self.long_after is None or seq_lens is None:
+            return cos, sin
+        assert self.long_cos is not None and self.long_sin is not None
+        long = (seq_lens > self.long_after).unsqueeze(-1)
+        return (torch.where(long, self.long_cos.index_select(0, positions), cos),
+                torch.where(long, self.long_sin.index_select(0, positions), sin))

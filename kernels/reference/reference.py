@@ -35,16 +35,43 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Neox-style rotary embedding. q [T, Hq, D], k [T, Hk, D], cos/sin [T, D] (both halves)."""
+    """Neox-style rotary embedding. q [T, Hq, D], k [T, Hk, D], cos/sin [T, R] (both halves
+    of the rotated width R <= D). With R < D (partial rotary: Phi-4-mini) only each head's
+    first R values rotate, as pairs (i, i + R/2); the other D - R pass through unchanged."""
     cos = cos.unsqueeze(1).to(q.dtype)
     sin = sin.unsqueeze(1).to(q.dtype)
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    r = cos.shape[-1]
+    if r == q.shape[-1]:
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    def part(x: torch.Tensor) -> torch.Tensor:
+        head, rest = x[..., :r], x[..., r:]
+        return torch.cat((head * cos + rotate_half(head) * sin, rest), dim=-1)
+
+    return part(q), part(k)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """x [T, 2I] holding gate then up -> silu(gate) * up, [T, I]."""
     half = x.shape[-1] // 2
     return F.silu(x[..., :half]) * x[..., half:]
+
+
+def gelu_tanh_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """x [T, 2I] holding gate then up -> gelu(gate, tanh approximation) * up, [T, I]
+    (Gemma's GeGLU: transformers' gelu_pytorch_tanh)."""
+    half = x.shape[-1] // 2
+    return F.gelu(x[..., :half], approximate="tanh") * x[..., half:]
+
+
+def clamped_swiglu(x: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
+    """x [T, 2I] holding gate then up -> (clamp(up, -limit, limit) + 1) * g * sigmoid(alpha
+    g) with g = min(gate, limit), [T, I]: gpt-oss's expert activation (its checkpoint
+    interleaves gate and up; the loader lays them out as halves)."""
+    half = x.shape[-1] // 2
+    gate = x[..., :half].clamp(max=limit)
+    up = x[..., half:].clamp(-limit, limit)
+    return (up + 1) * (gate * torch.sigmoid(gate * alpha))
 
 
 def write_kv_cache(
@@ -118,6 +145,8 @@ def paged_attention(
     seq_lens: torch.Tensor,
     query_start_loc: torch.Tensor,
     scale: float,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention of variable-length queries over the paged cache.
 
@@ -125,6 +154,12 @@ def paged_attention(
     sequence b attends to its seq_lens[b] cached tokens, found through block_tables[b], the
     last q_len of which are its own queries. Returns [T, Hq, D]. One sequence at a time: this
     is the specification the fast paths are tested against.
+
+    `window` (a sliding-window layer): the query at position i sees the keys at positions j
+    with i - window < j <= i, `window` keys at most (transformers' rule). Blocks wholly
+    before every query's window may be the null block: they are never read.
+    `sinks` (gpt-oss), float32 [Hq]: a learned logit per query head that joins each row's
+    softmax as one more score with no value, so the row's weights sum to less than one.
     """
     out = torch.empty_like(q)
     block_size = k_cache.shape[1]
@@ -145,6 +180,19 @@ def paged_attention(
         scores = torch.einsum("qhd,khd->hqk", qb, keys) * scale
         q_pos = torch.arange(n_ctx - (qe - qs), n_ctx).unsqueeze(1)
         k_pos = torch.arange(n_ctx).unsqueeze(0)
-        scores = scores.masked_fill((k_pos > q_pos).unsqueeze(0), float("-inf"))
-        out[qs:qe] = torch.einsum("hqk,khd->qhd", scores.softmax(-1), vals).to(q.dtype)
+        hidden = k_pos > q_pos
+        if window is not None:
+            hidden = hidden | (k_pos <= q_pos - window)
+        scores = scores.masked_fill(hidden.unsqueeze(0), float("-inf"))
+        out[qs:qe] = torch.einsum("hqk,khd->qhd", softmax_with_sinks(scores, sinks),
+                                  vals).to(q.dtype)
     return out
+
+
+def softmax_with_sinks(scores: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last dimension of float32 scores [H, Q, K]; with sinks [H], each
+    head's sink logit joins every row's denominator (and takes no value)."""
+    if sinks is None:
+        return scores.softmax(-1)
+    sink = sinks.float().view(-1, 1, 1).expand(-1, scores.shape[1], 1)
+    return torch.cat([scores, sink], dim=-1).softmax(-1)[..., :-1]
