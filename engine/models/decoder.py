@@ -79,7 +79,8 @@ class DecoderModel(nn.Module):
         self.rotary: RotaryTable | None = None
 
     def init_rotary(self, max_positions: int) -> None:
-        self.rotary = RotaryTable(self.spec, max_positions, self.embed.weight.device)
+        self.rotary = RotaryTable(self.spec, self.spec.layer_rope(0), max_positions,
+                                  self.embed.weight.device)
 
     def weight_bytes(self) -> int:
         """Bytes of every weight this rank holds, dense or in blocks."""
