@@ -18,7 +18,8 @@ from officellm.engine.core.scheduling_policy import EVICTS_BY_OWNER
 from officellm.engine.core.speculation import Speculation
 from officellm.engine.cpu_caches import bound_cpu_kernel_caches
 from officellm.engine.distributed.parallel_state import ParallelState
-from officellm.engine.kv_cache_dtype import kv_bytes_per_token, kv_dtype_name
+from officellm.engine.kv_cache_dtype import kv_dtype_name, scale_bytes
+from officellm.engine.kv_plan import kv_block_bytes
 from officellm.engine.loading.model_loader import load_config_dict, model_display_name
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models.shard_plan import ShardPlan
@@ -119,10 +120,13 @@ class EngineCore:
         self.kv_dtype = worker.kv_dtype
         self.weight_format = worker.weight_format  # dense, in blocks, or both (in words)
         self.backend, self.model = worker.backend, worker.model
-        self.bytes_per_token = kv_bytes_per_token(self.spec, self.kv_dtype,
-                                                  config.tensor_parallel_size)
+        # A block's bytes per token it holds: pool bytes = blocks x block_size x this (every
+        # layer's KV for a model of one attention type).
+        self.bytes_per_token = kv_block_bytes(
+            self.spec, runner.groups, self.kv_dtype.itemsize, scale_bytes(self.kv_dtype), 1,
+            config.tensor_parallel_size)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
-                                 config.scheduling_policy in EVICTS_BY_OWNER)
+                                 config.scheduling_policy in EVICTS_BY_OWNER, runner.groups)
         pacer = PrefillPacer(config.prefill_pacing) if config.prefill_pacing else None
         speculation = (Speculation(config.speculative_config, self.max_model_len)
                        if config.speculative_config is not None else None)
@@ -260,7 +264,8 @@ class EngineCore:
             prompt_tokens_total=sched.prompt_tokens_total,
             generation_tokens_total=sched.generation_tokens_total,
             block_size=self.kv.block_size,
-            kv_cache_tokens=pool.num_blocks * self.kv.block_size,
+            kv_cache_tokens=self.kv.groups.max_tokens_in(pool.num_blocks, self.kv.block_size),
+            kv_cache_groups=self.kv.groups,
             bytes_per_token=self.bytes_per_token,
             kv_cache_dtype=kv_dtype_name(self.kv_dtype),
             max_model_len=self.max_model_len,

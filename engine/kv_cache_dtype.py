@@ -26,7 +26,6 @@ import logging
 import torch
 
 from officellm.engine.dtype_choice import NAMES
-from officellm.engine.loading.model_spec import ModelSpec
 from officellm.kernels.reference.reference import INT8_SCALE_BYTES
 from officellm.kernels.triton import E4M3_MIN_CAPABILITY
 
@@ -111,8 +110,3 @@ def kv_dtype_bytes(name: str, compute_bytes: int) -> tuple[int, int]:
 def scale_bytes(dtype: torch.dtype) -> int:
     """Bytes each stored row of head_dim values carries besides them: int8's float32 scale."""
     return INT8_SCALE_BYTES if dtype == torch.int8 else 0
-
-
-def kv_bytes_per_token(spec: ModelSpec, dtype: torch.dtype, tensor_parallel_size: int = 1) -> int:
-    """The KV cache's bytes per token on one rank, for a cache stored in `dtype`."""
-    return spec.kv_bytes_per_token(dtype.itemsize, tensor_parallel_size, scale_bytes(dtype))

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from officellm.engine.config import format_gib
+from officellm.engine.core.kv_cache_groups import KVCacheGroups
 from officellm.engine.kv_cache_dtype import kv_dtype_bytes
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models.shard_plan import ShardPlan
@@ -59,9 +60,24 @@ def load_spec(model: str) -> tuple[ModelSpec, str]:
     )
 
 
+def kv_block_bytes(spec: ModelSpec, groups: KVCacheGroups, kv_nbytes: int, scale_bytes: int,
+                   block_size: int, tensor_parallel_size: int = 1) -> int:
+    """Bytes of one KV block on one rank: K and V pages of block_size tokens in each of the
+    pool's `layers_per_block` tensors (all layers, for a model of one attention type)."""
+    kv_heads = max(1, -(-spec.num_kv_heads // tensor_parallel_size))
+    return (2 * groups.layers_per_block * kv_heads * (spec.head_dim * kv_nbytes + scale_bytes)
+            * block_size)
+
+
 @dataclass
 class KVPlan:
-    """The arithmetic of docs/design.md §4 for one model, dtype and memory budget."""
+    """The arithmetic of docs/design.md §4 for one model, dtype and memory budget.
+
+    `bytes_per_token` is what a token costs while every layer holds it; a model with
+    sliding-window layers (`sliding_layers` of them see the last `sliding_window` tokens)
+    lets go of those layers' older tokens, so what a request of n tokens holds is counted in
+    blocks (engine/core/kv_cache_groups.py) and the concurrencies are blocks over blocks.
+    """
 
     model: str
     dtype_bytes: int  # per weight
@@ -80,9 +96,25 @@ class KVPlan:
     kv_cache_dtype: str = "auto"  # --kv-cache-dtype; auto: the weights' dtype
     kv_dtype_bytes: int = 0  # per stored key or value element
     kv_scale_bytes: int = 0  # per stored row of head_dim elements (int8's scale)
+    block_bytes: int = 0  # one block (block_size tokens of the pool's layers per block)
+    num_layers: int = 0
+    sliding_layers: int = 0  # layers that see only the last sliding_window tokens
+    sliding_window: int | None = None
+    blocks_at_max_len: int = 0  # what one request of max_model_len tokens holds
+    blocks_at_avg: int = 0  # what one request of avg_tokens holds
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def groups(self) -> KVCacheGroups:
+        """The model's KV cache groups (as many of each window as the model has)."""
+        full = self.num_layers - self.sliding_layers
+        return KVCacheGroups.for_windows([None] * full
+                                         + [self.sliding_window] * self.sliding_layers)
+
+    def bytes_held(self, num_tokens: int) -> int:
+        """What a request of `num_tokens` holds of the pool, in bytes."""
+        return self.groups().blocks_held(num_tokens, self.block_size) * self.block_bytes
 
 
 def make_plan(
@@ -100,24 +132,39 @@ def make_plan(
     """Size the KV pool that fits beside the weights in `memory_bytes` (per GPU under TP:
     the largest rank's share of the weights and of the KV heads; raises
     TensorParallelSplitError for a split the engine cannot run). The KV cache is stored in
-    `kv_cache_dtype` (`--kv-cache-dtype`: auto is `dtype`; fp8 halves a 16-bit cache)."""
+    `kv_cache_dtype` (`--kv-cache-dtype`: auto is `dtype`; fp8 halves a 16-bit cache). A
+    model with sliding-window layers is counted per KV cache group: its sliding layers hold a
+    window's tokens whatever the request's length."""
     nbytes = dtype_bytes(dtype)
     kv_nbytes, scale_bytes = kv_dtype_bytes(kv_cache_dtype, nbytes)
     tp = tensor_parallel_size
     per_token = spec.kv_bytes_per_token(kv_nbytes, tp, scale_bytes)
-    weights = nbytes * max(ShardPlan.for_rank(spec, r, tp).num_parameters(spec) for r in range(tp))
+    groups = KVCacheGroups.for_windows(spec.layer_windows)
+    block = kv_block_bytes(spec, groups, kv_nbytes, scale_bytes, block_size, tp)
+    weights = weight_bytes(spec, nbytes, tp)
     pool = max(0, memory_bytes - weights - overhead_bytes)
-    num_blocks = pool // (per_token * block_size)
-    pool_tokens = num_blocks * block_size
+    num_blocks = pool // block
     mml = max_model_len or spec.max_position_embeddings
+    at_max = groups.blocks_held(mml, block_size)
+    at_avg = groups.blocks_held(avg_tokens, block_size)
+    windows = [w for w in spec.layer_windows if w is not None]
     return KVPlan(
         model=model_name, dtype_bytes=nbytes, bytes_per_token=per_token, weight_bytes=weights,
         memory_bytes=memory_bytes, pool_bytes=pool, block_size=block_size,
-        num_blocks=num_blocks, pool_tokens=pool_tokens, max_model_len=mml,
-        concurrency_at_max_len=pool_tokens / mml, avg_tokens=avg_tokens,
-        concurrency_at_avg=pool_tokens / avg_tokens, tensor_parallel_size=tp,
-        kv_cache_dtype=kv_cache_dtype, kv_dtype_bytes=kv_nbytes, kv_scale_bytes=scale_bytes,
+        num_blocks=num_blocks, pool_tokens=groups.max_tokens_in(num_blocks, block_size),
+        max_model_len=mml, concurrency_at_max_len=num_blocks / at_max,
+        avg_tokens=avg_tokens, concurrency_at_avg=num_blocks / at_avg,
+        tensor_parallel_size=tp, kv_cache_dtype=kv_cache_dtype, kv_dtype_bytes=kv_nbytes,
+        kv_scale_bytes=scale_bytes, block_bytes=block, num_layers=spec.num_layers,
+        sliding_layers=len(windows), sliding_window=spec.sliding_window if windows else None,
+        blocks_at_max_len=at_max, blocks_at_avg=at_avg,
     )
+
+
+def weight_bytes(spec: ModelSpec, nbytes: int, tensor_parallel_size: int = 1) -> int:
+    """The largest rank's dense weights at `nbytes` per weight (every expert resident)."""
+    return nbytes * max(ShardPlan.for_rank(spec, r, tensor_parallel_size).num_parameters(spec)
+                        for r in range(tensor_parallel_size))
 
 
 def format_plan(plan: KVPlan) -> str:
@@ -131,12 +178,19 @@ def format_plan(plan: KVPlan) -> str:
         + (f"(head_dim x {plan.kv_dtype_bytes} B + a {plan.kv_scale_bytes} B scale)"
            if plan.kv_scale_bytes else f"head_dim x {plan.kv_dtype_bytes or plan.dtype_bytes} B")
         + (f", {plan.kv_cache_dtype}" if plan.kv_cache_dtype != "auto" else "") + ")",
-        f"  a {plan.avg_tokens:,}-token chat: {plan.bytes_per_token * plan.avg_tokens / 1e6:,.0f} MB; "
-        f"{plan.max_model_len:,} tokens: {plan.bytes_per_token * plan.max_model_len / 1e9:,.2f} GB",
+    ]
+    if plan.sliding_layers:
+        lines.append(
+            f"  {plan.sliding_layers} of {plan.num_layers} layers slide: they keep only the "
+            f"last {plan.sliding_window:,} tokens of a request, whatever its length")
+    lines += [
+        f"  a {plan.avg_tokens:,}-token chat: {plan.bytes_held(plan.avg_tokens) / 1e6:,.0f} MB; "
+        f"{plan.max_model_len:,} tokens: {plan.bytes_held(plan.max_model_len) / 1e9:,.2f} GB",
         f"Weights: {format_gib(plan.weight_bytes)}{per_gpu}",
         f"Memory: {format_gib(plan.memory_bytes)}{per_gpu} -> KV pool {format_gib(plan.pool_bytes)}",
         f"KV cache size: {plan.pool_tokens:,} tokens ({plan.num_blocks:,} blocks of "
-        f"{plan.block_size}; {plan.bytes_per_token:,} B/token)",
+        f"{plan.block_size}; {plan.block_bytes // plan.block_size:,} B/token)"
+        + (" for one request" if plan.sliding_layers else ""),
         f"Maximum concurrency for {plan.max_model_len:,} tokens per request: "
         f"{plan.concurrency_at_max_len:.2f}x",
         f"Concurrency for {plan.avg_tokens:,}-token chats: {plan.concurrency_at_avg:.2f}x",
@@ -194,49 +248,71 @@ def check_max_model_len(spec: ModelSpec, max_model_len: int | None) -> None:
 def size_pool(
     spec: ModelSpec,
     available_bytes: int,
-    per_token: int,
+    block_bytes: int,
     block_size: int,
     max_model_len: int | None,
     memory_flag: str,
+    groups: KVCacheGroups | None = None,
+    chunk: int = 1,
 ) -> tuple[int, int]:
     """Blocks in the pool and the max_model_len served; log docs/design.md §3's lines.
 
     An explicit max_model_len that cannot hold one request is refused with the numbers;
     without one, the model's maximum is used if it fits, else the largest length that does.
-    per_token: the KV cache's bytes per token on one rank (engine.kv_cache_dtype).
+    block_bytes: one KV block on one rank (kv_block_bytes). A request must fit while its
+    last prompt chunk (`chunk`, the step's token budget) runs: a sliding layer then holds its
+    window plus the chunk.
     """
     check_max_model_len(spec, max_model_len)
-    num_blocks = max(0, available_bytes) // (per_token * block_size)
-    pool_tokens = num_blocks * block_size
+    groups = groups or KVCacheGroups.for_windows(spec.layer_windows)
+    num_blocks = max(0, available_bytes) // block_bytes
+    per_token = block_bytes // block_size
+
+    def fits(tokens: int) -> bool:
+        return groups.blocks_held(tokens, block_size, min(chunk, tokens)) <= num_blocks
+
+    largest = groups.max_tokens_in(num_blocks, block_size, chunk)
     if max_model_len is None:
         max_model_len = spec.max_position_embeddings
-        if pool_tokens < max_model_len:
-            if pool_tokens < 2 * block_size:
-                raise KVCacheTooSmallError(_refusal(per_token, available_bytes, block_size,
-                                                    max_model_len, pool_tokens, memory_flag))
+        if not fits(max_model_len):
+            if largest < 2 * block_size:
+                raise KVCacheTooSmallError(_refusal(groups, block_bytes, available_bytes,
+                                                    block_size, max_model_len, largest,
+                                                    memory_flag, chunk))
             logger.info(
                 "max_model_len set to %s: the model's %s tokens do not fit in the KV pool",
-                f"{pool_tokens:,}", f"{spec.max_position_embeddings:,}",
+                f"{largest:,}", f"{spec.max_position_embeddings:,}",
             )
-            max_model_len = pool_tokens
-    elif pool_tokens < max_model_len:
-        raise KVCacheTooSmallError(_refusal(per_token, available_bytes, block_size,
-                                            max_model_len, pool_tokens, memory_flag))
+            max_model_len = largest
+    elif not fits(max_model_len):
+        raise KVCacheTooSmallError(_refusal(groups, block_bytes, available_bytes, block_size,
+                                            max_model_len, largest, memory_flag, chunk))
+    held = groups.blocks_held(max_model_len, block_size)
     logger.info("Available KV cache memory: %s", format_gib(available_bytes))
-    logger.info("KV cache size: %s tokens (%s blocks of %d; %s B/token)",
-                f"{pool_tokens:,}", f"{num_blocks:,}", block_size, f"{per_token:,}")
+    if groups.uniform:
+        logger.info("KV cache size: %s tokens (%s blocks of %d; %s B/token)",
+                    f"{num_blocks * block_size:,}", f"{num_blocks:,}", block_size,
+                    f"{per_token:,}")
+    else:
+        sliding = sum(len(g.layers) for g in groups.groups if g.window is not None)
+        logger.info("KV cache size: %s blocks of %d (%s B/token of a block; %d KV cache "
+                    "groups: %d of %d layers slide over their last %s tokens); one request "
+                    "holds up to %s tokens", f"{num_blocks:,}", block_size, f"{per_token:,}",
+                    groups.num_groups, sliding, groups.num_layers,
+                    f"{max(w for w in groups.windows if w is not None):,}", f"{largest:,}")
     logger.info("Maximum concurrency for %s tokens per request: %.2fx",
-                f"{max_model_len:,}", pool_tokens / max_model_len)
+                f"{max_model_len:,}", num_blocks / held)
     return num_blocks, max_model_len
 
 
-def _refusal(per_token: int, available: int, block_size: int, max_model_len: int,
-             pool_tokens: int, memory_flag: str) -> str:
-    needed = -(-max_model_len // block_size) * block_size * per_token
+def _refusal(groups: KVCacheGroups, block_bytes: int, available: int, block_size: int,
+             max_model_len: int, largest: int, memory_flag: str, chunk: int) -> str:
+    needed = groups.blocks_held(max_model_len, block_size, min(chunk, max_model_len)) * block_bytes
+    per_token = block_bytes // block_size
     return (
         f"One request of max_model_len={max_model_len:,} tokens needs {format_gib(needed)} of KV "
         f"cache ({per_token:,} B/token), but only {format_gib(available)} is available for it; "
-        f"the largest max_model_len that fits is {pool_tokens:,}. Fixes: lower --max-model-len "
-        f"(to {pool_tokens:,} or less), raise {memory_flag}, use a machine with more memory, or "
+        f"the largest max_model_len that fits is {largest:,}. Fixes: lower --max-model-len "
+        f"(to {largest:,} or less), raise {memory_flag}, use a machine with more memory, or "
         f"split the model with --tensor-parallel-size."
     )

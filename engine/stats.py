@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from officellm.engine.core.kv_cache_groups import KVCacheGroups
+
 
 @dataclass(frozen=True)
 class EngineStats:
@@ -29,7 +31,9 @@ class EngineStats:
     prompt_tokens_total: int
     generation_tokens_total: int
     block_size: int = 16
+    # The longest request the pool holds (every block, for a model of one attention type).
     kv_cache_tokens: int = 0
+    # A block's bytes per token slot: the pool is num_blocks_total x block_size x this.
     bytes_per_token: int = 0
     kv_cache_dtype: str = ""  # the KV cache's storage dtype, e.g. "float16"
     max_model_len: int = 0
@@ -44,3 +48,16 @@ class EngineStats:
     kv_blocks_by_key: dict[str, int] = field(default_factory=dict)
     preemptions_by_key: dict[str, int] = field(default_factory=dict)
     running_by_key: dict[str, int] = field(default_factory=dict)
+    # The layers' KV cache groups: what a request of n tokens holds (sliding windows).
+    kv_cache_groups: KVCacheGroups = field(default_factory=lambda: KVCacheGroups.for_windows(
+        [None]))
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """The KV pool's bytes."""
+        return self.num_blocks_total * self.block_size * self.bytes_per_token
+
+    def requests_that_fit(self, num_tokens: int) -> float:
+        """How many requests of `num_tokens` tokens the pool holds at once."""
+        held = self.kv_cache_groups.blocks_held(num_tokens, self.block_size)
+        return self.num_blocks_total / held if held else 0.0

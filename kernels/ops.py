@@ -15,7 +15,9 @@ from typing import Any, Protocol
 import torch
 
 from officellm.kernels.build import cpu_kernels
+from officellm.kernels.reference import moe as moe_reference
 from officellm.kernels.reference import quant_reference, reference
+from officellm.kernels.reference.moe import ExpertActivation, ExpertWeights
 
 
 class RmsNorm(Protocol):
@@ -60,6 +62,20 @@ class SiluAndMul(Protocol):
     def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
+class GeluTanhAndMul(Protocol):
+    """gelu(gate, tanh approximation) * up of x [T, 2I] (Gemma's GeGLU)."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class MoeExperts(Protocol):
+    """A mixture-of-experts layer's experts over x [T, H]: each token's k experts (`ids`
+    [T, k]) weighted by `weights` [T, k] (kernels/reference/moe.py moe_experts)."""
+
+    def __call__(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
+                 experts: ExpertWeights, activation: ExpertActivation) -> torch.Tensor: ...
+
+
 class QuantMatmul(Protocol):
     """y = x W^T over GGUF blocks of type `fmt` (kernels/reference/quant_reference.py)."""
 
@@ -94,6 +110,8 @@ class KernelOps:
     fused_add_rms_norm: FusedAddRmsNorm
     apply_rotary: ApplyRotary
     silu_and_mul: SiluAndMul
+    gelu_tanh_and_mul: GeluTanhAndMul
+    moe_experts: MoeExperts
     # Weights in blocks run on the CPU only (engine/weight_quantization.py): None on Triton.
     quant_matmul: QuantMatmul | None
     quant_pack: QuantPack | None  # None: quant_matmul reads GGUF's rows as they are
@@ -115,6 +133,8 @@ def kernel_ops(implementation: str) -> KernelOps:
         return KernelOps(rms_norm=compiled.rms_norm,
                          fused_add_rms_norm=compiled.fused_add_rms_norm,
                          apply_rotary=compiled.apply_rotary, silu_and_mul=compiled.silu_and_mul,
+                         gelu_tanh_and_mul=reference.gelu_tanh_and_mul,
+                         moe_experts=moe_reference.moe_experts,
                          quant_matmul=module.quant_matmul, quant_pack=module.quant_pack,
                          fixed_order_pack=module.fixed_order_pack,
                          fixed_order_matmul=module.fixed_order_matmul)
@@ -126,11 +146,15 @@ def kernel_ops(implementation: str) -> KernelOps:
         return KernelOps(rms_norm=triton_ops.rms_norm,
                          fused_add_rms_norm=triton_ops.fused_add_rms_norm,
                          apply_rotary=triton_ops.apply_rotary,
-                         silu_and_mul=triton_ops.silu_and_mul, quant_matmul=None,
+                         silu_and_mul=triton_ops.silu_and_mul,
+                         gelu_tanh_and_mul=reference.gelu_tanh_and_mul,
+                         moe_experts=moe_reference.moe_experts, quant_matmul=None,
                          quant_pack=None, fixed_order_pack=_contiguous,
                          fixed_order_matmul=_triton_fixed_order_matmul)
     return KernelOps(rms_norm=reference.rms_norm, fused_add_rms_norm=reference.fused_add_rms_norm,
                      apply_rotary=reference.apply_rotary, silu_and_mul=reference.silu_and_mul,
+                     gelu_tanh_and_mul=reference.gelu_tanh_and_mul,
+                     moe_experts=moe_reference.moe_experts,
                      quant_matmul=quant_reference.quant_matmul, quant_pack=None)
 
 
@@ -155,7 +179,8 @@ class _CompiledOps:
 
     def apply_rotary(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                      sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if cos.dtype == torch.float32 and _heads_contiguous(q) and _heads_contiguous(k):
+        if (cos.dtype == torch.float32 and cos.shape[-1] == q.shape[-1]
+                and _heads_contiguous(q) and _heads_contiguous(k)):
             return self._module.apply_rotary(q, k, cos, sin)
         return reference.apply_rotary(q, k, cos, sin)
 

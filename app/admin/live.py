@@ -106,14 +106,14 @@ def get_plan(request: Request) -> Plan:
         bytes_per_token=stats.bytes_per_token,
         kv_cache_dtype=stats.kv_cache_dtype,
         kv_cache_tokens=pool_tokens,
-        kv_cache_bytes=pool_tokens * stats.bytes_per_token,
+        kv_cache_bytes=stats.kv_cache_bytes,
         num_blocks=stats.num_blocks_total,
         block_size=stats.block_size,
         max_model_len=stats.max_model_len,
         avg_thread_tokens=avg,
-        threads_at_avg=round(pool_tokens / avg, 2) if avg else None,
-        threads_at_cap=round(pool_tokens / cap_or_len, 2) if cap_or_len else None,
-        threads_at_max_len=(round(pool_tokens / stats.max_model_len, 2)
+        threads_at_avg=round(stats.requests_that_fit(avg), 2) if avg else None,
+        threads_at_cap=round(stats.requests_that_fit(cap_or_len), 2) if cap_or_len else None,
+        threads_at_max_len=(round(stats.requests_that_fit(stats.max_model_len), 2)
                             if stats.max_model_len else None),
         cap=cap,
     )

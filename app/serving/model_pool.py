@@ -259,7 +259,7 @@ class ModelPool:
         if stats is None or not stats.bytes_per_token:
             await self.footprint(model)
             return
-        kv = stats.num_blocks_total * stats.block_size * stats.bytes_per_token
+        kv = stats.kv_cache_bytes
         if model.footprint is None:
             config = engine_config(self.settings, model.entry)
             model.footprint = await asyncio.to_thread(estimate_footprint, config, kv)

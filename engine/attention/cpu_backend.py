@@ -7,16 +7,18 @@ history runs through the chunk kernel beside it, whose rows share each key and v
 load: SDPA pays a fixed cost per chunk for gathering and converting the whole history, which
 is most of a short chunk's cost, and those are the chunks the prefill pacer gives a long
 paste while others type, and an office's turns when the batch is kept small. Longer chunks
-keep SDPA.
+keep SDPA. Both kernels take a layer's sliding window (they read only the blocks it reaches)
+and its sinks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from officellm.engine.attention.backend import AttentionMetadata
+from officellm.engine.attention.backend import AttentionMetadata, LayerAttention
 from officellm.engine.attention.torch_backend import PrefillPlan, TorchAttention
 from officellm.kernels.ops import ApplyRotary
 
@@ -29,25 +31,28 @@ class CpuAttention(TorchAttention):
     kernels."""
 
     def __init__(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], scale: float,
-                 rotary: ApplyRotary, kernel: Any) -> None:
-        super().__init__(k_caches, v_caches, scale, rotary)
+                 rotary: ApplyRotary, layers: Sequence[LayerAttention], kernel: Any) -> None:
+        super().__init__(k_caches, v_caches, scale, rotary, layers)
         self.kernel = kernel
-        self._decode_tables = torch.empty(0, 0, dtype=torch.long)
+        self._decode_tables: dict[int, torch.Tensor] = {}
         self._decode_lens = torch.empty(0, dtype=torch.long)
 
-    def _plan_decodes(self, md: AttentionMetadata) -> None:
+    def _plan_decodes(self, md: AttentionMetadata, group: int, window: int | None) -> None:
         # The kernel takes int64 lengths; converted once per step rather than once per layer.
-        self._decode_tables = md.block_tables[: md.num_decodes]
+        self._decode_tables[group] = md.block_tables[group, : md.num_decodes]
         self._decode_lens = md.seq_lens[: md.num_decodes].long()
 
     def _decode(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        return self.kernel.paged_decode_attention(q, self.k_caches[layer], self.v_caches[layer],
-                                                  self._decode_tables, self._decode_lens,
-                                                  self.scale)
+        info = self.layers[layer]
+        return self.kernel.paged_decode_attention(
+            q, self.k_caches[layer], self.v_caches[layer], self._decode_tables[info.group],
+            self._decode_lens, self.scale, info.window or 0, info.sinks)
 
     def _prefill(self, layer: int, p: PrefillPlan, q: torch.Tensor, k: torch.Tensor,
                  v: torch.Tensor) -> torch.Tensor:
-        if p.blocks is None or p.q_len > CHUNK_KERNEL_MAX_ROWS:
+        if p.table is None or p.q_len > CHUNK_KERNEL_MAX_ROWS:
             return super()._prefill(layer, p, q, k, v)
+        info = self.layers[layer]
         return self.kernel.paged_chunk_attention(q, self.k_caches[layer], self.v_caches[layer],
-                                                 p.blocks, p.seq_len, self.scale)
+                                                 p.table, p.seq_len, self.scale,
+                                                 info.window or 0, info.sinks)

@@ -14,22 +14,23 @@ depends on its context alone. The price is prefill attention without shared key 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
-from officellm.engine.attention.backend import AttentionMetadata
+from officellm.engine.attention.backend import AttentionMetadata, LayerAttention
 from officellm.kernels.ops import RotaryWriteKv
 
-# (q [R, Hq, D], k_cache, v_cache, block_tables [R, W], seq_lens [R], scale) -> [R, Hq, D]
+# (q [R, Hq, D], k_cache, v_cache, block_tables [R, W], seq_lens [R], scale, window (0:
+# none), sinks [Hq] or None) -> [R, Hq, D]
 DecodeAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                            torch.Tensor, float], torch.Tensor]
+                            torch.Tensor, float, int, torch.Tensor | None], torch.Tensor]
 
 
 def rows_as_decodes(md: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each query row of the step as a sequence of its own: ([T, W] block tables, [T] int64
-    lengths), row t of sequence b attending to its sequence's first seq_lens[b] - (rows of b
-    after t) keys. Built from the device tensors (no host sync)."""
+    """Each query row of the step as a sequence of its own: ([G, T, W] block tables per KV
+    cache group, [T] int64 lengths), row t of sequence b attending to its sequence's first
+    seq_lens[b] - (rows of b after t) keys. Built from the device tensors (no host sync)."""
     if md.num_decodes == md.num_seqs:  # one row a sequence already (and what graphs capture)
         return md.block_tables, md.seq_lens.long()
     qsl = md.query_start_loc.long()
@@ -37,20 +38,22 @@ def rows_as_decodes(md: AttentionMetadata) -> tuple[torch.Tensor, torch.Tensor]:
     row_seq = torch.repeat_interleave(torch.arange(md.num_seqs, device=qsl.device),
                                       qsl[1:] - qsl[:-1], output_size=rows)
     later_rows = qsl[row_seq + 1] - 1 - torch.arange(rows, device=qsl.device)
-    return md.block_tables[row_seq], md.seq_lens.long()[row_seq] - later_rows
+    return md.block_tables[:, row_seq], md.seq_lens.long()[row_seq] - later_rows
 
 
 class RowAttention:
     """AttentionBackend whose every row is a decode of its own (see the module's docstring)."""
 
     def __init__(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor], scale: float,
-                 rotary_write_kv: RotaryWriteKv, decode: DecodeAttention) -> None:
+                 rotary_write_kv: RotaryWriteKv, decode: DecodeAttention,
+                 layers: Sequence[LayerAttention]) -> None:
         self.k_caches = k_caches
         self.v_caches = v_caches
         self.scale = scale
+        self.layers = list(layers)
         self._rotary_write_kv = rotary_write_kv
         self._decode = decode
-        self._tables = torch.empty(0, 0, dtype=torch.long)
+        self._tables = torch.empty(0, 0, 0, dtype=torch.long)
         self._lens = torch.empty(0, dtype=torch.long)
         self.metadata: AttentionMetadata | None = None
 
@@ -65,6 +68,8 @@ class RowAttention:
         (AttentionBackend.forward)."""
         md = self.metadata
         assert md is not None, "set_metadata before forward"
+        info = self.layers[layer]
         kc, vc = self.k_caches[layer], self.v_caches[layer]
-        q = self._rotary_write_kv(q, k, v, cos, sin, kc, vc, md.slot_mapping)
-        return self._decode(q, kc, vc, self._tables, self._lens, self.scale)
+        q = self._rotary_write_kv(q, k, v, cos, sin, kc, vc, md.slot_mapping[info.group])
+        return self._decode(q, kc, vc, self._tables[info.group], self._lens, self.scale,
+                            info.window or 0, info.sinks)

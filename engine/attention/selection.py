@@ -14,10 +14,11 @@ engine.attention.AttentionBackend.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
 
-from officellm.engine.attention.backend import AttentionBackend
+from officellm.engine.attention.backend import AttentionBackend, LayerAttention, uniform_layers
 from officellm.kernels.build import cpu_kernels
 from officellm.kernels.ops import KernelOps, kernel_ops, rotary_then_write_kv
 from officellm.kernels.triton import triton_available
@@ -63,25 +64,29 @@ def ops_for(device: torch.device, backend: str | None = None) -> KernelOps:
 
 def attention_for(device: torch.device, k_caches: list[torch.Tensor],
                   v_caches: list[torch.Tensor], scale: float,
-                  backend: str | None = None, batch_invariant: bool = False) -> AttentionBackend:
-    """An attention backend over these caches: TritonAttention, CpuAttention or TorchAttention;
-    with `batch_invariant`, RowAttention over the backend's decode kernel."""
+                  backend: str | None = None, batch_invariant: bool = False,
+                  layers: Sequence[LayerAttention] | None = None) -> AttentionBackend:
+    """An attention backend over these caches (one per layer): TritonAttention, CpuAttention
+    or TorchAttention; with `batch_invariant`, RowAttention over the backend's decode kernel.
+    `layers`: each layer's KV cache group, window and sinks (default: one full-attention
+    group, no sinks)."""
     name = backend_for(device, backend)
+    layers = list(layers) if layers is not None else uniform_layers(len(k_caches))
     if batch_invariant:
-        return _row_attention(name, k_caches, v_caches, scale)
+        return _row_attention(name, k_caches, v_caches, scale, layers)
     if name == "triton":
         from officellm.engine.attention.triton_backend import TritonAttention
 
-        return TritonAttention(k_caches, v_caches, scale)
+        return TritonAttention(k_caches, v_caches, scale, layers)
     # The torch and cpu backends rotate q/k with the model's own rotary op.
     rotary = kernel_ops(name).apply_rotary
     if name == "cpu":
         from officellm.engine.attention.cpu_backend import CpuAttention
 
-        return CpuAttention(k_caches, v_caches, scale, rotary, cpu_kernels.load())
+        return CpuAttention(k_caches, v_caches, scale, rotary, layers, cpu_kernels.load())
     from officellm.engine.attention.torch_backend import TorchAttention
 
-    return TorchAttention(k_caches, v_caches, scale, rotary)
+    return TorchAttention(k_caches, v_caches, scale, rotary, layers)
 
 
 def check_batch_invariant(backend: str) -> None:
@@ -94,19 +99,23 @@ def check_batch_invariant(backend: str) -> None:
 
 
 def _row_attention(name: str, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
-                   scale: float) -> AttentionBackend:
+                   scale: float, layers: list[LayerAttention]) -> AttentionBackend:
     from officellm.engine.attention.row_attention import RowAttention
 
     check_batch_invariant(name)
     if name == "triton":
-        from functools import partial
-
         from officellm.kernels.triton import ops as triton_ops
 
         # One split: a split count follows the batch's shape, and with it the sum's order.
-        return RowAttention(k_caches, v_caches, scale, triton_ops.rotary_write_kv,
-                            partial(triton_ops.paged_decode_attention, num_splits=1))
+        def decode(q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, tables: torch.Tensor,
+                   lens: torch.Tensor, scale: float, window: int,
+                   sinks: torch.Tensor | None) -> torch.Tensor:
+            return triton_ops.paged_decode_attention(q, kc, vc, tables, lens, scale,
+                                                     num_splits=1, window=window, sinks=sinks)
+
+        return RowAttention(k_caches, v_caches, scale, triton_ops.rotary_write_kv, decode,
+                            layers)
     kernel = cpu_kernels.load()
     return RowAttention(k_caches, v_caches, scale,
                         rotary_then_write_kv(kernel_ops(name).apply_rotary),
-                        kernel.paged_decode_attention)
+                        kernel.paged_decode_attention, layers)

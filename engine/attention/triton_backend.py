@@ -11,9 +11,11 @@ graph replay with new lengths.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-from officellm.engine.attention.backend import AttentionMetadata
+from officellm.engine.attention.backend import AttentionMetadata, LayerAttention
 from officellm.kernels.triton import ops as triton_ops
 from officellm.kernels.triton.decode_attention import default_num_splits
 
@@ -22,10 +24,11 @@ class TritonAttention:
     """Paged attention with Triton kernels."""
 
     def __init__(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor],
-                 scale: float) -> None:
+                 scale: float, layers: Sequence[LayerAttention]) -> None:
         self.k_caches = k_caches
         self.v_caches = v_caches
         self.scale = scale
+        self.layers = list(layers)
         self.metadata: AttentionMetadata | None = None
 
     def set_metadata(self, metadata: AttentionMetadata) -> None:
@@ -38,14 +41,17 @@ class TritonAttention:
         AttentionBackend.forward)."""
         md = self.metadata
         assert md is not None, "set_metadata before forward"
+        info = self.layers[layer]
         kc, vc = self.k_caches[layer], self.v_caches[layer]
-        q = triton_ops.rotary_write_kv(q, k, v, cos, sin, kc, vc, md.slot_mapping)
+        tables = md.block_tables[info.group]
+        q = triton_ops.rotary_write_kv(q, k, v, cos, sin, kc, vc, md.slot_mapping[info.group])
         if md.num_decodes == q.shape[0]:
             # Split count from the shape alone, so a graph captured for this batch size is
             # valid for every context length it will later replay with.
             splits = default_num_splits(q.shape[0], kc.shape[2], q.device)
             return triton_ops.paged_decode_attention(
-                q, kc, vc, md.block_tables, md.seq_lens, self.scale, num_splits=splits)
+                q, kc, vc, tables, md.seq_lens, self.scale, num_splits=splits,
+                window=info.window or 0, sinks=info.sinks)
         return triton_ops.paged_prefill_attention(
-            q, kc, vc, md.block_tables, md.seq_lens, md.query_start_loc, self.scale,
-            max_query_len=md.max_query_len)
+            q, kc, vc, tables, md.seq_lens, md.query_start_loc, self.scale,
+            max_query_len=md.max_query_len, window=info.window or 0, sinks=info.sinks)

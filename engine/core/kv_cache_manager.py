@@ -1,22 +1,46 @@
-"""Per-request KV block bookkeeping on top of the BlockPool."""
+"""Per-request KV block bookkeeping on top of the BlockPool, for every KV cache group.
+
+A request holds one block table per group (engine/core/kv_cache_groups.py), positional: entry
+i holds tokens [i * block_size, (i + 1) * block_size). A sliding-window group gives back the
+blocks its window has passed: their entries become the null block (`null_block_id`, the
+zero block after the pool that the runner keeps), which no kernel reads.
+"""
 
 from __future__ import annotations
 
+import struct
+
 from officellm.engine.core.block_pool import BlockPool, KVBlock, hash_block_tokens
+from officellm.engine.core.kv_cache_groups import KVCacheGroups, first_needed_block
 from officellm.engine.core.request import Request
+
+# Blocks per group of a prefix-cache hit; None where a sliding group needs no block.
+GroupBlocks = tuple[list[KVBlock | None], ...]
+
+
+def _cache_key(block_hash: bytes, group: int) -> bytes:
+    """A group's own key for a block of tokens: the same tokens' KV differs per group."""
+    return block_hash + struct.pack("<H", group)
 
 
 class KVCacheManager:
     """Allocates the slots a request needs, finds its cached prefix, frees its blocks."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
-                 evict_by_owner: bool = False):
+                 evict_by_owner: bool = False, groups: KVCacheGroups | None = None):
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.groups = groups or KVCacheGroups.for_windows([None])
+        self.windows = self.groups.windows
+        # The runner's zero block after the pool: table entries behind a sliding window.
+        self.null_block_id = num_blocks
         # With evict_by_owner, freed blocks are queued under their request's fairness key
         # (BlockPool).
         self.pool = BlockPool(num_blocks, enable_prefix_caching, evict_by_owner)
-        self.req_blocks: dict[str, list[KVBlock]] = {}
+        # Per request, per group: its block table (None behind a sliding window).
+        self.req_blocks: dict[str, list[list[KVBlock | None]]] = {}
+        # Per request, per group: the first entry not yet given back (sliding groups).
+        self._first_live: dict[str, list[int]] = {}
         # How many of a request's leading blocks were already offered to the prefix cache:
         # each full block is registered once, not re-examined every step.
         self._num_registered: dict[str, int] = {}
@@ -39,87 +63,198 @@ class KVCacheManager:
             hashes.append(hash_block_tokens(parent, tokens[i * bs : (i + 1) * bs], request.cache_salt))
 
     # -- admission -----------------------------------------------------------------------
-    def get_computed_blocks(self, request: Request) -> tuple[list[KVBlock], int]:
-        """The longest cached prefix of the request, as blocks and a token count.
+    def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
+        """The longest cached prefix of the request, as blocks per group and a token count.
 
-        At least one token is always left to compute, since sampling needs its logits.
+        At least one token is always left to compute, since sampling needs its logits. A full
+        group needs every block of the prefix; a sliding group only those its window still
+        sees from the first token to compute, so the hit is the longest prefix every group
+        can serve.
         """
+        empty: GroupBlocks = tuple([] for _ in self.windows)
         if not self.enable_prefix_caching:
-            return [], 0
+            return empty, 0
         self._update_block_hashes(request)
-        max_blocks = (request.num_tokens - 1) // self.block_size
-        hits: list[KVBlock] = []
-        for block_hash in request.block_hashes[:max_blocks]:
-            block = self.pool.lookup(block_hash)
-            if block is None:
-                break
-            hits.append(block)
-        return hits, len(hits) * self.block_size
+        num = (request.num_tokens - 1) // self.block_size
+        hashes = request.block_hashes[:num]
+        found = [[self.pool.lookup(_cache_key(h, g)) for h in hashes]
+                 for g in range(len(self.windows))]
+        changed = True
+        while changed and num:  # each pass can only shorten the hit
+            changed = False
+            for g, window in enumerate(self.windows):
+                fit = self._longest_hit(found[g], num, window)
+                if fit < num:
+                    num, changed = fit, True
+        if not num:
+            return empty, 0
+        hit_tokens = num * self.block_size
+        hits = []
+        for g, window in enumerate(self.windows):
+            first = first_needed_block(window, hit_tokens, self.block_size)
+            hits.append([None] * first + found[g][first:num])
+        return tuple(hits), hit_tokens
+
+    def _longest_hit(self, found: list[KVBlock | None], num: int, window: int | None) -> int:
+        """The most leading blocks (<= num) this group can serve a hit of."""
+        if window is None:
+            for i in range(num):
+                if found[i] is None:
+                    return i
+            return num
+        # A hit of n blocks needs blocks [first_needed(n * bs), n): scan down from num.
+        missing_before = [0] * (num + 1)  # missing_before[i]: misses among found[:i]
+        for i in range(num):
+            missing_before[i + 1] = missing_before[i] + (found[i] is None)
+        for n in range(num, 0, -1):
+            first = first_needed_block(window, n * self.block_size, self.block_size)
+            if missing_before[n] == missing_before[first]:
+                return n
+        return 0
 
     def record_prefix_lookup(self, num_queried_tokens: int, num_hit_tokens: int) -> None:
         """Count one admission's lookup (called only when the request is admitted)."""
         self.prefix_cache_queries += num_queried_tokens
         self.prefix_cache_hits += num_hit_tokens
 
+    def num_blocks_after(self, request: Request, num_new_tokens: int,
+                         num_computed_tokens: int | None = None) -> int:
+        """Blocks the request holds, all groups together, once `num_new_tokens` more are
+        allocated (from num_computed_tokens, default the request's)."""
+        start = request.num_computed_tokens if num_computed_tokens is None else num_computed_tokens
+        return self.groups.blocks_held(start + num_new_tokens, self.block_size, num_new_tokens)
+
     def allocate_slots(
-        self, request: Request, num_new_tokens: int, new_computed_blocks: list[KVBlock] | None = None
+        self, request: Request, num_new_tokens: int,
+        new_computed_blocks: GroupBlocks | None = None,
     ) -> bool:
         """Make room for `num_new_tokens` more tokens of `request`; False if blocks ran out.
 
-        `new_computed_blocks` are prefix-cache hits taken at admission: they are referenced
-        here (and count as computed) only if the allocation as a whole succeeds.
+        `new_computed_blocks` are prefix-cache hits taken at admission (per group): they are
+        referenced here (and count as computed) only if the allocation as a whole succeeds.
+        A sliding group first gives back the blocks behind the window of the first new token.
         """
         bs = self.block_size
-        if not new_computed_blocks:
+        rid = request.request_id
+        tables = self.req_blocks.get(rid)
+        hit = new_computed_blocks is not None and any(new_computed_blocks)
+        if not hit and tables is not None:
             # The common case, a decode inside its last block: nothing to take from the pool.
             total_tokens = request.num_computed_tokens + num_new_tokens
-            if total_tokens <= len(request.block_ids) * bs:
+            if total_tokens <= len(tables[0]) * bs:
+                self._slide(request, tables, request.num_computed_tokens)
                 if self.enable_prefix_caching and \
-                        total_tokens // bs > self._num_registered.get(request.request_id, 0):
-                    self._register_full_blocks(request, self.req_blocks[request.request_id],
-                                               total_tokens)
+                        total_tokens // bs > self._num_registered.get(rid, 0):
+                    self._register_full_blocks(request, tables, total_tokens)
                 return True
-        computed = new_computed_blocks or ()
-        blocks = self.req_blocks.get(request.request_id)
-        num_held = len(blocks) if blocks is not None else 0
-        total_tokens = request.num_computed_tokens + len(computed) * bs + num_new_tokens
-        needed = -(-total_tokens // bs) - num_held - len(computed)
-        if needed > 0 or computed:
-            # Hit blocks that nobody holds sit in the free queue: taking them uses free capacity.
-            evictable_hits = sum(1 for b in computed if b.ref_count == 0)
-            if needed + evictable_hits > self.pool.num_free_blocks:
+        computed = new_computed_blocks if hit else None
+        num_hit = len(computed[0]) * bs if computed is not None else 0
+        start = request.num_computed_tokens + num_hit
+        total_tokens = start + num_new_tokens
+        total_blocks = -(-total_tokens // bs)
+        held = len(tables[0]) if tables is not None else 0
+        needed = []  # new blocks per group
+        for g, window in enumerate(self.windows):
+            first = first_needed_block(window, start, bs)
+            # Entries below `first` (if any are new) are the null block.
+            base = max(held, len(computed[g]) if computed is not None else 0, first)
+            needed.append(max(0, total_blocks - base))
+        if sum(needed) or computed is not None:
+            # Hit blocks that nobody holds sit in the free queue: taking them uses free
+            # capacity. Blocks this request gives back first (behind a window) add to it.
+            evictable_hits = sum(1 for blocks in (computed or ()) for b in blocks
+                                 if b is not None and b.ref_count == 0)
+            released = self._releasable(request, tables, start)
+            if sum(needed) + evictable_hits > self.pool.num_free_blocks + released:
                 return False
-            if blocks is None:
-                blocks = self.req_blocks[request.request_id] = []
-            if computed:
-                self.pool.touch(computed)
-                blocks.extend(computed)
-                request.block_ids.extend(b.block_id for b in computed)
-            if needed > 0:
-                new = self.pool.allocate(needed, request.fairness_key, self.blocks_by_key)
-                blocks.extend(new)
-                request.block_ids.extend(b.block_id for b in new)
-            gained = len(computed) + max(needed, 0)
-            if gained:
-                key = request.fairness_key
-                self.blocks_by_key[key] = self.blocks_by_key.get(key, 0) + gained
-        if self.enable_prefix_caching and blocks:
-            self._register_full_blocks(request, blocks, total_tokens)
+        if tables is None:
+            tables = self.req_blocks[rid] = [[] for _ in self.windows]
+            self._first_live[rid] = [0] * len(self.windows)
+            request.block_ids = [[] for _ in self.windows]
+        self._slide(request, tables, start)
+        gained = 0
+        key = request.fairness_key
+        for g, window in enumerate(self.windows):
+            table, ids = tables[g], request.block_ids[g]
+            if computed is not None and computed[g]:
+                live = [b for b in computed[g] if b is not None]
+                self.pool.touch(live)
+                gained += len(live)
+                table.extend(computed[g])
+                ids.extend(self.null_block_id if b is None else b.block_id for b in computed[g])
+                self._first_live[rid][g] = first_needed_block(window, start, bs)
+            first = first_needed_block(window, start, bs)
+            if len(table) < first:  # new entries already behind the window
+                gap = first - len(table)
+                table.extend([None] * gap)
+                ids.extend([self.null_block_id] * gap)
+                self._first_live[rid][g] = max(self._first_live[rid][g], first)
+            if needed[g]:
+                new = self.pool.allocate(needed[g], key, self.blocks_by_key)
+                table.extend(new)
+                ids.extend(b.block_id for b in new)
+                gained += len(new)
+        if gained:
+            self.blocks_by_key[key] = self.blocks_by_key.get(key, 0) + gained
+        if self.enable_prefix_caching:
+            self._register_full_blocks(request, tables, total_tokens)
         return True
 
-    def _register_full_blocks(self, request: Request, blocks: list[KVBlock], num_tokens: int) -> None:
+    def _releasable(self, request: Request, tables: list[list[KVBlock | None]] | None,
+                    start: int) -> int:
+        """Blocks `_slide(request, tables, start)` would put back in the free queue."""
+        if tables is None:
+            return 0
+        first_live = self._first_live[request.request_id]
+        count = 0
+        for g, window in enumerate(self.windows):
+            if window is None:
+                continue
+            first = min(first_needed_block(window, start, self.block_size), len(tables[g]))
+            count += sum(1 for b in tables[g][first_live[g]:first]
+                         if b is not None and b.ref_count == 1)
+        return count
+
+    def _slide(self, request: Request, tables: list[list[KVBlock | None]], start: int) -> None:
+        """Give back each sliding group's blocks behind the window of token `start` (the
+        first the next step computes: no later query reads further back)."""
+        rid = request.request_id
+        first_live = self._first_live[rid]
+        freed = 0
+        for g, window in enumerate(self.windows):
+            if window is None:
+                continue
+            first = min(first_needed_block(window, start, self.block_size), len(tables[g]))
+            if first <= first_live[g]:
+                continue
+            table, ids = tables[g], request.block_ids[g]
+            behind = [b for b in table[first_live[g]:first] if b is not None]
+            self.pool.free(behind, owner=request.fairness_key)
+            freed += len(behind)
+            for i in range(first_live[g], first):
+                table[i] = None
+                ids[i] = self.null_block_id
+            first_live[g] = first
+        if freed:
+            self._drop_held(request.fairness_key, freed)
+
+    def _register_full_blocks(self, request: Request, tables: list[list[KVBlock | None]],
+                              num_tokens: int) -> None:
         """Offer the blocks this step fills completely to the prefix cache (their KV is
         written in this step); hit blocks are cached already."""
-        done = self._num_registered.get(request.request_id, 0)
+        rid = request.request_id
+        done = self._num_registered.get(rid, 0)
         num_full = num_tokens // self.block_size
         if num_full <= done:
             return
         self._update_block_hashes(request)
         num_full = min(num_full, len(request.block_hashes))
-        for i in range(done, num_full):
-            if blocks[i].block_hash is None:
-                self.pool.cache_block(blocks[i], request.block_hashes[i])
-        self._num_registered[request.request_id] = num_full
+        for g, table in enumerate(tables):
+            for i in range(done, num_full):
+                block = table[i]
+                if block is not None and block.block_hash is None:
+                    self.pool.cache_block(block, _cache_key(request.block_hashes[i], g))
+        self._num_registered[rid] = num_full
 
     # -- release -------------------------------------------------------------------------
     def free(self, request: Request, discard: bool = False) -> list[int]:
@@ -128,17 +263,15 @@ class KVCacheManager:
         With discard (a request whose computation went bad), blocks nobody else holds lose
         their hash so they are never hit again; their ids are returned for scrubbing.
         """
-        blocks = self.req_blocks.pop(request.request_id, [])
+        tables = self.req_blocks.pop(request.request_id, [])
+        self._first_live.pop(request.request_id, None)
         self._num_registered.pop(request.request_id, None)
-        self.pool.free(list(reversed(blocks)), owner=request.fairness_key)
+        blocks = [b for table in tables for b in reversed(table) if b is not None]
+        # Last-first, so the tail is evicted before the prefix.
+        self.pool.free(blocks, owner=request.fairness_key)
         request.block_ids = []
         if blocks:
-            key = request.fairness_key
-            left = self.blocks_by_key[key] - len(blocks)
-            if left:
-                self.blocks_by_key[key] = left
-            else:
-                del self.blocks_by_key[key]
+            self._drop_held(request.fairness_key, len(blocks))
         if not discard:
             return []
         orphans = [b for b in blocks if b.ref_count == 0]
@@ -146,5 +279,13 @@ class KVCacheManager:
             self.pool.uncache(block)
         return [b.block_id for b in orphans]
 
+    def _drop_held(self, key: str, count: int) -> None:
+        left = self.blocks_by_key[key] - count
+        if left:
+            self.blocks_by_key[key] = left
+        else:
+            del self.blocks_by_key[key]
+
     def num_blocks_held(self, request_id: str) -> int:
-        return len(self.req_blocks.get(request_id, []))
+        return sum(1 for table in self.req_blocks.get(request_id, ()) for b in table
+                   if b is not None)

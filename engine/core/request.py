@@ -144,7 +144,10 @@ class Request:
     # 0 or 1). The next step may already run on the one in flight, read on the device.
     num_in_flight: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
-    block_ids: list[int] = field(default_factory=list)
+    # Per KV cache group (engine/core/kv_cache_groups.py), its block table: entry i holds
+    # tokens [i * block_size, (i + 1) * block_size); a sliding group's entries behind its
+    # window are the null block.
+    block_ids: list[list[int]] = field(default_factory=list)
     block_hashes: list[bytes] = field(default_factory=list)
     stop_reason: int | None = None  # the stop token that ended it
     scheduled: bool = False  # admitted at least once

@@ -278,7 +278,7 @@ class Scheduler:
         if room <= 0:
             return 0
         num_new = min(req.num_tokens - num_hit, budget, room)
-        num_blocks = -(-(num_hit + num_new) // self.kv.block_size)
+        num_blocks = self.kv.num_blocks_after(req, num_new, num_hit)
         while not self.kv.allocate_slots(req, num_new, hits):
             if not make_room(req, num_blocks):
                 return 0

@@ -35,6 +35,9 @@ class DenseCausalAttention:
     sequence's first token, then the total): q/k rotated by `rotary` (the model's
     KernelOps.apply_rotary), then causal within each sequence, nothing cached."""
 
+    # No paged step: nothing for a model to read of one (LongRoPE then keeps its short table).
+    metadata = None
+
     def __init__(self, starts: list[int], scale: float, rotary: ApplyRotary) -> None:
         self.starts = starts
         self.scale = scale
@@ -113,7 +116,7 @@ class DecoderEncoder:
         flat = torch.tensor([t for ids in batch for t in ids], device=self.device)
         positions = torch.cat([torch.arange(len(ids), device=self.device) for ids in batch])
         last = torch.tensor([s - 1 for s in starts[1:]], device=self.device)
-        attention = DenseCausalAttention(starts, self.spec.head_dim ** -0.5,
+        attention = DenseCausalAttention(starts, self.spec.scale,
                                          self.model.ops.apply_rotary)
         h = self.model.hidden_states(flat, positions, attention, last).float()
         if self.info.normalized:

@@ -132,6 +132,7 @@ class ModelSpec:
     layer_types: tuple[str, ...] = ()
     sliding_window: int | None = None  # the sliding layers' window, in tokens
     local_rope: RopeSpec | None = None  # the sliding layers' rotary, where it differs (Gemma 3)
+    rope_per_layer_type: bool = False  # the config keys its rope settings by layer type
     rotary_dim: int | None = None  # rotated values per head when partial (Phi-4-mini)
     activation: str = "silu"
     norm_offset: bool = False
@@ -210,6 +211,7 @@ class ModelSpec:
             layer_types=layer_types,
             sliding_window=window,
             local_rope=local if local is not None and local != global_rope else None,
+            rope_per_layer_type=FULL_ATTENTION in rope or SLIDING_ATTENTION in rope,
             rotary_dim=rotary_dim,
             activation=family.activation,
             norm_offset=family.norm_offset,

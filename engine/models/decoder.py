@@ -1,35 +1,61 @@
-"""One decoder-only transformer for Llama, Mistral, SmolLM, Qwen2 and Qwen3.
+"""One decoder-only transformer for every family officellm runs (engine/loading/model_spec.py
+lists them and the features each turns on).
 
-Weights are fused at load time (q/k/v into one matrix, gate/up into another) so a layer is
-four matmuls. The forward pass takes flat token batches (no padding): attention over the
-paged KV cache is delegated to an attention backend that reads per-step metadata.
+Weights are fused at load time (q/k/v into one matrix, gate/up into another) so a dense layer
+is four matmuls; a mixture-of-experts layer's MLP is engine/models/moe.py. The forward pass
+takes flat token batches (no padding): attention over the paged KV cache is delegated to an
+attention backend that reads per-step metadata, each layer with its window and sinks.
+
+What the families change, as features of the one layer:
+- norms: pre-norm (Llama) or Gemma 3's sandwich (a norm on the attention's and the MLP's
+  outputs too); Gemma's norms multiply by 1 + w, stored as such at load;
+- the MLP's gated activation (SwiGLU, GeGLU) or a mixture of experts;
+- multipliers: embeddings times sqrt(hidden) (Gemma) or a multiplier, residual branches
+  scaled, the attention's scale, logits divided (Granite) or soft-capped;
+- q/k norms, q/k/v/o biases, attention sinks (gpt-oss), partial rotary (Phi-4-mini), a
+  rotary table per layer type (Gemma 3's sliding layers).
 
 Under tensor parallelism each rank builds the same model over its ShardPlan: its heads,
-its intermediate range, its vocabulary rows, and loads only those slices.
+its intermediate range (every expert's), its vocabulary rows, and loads only those slices.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
+from officellm.engine.attention.backend import LayerAttention
+from officellm.engine.core.kv_cache_groups import KVCacheGroups
 from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.loading.gguf_tensors import QuantizedTensor
-from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.loading.model_spec import (
+    FULL_ATTENTION,
+    SLIDING_ATTENTION,
+    SUPPORTED_ARCHITECTURES,
+    ModelSpec,
+)
 from officellm.engine.models import packed_linear
 from officellm.engine.models.fixed_order_linear import FixedOrderWeight
+from officellm.engine.models.moe import MixtureOfExperts
 from officellm.engine.models.parallel_linear import ColumnParallelLinear, RowParallelLinear
 from officellm.engine.models.quantized_linear import QuantizedWeight, QuantMatmul, QuantPack
 from officellm.engine.models.rotary import RotaryTable
 from officellm.engine.models.shard_plan import ShardPlan
 from officellm.engine.models.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
+from officellm.engine.models.weight_names import decoder_name, is_skipped
+
+logger = logging.getLogger("engine")
+
+# A layer's rotary table: the sliding layers' own where it differs (Gemma 3), else the model's.
+GLOBAL_ROPE, LOCAL_ROPE = "global", "local"
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, spec: ModelSpec, dtype: torch.dtype, plan: ShardPlan,
+    def __init__(self, spec: ModelSpec, index: int, dtype: torch.dtype, plan: ShardPlan,
                  parallel: ParallelState) -> None:
         super().__init__()
         h, d = spec.hidden_size, spec.head_dim
@@ -37,19 +63,42 @@ class DecoderLayer(nn.Module):
         self.num_kv_heads = plan.num_kv_heads
         self.q_size = self.num_heads * d
         self.kv_size = self.num_kv_heads * d
-        inter = len(plan.intermediate)
+        self.window = spec.layer_window(index)
+        self.rope = LOCAL_ROPE if spec.local_rope is not None and self.window else GLOBAL_ROPE
         e = dict(dtype=dtype)
-        self.input_norm = nn.Parameter(torch.ones(h, **e), requires_grad=False)
-        self.post_attn_norm = nn.Parameter(torch.ones(h, **e), requires_grad=False)
+
+        def norm(size: int) -> nn.Parameter:
+            return nn.Parameter(torch.ones(size, **e), requires_grad=False)
+
+        self.input_norm = norm(h)
+        self.post_attn_norm = norm(h)
+        # Gemma 3's sandwich: post_attn_norm normalizes the attention's output, and these two
+        # the MLP's input and output.
+        self.pre_ff_norm = norm(h) if spec.sandwich_norms else None
+        self.post_ff_norm = norm(h) if spec.sandwich_norms else None
         self.qkv = ColumnParallelLinear(h, self.q_size + 2 * self.kv_size, spec.qkv_bias, dtype)
         self.o_proj = RowParallelLinear(self.q_size, h, spec.o_bias, dtype, parallel)
-        self.gate_up = ColumnParallelLinear(h, 2 * inter, spec.mlp_bias, dtype)
-        self.down = RowParallelLinear(inter, h, spec.mlp_bias, dtype, parallel)
         if spec.qk_norm:
-            self.q_norm = nn.Parameter(torch.ones(d, **e), requires_grad=False)
-            self.k_norm = nn.Parameter(torch.ones(d, **e), requires_grad=False)
+            self.q_norm = norm(d)
+            self.k_norm = norm(d)
         else:
             self.q_norm = self.k_norm = None
+        self.sinks = (nn.Parameter(torch.zeros(self.num_heads, dtype=torch.float32),
+                                   requires_grad=False) if spec.attention_sinks else None)
+        self.moe: MixtureOfExperts | None = None
+        self.gate_up: ColumnParallelLinear | None = None
+        self.down: RowParallelLinear | None = None
+        if spec.is_moe_layer(index):
+            assert spec.moe is not None
+            self.moe = MixtureOfExperts(spec.moe, h, dtype, plan, parallel)
+        else:
+            inter = len(plan.intermediate)
+            self.gate_up = ColumnParallelLinear(h, 2 * inter, spec.mlp_bias, dtype)
+            self.down = RowParallelLinear(inter, h, spec.mlp_bias, dtype, parallel)
+
+    def dense_matmuls(self) -> list[ColumnParallelLinear | RowParallelLinear]:
+        mlp = [self.gate_up, self.down] if self.moe is None else []
+        return [m for m in (self.qkv, self.o_proj, *mlp) if m is not None]
 
 
 def runs_dense(module: ColumnParallelLinear | RowParallelLinear | ParallelLMHead) -> bool:
@@ -70,27 +119,52 @@ class DecoderModel(nn.Module):
         self.plan = ShardPlan.for_rank(spec, parallel.rank, parallel.world_size)
         h = spec.hidden_size
         self.embed = VocabParallelEmbedding(self.plan, h, dtype, parallel)
-        self.layers = nn.ModuleList(DecoderLayer(spec, dtype, self.plan, parallel)
-                                    for _ in range(spec.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(spec, i, dtype, self.plan, parallel)
+                                    for i in range(spec.num_layers))
         self.norm = nn.Parameter(torch.ones(h, dtype=dtype), requires_grad=False)
         self.lm_head = ParallelLMHead(self.plan, h, spec.vocab_size, dtype, parallel,
                                       tied=self.embed if spec.tie_word_embeddings else None)
+        # Gemma scales the embeddings by sqrt(hidden) rounded to the model's dtype first;
+        # Granite multiplies by its config's float.
+        self.embed_scale: torch.Tensor | float | None = None
+        if spec.embedding_multiplier is not None:
+            self.embed_scale = (torch.tensor(spec.embedding_multiplier).to(dtype)
+                                if SUPPORTED_ARCHITECTURES[spec.model_type].embed_scale
+                                else spec.embedding_multiplier)
+        self.mlp_act = (ops.gelu_tanh_and_mul if spec.activation == "gelu_tanh"
+                        else ops.silu_and_mul)
         self.requires_grad_(False)
-        self.rotary: RotaryTable | None = None
+        self.rotary: dict[str, RotaryTable] = {}
+        self.rotary_positions = 0
 
     def init_rotary(self, max_positions: int) -> None:
-        self.rotary = RotaryTable(self.spec, self.spec.layer_rope(0), max_positions,
-                                  self.embed.weight.device)
+        device = self.embed.weight.device
+        spec = self.spec
+        self.rotary = {}
+        for i, layer in enumerate(self.layers):
+            if layer.rope not in self.rotary:
+                layer_type = ((SLIDING_ATTENTION if layer.window else FULL_ATTENTION)
+                              if spec.rope_per_layer_type else None)
+                self.rotary[layer.rope] = RotaryTable(spec, spec.layer_rope(i), max_positions,
+                                                      device, layer_type)
+        self.rotary_positions = max_positions
+
+    def attention_layers(self, groups: KVCacheGroups) -> list[LayerAttention]:
+        """Each layer's KV cache group, window and sinks, for the attention backend."""
+        return [LayerAttention(groups.place(i)[0], layer.window, layer.sinks)
+                for i, layer in enumerate(self.layers)]
 
     def weight_bytes(self) -> int:
         """Bytes of every weight this rank holds, dense or in blocks."""
         dense = sum(p.numel() * p.element_size() for p in self.parameters())
-        modules = [self.embed, self.lm_head, *(m for layer in self.layers for m in (
-            layer.qkv, layer.o_proj, layer.gate_up, layer.down))]
+        modules = [self.embed, self.lm_head,
+                   *(m for layer in self.layers for m in layer.dense_matmuls())]
         # A tied head reads the embedding's blocks: count each tensor once.
         blocks = {g.data.data_ptr(): g.data.numel() for m in modules if m.quantized is not None
                   for g in m.quantized.groups}
-        return dense + sum(blocks.values())
+        experts = sum(layer.moe.quantized.nbytes() for layer in self.layers
+                      if layer.moe is not None and layer.moe.quantized is not None)
+        return dense + sum(blocks.values()) + experts
 
     def pack_linears(self, prepare: Callable[[torch.Tensor], torch.Tensor | FixedOrderWeight]
                      = packed_linear.pack) -> int:
@@ -101,8 +175,7 @@ class DecoderModel(nn.Module):
         Call after load_weights. The plain weights of the layers are released (nothing reads
         them any more); the embedding keeps its own for the lookup. Returns how many prepared.
         """
-        modules = [m for layer in self.layers for m in (layer.qkv, layer.o_proj, layer.gate_up,
-                                                        layer.down) if runs_dense(m)]
+        modules = [m for layer in self.layers for m in layer.dense_matmuls() if runs_dense(m)]
         for module in modules:
             module.packed = prepare(module.weight)
             module.weight.data = torch.empty(0, dtype=module.weight.dtype)
@@ -116,15 +189,19 @@ class DecoderModel(nn.Module):
 
     def layer_matmuls(self) -> Iterator[tuple[ColumnParallelLinear | RowParallelLinear,
                                                tuple[str, ...]]]:
-        """Each layer's matmuls in order, with the Hugging Face names of the weights fused
-        into each."""
+        """Each layer's dense matmuls in order, with the Hugging Face names of the weights
+        fused into each."""
+        fused_checkpoint = self.spec.layout == "phi3"
         for i, layer in enumerate(self.layers):
             parts = {
-                layer.qkv: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                layer.qkv: (("self_attn.qkv_proj",) if fused_checkpoint else
+                            ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
                 layer.o_proj: ("self_attn.o_proj",),
-                layer.gate_up: ("mlp.gate_proj", "mlp.up_proj"),
-                layer.down: ("mlp.down_proj",),
             }
+            if layer.gate_up is not None and layer.down is not None:
+                parts[layer.gate_up] = (("mlp.gate_up_proj",) if fused_checkpoint else
+                                        ("mlp.gate_proj", "mlp.up_proj"))
+                parts[layer.down] = ("mlp.down_proj",)
             for module, names in parts.items():
                 yield module, tuple(f"model.layers.{i}.{n}.weight" for n in names)
 
@@ -163,84 +240,25 @@ class DecoderModel(nn.Module):
             kept += 1
         return kept
 
+    # -- loading -------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load Hugging Face-named tensors, fusing q/k/v and gate/up as they arrive; under
-        tensor parallelism each tensor is cut to this rank's slice first."""
-        plan = self.plan
-        pending: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
-        seen: set[str] = set()
-        fused = {
-            "self_attn.q_proj": ("qkv", "q"), "self_attn.k_proj": ("qkv", "k"),
-            "self_attn.v_proj": ("qkv", "v"), "mlp.gate_proj": ("gate_up", "g"),
-            "mlp.up_proj": ("gate_up", "u"),
-        }
-        order = {"qkv": ("q", "k", "v"), "gate_up": ("g", "u")}
+        """Load a checkpoint's tensors (any family's naming: engine/models/weight_names.py),
+        fusing q/k/v and gate/up as they arrive and stacking experts; under tensor
+        parallelism each tensor is cut to this rank's slice first."""
+        loader = _WeightLoader(self)
+        skipped = 0
         for name, tensor in weights:
-            name = name.removeprefix("model.")
-            if name.startswith("layers."):
-                _, idx, rest = name.split(".", 2)
-                tensor = plan.shard(rest, tensor)
-                layer = self.layers[int(idx)]
-                module_name, kind = rest.rsplit(".", 1)
-                if module_name in fused:
-                    target, part = fused[module_name]
-                    key = (int(idx), f"{target}.{kind}")
-                    pending.setdefault(key, {})[part] = tensor
-                    if len(pending[key]) == len(order[target]):
-                        parts = pending.pop(key)
-                        cat = torch.cat([parts[p] for p in order[target]], dim=0)
-                        self._copy(getattr(layer, target), kind, cat, f"layers.{idx}.{target}")
-                        seen.add(f"layers.{idx}.{target}.{kind}")
-                    continue
-                simple = {
-                    "input_layernorm.weight": (layer, "input_norm"),
-                    "post_attention_layernorm.weight": (layer, "post_attn_norm"),
-                    "self_attn.q_norm.weight": (layer, "q_norm"),
-                    "self_attn.k_norm.weight": (layer, "k_norm"),
-                    "self_attn.o_proj.weight": (layer.o_proj, "weight"),
-                    "self_attn.o_proj.bias": (layer.o_proj, "bias"),
-                    "mlp.down_proj.weight": (layer.down, "weight"),
-                    "mlp.down_proj.bias": (layer.down, "bias"),
-                }
-                if rest not in simple:
-                    if "rotary_emb" in rest:
-                        continue
-                    raise ValueError(f"Unexpected weight {name!r} in checkpoint.")
-                obj, attr = simple[rest]
-                self._copy(obj, attr, tensor, name)
-                seen.add(name)
-            elif name == "embed_tokens.weight":
-                self._copy(self.embed, "weight", plan.shard("embed_tokens.weight", tensor), name)
-                seen.add(name)
-            elif name == "norm.weight":
-                self._copy(self, "norm", tensor, name)
-                seen.add(name)
-            elif name == "lm_head.weight":
-                if self.lm_head.weight is not None:
-                    self._copy(self.lm_head, "weight", plan.shard(name, tensor), name)
-                    seen.add(name)
-            else:
-                raise ValueError(f"Unexpected weight {name!r} in checkpoint.")
-        if pending:
-            raise ValueError(f"Incomplete fused weights in checkpoint: {sorted(pending)}")
-        expected = 2 + (self.lm_head.weight is not None) + self.spec.num_layers * (
-            6 + 2 * self.spec.qk_norm + self.spec.qkv_bias + self.spec.o_bias
-            + 2 * self.spec.mlp_bias
-        )
-        if len(seen) != expected:
-            raise ValueError(
-                f"Checkpoint holds {len(seen)} of the {expected} expected weights; "
-                "is it the right architecture?"
-            )
+            if is_skipped(name):
+                skipped += 1
+                continue
+            loader.load(decoder_name(name, self.spec.layout), tensor)
+        loader.finish()
+        if skipped:
+            logger.info("Skipped %d tensors of the %s checkpoint's vision tower: its language "
+                        "model is served, images are not", skipped,
+                        self.spec.multimodal_wrapper or self.spec.model_type)
 
-    @staticmethod
-    def _copy(obj: Any, attr: str, tensor: torch.Tensor, name: str) -> None:
-        param = getattr(obj, attr)
-        if param is None or param.shape != tensor.shape:
-            shape = None if param is None else tuple(param.shape)
-            raise ValueError(f"Weight {name!r}: checkpoint {tuple(tensor.shape)} vs model {shape}")
-        param.data.copy_(tensor.to(param.dtype))
-
+    # -- forward -------------------------------------------------------------------------
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -250,7 +268,28 @@ class DecoderModel(nn.Module):
     ) -> torch.Tensor | None:
         """Run flat tokens [T] through the model; return logits (float32) at logits_indices
         (on rank 0; None on the other tensor-parallel ranks)."""
-        return self.lm_head(self.hidden_states(input_ids, positions, attention, logits_indices))
+        logits = self.lm_head(self.hidden_states(input_ids, positions, attention, logits_indices))
+        if logits is None:
+            return None
+        spec = self.spec
+        if spec.logits_divisor != 1.0:
+            logits = logits / spec.logits_divisor
+        if spec.final_logit_softcapping is not None:
+            cap = spec.final_logit_softcapping
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    def _rotations(self, positions: torch.Tensor, attention: Any
+                   ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Each rotary table's cos/sin rows for the step's tokens (LongRoPE's choice of table
+        by each token's sequence length)."""
+        seq_lens = None
+        md = attention.metadata
+        if md is not None and any(t.long_after is not None for t in self.rotary.values()):
+            qsl = md.query_start_loc.long()
+            seq_lens = torch.repeat_interleave(md.seq_lens.long(), qsl[1:] - qsl[:-1],
+                                               output_size=positions.shape[0])
+        return {key: table.lookup(positions, seq_lens) for key, table in self.rotary.items()}
 
     def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: Any,
                       indices: torch.Tensor) -> torch.Tensor:
@@ -259,9 +298,12 @@ class DecoderModel(nn.Module):
         ops, spec = self.ops, self.spec
         d, eps = spec.head_dim, spec.rms_norm_eps
         hq, hk = self.plan.num_q_heads, self.plan.num_kv_heads
-        assert self.rotary is not None, "init_rotary() first"
-        cos, sin = self.rotary.lookup(positions)
+        assert self.rotary, "init_rotary() first"
+        rotations = self._rotations(positions, attention)
+        branch = spec.residual_multiplier
         x = self.embed(input_ids)
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
         residual = None
         for i, layer in enumerate(self.layers):
             if residual is None:
@@ -278,9 +320,229 @@ class DecoderModel(nn.Module):
                 q = ops.rms_norm(q, layer.q_norm, eps)
                 k = ops.rms_norm(k, layer.k_norm, eps)
             # The backend rotates q/k as it stores k/v (one kernel on the GPU).
-            o = attention.forward(i, q, k, v, cos, sin)
+            o = attention.forward(i, q, k, v, *rotations[layer.rope])
             x = layer.o_proj(o.reshape(-1, hq * d))
-            h, residual = ops.fused_add_rms_norm(x, residual, layer.post_attn_norm, eps)
-            x = layer.down(ops.silu_and_mul(layer.gate_up(h)))
+            if layer.pre_ff_norm is not None:
+                x = ops.rms_norm(x, layer.post_attn_norm, eps)
+            if branch != 1.0:
+                x = x * branch
+            h, residual = ops.fused_add_rms_norm(
+                x, residual, layer.pre_ff_norm if layer.pre_ff_norm is not None
+                else layer.post_attn_norm, eps)
+            if layer.moe is not None:
+                x = layer.moe(h, ops.moe_experts)
+            else:
+                assert layer.gate_up is not None and layer.down is not None
+                x = layer.down(self.mlp_act(layer.gate_up(h)))
+            if layer.post_ff_norm is not None:
+                x = ops.rms_norm(x, layer.post_ff_norm, eps)
+            if branch != 1.0:
+                x = x * branch
         h, _ = ops.fused_add_rms_norm(x, residual, self.norm, eps)
         return h.index_select(0, indices)
+
+
+class _WeightLoader:
+    """Puts one checkpoint's tensors (in the decoder's naming) into a DecoderModel, and
+    says what is missing at the end."""
+
+    # Dense weights fused at load: checkpoint module -> (our module, part).
+    FUSED = {"self_attn.q_proj": ("qkv", "q"), "self_attn.k_proj": ("qkv", "k"),
+             "self_attn.v_proj": ("qkv", "v"), "mlp.gate_proj": ("gate_up", "g"),
+             "mlp.up_proj": ("gate_up", "u")}
+    ORDER = {"qkv": ("q", "k", "v"), "gate_up": ("g", "u")}
+    NORMS = {"input_layernorm": "input_norm", "post_attention_layernorm": "post_attn_norm",
+             "pre_feedforward_layernorm": "pre_ff_norm",
+             "post_feedforward_layernorm": "post_ff_norm",
+             "self_attn.q_norm": "q_norm", "self_attn.k_norm": "k_norm"}
+
+    def __init__(self, model: DecoderModel) -> None:
+        self.model = model
+        self.spec = model.spec
+        self.plan = model.plan
+        self.pending: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
+        self.seen: set[str] = set()
+        # Per MoE layer param: the (expert, part) pieces loaded so far.
+        self.expert_parts: dict[str, set[tuple[int, str]]] = {}
+
+    # -- dispatch ------------------------------------------------------------------------
+    def load(self, name: str, tensor: torch.Tensor) -> None:
+        model = self.model
+        if name.startswith("layers."):
+            _, idx, rest = name.split(".", 2)
+            self._layer(int(idx), rest, tensor)
+        elif name == "embed_tokens.weight":
+            self._copy(model.embed, "weight", self.plan.shard(name, tensor), name)
+        elif name == "norm.weight":
+            self._copy(model, "norm", self._norm_weight(tensor), name)
+        elif name == "lm_head.weight":
+            if model.lm_head.weight is not None:
+                self._copy(model.lm_head, "weight", self.plan.shard(name, tensor), name)
+        else:
+            raise ValueError(f"Unexpected weight {name!r} in checkpoint.")
+
+    def _layer(self, i: int, rest: str, tensor: torch.Tensor) -> None:
+        layer = self.model.layers[i]
+        key = f"layers.{i}.{rest}"
+        module_name, kind = rest.rsplit(".", 1)
+        if module_name in self.NORMS and kind == "weight":
+            target = self.NORMS[module_name]
+            if getattr(layer, target) is None:
+                raise ValueError(f"Unexpected weight {key!r} in checkpoint.")
+            self._copy(layer, target, self._norm_weight(tensor), key)
+        elif module_name in self.FUSED and (module_name.startswith("self_attn")
+                                            or layer.moe is None):
+            self._fuse_part(i, module_name, kind, self.plan.shard(rest, tensor))
+        elif module_name == "self_attn.qkv_proj":  # Phi-3: q, k, v rows in one tensor
+            spec = self.spec
+            q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+            for part, piece in zip(("q_proj", "k_proj", "v_proj"), tensor.split([q, kv, kv])):
+                self._layer(i, f"self_attn.{part}.{kind}", piece)
+        elif module_name == "mlp.gate_up_proj" and layer.moe is None:  # Phi-3: gate, up halves
+            gate, up = tensor.chunk(2, dim=0)
+            self._layer(i, f"mlp.gate_proj.{kind}", gate)
+            self._layer(i, f"mlp.up_proj.{kind}", up)
+        elif module_name == "self_attn.o_proj":
+            self._copy(layer.o_proj, kind, self.plan.shard(rest, tensor), key)
+        elif module_name == "mlp.down_proj" and layer.down is not None:
+            self._copy(layer.down, kind, self.plan.shard(rest, tensor), key)
+        elif rest == "self_attn.sinks" and layer.sinks is not None:
+            self._copy(layer, "sinks", self.plan.shard(rest, tensor), key)
+        elif layer.moe is not None and rest.startswith("mlp."):
+            self._expert(i, layer.moe, rest, tensor)
+        elif "rotary_emb" in rest:
+            return
+        else:
+            raise ValueError(f"Unexpected weight {key!r} in checkpoint.")
+
+    def _norm_weight(self, tensor: torch.Tensor) -> torch.Tensor:
+        # Gemma's norms multiply by 1 + w: stored as such, one multiply per norm.
+        return tensor.float() + 1.0 if self.spec.norm_offset else tensor
+
+    # -- dense -----------------------------------------------------------------------------
+    def _fuse_part(self, i: int, module_name: str, kind: str, tensor: torch.Tensor) -> None:
+        target, part = self.FUSED[module_name]
+        key = (i, f"{target}.{kind}")
+        self.pending.setdefault(key, {})[part] = tensor
+        if len(self.pending[key]) == len(self.ORDER[target]):
+            parts = self.pending.pop(key)
+            cat = torch.cat([parts[p] for p in self.ORDER[target]], dim=0)
+            self._copy(getattr(self.model.layers[i], target), kind, cat,
+                       f"layers.{i}.{target}.{kind}")
+
+    # -- experts ---------------------------------------------------------------------------
+    def _expert(self, i: int, moe: MixtureOfExperts, rest: str, tensor: torch.Tensor) -> None:
+        """A router or expert tensor: per expert (`mlp.experts.E.gate_proj.weight`), or the
+        experts stacked (Qwen3-MoE's fused `mlp.experts.gate_up_proj` [E, 2I, H], gpt-oss's
+        `mlp.experts.gate_up_proj` [E, H, 2I] with gate and up interleaved, and biases)."""
+        key = f"layers.{i}.{rest}"
+        plan = self.plan
+        inter = moe.intermediate_size
+        parts = rest.split(".")
+        if rest in ("mlp.gate.weight", "mlp.gate.bias"):
+            attr = "router" if parts[-1] == "weight" else "router_bias"
+            if getattr(moe, attr) is None:
+                raise ValueError(f"Unexpected weight {key!r} in checkpoint.")
+            self._copy(moe, attr, tensor, key)
+            return
+        if len(parts) == 5 and parts[1] == "experts" and parts[4] == "weight":
+            e, proj = int(parts[2]), parts[3]
+            if proj == "gate_proj":
+                moe.w13.data[e, :inter].copy_(plan.shard_expert("gate", tensor))
+            elif proj == "up_proj":
+                moe.w13.data[e, inter:].copy_(plan.shard_expert("up", tensor))
+            elif proj == "down_proj":
+                moe.w2.data[e].copy_(plan.shard_expert("down", tensor))
+            else:
+                raise ValueError(f"Unexpected weight {key!r} in checkpoint.")
+            self._expert_piece(i, e, proj)
+            return
+        stacked = rest.removeprefix("mlp.experts.")
+        gpt_oss = self.spec.layout == "gpt_oss"
+        if stacked == "gate_up_proj":
+            # Qwen3-MoE's [E, 2I, H] (gate rows, then up); gpt-oss's [E, H, 2I] interleaved.
+            w = tensor.transpose(1, 2) if gpt_oss else tensor
+            gate, up = (w[:, 0::2], w[:, 1::2]) if gpt_oss else w.chunk(2, dim=1)
+            for e in range(moe.spec.num_experts):
+                moe.w13.data[e, :inter].copy_(plan.shard_expert("gate", gate[e]))
+                moe.w13.data[e, inter:].copy_(plan.shard_expert("up", up[e]))
+                self._expert_piece(i, e, "gate_proj")
+                self._expert_piece(i, e, "up_proj")
+        elif stacked == "down_proj":
+            w = tensor.transpose(1, 2) if gpt_oss else tensor  # -> [E, H, I]
+            for e in range(moe.spec.num_experts):
+                moe.w2.data[e].copy_(plan.shard_expert("down", w[e]))
+                self._expert_piece(i, e, "down_proj")
+        elif stacked == "gate_up_proj_bias" and moe.b13 is not None:
+            for e in range(moe.spec.num_experts):
+                moe.b13.data[e, :inter].copy_(plan.shard_expert("gate_bias", tensor[e, 0::2]))
+                moe.b13.data[e, inter:].copy_(plan.shard_expert("up_bias", tensor[e, 1::2]))
+            self.seen.add(key)
+        elif stacked == "down_proj_bias" and moe.b2 is not None:
+            # Added once after the ranks' sum: rank 0 holds it.
+            if plan.rank == 0:
+                moe.b2.data.copy_(tensor)
+            self.seen.add(key)
+        else:
+            raise ValueError(f"Unexpected weight {key!r} in checkpoint.")
+
+    def _expert_piece(self, i: int, e: int, proj: str) -> None:
+        self.expert_parts.setdefault(f"layers.{i}", set()).add((e, proj))
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def _copy(self, obj: Any, attr: str, tensor: torch.Tensor, name: str) -> None:
+        param = getattr(obj, attr)
+        if param is None or param.shape != tensor.shape:
+            shape = None if param is None else tuple(param.shape)
+            raise ValueError(f"Weight {name!r}: checkpoint {tuple(tensor.shape)} vs model {shape}")
+        param.data.copy_(tensor.to(param.dtype))
+        self.seen.add(name)
+
+    def finish(self) -> None:
+        """Raise ValueError naming what the checkpoint did not hold."""
+        if self.pending:
+            raise ValueError(f"Incomplete fused weights in checkpoint: {sorted(self.pending)}")
+        missing = [n for n in self.expected() if n not in self.seen]
+        for i, layer in enumerate(self.model.layers):
+            if layer.moe is None:
+                continue
+            got = self.expert_parts.get(f"layers.{i}", set())
+            want = {(e, p) for e in range(layer.moe.spec.num_experts)
+                    for p in ("gate_proj", "up_proj", "down_proj")}
+            if got != want:
+                missing.append(f"layers.{i} experts ({len(want - got)} of {len(want)} "
+                               "expert weights)")
+        if missing:
+            raise ValueError(
+                f"Checkpoint lacks {len(missing)} expected weights ({', '.join(missing[:4])}"
+                f"{', ...' if len(missing) > 4 else ''}); is it the right architecture?")
+
+    def expected(self) -> list[str]:
+        """Every name `seen` must hold once the checkpoint is loaded (experts apart)."""
+        model, spec = self.model, self.spec
+        names = ["embed_tokens.weight", "norm.weight"]
+        if model.lm_head.weight is not None:
+            names.append("lm_head.weight")
+        for i, layer in enumerate(model.layers):
+            p = f"layers.{i}."
+            names += [p + "qkv.weight", p + "self_attn.o_proj.weight"]
+            names += [p + f"{n}.weight" for n, attr in self.NORMS.items()
+                      if getattr(layer, attr) is not None]
+            if spec.qkv_bias:
+                names.append(p + "qkv.bias")
+            if spec.o_bias:
+                names.append(p + "self_attn.o_proj.bias")
+            if layer.sinks is not None:
+                names.append(p + "self_attn.sinks")
+            if layer.moe is not None:
+                names.append(p + "mlp.gate.weight")
+                if layer.moe.router_bias is not None:
+                    names.append(p + "mlp.gate.bias")
+                if layer.moe.b13 is not None:
+                    names += [p + "mlp.experts.gate_up_proj_bias",
+                              p + "mlp.experts.down_proj_bias"]
+            else:
+                names += [p + "gate_up.weight", p + "mlp.down_proj.weight"]
+                if spec.mlp_bias:
+                    names += [p + "gate_up.bias", p + "mlp.down_proj.bias"]
+        return names

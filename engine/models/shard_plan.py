@@ -37,6 +37,8 @@ class ShardPlan:
     intermediate: range
     vocab: range  # real token ids this rank holds
     vocab_shard: int  # rows per rank: ceil(vocab / tp), the last rank's padded with zeros
+    # Each expert's intermediate range (a mixture of experts splits every expert alike).
+    expert_intermediate: range = range(0)
 
     @classmethod
     def for_rank(cls, spec: ModelSpec, rank: int = 0, world_size: int = 1) -> ShardPlan:
@@ -55,13 +57,22 @@ class ShardPlan:
             q = _even_range(h, rank, world_size)
             first_kv = rank * k // world_size
             kv = range(first_kv, first_kv + 1)
-        if spec.intermediate_size < world_size:
+        dense = spec.moe is None or len(spec.moe.layers) < spec.num_layers
+        if dense and spec.intermediate_size < world_size:
             raise TensorParallelSplitError(
                 f"Cannot split an MLP of {spec.intermediate_size} across {world_size} ranks.")
+        experts = range(0)
+        if spec.moe is not None:
+            if spec.moe.intermediate_size < world_size:
+                raise TensorParallelSplitError(
+                    f"Cannot split experts of {spec.moe.intermediate_size} across "
+                    f"{world_size} ranks.")
+            experts = _even_range(spec.moe.intermediate_size, rank, world_size)
         shard = -(-spec.vocab_size // world_size)
         vocab = range(min(rank * shard, spec.vocab_size), min((rank + 1) * shard, spec.vocab_size))
         return cls(rank, world_size, spec.head_dim, q, kv,
-                   _even_range(spec.intermediate_size, rank, world_size), vocab, shard)
+                   _even_range(spec.intermediate_size, rank, world_size), vocab, shard,
+                   experts)
 
     @property
     def num_q_heads(self) -> int:
@@ -72,20 +83,35 @@ class ShardPlan:
         return len(self.kv_heads)
 
     def num_parameters(self, spec: ModelSpec) -> int:
-        """Parameters this rank holds: its slices, plus the norms every rank keeps whole."""
+        """Parameters this rank holds: its slices, plus the norms (and a mixture's router)
+        every rank keeps whole; every expert of a mixture (each expert's slice)."""
         h, d = spec.hidden_size, spec.head_dim
         q, kv, inter = self.num_q_heads * d, self.num_kv_heads * d, len(self.intermediate)
         attn = h * (q + 2 * kv) + q * h
         attn += (q + 2 * kv) * spec.qkv_bias + h * spec.o_bias + 2 * d * spec.qk_norm
-        mlp = 3 * h * inter + (2 * inter + h) * spec.mlp_bias
+        attn += self.num_q_heads * spec.attention_sinks
+        norms = (4 if spec.sandwich_norms else 2) * h
+        total = 0
+        for layer in range(spec.num_layers):
+            if spec.is_moe_layer(layer):
+                moe = spec.moe
+                assert moe is not None
+                i = len(self.expert_intermediate)
+                per_expert = 3 * h * i + (2 * i + h) * moe.expert_bias
+                mlp = moe.num_experts * (per_expert + h) + moe.num_experts * moe.router_bias
+            else:
+                mlp = 3 * h * inter + (2 * inter + h) * spec.mlp_bias
+            total += attn + mlp + norms
         vocab = self.vocab_shard * h * (1 if spec.tie_word_embeddings else 2)
-        return spec.num_layers * (attn + mlp + 2 * h) + vocab + h
+        return total + vocab + h
 
     def shard(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """This rank's slice of the checkpoint tensor `name` (Hugging Face naming, without
         the `model.` and `layers.N.` prefixes)."""
         if self.world_size == 1:
             return tensor
+        if name == "self_attn.sinks":  # one per query head
+            return tensor[self.q_heads.start : self.q_heads.stop]
         module, kind = name.rsplit(".", 1)
         d = self.head_dim
         rows = {
@@ -110,3 +136,13 @@ class ShardPlan:
             pad = self.vocab_shard - part.shape[0]
             return torch.nn.functional.pad(part, (0, 0, 0, pad)) if pad else part
         return tensor  # norms (q/k norms are per head_dim, shared by every head)
+
+    def shard_expert(self, part: str, tensor: torch.Tensor) -> torch.Tensor:
+        """This rank's slice of one expert's weight: `part` "gate" or "up" ([I, H] rows of
+        its intermediate range), "down" ([H, I] columns), "gate_bias"/"up_bias" ([I])."""
+        if self.world_size == 1:
+            return tensor
+        r = self.expert_intermediate
+        if part == "down":
+            return tensor[:, r.start : r.stop]
+        return tensor[r.start : r.stop]

@@ -39,7 +39,7 @@ class DecodeGraphs:
 
     def __init__(self, model: Any, attention: AttentionBackend, max_batch: int,
                  max_blocks_per_seq: int, null_block: int, device: torch.device,
-                 use_graphs: bool = True) -> None:
+                 use_graphs: bool = True, num_groups: int = 1) -> None:
         self.model = model
         self.attention = attention
         self.device = device
@@ -49,10 +49,11 @@ class DecodeGraphs:
         n = self.max_batch
         self.input_ids = torch.zeros(n, dtype=torch.long, device=device)
         self.positions = torch.zeros(n, dtype=torch.long, device=device)
-        self.slot_mapping = torch.full((n,), -1, dtype=torch.long, device=device)
+        # Per KV cache group, as AttentionMetadata holds them.
+        self.slot_mapping = torch.full((num_groups, n), -1, dtype=torch.long, device=device)
         self.seq_lens = torch.zeros(n, dtype=torch.int32, device=device)
-        self.block_tables = torch.full((n, max_blocks_per_seq), null_block, dtype=torch.long,
-                                       device=device)
+        self.block_tables = torch.full((num_groups, n, max_blocks_per_seq), null_block,
+                                       dtype=torch.long, device=device)
         self.rows = torch.arange(n + 1, dtype=torch.long, device=device)
         self.query_start_loc = self.rows.to(torch.int32)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -63,8 +64,8 @@ class DecodeGraphs:
     def _metadata(self, size: int, seq_lens_host: list[int]) -> AttentionMetadata:
         """Metadata whose tensors are views of the static buffers (what the graph reads)."""
         return AttentionMetadata(
-            slot_mapping=self.slot_mapping[:size],
-            block_tables=self.block_tables[:size],
+            slot_mapping=self.slot_mapping[:, :size],
+            block_tables=self.block_tables[:, :size],
             seq_lens=self.seq_lens[:size],
             query_start_loc=self.query_start_loc[: size + 1],
             num_decodes=size,
@@ -130,21 +131,21 @@ class DecodeGraphs:
         """Logits [batch, vocab] (float32) of a decode step, through the padded graph."""
         b = input_ids.shape[0]
         size = self.padded_size(b)
-        width = metadata.block_tables.shape[1]
-        if width > self.block_tables.shape[1]:
+        width = metadata.block_tables.shape[2]
+        if width > self.block_tables.shape[2]:
             raise ValueError(f"block table of {width} blocks exceeds the captured "
-                             f"{self.block_tables.shape[1]}")
+                             f"{self.block_tables.shape[2]}")
         self.input_ids[:b].copy_(input_ids)
         self.positions[:b].copy_(positions)
-        self.slot_mapping[:b].copy_(metadata.slot_mapping)
+        self.slot_mapping[:, :b].copy_(metadata.slot_mapping)
         self.seq_lens[:b].copy_(metadata.seq_lens)
-        self.block_tables[:b, :width].copy_(metadata.block_tables)
+        self.block_tables[:, :b, :width].copy_(metadata.block_tables)
         if size > b:
             # Padding rows: write nothing, attend to nothing. Stale block-table entries
             # beyond a row's length are never read, so they need no reset.
             self.input_ids[b:size].zero_()
             self.positions[b:size].zero_()
-            self.slot_mapping[b:size].fill_(-1)
+            self.slot_mapping[:, b:size].fill_(-1)
             self.seq_lens[b:size].zero_()
         if self.use_graphs:
             self.graphs[size].replay()

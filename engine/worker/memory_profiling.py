@@ -21,6 +21,7 @@ import torch
 from officellm.engine.attention import selection
 from officellm.engine.attention.backend import AttentionMetadata
 from officellm.engine.config import format_gib
+from officellm.engine.core.kv_cache_groups import KVCacheGroups
 from officellm.engine.loading.model_spec import ModelSpec
 
 logger = logging.getLogger("officellm.engine.worker.memory_profiling")
@@ -58,7 +59,7 @@ def kv_budget_bytes(total: int, utilization: float, weights: int, peak_activatio
 
 
 def dummy_step(spec: ModelSpec, num_tokens: int, block_size: int, null_block: int,
-               device: torch.device, decode: bool) -> AttentionMetadata:
+               device: torch.device, decode: bool, num_groups: int = 1) -> AttentionMetadata:
     """Metadata for a synthetic step that writes nothing and reads only the null block.
 
     decode=False: one prefill of num_tokens tokens (the largest step's activations).
@@ -70,9 +71,10 @@ def dummy_step(spec: ModelSpec, num_tokens: int, block_size: int, null_block: in
     else:
         seq_lens, qsl, width = [num_tokens], [0, num_tokens], -(-num_tokens // block_size)
     return AttentionMetadata(
-        slot_mapping=torch.full((num_tokens,), -1, dtype=torch.long, device=device),
-        block_tables=torch.full((len(seq_lens), width), null_block, dtype=torch.long,
+        slot_mapping=torch.full((num_groups, num_tokens), -1, dtype=torch.long,
                                 device=device),
+        block_tables=torch.full((num_groups, len(seq_lens), width), null_block,
+                                dtype=torch.long, device=device),
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=device),
         query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=device),
         num_decodes=num_tokens if decode else 0,
@@ -94,10 +96,12 @@ def run_dummy_step(model: Any, spec: ModelSpec, dtype: torch.dtype, device: torc
     shape = (1, block_size, model.plan.num_kv_heads, spec.head_dim)  # only the null block
     k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
     v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(spec.num_layers)]
-    attention = selection.attention_for(device, k_caches, v_caches, spec.head_dim ** -0.5,
-                                          backend)
-    attention.set_metadata(dummy_step(spec, num_tokens, block_size, 0, device, decode))
-    if model.rotary is None or model.rotary.cos.shape[0] < num_tokens:
+    groups = KVCacheGroups.for_windows(spec.layer_windows)
+    attention = selection.attention_for(device, k_caches, v_caches, spec.scale, backend,
+                                        layers=model.attention_layers(groups))
+    attention.set_metadata(dummy_step(spec, num_tokens, block_size, 0, device, decode,
+                                      groups.num_groups))
+    if model.rotary_positions < num_tokens:
         model.init_rotary(num_tokens)
     ids = torch.zeros(num_tokens, dtype=torch.long, device=device)
     positions = (torch.zeros if decode else torch.arange)(num_tokens, dtype=torch.long,

@@ -11,6 +11,7 @@ import torch
 
 from officellm.engine.attention import selection
 from officellm.engine.attention.backend import AttentionBackend, AttentionMetadata
+from officellm.engine.core.kv_cache_groups import KVCacheGroups
 from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.structured_output.bitmask import GrammarBitmask
@@ -32,10 +33,10 @@ class StepBatch:
 
     token_ids: np.ndarray  # [T] int64, every scheduled token in batch order
     positions: np.ndarray  # [T] int64
-    slot_mapping: np.ndarray  # [T] int64, flat KV slot each token is written to
+    slot_mapping: np.ndarray  # [G, T] int64, per KV cache group the flat slot of each token
     query_lens: list[int]  # [B] new tokens per sequence
     context_lens: list[int]  # [B] tokens in the KV cache once this step has run
-    block_tables: list[list[int]]  # [B] block ids per sequence
+    block_tables: list[list[list[int]]]  # [G][B] block ids per group and sequence
     logits_indices: list[int]  # rows whose logits are sampled
     # Async scheduling (rank 0 alone): token rows whose id the previous step sampled and the
     # host has not read yet, and each one's row in that step's samples (read on the device).
@@ -63,6 +64,11 @@ class StepInputs:
     sampling: SamplingMetadata
 
 
+def kv_cache_groups(spec: ModelSpec) -> KVCacheGroups:
+    """The model's layers in KV cache groups, by their windows."""
+    return KVCacheGroups.for_windows(spec.layer_windows)
+
+
 class ModelRunner:
     """Owns the model, the KV cache tensors, the attention backend and the sampler.
 
@@ -77,20 +83,27 @@ class ModelRunner:
         self.spec = spec
         self.block_size = block_size
         self.device = device
-        # One extra, never-allocated block stays zero: padded reads point at it. Masked keys
-        # get zero weight, but 0 * NaN is NaN, so padding must never read a stale NaN.
+        self.groups = kv_cache_groups(spec)
+        # One extra, never-allocated block stays zero: padded reads, and a sliding window's
+        # passed entries, point at it (the KV manager's null_block_id). Masked keys get zero
+        # weight, but 0 * NaN is NaN, so padding must never read a stale NaN.
         self.null_block = num_blocks
         shape = (num_blocks + 1, block_size, model.plan.num_kv_heads,
                  cache_row_width(spec.head_dim, kv_dtype))
         # kv_dtype: the compute dtype, 16 bits under a float32 model, or one byte (fp8; int8
-        # with each row's scale after its values): engine/kv_cache_dtype.py.
-        self.k_caches = [torch.zeros(shape, dtype=kv_dtype, device=device)
-                         for _ in range(spec.num_layers)]
-        self.v_caches = [torch.zeros(shape, dtype=kv_dtype, device=device)
-                         for _ in range(spec.num_layers)]
+        # with each row's scale after its values): engine/kv_cache_dtype.py. A block is a
+        # page in each of the pool's tensors; layer l keeps its pages in the tensor its
+        # place in its group names (engine/core/kv_cache_groups.py).
+        self.k_pool = [torch.zeros(shape, dtype=kv_dtype, device=device)
+                       for _ in range(self.groups.layers_per_block)]
+        self.v_pool = [torch.zeros(shape, dtype=kv_dtype, device=device)
+                       for _ in range(self.groups.layers_per_block)]
+        places = [self.groups.place(layer) for layer in range(spec.num_layers)]
+        self.k_caches = [self.k_pool[tensor] for _, tensor in places]
+        self.v_caches = [self.v_pool[tensor] for _, tensor in places]
         self.attention: AttentionBackend = selection.attention_for(
-            device, self.k_caches, self.v_caches, spec.head_dim ** -0.5, attention_backend,
-            batch_invariant)
+            device, self.k_caches, self.v_caches, spec.scale, attention_backend,
+            batch_invariant, model.attention_layers(self.groups))
         self.decode_graphs: DecodeGraphs | None = None  # once captured
         self.sampler = Sampler(seed)
         # The last sampled step, its samples still on the device, and the row of each
@@ -103,20 +116,20 @@ class ModelRunner:
         """Flatten the scheduled chunks; also return what the sampler reads of the requests
         that sample, in row order."""
         bs = self.block_size
+        num_groups = self.groups.num_groups
         ids: list[int] = []
         positions: list[int] = []
-        slots: list[int] = []
+        slots: list[list[int]] = [[] for _ in range(num_groups)]
         logits_idx: list[int] = []
         sampling: list[SamplingRow] = []
         q_lens: list[int] = []
         ctx_lens: list[int] = []
-        tables: list[list[int]] = []
+        tables: list[list[list[int]]] = [[] for _ in range(num_groups)]
         from_previous: list[int] = []
         previous_rows: list[int] = []
         offset = 0
         for chunk in so.chunks:
             req, start, n = chunk.request, chunk.start, chunk.num_new_tokens
-            blocks = req.block_ids
             if n == 1:  # a decode: plain ints are cheaper than numpy for one token
                 if start < len(req.all_token_ids):
                     ids.append(req.all_token_ids[start])
@@ -125,7 +138,8 @@ class ModelRunner:
                     previous_rows.append(self._row_in_previous(req.request_id))
                     ids.append(0)
                 positions.append(start)
-                slots.append(blocks[start // bs] * bs + start % bs)
+                for g, blocks in enumerate(req.block_ids):
+                    slots[g].append(blocks[start // bs] * bs + start % bs)
             else:
                 if chunk.draft:  # its last known token, then the drafts it verifies
                     ids.append(req.all_token_ids[start])
@@ -134,7 +148,9 @@ class ModelRunner:
                     ids.extend(req.all_token_ids[start : start + n])
                 pos = np.arange(start, start + n, dtype=np.int64)
                 positions.extend(pos.tolist())
-                slots.extend((np.asarray(blocks, dtype=np.int64)[pos // bs] * bs + pos % bs).tolist())
+                for g, blocks in enumerate(req.block_ids):
+                    slots[g].extend((np.asarray(blocks, dtype=np.int64)[pos // bs] * bs
+                                     + pos % bs).tolist())
             offset += n
             if chunk.draft:  # every position samples: the model's token after each draft
                 logits_idx.extend(range(offset - n, offset))
@@ -144,10 +160,11 @@ class ModelRunner:
                 sampling.append(SamplingRow.of(req))
             q_lens.append(n)
             ctx_lens.append(start + n)
-            tables.append(blocks)
+            for g, blocks in enumerate(req.block_ids):
+                tables[g].append(blocks)
         batch = StepBatch(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64),
-                          np.asarray(slots, dtype=np.int64), q_lens, ctx_lens, tables, logits_idx,
-                          from_previous, previous_rows)
+                          np.asarray(slots, dtype=np.int64).reshape(num_groups, -1), q_lens,
+                          ctx_lens, tables, logits_idx, from_previous, previous_rows)
         return batch, SamplingMetadata(sampling)
 
     def inputs_for(self, batch: StepBatch, sampling: SamplingMetadata) -> StepInputs:
@@ -173,7 +190,7 @@ class ModelRunner:
         longer = np.flatnonzero(q_lens != 1)
         num_decodes = int(longer[0]) if longer.size else len(q_lens)
         metadata = AttentionMetadata(
-            slot_mapping=slots,
+            slot_mapping=slots.view(batch.slot_mapping.shape),
             block_tables=tables_t.view(tables.shape),
             # The kernels read 32-bit lengths: converted on the device, after the one copy.
             seq_lens=seq_lens_t.to(torch.int32),
@@ -190,19 +207,23 @@ class ModelRunner:
         """Zero blocks a failed request wrote (they may hold NaN that a later reader's masked
         tail would turn into NaN output)."""
         idx = to_device(block_ids, torch.long, self.device)
-        for cache in self.k_caches + self.v_caches:
+        for cache in self.k_pool + self.v_pool:
             # Through the bytes: torch has no fp8 index_fill_, and zero is all-zero bytes in
             # every cache dtype.
             cache.view(torch.uint8).index_fill_(0, idx, 0)
 
-    def _pad_tables(self, tables: list[list[int]]) -> np.ndarray:
-        """[B, longest table] int64, padded with the null block."""
-        lens = np.fromiter(map(len, tables), dtype=np.int64, count=len(tables))
-        width = int(lens.max()) if len(tables) else 0
-        out = np.full((len(tables), width), self.null_block, dtype=np.int64)
+    def _pad_tables(self, tables: list[list[list[int]]]) -> np.ndarray:
+        """[G, B, longest table] int64, padded with the null block (a request's tables are
+        as long in every group)."""
+        first = tables[0]
+        lens = np.fromiter(map(len, first), dtype=np.int64, count=len(first))
+        width = int(lens.max()) if len(first) else 0
+        out = np.full((len(tables), len(first), width), self.null_block, dtype=np.int64)
         # One vectorized scatter instead of a row copy per sequence.
-        out[np.arange(width) < lens[:, None]] = np.fromiter(
-            itertools.chain.from_iterable(tables), dtype=np.int64, count=int(lens.sum()))
+        rows = np.arange(width) < lens[:, None]
+        for g, group in enumerate(tables):
+            out[g][rows] = np.fromiter(itertools.chain.from_iterable(group), dtype=np.int64,
+                                       count=int(lens.sum()))
         return out
 
     def capture_decode_graphs(self, max_batch: int, max_model_len: int,
@@ -213,7 +234,7 @@ class ModelRunner:
 
         graphs = DecodeGraphs(self.model, self.attention, max_batch,
                               -(-max_model_len // self.block_size), self.null_block,
-                              self.device, use_graphs)
+                              self.device, use_graphs, self.groups.num_groups)
         graphs.capture()
         self.decode_graphs = graphs
 

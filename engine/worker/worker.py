@@ -19,15 +19,15 @@ from officellm.engine.attention import selection
 from officellm.engine.config import EngineConfig, format_gib
 from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.dtype_choice import resolve_dtype
-from officellm.engine.kv_cache_dtype import kv_bytes_per_token, resolve_kv_cache_dtype
-from officellm.engine.kv_plan import KVCacheTooSmallError, size_pool
+from officellm.engine.kv_cache_dtype import resolve_kv_cache_dtype, scale_bytes
+from officellm.engine.kv_plan import KVCacheTooSmallError, kv_block_bytes, size_pool
 from officellm.engine.loading.model_loader import gguf_source, iter_safetensors, load_config_dict
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
 from officellm.engine.models.fixed_order_linear import FixedOrderWeight
 from officellm.engine.weight_quantization import gguf_blocks, quantize_at_load, resolve_quantization
-from officellm.engine.worker.model_runner import ModelRunner
+from officellm.engine.worker.model_runner import ModelRunner, kv_cache_groups
 from officellm.engine.worker.quantization_choice import (
     blocks_reach,
     remembered_reach,
@@ -218,10 +218,13 @@ class Worker:
                     logger.info("Rank %d: available KV cache memory: %s", rank, format_gib(b))
                 logger.info("KV cache pool per rank: the minimum over %d ranks, %s", tp,
                             format_gib(min(budgets)))
-            per_token = kv_bytes_per_token(self.spec, self.kv_dtype, tp)
+            groups = kv_cache_groups(self.spec)
+            block = kv_block_bytes(self.spec, groups, self.kv_dtype.itemsize,
+                                   scale_bytes(self.kv_dtype), self.config.block_size, tp)
             try:
-                decision = size_pool(self.spec, min(budgets), per_token, self.config.block_size,
-                                     self.config.max_model_len, flag)
+                decision = size_pool(self.spec, min(budgets), block, self.config.block_size,
+                                     self.config.max_model_len, flag, groups,
+                                     self.config.max_num_batched_tokens)
             except KVCacheTooSmallError as exc:
                 decision = exc
         decision = self.parallel.broadcast_object(decision)

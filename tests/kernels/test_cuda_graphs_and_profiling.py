@@ -38,7 +38,7 @@ def test_too_small_budget_is_refused_with_the_numbers():
                          "original_max_position_embeddings": 32768}})
     budget = kv_budget_bytes(24 * 1024**3, 0.9, 15 * 1024**3, 3 * 1024**3, 0, 1024**3)
     with pytest.raises(KVCacheTooSmallError, match="gpu-memory-utilization") as err:
-        size_pool(spec, budget, spec.kv_bytes_per_token(2), 16, 131072,
+        size_pool(spec, budget, spec.kv_bytes_per_token(2) * 16, 16, 131072,
                   "--gpu-memory-utilization")
     assert "the largest max_model_len that fits is" in str(err.value)
 

@@ -19,11 +19,34 @@ def _common(vocab: int, layers: int) -> dict:
     )
 
 
+# The families added for the models offices run in 2026, each a scaled-down copy of a real
+# config (its head-dim ratios, rope, window pattern and routing rule); see tiny_config.
+NEW_FAMILIES = ("qwen3_moe", "mixtral", "gpt_oss", "gemma3_text", "phi3", "granite")
+# The window of the sliding-window tiny models: shorter than every test prompt.
+TINY_WINDOW = 16
+
+
 def tiny_config(kind: str, vocab: int, layers: int = 3):
-    """A GQA config (8 query heads over 2 KV heads, 3 layers unless told) of the given family."""
+    """A GQA config (8 query heads over 2 KV heads, 3 layers unless told) of the given family.
+
+    The newer families copy a real model's shape, scaled down:
+    - qwen3_moe: Qwen3-30B-A3B (head_dim twice hidden / heads, q/k norms, 8 experts of
+      which 2 per token, softmax-then-top-k renormalized);
+    - mixtral: Mixtral-8x7B (8 experts, top 2);
+    - gpt_oss: gpt-oss-20b (alternating 16-token sliding and full layers, sinks, biases,
+      YaRN rope, 8 experts top 4 scored top-k-then-softmax, clamped SwiGLU);
+    - gemma3_text: Gemma 3 4B (sliding, sliding, global, sliding with a 16-token window;
+      the global layers' rope linearly scaled, the sliding ones' base 10,000; GeGLU;
+      query_pre_attn_scalar; four norms; tied embeddings scaled by sqrt(hidden));
+    - phi3: Phi-4-mini (partial rotary 3/4, LongRoPE with a 64-token original window,
+      24:8 heads as 6:2, tied embeddings);
+    - granite: Granite 3.x 8B (its embedding, residual, attention and logit multipliers).
+    """
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
     c = _common(vocab, layers)
+    if kind in NEW_FAMILIES:
+        return _new_family_config(kind, vocab, layers)
     if kind == "llama":
         return LlamaConfig(**c, head_dim=8, tie_word_embeddings=False, rope_theta=500000.0,
                            rope_scaling={"rope_type": "llama3", "factor": 8.0,
@@ -34,6 +57,65 @@ def tiny_config(kind: str, vocab: int, layers: int = 3):
     if kind == "qwen3":
         return Qwen3Config(**c, head_dim=16, tie_word_embeddings=False, rope_theta=1000000.0,
                            attention_bias=False)
+    raise ValueError(kind)
+
+
+def _new_family_config(kind: str, vocab: int, layers: int):
+    from transformers import AutoConfig
+
+    base = dict(vocab_size=vocab, max_position_embeddings=1024, bos_token_id=1, eos_token_id=2,
+                pad_token_id=2)
+    if kind == "qwen3_moe":
+        return AutoConfig.for_model(
+            kind, **base, hidden_size=64, num_hidden_layers=layers, num_attention_heads=8,
+            num_key_value_heads=2, head_dim=16, intermediate_size=128, moe_intermediate_size=32,
+            num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+            mlp_only_layers=[], rms_norm_eps=1e-6, rope_theta=1000000.0,
+            tie_word_embeddings=False)
+    if kind == "mixtral":
+        return AutoConfig.for_model(
+            kind, **base, hidden_size=64, num_hidden_layers=layers, num_attention_heads=8,
+            num_key_value_heads=2, intermediate_size=96, num_local_experts=8,
+            num_experts_per_tok=2, rms_norm_eps=1e-5, rope_theta=1000000.0,
+            sliding_window=None, tie_word_embeddings=False)
+    if kind == "gpt_oss":
+        return AutoConfig.for_model(
+            kind, **base, hidden_size=64, num_hidden_layers=4, num_attention_heads=8,
+            num_key_value_heads=1, head_dim=16, intermediate_size=64, num_local_experts=8,
+            num_experts_per_tok=4, sliding_window=TINY_WINDOW,
+            layer_types=["sliding_attention", "full_attention"] * 2, attention_bias=True,
+            rms_norm_eps=1e-5, swiglu_limit=7.0, tie_word_embeddings=False,
+            rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0,
+                          "beta_slow": 1.0, "original_max_position_embeddings": 32,
+                          "truncate": False},
+            rope_theta=150000.0)
+    if kind == "gemma3_text":
+        return AutoConfig.for_model(
+            kind, **base, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+            intermediate_size=128, sliding_window=TINY_WINDOW,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                         "sliding_attention"],
+            rope_theta=1000000.0, rope_local_base_freq=10000.0,
+            rope_scaling={"rope_type": "linear", "factor": 8.0}, rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+            final_logit_softcapping=None, attn_logit_softcapping=None)
+    if kind == "phi3":
+        return AutoConfig.for_model(
+            kind, **{**base, "max_position_embeddings": 512}, hidden_size=96,
+            num_hidden_layers=layers, num_attention_heads=6, num_key_value_heads=2,
+            intermediate_size=128, partial_rotary_factor=0.75, rope_theta=10000.0,
+            original_max_position_embeddings=64,
+            rope_scaling={"type": "longrope",
+                          "short_factor": [1.0, 1.1, 1.25, 1.5, 2.0, 3.0],
+                          "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0]},
+            rms_norm_eps=1e-5, sliding_window=None, tie_word_embeddings=True)
+    if kind == "granite":
+        return AutoConfig.for_model(
+            kind, **base, hidden_size=64, num_hidden_layers=layers, num_attention_heads=8,
+            num_key_value_heads=2, intermediate_size=128, embedding_multiplier=12.0,
+            residual_multiplier=0.22, attention_multiplier=0.125, logits_scaling=16.0,
+            rms_norm_eps=1e-5, rope_theta=10000000.0, tie_word_embeddings=True)
     raise ValueError(kind)
 
 
@@ -51,8 +133,10 @@ def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 
     # parity is about the engine, not about ties between near-uniform logits.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 2:
+            if p.dim() >= 2:  # matrices, and stacked experts
                 p.normal_(0.0, 0.2 if "embed" in name or "lm_head" in name else 0.08)
+            elif name.endswith("sinks"):
+                p.normal_(0.0, 1.0)  # of the scores' size, so the sink changes the answer
             elif "norm" not in name:
                 p.normal_(0.0, 0.05)
     out_dir.mkdir(parents=True, exist_ok=True)
