@@ -46,7 +46,7 @@ def teacher_forced_logprobs(llm, token_ids: list[int]) -> torch.Tensor:
     out = []
     for t, tok in enumerate(token_ids[:-1]):
         runner.attention.set_metadata(AttentionMetadata(
-            slot_mapping=torch.tensor([t]), block_tables=blocks,
+            slot_mapping=torch.tensor([[t]]), block_tables=blocks.unsqueeze(0),
             seq_lens=torch.tensor([t + 1], dtype=torch.int32),
             query_start_loc=torch.tensor([0, 1], dtype=torch.int32), num_decodes=1,
             max_query_len=1, seq_lens_host=[t + 1], query_start_loc_host=[0, 1]))

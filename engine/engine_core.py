@@ -132,7 +132,7 @@ class EngineCore:
                        if config.speculative_config is not None else None)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    self.max_model_len, pacer, config.scheduling_policy,
-                                   speculation)
+                                   speculation, self.spec.long_context_after)
         self.async_scheduling = uses_async_scheduling(config)
         if self.async_scheduling:
             logger.info("Async scheduling: each step is scheduled and launched while the "

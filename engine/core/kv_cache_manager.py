@@ -14,6 +14,8 @@ from officellm.engine.core.block_pool import BlockPool, KVBlock, hash_block_toke
 from officellm.engine.core.kv_cache_groups import KVCacheGroups, first_needed_block
 from officellm.engine.core.request import Request
 
+# What a long-context request's salt ends with (Request.long_context).
+LONG_CONTEXT_SALT = "\x00long-context"
 # Blocks per group of a prefix-cache hit; None where a sliding group needs no block.
 GroupBlocks = tuple[list[KVBlock | None], ...]
 
@@ -57,10 +59,14 @@ class KVCacheManager:
         bs = self.block_size
         hashes = request.block_hashes
         tokens = request.all_token_ids
+        # KV computed in a model's long-context form never serves the short form, nor back.
+        salt = request.cache_salt
+        if request.long_context:
+            salt = (salt or "") + LONG_CONTEXT_SALT
         while (len(hashes) + 1) * bs <= len(tokens):
             i = len(hashes)
             parent = hashes[-1] if hashes else None
-            hashes.append(hash_block_tokens(parent, tokens[i * bs : (i + 1) * bs], request.cache_salt))
+            hashes.append(hash_block_tokens(parent, tokens[i * bs : (i + 1) * bs], salt))
 
     # -- admission -----------------------------------------------------------------------
     def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:

@@ -160,6 +160,10 @@ class Request:
     first_scheduled_time: float | None = None
     num_preemptions: int = 0  # times this request gave its blocks back (by recompute)
     grammar: SequenceGrammar | None = None  # the structured-output matcher, if constrained
+    # Past the model's original window (Scheduler.long_context_after): its KV is computed in
+    # the model's long-context form (LongRoPE's long factors), all of it, and its blocks are
+    # cached apart from the short form's.
+    long_context: bool = False
     # Speculation: the drafts to verify in the next step (engine/core/ngram_proposer.py),
     # the share of drafts accepted lately, and steps left without drafting after a run of
     # rejections (engine/core/speculation.py).

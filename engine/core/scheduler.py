@@ -39,8 +39,13 @@ class Scheduler:
         pacer: PrefillPacer | None = None,
         policy: SchedulingPolicy | str = "fcfs",
         speculation: Speculation | None = None,
+        long_context_after: int | None = None,
     ) -> None:
         self.kv = kv_cache_manager
+        # A request longer than this is computed in the model's long-context form, all of it
+        # (LongRoPE: transformers recomputes a sequence's cache as it first grows past its
+        # original window, and so do we; None: the model has one form).
+        self.long_context_after = long_context_after
         self.speculation = speculation
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -66,6 +71,9 @@ class Scheduler:
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"Request id {request.request_id!r} is already in use.")
+        if self.long_context_after is not None and \
+                request.num_tokens > self.long_context_after:
+            request.long_context = True
         self.requests[request.request_id] = request
         self.waiting.append(request)
         self.policy.add(request)
@@ -102,6 +110,8 @@ class Scheduler:
         """Decide this step's batch: every running decode, then prompt work (running prompts'
         next chunks and new admissions) in the policy's order, under the token budget, the
         sequence cap, the prefill pacer and the blocks there are."""
+        if self.long_context_after is not None:
+            self._enter_long_context()
         budget = self.max_num_batched_tokens
         chosen: dict[Request, int] = {}  # request -> new tokens, in batch order
         num_preempted = 0
@@ -296,16 +306,37 @@ class Scheduler:
         self.running.append(req)
         return num_new
 
-    def _preempt(self, request: Request, why: str) -> None:
-        """Pause by recompute: free its blocks and put it back at the head of the queue."""
-        pool = self.kv.pool
-        used = pool.num_used_blocks  # before freeing: the state that forced the choice
-        self.running.remove(request)
+    def _enter_long_context(self) -> None:
+        """Running requests that have grown past long_context_after start over in the long
+        form: their blocks go back (the short form's stay cached for others) and they are
+        computed again from their first token, ahead of the queue."""
+        limit = self.long_context_after
+        assert limit is not None
+        for req in [r for r in self.running if not r.long_context
+                    and r.num_tokens + r.num_in_flight > limit]:
+            self.running.remove(req)
+            self._restart(req)
+            req.long_context = True
+            req.block_hashes = []  # hashed again under the long form's salt
+            self.waiting.appendleft(req)
+            logger.info("Request %s passed the model's original window of %d tokens: its KV "
+                        "is computed again with the long-context rotary (as transformers does)",
+                        req.request_id, limit)
+
+    def _restart(self, request: Request) -> None:
+        """Free its blocks and reset it to be computed again from its first token."""
         self.kv.free(request)
         request.status = RequestStatus.PREEMPTED
         request.num_computed_tokens = 0
         if request.grammar is not None:
             request.grammar.sync(request.output_token_ids)
+
+    def _preempt(self, request: Request, why: str) -> None:
+        """Pause by recompute: free its blocks and put it back at the head of the queue."""
+        pool = self.kv.pool
+        used = pool.num_used_blocks  # before freeing: the state that forced the choice
+        self.running.remove(request)
+        self._restart(request)
         request.num_preemptions += 1
         self.num_preemptions_total += 1
         key = request.fairness_key

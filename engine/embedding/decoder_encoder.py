@@ -35,9 +35,6 @@ class DenseCausalAttention:
     sequence's first token, then the total): q/k rotated by `rotary` (the model's
     KernelOps.apply_rotary), then causal within each sequence, nothing cached."""
 
-    # No paged step: nothing for a model to read of one (LongRoPE then keeps its short table).
-    metadata = None
-
     def __init__(self, starts: list[int], scale: float, rotary: ApplyRotary) -> None:
         self.starts = starts
         self.scale = scale

@@ -255,6 +255,19 @@ class ModelSpec:
         return self.moe is not None and layer in self.moe.layers
 
     @property
+    def long_context_after(self) -> int | None:
+        """LongRoPE (Phi-3/Phi-4-mini): a sequence longer than this many tokens (the
+        original window) is rotated with the long factors, all of it; transformers
+        recomputes a sequence's cache when it first grows past it. None for other ropes."""
+        scaling = self.rope_scaling or {}
+        if scaling.get("rope_type") != "longrope":
+            return None
+        original = int(scaling.get("original_max_position_embeddings")
+                       or self.raw.get("original_max_position_embeddings")
+                       or self.max_position_embeddings)
+        return original if original < self.max_position_embeddings else None
+
+    @property
     def scale(self) -> float:
         """The attention's softmax scale."""
         return self.attention_scale if self.attention_scale is not None else self.head_dim ** -0.5

@@ -279,17 +279,11 @@ class DecoderModel(nn.Module):
             logits = torch.tanh(logits / cap) * cap
         return logits
 
-    def _rotations(self, positions: torch.Tensor, attention: Any
-                   ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """Each rotary table's cos/sin rows for the step's tokens (LongRoPE's choice of table
-        by each token's sequence length)."""
-        seq_lens = None
-        md = attention.metadata
-        if md is not None and any(t.long_after is not None for t in self.rotary.values()):
-            qsl = md.query_start_loc.long()
-            seq_lens = torch.repeat_interleave(md.seq_lens.long(), qsl[1:] - qsl[:-1],
-                                               output_size=positions.shape[0])
-        return {key: table.lookup(positions, seq_lens) for key, table in self.rotary.items()}
+    @property
+    def rotary_long_offset(self) -> int:
+        """What the runner adds to the positions of a sequence past LongRoPE's original
+        window (its long rows); 0 for other models."""
+        return max((t.long_offset for t in self.rotary.values()), default=0)
 
     def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: Any,
                       indices: torch.Tensor) -> torch.Tensor:
@@ -299,7 +293,7 @@ class DecoderModel(nn.Module):
         d, eps = spec.head_dim, spec.rms_norm_eps
         hq, hk = self.plan.num_q_heads, self.plan.num_kv_heads
         assert self.rotary, "init_rotary() first"
-        rotations = self._rotations(positions, attention)
+        rotations = {key: table.lookup(positions) for key, table in self.rotary.items()}
         branch = spec.residual_multiplier
         x = self.embed(input_ids)
         if self.embed_scale is not None:

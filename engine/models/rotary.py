@@ -55,18 +55,17 @@ class RotaryTable:
     both halves concatenated, times the attention scaling), so a lookup by position equals
     its per-forward computation bit for bit.
 
-    LongRoPE (Phi-3/Phi-4-mini) keeps two tables: transformers rotates a forward whose
-    sequence has grown past the original window (original_max_position_embeddings) with the
-    long factors, else with the short ones; `lookup` takes the same choice per token from its
-    sequence's length in the step.
+    LongRoPE (Phi-3/Phi-4-mini) rotates a sequence past the original window with its long
+    factors, every position of it: those rows follow the short ones, at `long_offset` +
+    position (the runner adds the offset for such a sequence; engine/core/scheduler.py
+    decides which, and recomputes a sequence's cache when it first grows past the window).
     """
 
     def __init__(self, spec: ModelSpec, rope: RopeSpec, max_positions: int,
                  device: torch.device, layer_type: str | None = None) -> None:
         dim = rotary_dim(spec)
         rtype = (rope.scaling or {}).get("rope_type", "default")
-        self.long_after: int | None = None
-        self.long_cos = self.long_sin = None
+        self.long_offset = 0
         if rtype == "default":
             self.cos, self.sin = _table(_default_inv_freq(rope.theta, dim), 1.0, max_positions,
                                         device)
@@ -75,24 +74,14 @@ class RotaryTable:
         # maximum; we keep the original frequencies (exact within that length).
         inv_freq, scaling = _scaled_inv_freq(spec, rope, layer_type)
         self.cos, self.sin = _table(inv_freq, scaling, max_positions, device)
-        if rtype == "longrope":
-            original = int(rope.scaling.get("original_max_position_embeddings")  # type: ignore[union-attr]
-                           or spec.raw.get("original_max_position_embeddings")
-                           or spec.max_position_embeddings)
-            if max_positions > original:
-                self.long_after = original
-                inv_long, scaling_long = _scaled_inv_freq(spec, rope, layer_type, original + 1)
-                self.long_cos, self.long_sin = _table(inv_long, scaling_long, max_positions,
-                                                      device)
+        after = spec.long_context_after
+        if rtype == "longrope" and after is not None:
+            inv_long, scaling_long = _scaled_inv_freq(spec, rope, layer_type, after + 1)
+            cos, sin = _table(inv_long, scaling_long, max_positions, device)
+            self.long_offset = max_positions
+            self.cos, self.sin = torch.cat([self.cos, cos]), torch.cat([self.sin, sin])
 
-    def lookup(self, positions: torch.Tensor, seq_lens: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin [T, rotary_dim] at `positions` [T]; seq_lens [T]: each token's sequence
-        length in this step (LongRoPE's choice of table; ignored by the others)."""
-        cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
-        if self.long_after is None or seq_lens is None:
-            return cos, sin
-        assert self.long_cos is not None and self.long_sin is not None
-        long = (seq_lens > self.long_after).unsqueeze(-1)
-        return (torch.where(long, self.long_cos.index_select(0, positions), cos),
-                torch.where(long, self.long_sin.index_select(0, positions), sin))
+    def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin [T, rotary_dim] at `positions` [T] (LongRoPE's long rows past
+        long_offset)."""
+        return self.cos.index_select(0, positions), self.sin.index_select(0, positions)

@@ -117,6 +117,8 @@ class ModelRunner:
         that sample, in row order."""
         bs = self.block_size
         num_groups = self.groups.num_groups
+        # A long-context request's rotary rows (LongRoPE's long factors) follow the short.
+        long_offset = self.model.rotary_long_offset
         ids: list[int] = []
         positions: list[int] = []
         slots: list[list[int]] = [[] for _ in range(num_groups)]
@@ -137,7 +139,7 @@ class ModelRunner:
                     from_previous.append(offset)
                     previous_rows.append(self._row_in_previous(req.request_id))
                     ids.append(0)
-                positions.append(start)
+                positions.append(start + long_offset if req.long_context else start)
                 for g, blocks in enumerate(req.block_ids):
                     slots[g].append(blocks[start // bs] * bs + start % bs)
             else:
@@ -147,7 +149,8 @@ class ModelRunner:
                 else:
                     ids.extend(req.all_token_ids[start : start + n])
                 pos = np.arange(start, start + n, dtype=np.int64)
-                positions.extend(pos.tolist())
+                positions.extend((pos + long_offset).tolist() if req.long_context
+                                 else pos.tolist())
                 for g, blocks in enumerate(req.block_ids):
                     slots[g].extend((np.asarray(blocks, dtype=np.int64)[pos // bs] * bs
                                      + pos % bs).tolist())

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from officellm.engine.attention import selection
-from officellm.engine.attention.backend import AttentionMetadata
+from officellm.engine.attention.backend import AttentionMetadata, uniform_layers
 from officellm.engine.attention.cpu_backend import CHUNK_KERNEL_MAX_ROWS
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.worker.model_runner import ModelRunner, StepBatch
@@ -43,9 +43,10 @@ def metadata_for(p: PagedProblem) -> AttentionMetadata:
         pos = torch.arange(ctx - n, ctx)
         slots.append(p.block_tables[b].cpu()[pos // bs] * bs + pos % bs)
     num_decodes = next((i for i, n in enumerate(q_lens) if n != 1), len(q_lens))
-    return AttentionMetadata(
-        slot_mapping=torch.cat(slots).to(p.q.device),
-        block_tables=p.block_tables, seq_lens=p.seq_lens, query_start_loc=p.query_start_loc,
+    return AttentionMetadata(  # one KV cache group
+        slot_mapping=torch.cat(slots).to(p.q.device).unsqueeze(0),
+        block_tables=p.block_tables.unsqueeze(0), seq_lens=p.seq_lens,
+        query_start_loc=p.query_start_loc,
         num_decodes=num_decodes, max_query_len=max(q_lens), seq_lens_host=lens,
         query_start_loc_host=qsl)
 
@@ -60,9 +61,10 @@ def run_backend(name: str, p: PagedProblem) -> torch.Tensor:
     # them again changes nothing (an fp8 value round-trips exactly; an int8 row requantizes
     # to the same integers and a scale within an ulp).
     d = p.q.shape[-1]
-    k = reference.read_cache_rows(p.k_cache.view(-1, hk, p.k_cache.shape[-1])[md.slot_mapping],
+    slots = md.slot_mapping[0]
+    k = reference.read_cache_rows(p.k_cache.view(-1, hk, p.k_cache.shape[-1])[slots],
                                   d, p.q.dtype)
-    v = reference.read_cache_rows(p.v_cache.view(-1, hk, p.v_cache.shape[-1])[md.slot_mapping],
+    v = reference.read_cache_rows(p.v_cache.view(-1, hk, p.v_cache.shape[-1])[slots],
                                   d, p.q.dtype)
     backend = selection.attention_for(p.q.device, [p.k_cache], [p.v_cache], p.scale, name)
     backend.set_metadata(md)
@@ -110,7 +112,7 @@ def test_backend_rotates_q_and_k_then_stores_and_attends(name):
     cos, sin = torch.randn(2, t, d, generator=g)
     q_rot, k_rot = reference.apply_rotary(p.q, k, cos, sin)
     want = dataclasses.replace(p, q=q_rot, k_cache=p.k_cache.clone(), v_cache=p.v_cache.clone())
-    reference.write_kv_cache(k_rot, v, want.k_cache, want.v_cache, md.slot_mapping)
+    reference.write_kv_cache(k_rot, v, want.k_cache, want.v_cache, md.slot_mapping[0])
     backend = selection.attention_for(p.q.device, [p.k_cache], [p.v_cache], p.scale, name)
     backend.set_metadata(md)
     out = backend.forward(0, p.q, k, v, cos, sin)
@@ -124,7 +126,8 @@ def _runner(block_size: int = 4, num_blocks: int = 10) -> ModelRunner:
         "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
         "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
         "vocab_size": 50, "max_position_embeddings": 64})
-    model = SimpleNamespace(plan=SimpleNamespace(num_kv_heads=2))
+    model = SimpleNamespace(plan=SimpleNamespace(num_kv_heads=2), rotary_long_offset=0,
+                            attention_layers=lambda groups: uniform_layers(1))
     return ModelRunner(model, spec, num_blocks, block_size, torch.float32,
                        torch.device("cpu"), attention_backend="torch")
 
@@ -134,21 +137,22 @@ def test_runner_builds_one_block_table_format():
     # Two decodes, a chunk after 3 cached tokens, then a one-token prompt tail (a prefill).
     batch = StepBatch(
         token_ids=np.arange(8), positions=np.array([9, 2, 3, 4, 5, 6, 7, 0]),
-        slot_mapping=np.arange(8), query_lens=[1, 1, 5, 1], context_lens=[10, 3, 8, 1],
-        block_tables=[[4, 5, 6], [1], [2, 3], [7]], logits_indices=[0, 1, 6, 7])
+        slot_mapping=np.arange(8)[None], query_lens=[1, 1, 5, 1], context_lens=[10, 3, 8, 1],
+        block_tables=[[[4, 5, 6], [1], [2, 3], [7]]], logits_indices=[0, 1, 6, 7])
     md = runner.inputs_for(batch, SamplingMetadata()).metadata
     null = runner.null_block
     assert md.block_tables.dtype == torch.int64
-    assert md.block_tables.tolist() == [[4, 5, 6], [1, null, null], [2, 3, null], [7, null, null]]
+    assert md.block_tables.tolist() == [[[4, 5, 6], [1, null, null], [2, 3, null],
+                                         [7, null, null]]]
     assert md.seq_lens.dtype == torch.int32 and md.seq_lens.tolist() == [10, 3, 8, 1]
     assert md.query_start_loc.dtype == torch.int32
     assert md.query_start_loc.tolist() == md.query_start_loc_host == [0, 1, 2, 7, 8]
     assert md.seq_lens_host == [10, 3, 8, 1]
     assert md.num_decodes == 2 and md.max_query_len == 5 and md.num_seqs == 4
-    assert md.slot_mapping.tolist() == list(range(8))
+    assert md.slot_mapping.tolist() == [list(range(8))]
     decodes_only = StepBatch(
-        token_ids=np.arange(2), positions=np.array([9, 2]), slot_mapping=np.arange(2),
-        query_lens=[1, 1], context_lens=[10, 3], block_tables=[[4, 5, 6], [1]],
+        token_ids=np.arange(2), positions=np.array([9, 2]), slot_mapping=np.arange(2)[None],
+        query_lens=[1, 1], context_lens=[10, 3], block_tables=[[[4, 5, 6], [1]]],
         logits_indices=[0, 1])
     md = runner.inputs_for(decodes_only, SamplingMetadata()).metadata
     assert md.num_decodes == 2 and md.max_query_len == 1
@@ -160,8 +164,8 @@ def test_a_steps_integer_inputs_reach_the_device_in_one_copy():
     runner = _runner()
     batch = StepBatch(
         token_ids=np.arange(6), positions=np.array([9, 2, 3, 4, 5, 6]),
-        slot_mapping=np.arange(6) + 20, query_lens=[1, 1, 4], context_lens=[10, 3, 7],
-        block_tables=[[4, 5, 6], [1], [2, 3]], logits_indices=[0, 1, 5])
+        slot_mapping=np.arange(6)[None] + 20, query_lens=[1, 1, 4], context_lens=[10, 3, 7],
+        block_tables=[[[4, 5, 6], [1], [2, 3]]], logits_indices=[0, 1, 5])
     inputs = runner.inputs_for(batch, SamplingMetadata())
     md = inputs.metadata
     staged = [inputs.input_ids, inputs.positions, inputs.logits_indices, md.slot_mapping,
@@ -170,7 +174,7 @@ def test_a_steps_integer_inputs_reach_the_device_in_one_copy():
     assert inputs.input_ids.tolist() == list(range(6))
     assert inputs.positions.tolist() == [9, 2, 3, 4, 5, 6]
     assert inputs.logits_indices.tolist() == [0, 1, 5]
-    assert md.slot_mapping.tolist() == list(range(20, 26))
+    assert md.slot_mapping.tolist() == [list(range(20, 26))]
 
 
 def test_mixed_batch_takes_both_cpu_prefill_paths():
