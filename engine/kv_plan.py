@@ -161,10 +161,21 @@ def make_plan(
     )
 
 
+# Bytes per weight of a format experts are kept in: MXFP4's 17-byte blocks of 32.
+EXPERT_FORMAT_BYTES = {"mxfp4": 17 / 32}
+
+
 def weight_bytes(spec: ModelSpec, nbytes: int, tensor_parallel_size: int = 1) -> int:
-    """The largest rank's dense weights at `nbytes` per weight (every expert resident)."""
-    return nbytes * max(ShardPlan.for_rank(spec, r, tensor_parallel_size).num_parameters(spec)
-                        for r in range(tensor_parallel_size))
+    """The largest rank's weights at `nbytes` per weight, every expert resident (in its
+    checkpoint's format where the engine keeps it: gpt-oss's MXFP4)."""
+    expert_bytes = EXPERT_FORMAT_BYTES.get(spec.expert_format or "", nbytes)
+    sizes = []
+    for rank in range(tensor_parallel_size):
+        plan = ShardPlan.for_rank(spec, rank, tensor_parallel_size)
+        experts = plan.num_expert_weights(spec)
+        sizes.append(int(nbytes * (plan.num_parameters(spec) - experts)
+                         + expert_bytes * experts))
+    return max(sizes)
 
 
 def format_plan(plan: KVPlan) -> str:

@@ -1,4 +1,5 @@
-"""`officellm plan MODEL`: the KV-cache arithmetic before you buy or launch."""
+"""`officellm plan MODEL`: the KV-cache arithmetic before you buy or launch; with several
+models or memory sizes, a table of how many chats of each length fit."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from officellm.engine import format_plan, load_spec, make_plan, parse_memory
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="KV-cache arithmetic for a model and a memory size",
-                       description="How many tokens, and so how many chats, fit in memory.")
-    p.add_argument("model", help="model directory, config.json, .gguf, or a shipped config name "
-                                 "(e.g. Qwen2.5-7B-Instruct)")
-    p.add_argument("--memory", default="80GiB", help="memory per GPU (default 80GiB)")
+                       description="How many tokens, and so how many chats, fit in memory. "
+                                   "Several models, or several memory sizes separated by "
+                                   "commas, print a table of the chats that fit at each "
+                                   "--fit-lengths.")
+    p.add_argument("model", nargs="+", help="model directory, config.json, .gguf, or a shipped "
+                                            "config name (e.g. Qwen2.5-7B-Instruct)")
+    p.add_argument("--memory", default="80GiB",
+                   help="memory per GPU (default 80GiB); several, comma-separated, for a table")
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp32 (default bf16)")
     p.add_argument("--kv-cache-dtype", default="auto",
@@ -23,14 +28,41 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--avg-tokens", type=int, default=4000, help="a typical chat's length")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--fit-lengths", default="8192,32768",
+                   help="the chat lengths of the table's columns (default 8192,32768)")
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    spec, name = load_spec(args.model)
-    plan = make_plan(spec, name, parse_memory(args.memory), args.dtype, args.max_model_len,
-                     args.avg_tokens, args.block_size, args.tensor_parallel_size,
-                     kv_cache_dtype=args.kv_cache_dtype)
-    print(json.dumps(plan.to_dict(), indent=2) if args.json else format_plan(plan))
+    memories = [m.strip() for m in args.memory.split(",") if m.strip()]
+    plans = [make_plan(spec, name, parse_memory(memory), args.dtype, args.max_model_len,
+                       args.avg_tokens, args.block_size, args.tensor_parallel_size,
+                       kv_cache_dtype=args.kv_cache_dtype)
+             for spec, name in map(load_spec, args.model) for memory in memories]
+    if args.json:
+        out = [p.to_dict() for p in plans]
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+    elif len(plans) == 1:
+        print(format_plan(plans[0]))
+    else:
+        lengths = [int(n) for n in args.fit_lengths.split(",")]
+        print(fit_table(plans, memories, lengths))
     return 0
+
+
+def fit_table(plans: list, memories: list[str], lengths: list[int]) -> str:
+    """A Markdown table: per model, its weights and the chats of each length that fit beside
+    them in each memory size (0 where the weights alone do not fit)."""
+    head = ["model", "weights"] + [f"{m}: {n // 1024}k" for m in memories for n in lengths]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i in range(0, len(plans), len(memories)):
+        group = plans[i:i + len(memories)]
+        cells = [group[0].model, f"{group[0].weight_bytes / 1024**3:.1f} GiB"]
+        for plan in group:
+            groups = plan.groups()
+            for n in lengths:
+                held = groups.blocks_held(n, plan.block_size)
+                cells.append(f"{plan.num_blocks // held:,}" if plan.pool_bytes else "—")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)

@@ -145,6 +145,9 @@ class ModelSpec:
     attention_sinks: bool = False
     moe: MoESpec | None = None
     layout: str = "llama"
+    # How the checkpoint stores its experts' matrices: None (the model's dtype) or "mxfp4"
+    # (gpt-oss as shipped: 4-bit values with a shared exponent per 32, kept so when loaded).
+    expert_format: str | None = None
     # The checkpoint is a multimodal model's (its model_type): only its language model runs.
     multimodal_wrapper: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -226,6 +229,7 @@ class ModelSpec:
             attention_sinks=family.sinks,
             moe=_moe_spec(family, full, num_layers),
             layout=family.layout,
+            expert_format=_expert_format(cfg),
             multimodal_wrapper=wrapper,
             raw=cfg,
         )
@@ -324,6 +328,11 @@ class ModelSpec:
         per_expert = 3 * h * i + ((2 * i + h) if moe.expert_bias else 0)
         router = moe.num_experts * h + (moe.num_experts if moe.router_bias else 0)
         return experts * per_expert + router
+
+
+def _expert_format(cfg: dict[str, Any]) -> str | None:
+    quant = cfg.get("quantization_config") or {}
+    return "mxfp4" if quant.get("quant_method") == "mxfp4" else None
 
 
 def _text_config(wrapper: str, cfg: dict[str, Any]) -> dict[str, Any]:

@@ -105,6 +105,14 @@ class ShardPlan:
         vocab = self.vocab_shard * h * (1 if spec.tie_word_embeddings else 2)
         return total + vocab + h
 
+    def num_expert_weights(self, spec: ModelSpec) -> int:
+        """Of num_parameters, the experts' matrices (without their biases): what a checkpoint
+        may store in another format (gpt-oss's MXFP4)."""
+        if spec.moe is None:
+            return 0
+        i = len(self.expert_intermediate)
+        return len(spec.moe.layers) * spec.moe.num_experts * 3 * spec.hidden_size * i
+
     def shard(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """This rank's slice of the checkpoint tensor `name` (Hugging Face naming, without
         the `model.` and `layers.N.` prefixes)."""

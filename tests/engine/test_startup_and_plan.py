@@ -27,6 +27,15 @@ from tests.engine.conftest import make_llm
     ("Qwen3-8B", 147_456, 8.19),
     ("Llama-3.1-8B-Instruct", 131_072, 8.03),
     ("SmolLM2-135M-Instruct", 23_040, 0.135),
+    # The models offices run in 2026 (their published parameter counts).
+    ("gpt-oss-20b", 49_152, 20.91),
+    ("gpt-oss-120b", 73_728, 116.83),
+    ("Qwen3-30B-A3B", 98_304, 30.53),
+    ("gemma-3-4b-it", 139_264, 3.88),
+    ("gemma-3-12b-it", 393_216, 11.77),
+    ("gemma-3-27b-it", 507_904, 27.01),
+    ("phi-4", 204_800, 14.66),
+    ("Phi-4-mini-instruct", 131_072, 3.84),
 ])
 def test_plan_bytes_per_token_for_shipped_configs(name, per_token, params_b):
     spec, _ = load_spec(name)
@@ -36,7 +45,44 @@ def test_plan_bytes_per_token_for_shipped_configs(name, per_token, params_b):
 
 def test_shipped_configs_include_the_required_models():
     assert {"Qwen2.5-7B-Instruct", "Qwen3-8B", "Llama-3.1-8B-Instruct",
-            "SmolLM2-135M-Instruct"} <= set(shipped_configs())
+            "SmolLM2-135M-Instruct", "gpt-oss-20b", "gpt-oss-120b", "Qwen3-30B-A3B",
+            "gemma-3-4b-it", "gemma-3-12b-it", "gemma-3-27b-it", "phi-4",
+            "Phi-4-mini-instruct"} <= set(shipped_configs())
+
+
+def test_a_mixture_of_experts_reads_a_tenth_of_its_weights_per_token():
+    spec, _ = load_spec("Qwen3-30B-A3B")  # 128 experts, 8 per token
+    assert abs(spec.num_active_parameters() / 1e9 - 3.35) < 0.01
+
+
+def test_gpt_oss_experts_are_planned_in_mxfp4_bits():
+    spec, name = load_spec("gpt-oss-20b")
+    plan = make_plan(spec, name, 80 * 1024**3, "bf16", 32768)
+    # The published size: experts at 4.25 bits a weight, the rest in bf16.
+    assert abs(plan.weight_bytes / 1024**3 - 12.82) < 0.01
+
+
+def test_gemma3_27b_plan_counts_only_the_window_of_its_sliding_layers():
+    spec, name = load_spec("gemma-3-27b-it")
+    plan = make_plan(spec, name, 80 * 1024**3, "bf16", max_model_len=32768)
+    assert plan.sliding_layers == 52 and plan.sliding_window == 1024
+    # A 32k chat holds every block of its 10 global layers (one group), and of the 52
+    # others (six groups of up to 10) the 64 blocks of a 1,024-token window each.
+    blocks_full_length = 2048 * 7  # what it would hold if every layer kept every token
+    assert plan.blocks_at_max_len == 2048 + 6 * 64
+    assert plan.concurrency_at_max_len == pytest.approx(plan.num_blocks / (2048 + 6 * 64))
+    assert plan.concurrency_at_max_len > 5 * plan.num_blocks / blocks_full_length
+    text = format_plan(plan)
+    assert "52 of 62 layers slide: they keep only the last 1,024 tokens" in text
+
+
+def test_plan_cli_prints_a_table_of_the_chats_that_fit():
+    out = subprocess.run(
+        [sys.executable, "-m", "officellm.app.cli", "plan", "gpt-oss-20b", "gemma-3-27b-it",
+         "--memory", "24GiB,80GiB"], capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| model | weights | 24GiB: 8k | 24GiB: 32k | 80GiB: 8k | 80GiB: 32k |"
+    assert rows[2].startswith("| gemma-3-27b-it | 50.3 GiB | — | — | ")  # 24 GiB: no room
 
 
 def test_plan_for_qwen25_7b_on_80gib():
