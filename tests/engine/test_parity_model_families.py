@@ -76,3 +76,23 @@ def test_each_family_under_preemption(family):
                    max_model_len=longest, max_num_batched_tokens=BLOCK)
     _check(llm.generate(prompts, PARAMS), refs)
     assert llm.llm_engine.stats().num_preemptions_total > 0
+
+
+def test_a_gemma3_image_text_checkpoint_serves_its_language_model(tmp_path_factory, smollm2_dir,
+                                                                  chat_prompt_ids, caplog):
+    """Gemma 3's 4B/12B/27B ship as image-text models: the engine runs their language model
+    (transformers' own text-only generate on the whole model is the reference) and says at
+    start-up that the vision tower was skipped."""
+    import logging
+
+    from transformers import Gemma3ForConditionalGeneration
+
+    model_dir = shared_tiny_model("gemma3", tmp_path_factory, smollm2_dir)
+    hf = Gemma3ForConditionalGeneration.from_pretrained(str(model_dir), dtype="float32").eval()
+    prompts = _prompts(chat_prompt_ids)[:2]
+    refs = [hf_greedy(hf, p, MAX_NEW, ignore_eos=True) for p in prompts]
+    with caplog.at_level(logging.INFO):
+        llm = make_llm(model_dir, kv_cache_memory="16MiB")
+    assert "tensors of the gemma3 checkpoint's vision tower" in caplog.text
+    assert llm.llm_engine.engine_core.spec.model_type == "gemma3_text"
+    _check(llm.generate(prompts, PARAMS), refs)

@@ -130,3 +130,14 @@ def test_a_request_that_fails_on_nan_has_its_blocks_scrubbed_on_every_rank(poiso
         engine.add_request("after", [20, 21, 22], params)
         while engine.has_unfinished_requests():
             assert all(out.error is None for out in engine.step())
+
+
+@pytest.mark.parametrize("kind", ["qwen3_moe", "gpt_oss"])
+def test_two_ranks_split_every_expert_and_give_the_tokens_of_one(kind, tmp_path_factory,
+                                                                  smollm2_dir, chat_prompt_ids):
+    """A mixture of experts splits each expert's intermediate dimension over the ranks
+    (gpt-oss: with its biases added once, its sinks and sliding windows split by head)."""
+    model_dir = shared_tiny_model(kind, tmp_path_factory, smollm2_dir)
+    prompts = chat_prompt_ids[:3]
+    with make_llm(model_dir, kv_cache_memory="8MiB", tensor_parallel_size=2, **CHUNK) as tp2:
+        assert_same_greedy(tp2, make_llm(model_dir, kv_cache_memory="8MiB", **CHUNK), prompts)

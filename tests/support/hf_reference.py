@@ -39,7 +39,7 @@ def hf_greedy(model, prompt_ids: list[int], max_new_tokens: int, eos_ids: set[in
     out = model.generate(
         torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
         do_sample=False, max_new_tokens=max_new_tokens, output_logits=True,
-        return_dict_in_generate=True, pad_token_id=model.config.pad_token_id or 0,
+        return_dict_in_generate=True, pad_token_id=model.config.get_text_config().pad_token_id or 0,
         temperature=None, top_p=None, top_k=None, **kwargs,
     )
     gen = out.sequences[0, len(prompt_ids):].tolist()

@@ -119,6 +119,22 @@ def _new_family_config(kind: str, vocab: int, layers: int):
     raise ValueError(kind)
 
 
+def tiny_gemma3_multimodal_config(vocab: int):
+    """A Gemma 3 image-text checkpoint's config: the gemma3_text tiny model's language model,
+    beside a one-layer SigLIP vision tower and its projector."""
+    from transformers import AutoConfig
+
+    text = _new_family_config("gemma3_text", vocab, 4).to_dict()
+    for key in ("model_type", "transformers_version", "architectures"):
+        text.pop(key, None)
+    return AutoConfig.for_model(
+        "gemma3", text_config=text,
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=28, patch_size=14),
+        mm_tokens_per_image=1, image_token_index=vocab - 1, boi_token_index=vocab - 3,
+        eoi_token_index=vocab - 2)
+
+
 def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 0,
                      layers: int = 3) -> Path:
     """Save a random-weight model of `kind` (`layers` deep) with the tokenizer of
@@ -127,8 +143,13 @@ def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     torch.manual_seed(seed)
-    cfg = tiny_config(kind, len(tok), layers)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    if kind == "gemma3":
+        from transformers import Gemma3ForConditionalGeneration
+
+        model = Gemma3ForConditionalGeneration(tiny_gemma3_multimodal_config(len(tok)))
+    else:
+        cfg = tiny_config(kind, len(tok), layers)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     # Larger weights than the default init give peaked, decisive distributions, so greedy
     # parity is about the engine, not about ties between near-uniform logits.
     with torch.no_grad():
