@@ -77,6 +77,6 @@ cmake -S src/vendor/llama.cpp -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Rele
     -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF \
     "-DCMAKE_C_FLAGS=$extra_flags" "-DCMAKE_CXX_FLAGS=$extra_flags" >build.log 2>&1
-cmake --build build --target llama-server -j "$(nproc)" >>build.log 2>&1
+cmake --build build --target llama-server llama-quantize -j "$(nproc)" >>build.log 2>&1
 printf '%s' "$extra_flags" >"$stamp"
 echo "$binary"

@@ -32,6 +32,7 @@ from officellm.engine.kv_plan import (
 )
 from officellm.engine.llm import LLM, apply_chat_template
 from officellm.engine.llm_engine import LLMEngine
+from officellm.engine.loading.model_spec import UnsupportedModelError, check_architecture
 from officellm.engine.loading.tokenizer import load_tokenizer
 from officellm.engine.memory_footprint import (
     ModelFootprint,
@@ -57,7 +58,7 @@ __all__ = [
     # Configuration and the KV-cache plan (`officellm plan`, the CLI's knobs)
     "EngineConfig", "engine_knobs", "parse_memory",
     "load_spec", "make_plan", "format_plan", "KVPlan", "KVCacheTooSmallError", "dtype_bytes",
-    "check_kv_cache_dtype",
+    "check_kv_cache_dtype", "check_architecture", "UnsupportedModelError",
     # Several models in one memory budget (the server's model pool)
     "ModelFootprint", "estimate_footprint", "default_memory_budget",
     # Requests in: sampling, structured outputs, prompts

@@ -28,6 +28,7 @@ from officellm.app.registry.hub_pull import pull, pulled_dir
 from officellm.app.serving.served_embedder import ServedEmbedder
 from officellm.app.serving.served_model import UNLOADED, ServedModel
 from officellm.app.serving.state import ServerState
+from officellm.engine import check_architecture
 
 logger = logging.getLogger("officellm.server")
 router = APIRouter()
@@ -217,8 +218,9 @@ async def _download(server: ServerState, download: Download) -> None:
     entry = download.entry
     try:
         assert entry.hub_repo is not None
+        check = check_architecture if entry.kind == GENERATE else None
         source = await asyncio.to_thread(pull, entry.hub_repo, pulled_dir(entry.hub_repo),
-                                         None, download.report)
+                                         None, download.report, check_config=check)
         await asyncio.to_thread(_store, server, replace(entry, source=str(source)))
     except Exception as exc:  # the row says why; the server goes on
         download.error = f"{type(exc).__name__}: {exc}"

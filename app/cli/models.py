@@ -247,6 +247,7 @@ class _ProgressLine:
 
 def run_pull(args: argparse.Namespace) -> int:
     from officellm.app.registry.hub_pull import pull, pulled_dir
+    from officellm.engine import check_architecture
 
     name = args.name or args.repo_id.rstrip("/").rpartition("/")[2]
     dest = pulled_dir(args.repo_id)
@@ -259,7 +260,8 @@ def run_pull(args: argparse.Namespace) -> int:
                 raise ValueError(f"A model named {name!r} is already registered; choose "
                                  f"another with --name, or remove it first.")
         source = pull(args.repo_id, dest, revision=args.revision,
-                      progress=_ProgressLine(f"pulling {args.repo_id}"), filename=args.filename)
+                      progress=_ProgressLine(f"pulling {args.repo_id}"), filename=args.filename,
+                      check_config=check_architecture if args.kind == "generate" else None)
         print(file=sys.stderr)
         entry = _entry(args, name, str(source), hub_repo=args.repo_id)
         with db.transaction() as s:

@@ -4,6 +4,7 @@ own, only those the engine reads, resumable file by file."""
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -105,7 +106,8 @@ def _bar_class(counter: _Counter) -> type:
 
 def pull(repo_id: str, dest: Path, revision: str | None = None,
          progress: Progress | None = None, filename: str | None = None,
-         endpoint: str | None = None) -> Path:
+         endpoint: str | None = None,
+         check_config: Callable[[dict[str, Any]], None] | None = None) -> Path:
     """Download the files `repo_id` needs (select_files) at `revision` (default: main) into
     `dest`, calling `progress(bytes_done, bytes_total)` as bytes arrive (total None when the
     Hub does not say). Returns what to register as the model's source: `dest`, or the .gguf
@@ -115,6 +117,8 @@ def pull(repo_id: str, dest: Path, revision: str | None = None,
     already complete in `dest` at that commit is not fetched again, so a pull run again after
     an interruption fetches only what is missing (a file cut off midway starts over).
     `endpoint` (default $HF_ENDPOINT, else huggingface.co) is the Hub's address.
+    `check_config` is called with the repo's config.json as soon as it has arrived, before
+    any weight: whatever it raises (a model the engine cannot run) ends the pull there.
     """
     from huggingface_hub import HfApi, hf_hub_download
 
@@ -135,6 +139,8 @@ def pull(repo_id: str, dest: Path, revision: str | None = None,
                                 local_dir=dest,
                                 endpoint=endpoint, tqdm_class=_bar_class(counter))
         counter.file_done(sizes[name] if sizes[name] is not None else Path(local).stat().st_size)
+        if name == "config.json" and check_config is not None:
+            check_config(json.loads(Path(local).read_text()))
     if len(wanted) == 1 and wanted[0].endswith(".gguf"):
         return dest / wanted[0]
     return dest

@@ -330,6 +330,12 @@ class ModelSpec:
         return experts * per_expert + router
 
 
+def check_architecture(cfg: dict[str, Any]) -> None:
+    """Raise UnsupportedModelError, with the sentence naming what officellm runs, unless the
+    config.json dict is of an architecture the decoder runs."""
+    ModelSpec.from_config_dict(cfg)
+
+
 def _expert_format(cfg: dict[str, Any]) -> str | None:
     quant = cfg.get("quantization_config") or {}
     return "mxfp4" if quant.get("quant_method") == "mxfp4" else None

@@ -3,6 +3,7 @@ stay behind, progress reaches the total, and a second pull fetches nothing again
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,24 @@ def test_tokenizer_and_sentence_transformers_files_are_selected() -> None:
 def test_pulled_models_live_in_the_data_directory(tmp_path: Path) -> None:
     assert default_models_dir() == tmp_path / "data" / "models"
     assert pulled_dir("Qwen/Qwen3-8B") == tmp_path / "data" / "models" / "Qwen--Qwen3-8B"
+
+
+def test_an_architecture_the_engine_cannot_run_stops_the_pull_before_the_weights(
+        hub: FakeHub, tmp_path: Path) -> None:
+    from officellm.engine import UnsupportedModelError, check_architecture
+
+    hub.files["config.json"] = json.dumps({"model_type": "mamba",
+                                           "architectures": ["MambaForCausalLM"]}).encode()
+    with pytest.raises(UnsupportedModelError, match="MambaForCausalLM.*officellm supports"):
+        pull(REPO, tmp_path / "tiny", check_config=check_architecture)
+    assert "model.safetensors" not in hub.downloads()
+
+
+def test_a_mixture_of_experts_repo_passes_the_architecture_check(
+        hub: FakeHub, tmp_path: Path) -> None:
+    from officellm.engine import check_architecture
+    from tests.support.tiny_models import tiny_config
+
+    hub.files["config.json"] = tiny_config("qwen3_moe", 256).to_json_string().encode()
+    assert pull(REPO, tmp_path / "tiny", check_config=check_architecture) == tmp_path / "tiny"
+    assert "model.safetensors" in hub.downloads()
