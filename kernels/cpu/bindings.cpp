@@ -4,14 +4,21 @@
 #include "entry_points.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  namespace py = pybind11;
+  // window and sinks may be left out: full attention, no sinks.
   m.def("paged_decode_attention", &paged_decode_attention,
-        "Decode attention over the paged KV cache");
+        "Decode attention over the paged KV cache", py::arg("q"), py::arg("k_cache"),
+        py::arg("v_cache"), py::arg("block_tables"), py::arg("seq_lens"), py::arg("scale"),
+        py::arg("window") = 0, py::arg("sinks") = py::none());
   m.def("paged_chunk_attention", &paged_chunk_attention,
-        "Causal attention of a prompt chunk over its sequence's paged KV cache");
+        "Causal attention of a prompt chunk over its sequence's paged KV cache", py::arg("q"),
+        py::arg("k_cache"), py::arg("v_cache"), py::arg("block_table"), py::arg("seq_len"),
+        py::arg("scale"), py::arg("window") = 0, py::arg("sinks") = py::none());
   m.def("rms_norm", &rms_norm, "RMSNorm over rows");
   m.def("fused_add_rms_norm", &fused_add_rms_norm, "residual add, then RMSNorm");
   m.def("apply_rotary", &apply_rotary, "neox rotary embedding of q and k");
   m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up");
+  m.def("gelu_tanh_and_mul", &gelu_tanh_and_mul, "gelu(gate, tanh approximation) * up");
   m.def("fixed_order_pack", &fixed_order_pack,
         "float32/bf16 [N, K] weights in fixed_order_matmul's panels");
   m.def("fixed_order_matmul", &fixed_order_matmul,

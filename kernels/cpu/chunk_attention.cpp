@@ -54,6 +54,18 @@ inline __m256i first_lanes(int64_t count) {
       _mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(count, 0, 8))), iota);
 }
 
+// Lanes [from, to) of a vector set, the rest clear (either may be outside 0..8).
+inline __m256 lanes_between(int64_t from, int64_t to) {
+  return _mm256_castsi256_ps(_mm256_andnot_si256(first_lanes(from), first_lanes(to)));
+}
+
+// Which keys of a block a query head sees: [from, to), counted from the block's first key
+// (either may fall outside the block: a head that sees none of it has from >= to).
+struct VisibleKeys {
+  int64_t from;
+  int64_t to;
+};
+
 inline float hmax8(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -121,8 +133,8 @@ inline void value_tile(const float* probs, const float* vals, const float* corr,
 }
 
 // The online softmax of one block for many query heads at once: head n's scores are
-// p[n * stride, + tokens), of which it sees the first visible(n) (0 to all; its later
-// lanes, up to the next multiple of 8, are written as 0). Heads are independent, so each
+// p[n * stride, + tokens), of which it sees those visible(n) (a VisibleKeys: none to all;
+// its other lanes, up to the next multiple of 8, are written as 0). Heads are independent, so each
 // step runs over all of them before the next (the exps' dependency chains overlap instead
 // of stalling head by head), and the corrections are taken 8 heads at a time. corr gets
 // each head's correction (room for heads rounded up to 8); new_max is scratch (heads).
@@ -132,12 +144,18 @@ inline void softmax_heads(float* p, int64_t stride, int64_t heads, int64_t token
                           float* new_max) {
   const int64_t heads8 = (heads + 7) / 8 * 8;
   float* shrink = corr;
+  // Never past the block's last key: a block the window shortened leaves stale scores in
+  // its lanes up to the next multiple of 8.
+  auto seen_in = [&](int64_t n) {
+    const VisibleKeys v = visible(n);
+    return VisibleKeys{v.from, std::min(v.to, tokens)};
+  };
   for (int64_t n = 0; n < heads; ++n) {
-    const int64_t seen = visible(n);
+    const VisibleKeys seen = seen_in(n);
     __m256 m = _mm256_set1_ps(-1e30f);
     for (int64_t t = 0; t < tokens; t += 8) {
       m = _mm256_max_ps(m, _mm256_blendv_ps(_mm256_set1_ps(-1e30f), _mm256_loadu_ps(p + n * stride + t),
-                                            _mm256_castsi256_ps(first_lanes(seen - t))));
+                                            lanes_between(seen.from - t, seen.to - t)));
     }
     new_max[n] = std::max(run_max[n], hmax8(m));
     shrink[n] = run_max[n] - new_max[n];
@@ -146,13 +164,13 @@ inline void softmax_heads(float* p, int64_t stride, int64_t heads, int64_t token
     _mm256_storeu_ps(shrink + n, exp_nonpositive(_mm256_loadu_ps(shrink + n)));
   }
   for (int64_t n = 0; n < heads; ++n) {
-    const int64_t seen = visible(n);
+    const VisibleKeys seen = seen_in(n);
     const __m256 shift = _mm256_set1_ps(new_max[n]);
     __m256 sum = _mm256_setzero_ps();
     for (int64_t t = 0; t < tokens; t += 8) {
       float* at = p + n * stride + t;
       const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(at), shift)),
-                                     _mm256_castsi256_ps(first_lanes(seen - t)));
+                                     lanes_between(seen.from - t, seen.to - t));
       _mm256_storeu_ps(at, e);
       sum = _mm256_add_ps(sum, e);
     }
@@ -161,11 +179,15 @@ inline void softmax_heads(float* p, int64_t stride, int64_t heads, int64_t token
   }
 }
 
-// T is the query's (and output's) type, C the cache's (any the decode kernel reads).
+// T is the query's (and output's) type, C the cache's (any the decode kernel reads). With a
+// window (> 0) row r also hides the keys before its window; the blocks before the first
+// row's window are not read, and each row's hidden keys in the blocks that are read get
+// weight 0. sinks: [num_q_heads] or nullptr.
 template <typename T, typename C, int64_t D>
 void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64_t* table,
-                     int64_t seq_len, T* out, int64_t rows, int64_t num_q_heads,
-                     int64_t num_kv_heads, int64_t block_size, float scale) {
+                     int64_t seq_len, int64_t window, const float* sinks, T* out, int64_t rows,
+                     int64_t num_q_heads, int64_t num_kv_heads, int64_t block_size,
+                     float scale) {
   static_assert(D % 32 == 0, "value tiles are 32 wide");
   const int64_t group = num_q_heads / num_kv_heads;
   // The query heads of one KV head: every row's group, row-major (row, head in group).
@@ -174,11 +196,15 @@ void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64
   const int64_t token_stride = num_kv_heads * row_elems;
   const int64_t padded = (block_size + 7) / 8 * 8;
   const int64_t first_row_keys = seq_len - rows + 1;
+  // Row r sees keys [first_row_keys + r - window, first_row_keys + r): without a window,
+  // from a position far enough before 0 that every lane's `from` clamps to none hidden.
+  const int64_t reach = window > 0 ? window : seq_len + block_size;
+  const int64_t from = window_start(seq_len - rows, window);
   // Each KV head is an item of its own (as a sequence would be to the decode kernel), so a
   // short history still gives every thread work.
-  const std::vector<int64_t> seq_lens(num_kv_heads, seq_len);
-  over_context_parts(num_kv_heads, seq_lens.data(), block_size, heads, D, kMinChunkPartBlocks,
-                     Split::kAdaptive,
+  const std::vector<int64_t> seq_lens(num_kv_heads, seq_len), starts(num_kv_heads, from);
+  over_context_parts(num_kv_heads, seq_lens.data(), starts.data(), block_size, heads, D,
+                     kMinChunkPartBlocks, Split::kAdaptive,
                      [&](int64_t h, int64_t first, int64_t end, PartState st) {
     std::vector<float> qh(heads * D), keys(padded * D, 0.0f), vals(block_size * D),
         probs(heads * padded), corr((heads + 7) / 8 * 8, 0.0f), new_max(heads);
@@ -186,9 +212,10 @@ void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64
       const T* src = q + ((n / group) * num_q_heads + h * group + n % group) * D;
       for (int64_t i = 0; i < D; ++i) qh[n * D + i] = to_float(src[i]) * scale;
     }
-    int64_t start = first * block_size;  // the position of the block's first key
+    // The position of the block's first key read (the window's first block starts at from).
+    int64_t start = std::max(first * block_size, from);
     walk_blocks(k_cache + h * row_elems, v_cache + h * row_elems, table, first, end, seq_len,
-                block_size, token_stride, 2,
+                from, block_size, token_stride, 2,
                 [&](const C* k_block, const C* v_block, int64_t tokens, Prefetcher& prefetcher) {
       const int64_t tokens4 = (tokens + 3) / 4 * 4;
       for (int64_t t = 0; t < tokens; ++t) {
@@ -211,8 +238,11 @@ void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64
         }
       }
       softmax_heads(probs.data(), padded, heads, tokens,
-                    [&](int64_t n) { return first_row_keys + n / group - start; }, st.run_max,
-                    st.run_sum, corr.data(), new_max.data());
+                    [&](int64_t n) {
+                      const int64_t to = first_row_keys + n / group - start;
+                      return VisibleKeys{to - reach, to};
+                    },
+                    st.run_max, st.run_sum, corr.data(), new_max.data());
       for (int64_t c0 = 0; c0 < D; c0 += 32) {
         for (n = 0; n + 2 <= heads; n += 2) {
           value_tile<D, 2>(probs.data() + n * padded, vals.data(), corr.data() + n,
@@ -225,7 +255,8 @@ void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64
       }
       start += tokens;
     });
-  }, [&](int64_t h, int64_t n, const float* acc, float inv) {
+  }, [&](int64_t h, int64_t n) { return sinks ? sinks + h * group + n % group : nullptr; },
+  [&](int64_t h, int64_t n, const float* acc, float inv) {
     T* dst = out + ((n / group) * num_q_heads + h * group + n % group) * D;
     for (int64_t i = 0; i < D; ++i) dst[i] = static_cast<T>(acc[i] * inv);
   });
@@ -233,15 +264,15 @@ void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64
 
 template <typename T>
 void run_chunk(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
-               const torch::Tensor& block_table, int64_t seq_len, torch::Tensor& out,
-               float scale) {
+               const torch::Tensor& block_table, int64_t seq_len, int64_t window,
+               const float* sinks, torch::Tensor& out, float scale) {
   with_cache_type(k_cache.scalar_type(), [&](auto cache_tag) {
     using C = decltype(cache_tag);
     if constexpr (readable_pair<T, C>() && !std::is_same_v<T, double>) {
       auto kernel = q.size(2) == 64 ? chunk_attention<T, C, 64> : chunk_attention<T, C, 128>;
       kernel(q.data_ptr<T>(), k_cache.data_ptr<C>(), v_cache.data_ptr<C>(),
-             block_table.data_ptr<int64_t>(), seq_len, out.data_ptr<T>(), q.size(0), q.size(1),
-             k_cache.size(2), k_cache.size(1), scale);
+             block_table.data_ptr<int64_t>(), seq_len, window, sinks, out.data_ptr<T>(),
+             q.size(0), q.size(1), k_cache.size(2), k_cache.size(1), scale);
     }
   });
 }
@@ -249,17 +280,17 @@ void run_chunk(const torch::Tensor& q, const torch::Tensor& k_cache, const torch
 
 }  // namespace
 
-// q [R, Hq, D]: the last R of a sequence's seq_len tokens (a prompt chunk), whose keys and
-// values are all in the caches (laid out as paged_decode_attention's); block_table [W] int64:
-// its blocks in order. Row r attends keys [0, seq_len - R + 1 + r). Returns [R, Hq, D].
+// See entry_points.h.
 torch::Tensor paged_chunk_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
-                                    torch::Tensor block_table, int64_t seq_len, double scale) {
+                                    torch::Tensor block_table, int64_t seq_len, double scale,
+                                    int64_t window, c10::optional<torch::Tensor> sinks) {
   check_paged_inputs(q, k_cache, v_cache);
   TORCH_CHECK(block_table.dim() == 1 && block_table.scalar_type() == torch::kInt64,
               "block_table must be one int64 row");
   const int64_t rows = q.size(0), block_size = k_cache.size(1);
   TORCH_CHECK(rows >= 1 && rows <= seq_len, "a chunk has 1 to seq_len rows");
   TORCH_CHECK(block_table.size(0) * block_size >= seq_len, "block_table is too short for seq_len");
+  TORCH_CHECK(window >= 0, "window must be 0 (none) or a number of keys");
 #ifdef OFFICELLM_CHUNK_KERNEL
   const auto q_type = q.scalar_type();
   if ((q.size(2) == 64 || q.size(2) == 128) &&
@@ -267,8 +298,10 @@ torch::Tensor paged_chunk_attention(torch::Tensor q, torch::Tensor k_cache, torc
     q = q.contiguous();
     block_table = block_table.contiguous();
     auto out = torch::empty_like(q);
+    const torch::Tensor sink_logits = checked_sinks(sinks, q.size(1));
+    const float* sink_ptr = sink_logits.defined() ? sink_logits.data_ptr<float>() : nullptr;
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q_type, "paged_chunk_attention", [&] {
-      run_chunk<scalar_t>(q, k_cache, v_cache, block_table, seq_len, out,
+      run_chunk<scalar_t>(q, k_cache, v_cache, block_table, seq_len, window, sink_ptr, out,
                           static_cast<float>(scale));
     });
     return out;
@@ -277,5 +310,5 @@ torch::Tensor paged_chunk_attention(torch::Tensor q, torch::Tensor k_cache, torc
   // Row by row through the decode kernel, each row a sequence of its own causal length.
   auto tables = block_table.unsqueeze(0).expand({rows, -1}).contiguous();
   auto lens = torch::arange(seq_len - rows + 1, seq_len + 1, block_table.options());
-  return paged_decode_attention(q, k_cache, v_cache, tables, lens, scale);
+  return paged_decode_attention(q, k_cache, v_cache, tables, lens, scale, window, sinks);
 }

@@ -28,7 +28,7 @@ namespace {
 // shift for bf16, the byte laid into a half for fp8).
 template <typename T, typename C, int64_t HEAD_DIM>
 void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int64_t* block_tables,
-                      const int64_t* seq_lens, T* out, int64_t num_seqs, int64_t num_q_heads,
+                      const int64_t* seq_lens, const int64_t* starts, const float* sinks, T* out, int64_t num_seqs, int64_t num_q_heads,
                       int64_t num_kv_heads, int64_t head_dim, int64_t block_size,
                       int64_t table_width, float scale) {
   const int64_t group = num_q_heads / num_kv_heads;
@@ -36,13 +36,13 @@ void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int6
   const int64_t row_elems = d + row_extra<C>();
   // Stride between consecutive tokens of one KV head inside a block.
   const int64_t token_stride = num_kv_heads * row_elems;
-  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, d, kMinPartBlocks,
+  over_context_parts(num_seqs, seq_lens, starts, block_size, num_q_heads, d, kMinPartBlocks,
                      Split::kFixed,
                      [&](int64_t b, int64_t first, int64_t end, PartState st) {
     AlignedFloats qf(num_q_heads * d), row(d), probs(group * block_size);
     for (int64_t i = 0; i < num_q_heads * d; ++i) qf[i] = to_float(q[b * num_q_heads * d + i]) * scale;
     walk_blocks(k_cache, v_cache, block_tables + b * table_width, first, end, seq_lens[b],
-                block_size, token_stride, 2 * num_kv_heads,
+                starts[b], block_size, token_stride, 2 * num_kv_heads,
                 [&](const C* k_block, const C* v_block, int64_t tokens, Prefetcher& prefetcher) {
       for (int64_t h = 0; h < num_kv_heads; ++h) {
         const C* k_base = k_block + h * row_elems;
@@ -77,7 +77,8 @@ void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int6
         }
       }
     });
-  }, [&](int64_t b, int64_t hq, const float* acc, float inv) {
+  }, [&](int64_t, int64_t hq) { return sinks ? sinks + hq : nullptr; },
+  [&](int64_t b, int64_t hq, const float* acc, float inv) {
     T* dst = out + (b * num_q_heads + hq) * d;
     for (int64_t i = 0; i < d; ++i) dst[i] = static_cast<T>(acc[i] * inv);
   });
@@ -90,18 +91,19 @@ void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int6
 template <int64_t D, int64_t G>
 void decode_attention_avx512_bf16(const at::BFloat16* q, const at::BFloat16* k_cache,
                                   const at::BFloat16* v_cache, const int64_t* block_tables,
-                                  const int64_t* seq_lens, at::BFloat16* out, int64_t num_seqs,
+                                  const int64_t* seq_lens, const int64_t* starts,
+                                  const float* sinks, at::BFloat16* out, int64_t num_seqs,
                                   int64_t num_q_heads, int64_t num_kv_heads, int64_t block_size,
                                   int64_t table_width, float scale) {
   constexpr int64_t kPairs = D / 32;  // 512-bit vectors of bf16 per row
   constexpr int64_t kVecs = D / 16;   // 512-bit vectors of fp32 per row
   const int64_t token_stride = num_kv_heads * D;
-  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, D, kMinPartBlocks,
+  over_context_parts(num_seqs, seq_lens, starts, block_size, num_q_heads, D, kMinPartBlocks,
                      Split::kFixed,
                      [&](int64_t b, int64_t first, int64_t end, PartState st) {
     AlignedFloats probs(G * block_size);
     walk_blocks(k_cache, v_cache, block_tables + b * table_width, first, end, seq_lens[b],
-                block_size, token_stride, 2 * num_kv_heads,
+                starts[b], block_size, token_stride, 2 * num_kv_heads,
                 [&](const at::BFloat16* k_block, const at::BFloat16* v_block, int64_t tokens,
                     Prefetcher& prefetcher) {
       for (int64_t h = 0; h < num_kv_heads; ++h) {
@@ -160,7 +162,8 @@ void decode_attention_avx512_bf16(const at::BFloat16* q, const at::BFloat16* k_c
         }
       }
     });
-  }, [&](int64_t b, int64_t hq, const float* acc, float inv) {
+  }, [&](int64_t, int64_t hq) { return sinks ? sinks + hq : nullptr; },
+  [&](int64_t b, int64_t hq, const float* acc, float inv) {
     at::BFloat16* dst = out + (b * num_q_heads + hq) * D;
     const __m512 scale_by = _mm512_set1_ps(inv);
     for (int64_t v = 0; v < kVecs; ++v) {
@@ -173,8 +176,8 @@ void decode_attention_avx512_bf16(const at::BFloat16* q, const at::BFloat16* k_c
 
 // The bf16 fast path for this shape, or nullptr when there is none.
 using Bf16Kernel = void (*)(const at::BFloat16*, const at::BFloat16*, const at::BFloat16*,
-                            const int64_t*, const int64_t*, at::BFloat16*, int64_t, int64_t,
-                            int64_t, int64_t, int64_t, float);
+                            const int64_t*, const int64_t*, const int64_t*, const float*,
+                            at::BFloat16*, int64_t, int64_t, int64_t, int64_t, int64_t, float);
 
 template <int64_t D>
 Bf16Kernel pick_for_group(int64_t group) {
@@ -227,7 +230,8 @@ constexpr int64_t chunk_vectors(int64_t vecs, int64_t group) {
 
 template <typename C, int64_t D, int64_t G>
 void decode_attention_avx2(const float* q, const C* k_cache, const C* v_cache,
-                           const int64_t* block_tables, const int64_t* seq_lens, float* out,
+                           const int64_t* block_tables, const int64_t* seq_lens,
+                           const int64_t* starts, const float* sinks, float* out,
                            int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_heads,
                            int64_t block_size, int64_t table_width, float scale) {
   constexpr int64_t kVecs = D / 8;
@@ -235,13 +239,13 @@ void decode_attention_avx2(const float* q, const C* k_cache, const C* v_cache,
   constexpr int64_t kChunk = chunk_vectors(kVecs, G);
   constexpr int64_t kGroups4 = (G + 3) / 4;
   const int64_t token_stride = num_kv_heads * D;
-  over_context_parts(num_seqs, seq_lens, block_size, num_q_heads, D, kMinPartBlocks,
+  over_context_parts(num_seqs, seq_lens, starts, block_size, num_q_heads, D, kMinPartBlocks,
                      Split::kFixed,
                      [&](int64_t b, int64_t first, int64_t end, PartState st) {
     AlignedFloats qf(num_q_heads * D), probs(G * block_size);
     for (int64_t i = 0; i < num_q_heads * D; ++i) qf[i] = q[b * num_q_heads * D + i] * scale;
     walk_blocks(k_cache, v_cache, block_tables + b * table_width, first, end, seq_lens[b],
-                block_size, token_stride, 2 * num_kv_heads,
+                starts[b], block_size, token_stride, 2 * num_kv_heads,
                 [&](const C* k_block, const C* v_block, int64_t tokens, Prefetcher& prefetcher) {
       for (int64_t h = 0; h < num_kv_heads; ++h) {
         const C* k_base = k_block + h * D;
@@ -296,7 +300,8 @@ void decode_attention_avx2(const float* q, const C* k_cache, const C* v_cache,
         }
       }
     });
-  }, [&](int64_t b, int64_t hq, const float* acc, float inv) {
+  }, [&](int64_t, int64_t hq) { return sinks ? sinks + hq : nullptr; },
+  [&](int64_t b, int64_t hq, const float* acc, float inv) {
     float* dst = out + (b * num_q_heads + hq) * D;
     const __m256 scale_by = _mm256_set1_ps(inv);
     for (int64_t v = 0; v < kVecs; ++v) {
@@ -307,7 +312,8 @@ void decode_attention_avx2(const float* q, const C* k_cache, const C* v_cache,
 
 template <typename C>
 using Avx2Kernel = void (*)(const float*, const C*, const C*, const int64_t*, const int64_t*,
-                            float*, int64_t, int64_t, int64_t, int64_t, int64_t, float);
+                            const int64_t*, const float*, float*, int64_t, int64_t, int64_t,
+                            int64_t, int64_t, float);
 
 template <typename C, int64_t D>
 Avx2Kernel<C> pick_avx2_for_group(int64_t group) {
@@ -333,17 +339,28 @@ Avx2Kernel<C> pick_avx2_kernel(int64_t head_dim, int64_t group) {
 }
 #endif
 
+// One call's inputs: the tensors, each sequence's first visible key and the sink logits.
+struct DecodeCall {
+  const torch::Tensor& q;
+  const torch::Tensor& k_cache;
+  const torch::Tensor& v_cache;
+  const torch::Tensor& block_tables;
+  const torch::Tensor& seq_lens;
+  torch::Tensor& out;
+  const int64_t* starts;  // [B]
+  const float* sinks;     // [Hq], or nullptr
+  float scale;
+};
+
 // The kernel for a query type T and a cache type C, by head size.
 template <typename T, typename C>
-void run_decode(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
-                const torch::Tensor& block_tables, const torch::Tensor& seq_lens, torch::Tensor& out,
-                float scale) {
-  const int64_t num_seqs = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
+void run_decode(const DecodeCall& c) {
+  const int64_t num_seqs = c.q.size(0), num_q_heads = c.q.size(1), head_dim = c.q.size(2);
   auto run = [&](auto kernel) {
-    kernel(q.data_ptr<T>(), k_cache.data_ptr<C>(), v_cache.data_ptr<C>(),
-           block_tables.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(), out.data_ptr<T>(),
-           num_seqs, num_q_heads, k_cache.size(2), head_dim, k_cache.size(1),
-           block_tables.size(1), scale);
+    kernel(c.q.data_ptr<T>(), c.k_cache.data_ptr<C>(), c.v_cache.data_ptr<C>(),
+           c.block_tables.data_ptr<int64_t>(), c.seq_lens.data_ptr<int64_t>(), c.starts,
+           c.sinks, c.out.data_ptr<T>(), num_seqs, num_q_heads, c.k_cache.size(2), head_dim,
+           c.k_cache.size(1), c.block_tables.size(1), c.scale);
   };
   if (head_dim == 64) {
     run(decode_attention<T, C, 64>);
@@ -357,39 +374,35 @@ void run_decode(const torch::Tensor& q, const torch::Tensor& k_cache, const torc
 // A float32 query over a 16-bit cache C: the AVX2 kernel where the build has it and the
 // shape is one of its own, else the generic one.
 template <typename C>
-void run_decode_f32_query(const torch::Tensor& q, const torch::Tensor& k_cache,
-                          const torch::Tensor& v_cache, const torch::Tensor& block_tables,
-                          const torch::Tensor& seq_lens, torch::Tensor& out, float scale) {
+void run_decode_f32_query(const DecodeCall& c) {
 #ifdef OFFICELLM_AVX2_F32Q
-  const int64_t num_q_heads = q.size(1), num_kv_heads = k_cache.size(2);
-  if (Avx2Kernel<C> kernel = pick_avx2_kernel<C>(q.size(2), num_q_heads / num_kv_heads)) {
-    kernel(q.data_ptr<float>(), k_cache.data_ptr<C>(), v_cache.data_ptr<C>(),
-           block_tables.data_ptr<int64_t>(), seq_lens.data_ptr<int64_t>(), out.data_ptr<float>(),
-           q.size(0), num_q_heads, num_kv_heads, k_cache.size(1), block_tables.size(1), scale);
+  const int64_t num_q_heads = c.q.size(1), num_kv_heads = c.k_cache.size(2);
+  if (Avx2Kernel<C> kernel = pick_avx2_kernel<C>(c.q.size(2), num_q_heads / num_kv_heads)) {
+    kernel(c.q.data_ptr<float>(), c.k_cache.data_ptr<C>(), c.v_cache.data_ptr<C>(),
+           c.block_tables.data_ptr<int64_t>(), c.seq_lens.data_ptr<int64_t>(), c.starts,
+           c.sinks, c.out.data_ptr<float>(), c.q.size(0), num_q_heads, num_kv_heads,
+           c.k_cache.size(1), c.block_tables.size(1), c.scale);
     return;
   }
 #endif
-  run_decode<float, C>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+  run_decode<float, C>(c);
 }
 
 template <typename T>
-void dispatch_cache(at::ScalarType cache_type, const torch::Tensor& q,
-                    const torch::Tensor& k_cache, const torch::Tensor& v_cache,
-                    const torch::Tensor& block_tables, const torch::Tensor& seq_lens,
-                    torch::Tensor& out, float scale) {
-  if (cache_type == q.scalar_type()) {
-    run_decode<T, T>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+void dispatch_cache(at::ScalarType cache_type, const DecodeCall& c) {
+  if (cache_type == c.q.scalar_type()) {
+    run_decode<T, T>(c);
   } else if (cache_type == at::kFloat8_e4m3fn) {
-    run_decode<T, at::Float8_e4m3fn>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+    run_decode<T, at::Float8_e4m3fn>(c);
   } else if (cache_type == at::kFloat8_e5m2) {
-    run_decode<T, at::Float8_e5m2>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+    run_decode<T, at::Float8_e5m2>(c);
   } else if (cache_type == at::kChar) {
-    run_decode<T, int8_t>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+    run_decode<T, int8_t>(c);
   } else if constexpr (std::is_same_v<T, float>) {
     if (cache_type == at::kBFloat16) {
-      run_decode_f32_query<at::BFloat16>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+      run_decode_f32_query<at::BFloat16>(c);
     } else if (cache_type == at::kHalf) {
-      run_decode_f32_query<at::Half>(q, k_cache, v_cache, block_tables, seq_lens, out, scale);
+      run_decode_f32_query<at::Half>(c);
     } else {
       TORCH_CHECK(false, kCachePairs);
     }
@@ -400,13 +413,11 @@ void dispatch_cache(at::ScalarType cache_type, const torch::Tensor& q,
 
 }  // namespace
 
-// q [B, Hq, D]; caches [num_blocks, block_size, Hk, D] (q's dtype, bf16/fp16 under a float32
-// q, or fp8 e4m3/e5m2 under any), or [num_blocks, block_size, Hk, D + 4] int8 (each row's
-// float32 scale after its values); block_tables [B, W] and seq_lens [B] int64. Returns
-// [B, Hq, D].
+// See entry_points.h.
 torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                      torch::Tensor block_tables, torch::Tensor seq_lens,
-                                     double scale) {
+                                     double scale, int64_t window,
+                                     c10::optional<torch::Tensor> sinks) {
   check_paged_inputs(q, k_cache, v_cache);
   const auto cache_type = k_cache.scalar_type();
   TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && seq_lens.scalar_type() == torch::kInt64,
@@ -417,21 +428,30 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
   const int64_t num_seqs = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
   const int64_t block_size = k_cache.size(1), num_kv_heads = k_cache.size(2);
   TORCH_CHECK(block_tables.size(0) == num_seqs && seq_lens.size(0) == num_seqs, "batch mismatch");
+  TORCH_CHECK(window >= 0, "window must be 0 (none) or a number of keys");
+  const torch::Tensor sink_logits = checked_sinks(sinks, num_q_heads);
+  const float* sink_ptr = sink_logits.defined() ? sink_logits.data_ptr<float>() : nullptr;
+  // Each sequence's query is its last token: its first visible key.
+  std::vector<int64_t> starts(num_seqs);
+  const int64_t* lens = seq_lens.data_ptr<int64_t>();
+  for (int64_t b = 0; b < num_seqs; ++b) starts[b] = window_start(lens[b] - 1, window);
   auto out = torch::empty_like(q);
   const float fscale = static_cast<float>(scale);
 #ifdef OFFICELLM_AVX512_BF16
   if (q.scalar_type() == at::kBFloat16 && cache_type == at::kBFloat16) {
     if (Bf16Kernel kernel = pick_bf16_kernel(head_dim, num_q_heads / num_kv_heads)) {
       kernel(q.data_ptr<at::BFloat16>(), k_cache.data_ptr<at::BFloat16>(),
-             v_cache.data_ptr<at::BFloat16>(), block_tables.data_ptr<int64_t>(),
-             seq_lens.data_ptr<int64_t>(), out.data_ptr<at::BFloat16>(), num_seqs, num_q_heads,
+             v_cache.data_ptr<at::BFloat16>(), block_tables.data_ptr<int64_t>(), lens,
+             starts.data(), sink_ptr, out.data_ptr<at::BFloat16>(), num_seqs, num_q_heads,
              num_kv_heads, block_size, block_tables.size(1), fscale);
       return out;
     }
   }
 #endif
+  const DecodeCall call{q, k_cache, v_cache, block_tables, seq_lens, out, starts.data(), sink_ptr,
+                        fscale};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode_attention", [&] {
-    dispatch_cache<scalar_t>(cache_type, q, k_cache, v_cache, block_tables, seq_lens, out, fscale);
+    dispatch_cache<scalar_t>(cache_type, call);
   });
   return out;
 }

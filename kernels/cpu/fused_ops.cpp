@@ -1,5 +1,6 @@
 // The small per-layer operations of the decoder, fused for the CPU: RMSNorm (with the
-// residual add), neox rotary embedding and SiLU-and-mul.
+// residual add), neox rotary embedding (whole or partial) and the gated MLPs' activations,
+// SiLU-and-mul and GELU(tanh)-and-mul.
 //
 // Why: in a decode step these run on a few rows each, so torch spends its time in dispatch
 // and in one OpenMP region per elementwise op (about 35 per layer, ~1,000 per step). One
@@ -76,6 +77,42 @@ __attribute__((noinline)) void silu_and_mul_row(const T* g, const T* u, T* o, in
   }
 }
 
+// gelu(gate) * up of one row, gelu with transformers' tanh approximation (gelu_pytorch_tanh)
+// written as torch's CPU kernel writes it; a function of its own for the reason
+// rms_norm_row is.
+template <typename T>
+__attribute__((noinline)) void gelu_tanh_and_mul_row(const T* g, const T* u, T* o,
+                                                     int64_t inter) {
+  constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+  constexpr float kKappa = 0.044715f;
+  for (int64_t i = 0; i < inter; ++i) {
+    const float gv = static_cast<float>(g[i]);
+    const float inner = kBeta * (gv + kKappa * (gv * gv * gv));
+    const float act = round_to<T>(0.5f * gv * (1.0f + std::tanh(inner)));
+    o[i] = static_cast<T>(act * static_cast<float>(u[i]));
+  }
+}
+
+// Runs row(gate, up, out, I) over x [T, 2I] holding gate then up, into a new [T, I].
+template <typename Row>
+torch::Tensor gated_rows(const torch::Tensor& x, Row&& row) {
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x must be [T, 2I] with contiguous rows");
+  const int64_t rows = x.size(0), inter = x.size(1) / 2;
+  auto out = torch::empty({rows, inter}, x.options());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "gated_rows", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    const int64_t stride = x.stride(0);
+    at::parallel_for(0, rows, grain_for(inter), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const scalar_t* g = xp + r * stride;
+        row(g, g + inter, op + r * inter, inter);
+      }
+    });
+  });
+  return out;
+}
+
 }  // namespace
 
 // x [T, H] (rows with unit inner stride) -> weight * rmsnorm(x), [T, H].
@@ -118,20 +155,23 @@ std::tuple<torch::Tensor, torch::Tensor> fused_add_rms_norm(torch::Tensor x, tor
 
 namespace {
 
+// Each head's first `rotated` values rotate as pairs (i, i + rotated / 2) with cos/sin
+// [tokens, rotated]; the rest (partial rotary: Phi-4-mini) are copied as they are.
 template <typename T>
 void rotary_rows(const T* src, int64_t stride_t, int64_t heads, int64_t head_dim,
-                 const float* cos, const float* sin, T* dst, int64_t tokens) {
-  const int64_t half = head_dim / 2;
+                 int64_t rotated, const float* cos, const float* sin, T* dst, int64_t tokens) {
+  const int64_t half = rotated / 2;
   at::parallel_for(0, tokens, grain_for(heads * head_dim), [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      const float* c = cos + t * head_dim;
-      const float* s = sin + t * head_dim;
+      const float* c = cos + t * rotated;
+      const float* s = sin + t * rotated;
       for (int64_t h = 0; h < heads; ++h) {
         const T* x = src + t * stride_t + h * head_dim;
         T* o = dst + (t * heads + h) * head_dim;
+        for (int64_t i = rotated; i < head_dim; ++i) o[i] = x[i];
         // q * cos + rotate_half(q) * sin, with cos/sin cast to the dtype first and every
         // product and the sum rounded, as torch computes it in that dtype.
-        for (int64_t i = 0; i < head_dim; ++i) {
+        for (int64_t i = 0; i < rotated; ++i) {
           const float ci = round_to<T>(c[i]);
           const float si = round_to<T>(s[i]);
           const float rot = i < half ? -static_cast<float>(x[i + half])
@@ -147,8 +187,9 @@ void rotary_rows(const T* src, int64_t stride_t, int64_t heads, int64_t head_dim
 
 }  // namespace
 
-// q [T, Hq, D], k [T, Hk, D] (heads and dims contiguous, any token stride); cos/sin [T, D]
-// float32. Returns rotated copies (contiguous).
+// q [T, Hq, D], k [T, Hk, D] (heads and dims contiguous, any token stride); cos/sin [T, R]
+// float32, R even and at most D (R < D: partial rotary, the last D - R values of each head
+// pass through). Returns rotated copies (contiguous).
 std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Tensor k,
                                                       torch::Tensor cos, torch::Tensor sin) {
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3, "q and k must be [T, H, D]");
@@ -157,15 +198,22 @@ std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Te
               "q and k need contiguous heads");
   TORCH_CHECK(cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32,
               "cos and sin must be float32");
+  TORCH_CHECK(q.size(2) == k.size(2), "q and k must share a head size");
+  const int64_t rotated = cos.size(-1);
+  TORCH_CHECK(cos.dim() == 2 && sin.sizes() == cos.sizes() && cos.size(0) == q.size(0) &&
+                  k.size(0) == q.size(0),
+              "cos and sin must be [T, R]");
+  TORCH_CHECK(rotated % 2 == 0 && rotated <= q.size(2), "the rotated width must be even and at "
+              "most the head size");
   cos = cos.contiguous();
   sin = sin.contiguous();
   auto q_out = torch::empty(q.sizes(), q.options());
   auto k_out = torch::empty(k.sizes(), k.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "apply_rotary", [&] {
-    rotary_rows<scalar_t>(q.data_ptr<scalar_t>(), q.stride(0), q.size(1), q.size(2),
+    rotary_rows<scalar_t>(q.data_ptr<scalar_t>(), q.stride(0), q.size(1), q.size(2), rotated,
                           cos.data_ptr<float>(), sin.data_ptr<float>(),
                           q_out.data_ptr<scalar_t>(), q.size(0));
-    rotary_rows<scalar_t>(k.data_ptr<scalar_t>(), k.stride(0), k.size(1), k.size(2),
+    rotary_rows<scalar_t>(k.data_ptr<scalar_t>(), k.stride(0), k.size(1), k.size(2), rotated,
                           cos.data_ptr<float>(), sin.data_ptr<float>(),
                           k_out.data_ptr<scalar_t>(), k.size(0));
   });
@@ -174,19 +222,15 @@ std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Te
 
 // x [T, 2I] holding gate then up -> silu(gate) * up, [T, I] (silu rounded, then the product).
 torch::Tensor silu_and_mul(torch::Tensor x) {
-  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x must be [T, 2I] with contiguous rows");
-  const int64_t rows = x.size(0), inter = x.size(1) / 2;
-  auto out = torch::empty({rows, inter}, x.options());
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "silu_and_mul", [&] {
-    const scalar_t* xp = x.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
-    const int64_t stride = x.stride(0);
-    at::parallel_for(0, rows, grain_for(inter), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const scalar_t* g = xp + r * stride;
-        silu_and_mul_row(g, g + inter, op + r * inter, inter);
-      }
-    });
+  return gated_rows(x, [](auto g, auto u, auto o, int64_t inter) {
+    silu_and_mul_row(g, u, o, inter);
   });
-  return out;
+}
+
+// x [T, 2I] holding gate then up -> gelu(gate, tanh approximation) * up, [T, I] (gelu
+// rounded, then the product): Gemma's GeGLU.
+torch::Tensor gelu_tanh_and_mul(torch::Tensor x) {
+  return gated_rows(x, [](auto g, auto u, auto o, int64_t inter) {
+    gelu_tanh_and_mul_row(g, u, o, inter);
+  });
 }

@@ -208,24 +208,29 @@ class Prefetcher {
 };
 
 // Calls body(k block, v block, tokens, prefetcher) for blocks [first, end) of one sequence
-// of n tokens, in order; a block's pointer is its first token's first KV head, and its rows
-// for every KV head follow one another (one contiguous run of tokens x token_elems). The
-// body calls the prefetcher's step() steps_per_token times per token of its block, which
-// fetches the next block in time.
+// of n tokens whose visible keys start at position from (a sliding window's; 0 otherwise),
+// in order; a block's pointer is its first visible token's first KV head, and its rows for
+// every KV head follow one another (one contiguous run of tokens x token_elems). The block
+// holding position from is passed from that token on, as a shorter block: the keys before
+// it are never read, nor is any block before it (those may be the null block). The body
+// calls the prefetcher's step() steps_per_token times per token of its block, which fetches
+// the next block in time.
 template <typename C, typename Body>
 inline void walk_blocks(const C* k_cache, const C* v_cache, const int64_t* table, int64_t first,
-                        int64_t end, int64_t n, int64_t block_size, int64_t token_elems,
-                        int64_t steps_per_token, Body&& body) {
+                        int64_t end, int64_t n, int64_t from, int64_t block_size,
+                        int64_t token_elems, int64_t steps_per_token, Body&& body) {
   const int64_t block_elems = block_size * token_elems;
   auto tokens = [&](int64_t blk) { return std::min(block_size, n - blk * block_size); };
   for (int64_t blk = first; blk < end; ++blk) {
     const int64_t next = blk + 1 < end ? table[blk + 1] * block_elems : 0;
     const int64_t next_bytes =
         blk + 1 < end ? tokens(blk + 1) * token_elems * static_cast<int64_t>(sizeof(C)) : 0;
+    // Tokens of this block before the window (only ever in the window's first block).
+    const int64_t hidden = std::max<int64_t>(0, from - blk * block_size);
+    const int64_t skip = table[blk] * block_elems + hidden * token_elems;
     Prefetcher prefetcher(k_cache + next, v_cache + next, next_bytes,
-                          tokens(blk) * steps_per_token);
-    body(k_cache + table[blk] * block_elems, v_cache + table[blk] * block_elems, tokens(blk),
-         prefetcher);
+                          (tokens(blk) - hidden) * steps_per_token);
+    body(k_cache + skip, v_cache + skip, tokens(blk) - hidden, prefetcher);
     prefetcher.finish();
   }
 }
@@ -236,12 +241,16 @@ inline void walk_blocks(const C* k_cache, const C* v_cache, const int64_t* table
 // a shared counter, so threads that drew short contexts take more of them instead of waiting
 // at the barrier for the one that drew the longest.
 //
+// Only the blocks that hold visible keys are cut: from the one holding the sequence's first
+// visible key (a sliding window's first; block 0 without one) to its last, so a sliding
+// layer over a long chat costs its window's work whatever the chat's length.
+//
 // How a context is cut (Split):
-// - kFixed (decodes): parts of kMinPartBlocks blocks from the sequence's first block, the last
-//   one shorter. A row's arithmetic then depends on its own context alone, never on the
-//   batch beside it, which is what lets --batch-invariant run every row of every step here
-//   (engine/attention/row_attention.py); decode attention measured within 2 % of the
-//   adaptive split (docs/performance.md).
+// - kFixed (decodes): parts of kMinPartBlocks blocks from the first visible block, the last
+//   one shorter. A row's arithmetic then depends on its own context (its length and
+//   window) alone, never on the batch beside it, which is what lets --batch-invariant run
+//   every row of every step here (engine/attention/row_attention.py); decode attention
+//   measured within 2 % of the adaptive split (docs/performance.md).
 // - kAdaptive (prompt chunks): parts of min_part_blocks or more, sized so the whole batch
 //   makes about four items per thread.
 constexpr int64_t kMinPartBlocks = 8;
@@ -256,17 +265,24 @@ struct PartState {
 };
 
 // attend(b, first_block, end_block, state) runs the online softmax over those blocks of
-// sequence b for every query head, starting from the state as given (zero acc and sum, max
-// -1e30); store(b, q_head, acc_row, inv_sum) writes one output row.
-template <typename Attend, typename Store>
-void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block_size,
-                        int64_t num_q_heads, int64_t d, int64_t min_part_blocks, Split split,
-                        Attend&& attend, Store&& store) {
+// sequence b (of seq_lens[b] tokens, the first visible at position starts[b]) for every query
+// head, starting from the state as given (zero acc and sum, max -1e30); store(b, q_head,
+// acc_row, inv_sum) writes one output row. sink_of(b, q_head) is that row's sink logit
+// (gpt-oss: one more score of the softmax, with no value), or nullptr for none; it joins
+// the row's max and sum once, where its parts are merged.
+template <typename Attend, typename SinkOf, typename Store>
+void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, const int64_t* starts,
+                        int64_t block_size, int64_t num_q_heads, int64_t d,
+                        int64_t min_part_blocks, Split split, Attend&& attend, SinkOf&& sink_of,
+                        Store&& store) {
   const int64_t threads = at::get_num_threads();
-  std::vector<int64_t> blocks(num_seqs), parts(num_seqs), first_part(num_seqs + 1, 0);
+  // Sequence b's visible blocks: [first_block[b], first_block[b] + blocks[b]).
+  std::vector<int64_t> blocks(num_seqs), first_block(num_seqs), parts(num_seqs),
+      first_part(num_seqs + 1, 0);
   int64_t total_blocks = 0;
   for (int64_t b = 0; b < num_seqs; ++b) {
-    blocks[b] = (seq_lens[b] + block_size - 1) / block_size;
+    first_block[b] = starts[b] / block_size;
+    blocks[b] = (seq_lens[b] + block_size - 1) / block_size - first_block[b];
     total_blocks += blocks[b];
   }
   const int64_t part_blocks = split == Split::kFixed
@@ -280,10 +296,11 @@ void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block
   }
   // Part p of sequence b: blocks [first, end).
   auto bounds = [&](int64_t b, int64_t p) -> std::pair<int64_t, int64_t> {
+    const int64_t base = first_block[b];
     if (split == Split::kFixed) {
-      return {p * part_blocks, std::min(blocks[b], (p + 1) * part_blocks)};
+      return {base + p * part_blocks, base + std::min(blocks[b], (p + 1) * part_blocks)};
     }
-    return {blocks[b] * p / parts[b], blocks[b] * (p + 1) / parts[b]};
+    return {base + blocks[b] * p / parts[b], base + blocks[b] * (p + 1) / parts[b]};
   };
   const int64_t num_items = first_part[num_seqs];
   // Longest parts first (largest-first scheduling balances the threads' totals).
@@ -314,7 +331,8 @@ void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block
       if (pending[b].fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
       const int64_t p0 = first_part[b];
       for (int64_t hq = 0; hq < num_q_heads; ++hq) {
-        float top = -1e30f;
+        const float* sink = sink_of(b, hq);
+        float top = sink ? *sink : -1e30f;
         for (int64_t p2 = p0; p2 < first_part[b + 1]; ++p2) {
           top = std::max(top, run_max[p2 * num_q_heads + hq]);
         }
@@ -330,6 +348,7 @@ void over_context_parts(int64_t num_seqs, const int64_t* seq_lens, int64_t block
             for (int64_t i2 = 0; i2 < d; ++i2) merged[i2] += part[i2] * w;
           }
         }
+        if (sink) sum += std::exp(*sink - top);
         store(b, hq, merged, sum > 0.0f ? 1.0f / sum : 0.0f);
       }
     }
@@ -385,6 +404,20 @@ void check_paged_inputs(const torch::Tensor& q, const torch::Tensor& k_cache,
     });
   });
   TORCH_CHECK(readable, kCachePairs);
+}
+
+// The first key a query at position pos sees under a sliding window of `window` keys (keys
+// pos - window < j <= pos, transformers' rule); 0 without one (window 0).
+inline int64_t window_start(int64_t pos, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+}
+
+// The sink logits as a float32 [num_q_heads] tensor, or an undefined tensor for none.
+torch::Tensor checked_sinks(const c10::optional<torch::Tensor>& sinks, int64_t num_q_heads) {
+  if (!sinks.has_value() || !sinks->defined()) return {};
+  TORCH_CHECK(sinks->device().is_cpu() && sinks->dim() == 1 && sinks->size(0) == num_q_heads,
+              "sinks must be one CPU logit per query head");
+  return sinks->to(torch::kFloat32).contiguous();
 }
 
 }  // namespace
