@@ -72,22 +72,27 @@ class MoETiles:
     num_stages: int
 
 
-# Not yet measured on a GPU (benchmarks/gpucheck times the decode case); the reasoning:
-# - Decode (at most 16 pairs per expert on average: a decode step, up to batch 256 at 128
-#   experts top-8): an expert block holds a few real rows, so BLOCK_M is the smallest the
+# Chosen by reasoning and by what ptxas reports (compile_check: no variant spills), not yet
+# by measurement (benchmarks/gpucheck times the decode step on a GPU):
+# - Decode (at most 16 pairs per expert on average: a decode step up to batch 256 at 128
+#   experts top-8): an expert's block holds a few real rows, so BLOCK_M is the smallest the
 #   tensor cores take (16), and the layer is a stream of expert weights, which wants many
 #   programs reading at once: BLOCK_N 32 gives Qwen3-30B-A3B's gate-up 24 column blocks per
-#   expert (192 programs at top-8), its down GEMM 64. BLOCK_K 128 (256 for MXFP4, whose
-#   bytes per step are a quarter of bf16's) keeps each program's loads long; three stages
-#   hold 60 KiB of shared memory in flight (sm_89 has 99).
-# - Prefill: blocks are mostly full, the weights are reused across BLOCK_M rows, so the
-#   usual 64x64 tensor-core tile with 64-deep K steps (72 KiB over three stages).
+#   expert (192 programs at top-8), its down GEMM 64; BLOCK_K 128 keeps each load long, and
+#   three stages put 40 KiB in flight per program (64 registers).
+# - Prefill: blocks are mostly full and a weight tile serves BLOCK_M rows: the usual 64x64
+#   tensor-core tile, 64 deep (48-72 KiB of shared memory over three stages; sm_89 has 99).
+# - MXFP4: one 32-weight block per K step. Its 17-byte blocks are not aligned for vector
+#   loads, so Triton neither copies them asynchronously nor pipelines them: each step's bytes
+#   are loaded into registers and dequantized there (a deeper step took 200-255 registers
+#   and spilled on sm_80/89). Decode takes 64 columns per program so that a program still
+#   has 2 KiB of weight bytes in flight per step, at 128 registers (four programs per SM).
 # - float32 (a correctness reference, not a serving dtype) runs as FMAs, not tensor
-#   cores: half the K depth keeps the same shared memory.
+#   cores: half the K depth for the same shared memory.
 DECODE_PAIRS_PER_EXPERT = 16
-_DECODE = {"dense16": MoETiles(16, 32, 128, 4, 3), "mxfp4": MoETiles(16, 32, 256, 4, 3),
+_DECODE = {"dense16": MoETiles(16, 32, 128, 4, 3), "mxfp4": MoETiles(16, 64, 32, 4, 3),
            "dense32": MoETiles(16, 32, 64, 4, 3)}
-_PREFILL = {"dense16": MoETiles(64, 64, 64, 4, 3), "mxfp4": MoETiles(64, 64, 64, 4, 3),
+_PREFILL = {"dense16": MoETiles(64, 64, 64, 4, 3), "mxfp4": MoETiles(64, 64, 32, 4, 3),
             "dense32": MoETiles(64, 64, 32, 4, 3)}
 
 
@@ -236,12 +241,14 @@ def _load_rows(row_ptrs, row_ok, k0, K, MX: tl.constexpr, BLOCK_K: tl.constexpr)
     (returned twice); MXFP4, the columns of each 32-block's low nibbles, then of its high
     nibbles (the order _dot_weights reads the weights in), [BLOCK_M, BLOCK_K / 2] each."""
     if MX:
-        idx = tl.arange(0, BLOCK_K // 2)
-        lo = k0 + idx // 16 * 32 + idx % 16
-        mask = row_ok[:, None] & (lo < K)[None, :]
-        a_lo = tl.load(row_ptrs[:, None] + lo[None, :], mask=mask, other=0.0)
-        a_hi = tl.load(row_ptrs[:, None] + (lo + 16)[None, :], mask=mask, other=0.0)
-        return a_lo, a_hi
+        # [rows, blocks, 16]: runs of 16 columns the compiler sees as contiguous.
+        blocks = k0 + tl.arange(0, BLOCK_K // 32) * 32
+        lo = blocks[None, :, None] + tl.arange(0, 16)[None, None, :]
+        mask = row_ok[:, None, None] & (blocks < K)[None, :, None]
+        a_lo = tl.load(row_ptrs[:, None, None] + lo, mask=mask, other=0.0)
+        a_hi = tl.load(row_ptrs[:, None, None] + lo + 16, mask=mask, other=0.0)
+        shape: tl.constexpr = (row_ptrs.shape[0], BLOCK_K // 2)
+        return tl.reshape(a_lo, shape), tl.reshape(a_hi, shape)
     else:
         ks = k0 + tl.arange(0, BLOCK_K)
         a = tl.load(row_ptrs[:, None] + ks[None, :], mask=row_ok[:, None] & (ks < K)[None, :],
@@ -252,26 +259,30 @@ def _load_rows(row_ptrs, row_ok, k0, K, MX: tl.constexpr, BLOCK_K: tl.constexpr)
 @triton.jit
 def _dot_weights(acc, a_lo, a_hi, w_row_ptrs, col_ok, k0, K,
                  MX: tl.constexpr, BLOCK_K: tl.constexpr):
-    """acc [BLOCK_M, BLOCK_N] += the K step's activations times the weight rows at
-    w_row_ptrs [BLOCK_N] (dense: element pointers; MXFP4: byte pointers to block rows)."""
+    """acc [BLOCK_N, BLOCK_M] += the weight rows at w_row_ptrs [BLOCK_N] (dense: element
+    pointers; MXFP4: byte pointers to rows of blocks) times the K step's activations,
+    transposed. The weights are the MMA's first operand: on sm_80/89 the second operand is
+    held whole by every warp along the first one's dimension, so each warp dequantized the
+    whole weight tile (255 registers and spills); as the first operand each warp dequantizes
+    its own rows, and a decode step's few tokens are the narrow side of the MMA."""
     if MX:
-        idx = tl.arange(0, BLOCK_K // 2)
-        block = k0 // 32 + idx // 16
-        mask = (block * 32 < K)[:, None] & col_ok[None, :]
-        nibbles = tl.load(w_row_ptrs[None, :] + (block * 17 + 1 + idx % 16)[:, None],
-                          mask=mask, other=0)
-        scale = _e8m0_half(tl.load(w_row_ptrs[None, :] + (block * 17)[:, None], mask=mask,
-                                   other=0))
-        w_lo = (_e2m1_doubled(nibbles & 15) * scale).to(a_lo.dtype)
-        w_hi = (_e2m1_doubled(nibbles >> 4) * scale).to(a_lo.dtype)
-        acc = tl.dot(a_lo, w_lo, acc, input_precision="ieee")
-        acc = tl.dot(a_hi, w_hi, acc, input_precision="ieee")
+        # [columns, blocks, 16]: each 32-block's exponent byte, then its 16 nibble bytes.
+        blocks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
+        mask = col_ok[:, None, None] & (blocks * 32 < K)[None, :, None]
+        block_ptrs = w_row_ptrs[:, None, None] + (blocks * 17)[None, :, None]
+        scale = _e8m0_half(tl.load(block_ptrs, mask=mask, other=0))
+        nibbles = tl.load(block_ptrs + 1 + tl.arange(0, 16)[None, None, :], mask=mask, other=0)
+        shape: tl.constexpr = (w_row_ptrs.shape[0], BLOCK_K // 2)
+        w_lo = tl.reshape(_e2m1_doubled(nibbles & 15) * scale, shape).to(a_lo.dtype)
+        w_hi = tl.reshape(_e2m1_doubled(nibbles >> 4) * scale, shape).to(a_lo.dtype)
+        acc = tl.dot(w_lo, tl.trans(a_lo), acc, input_precision="ieee")
+        acc = tl.dot(w_hi, tl.trans(a_hi), acc, input_precision="ieee")
     else:
         ks = k0 + tl.arange(0, BLOCK_K)
-        w = tl.load(w_row_ptrs[None, :] + ks[:, None], mask=(ks < K)[:, None] & col_ok[None, :],
+        w = tl.load(w_row_ptrs[:, None] + ks[None, :], mask=col_ok[:, None] & (ks < K)[None, :],
                     other=0.0)
         # "ieee" matters for float32 only (no TF32); 16-bit inputs take the tensor cores.
-        acc = tl.dot(a_lo, w, acc, input_precision="ieee")
+        acc = tl.dot(w, tl.trans(a_lo), acc, input_precision="ieee")
     return acc
 
 
@@ -298,7 +309,8 @@ def _gated(gate, up, activation, alpha, limit, dtype: tl.constexpr):
         out = _rounded(gate / (1.0 + tl.exp(-gate)), dtype) * up
     elif activation == 1:
         inner = 0.7978845608028654 * (gate + 0.044715 * gate * gate * gate)
-        tanh = 1.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0)
+        decay = tl.exp(-2.0 * tl.abs(inner))  # in (0, 1]: no overflow
+        tanh = tl.where(inner < 0, -1.0, 1.0) * (1.0 - decay) / (1.0 + decay)
         out = _rounded(0.5 * gate * (1.0 + tanh), dtype) * up
     else:
         # Rounded where the reference's torch ops round: (up + 1), g * alpha, the sigmoid,
@@ -333,16 +345,16 @@ def _moe_gate_up_kernel(x_ptr, w_ptr, b_ptr, h_ptr, sorted_ptr, block_expert_ptr
     w_expert = w_ptr + expert.to(tl.int64) * stride_we
     gate_rows = w_expert + cols.to(tl.int64) * stride_wn
     up_rows = w_expert + (cols + inter).to(tl.int64) * stride_wn
-    acc_gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_gate = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k0 in range(0, hidden, BLOCK_K):
         a_lo, a_hi = _load_rows(x_rows, row_ok, k0, hidden, MX, BLOCK_K)
         acc_gate = _dot_weights(acc_gate, a_lo, a_hi, gate_rows, col_ok, k0, hidden, MX,
                                 BLOCK_K)
         acc_up = _dot_weights(acc_up, a_lo, a_hi, up_rows, col_ok, k0, hidden, MX, BLOCK_K)
     dtype = h_ptr.dtype.element_ty
-    gate = _rounded(acc_gate, dtype)
-    up = _rounded(acc_up, dtype)
+    gate = _rounded(tl.trans(acc_gate), dtype)
+    up = _rounded(tl.trans(acc_up), dtype)
     if has_bias:
         b_expert = b_ptr + expert.to(tl.int64) * stride_be
         gate = _add_bias(gate, b_expert + cols, col_ok, dtype)
@@ -371,12 +383,12 @@ def _moe_down_kernel(h_ptr, w_ptr, b_ptr, y_ptr, route_ptr, sorted_ptr, block_ex
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_ok = cols < hidden
     w_rows = w_ptr + expert.to(tl.int64) * stride_we + cols.to(tl.int64) * stride_wn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k0 in range(0, inter, BLOCK_K):
         a_lo, a_hi = _load_rows(h_rows, row_ok, k0, inter, MX, BLOCK_K)
         acc = _dot_weights(acc, a_lo, a_hi, w_rows, col_ok, k0, inter, MX, BLOCK_K)
     dtype = y_ptr.dtype.element_ty
-    out = _rounded(acc, dtype)
+    out = _rounded(tl.trans(acc), dtype)
     if has_bias:
         out = _add_bias(out, b_ptr + expert.to(tl.int64) * stride_be + cols, col_ok, dtype)
     route = tl.load(route_ptr + pair, mask=row_ok, other=0.0)
