@@ -29,8 +29,9 @@ expert order; here they are added in float32 and rounded once.
 MXFP4 (GGUF type 39): each row of K weights is K/32 blocks of 17 bytes, an E8M0 exponent
 byte e then 16 bytes whose low nibble is weight j and high nibble weight j + 16; the weight
 is kvalues[nibble] * 2**(e - 128), kvalues the e2m1 values doubled. sm_80/89/90 have no FP4
-units, so a tile is dequantized to the activation dtype (exactly: at most two significant
-bits times a power of two) and goes to tl.dot. A tile is read as its low-nibble and its
+units, so a tile is dequantized to the activation dtype (exactly in bf16 and fp32: at most
+two significant bits times a power of two; in fp16 while it is within fp16's range, as
+checkpoint scales are) and goes to tl.dot. A tile is read as its low-nibble and its
 high-nibble halves, and the activations are loaded in that same K order (weights 0-15, then
 16-31 of each block, as two dots): a dot product does not depend on the order of K, and no
 nibble needs moving between registers.
@@ -121,7 +122,7 @@ def _moe_count_kernel(ids_ptr, rank_ptr, counts_ptr, num_pairs, num_experts,
     expert = tl.load(ids_ptr + offs, mask=in_range, other=-1).to(tl.int32)
     earlier = (expert[:, None] == expert[None, :]) & (idx[None, :] < idx[:, None])
     tl.store(rank_ptr + offs, tl.sum(earlier.to(tl.int32), axis=1), mask=in_range)
-    # An id outside [0, E) (a caller's bug) is not counted: it is never placed or computed.
+    # An id outside [0, E) (a caller's bug) is not counted, so it is never placed.
     valid = in_range & (expert >= 0) & (expert < num_experts)
     counts = tl.histogram(expert, E_PAD, mask=valid)
     tl.store(counts_ptr + chunk * E_PAD + tl.arange(0, E_PAD), counts)
@@ -238,8 +239,9 @@ def _e2m1_doubled(nibble):
 @triton.jit
 def _load_rows(row_ptrs, row_ok, k0, K, MX: tl.constexpr, BLOCK_K: tl.constexpr):
     """One K step of the activation rows [BLOCK_M, ...]: dense, the BLOCK_K columns from k0
-    (returned twice); MXFP4, the columns of each 32-block's low nibbles, then of its high
-    nibbles (the order _dot_weights reads the weights in), [BLOCK_M, BLOCK_K / 2] each."""
+    (returned twice); MXFP4, [BLOCK_M, BLOCK_K / 2] twice: the columns that meet each
+    32-block's low nibbles (its weights 0-15), then those that meet its high nibbles
+    (16-31), the order _dot_weights dequantizes the weights in."""
     if MX:
         # [rows, blocks, 16]: runs of 16 columns the compiler sees as contiguous.
         blocks = k0 + tl.arange(0, BLOCK_K // 32) * 32
@@ -261,10 +263,10 @@ def _dot_weights(acc, a_lo, a_hi, w_row_ptrs, col_ok, k0, K,
                  MX: tl.constexpr, BLOCK_K: tl.constexpr):
     """acc [BLOCK_N, BLOCK_M] += the weight rows at w_row_ptrs [BLOCK_N] (dense: element
     pointers; MXFP4: byte pointers to rows of blocks) times the K step's activations,
-    transposed. The weights are the MMA's first operand: on sm_80/89 the second operand is
-    held whole by every warp along the first one's dimension, so each warp dequantized the
-    whole weight tile (255 registers and spills); as the first operand each warp dequantizes
-    its own rows, and a decode step's few tokens are the narrow side of the MMA."""
+    transposed. The weights are the MMA's first operand: on sm_80/89 every warp holds the
+    whole second operand, so as the second one each warp dequantized the whole weight tile
+    (it took 255 registers and spilled); as the first each warp dequantizes its own rows,
+    and a decode step's few tokens are the narrow side of the MMA."""
     if MX:
         # [columns, blocks, 16]: each 32-block's exponent byte, then its 16 nibble bytes.
         blocks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
@@ -436,7 +438,13 @@ def moe_experts(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
     fp32), weights float32 [T, k], ids [T, k] in [0, E); [T, H] in x's dtype
     (kernels/reference/moe.py's semantics; its numerics: the module docstring). Expert
     weights dense in x's dtype or MXFP4 blocks (fmt13/fmt2 == MXFP4). `tiles` overrides
-    moe_tiles' choice (tests, benchmarks). No host synchronization: CUDA-graph safe."""
+    moe_tiles' choice (tests, benchmarks). No host synchronization: CUDA-graph safe. An id
+    outside [0, E) is not checked (that would synchronize): the sort skips its pair, so no
+    memory outside the buffers is touched, but its token's output is undefined.
+
+    Scratch, besides the sort's int32 vectors: the activated rows [R, I] with R = T*k +
+    min(E, T*k) * (BLOCK_M - 1) rows (the padded bound) and the per-slot outputs [T*k, H],
+    both in x's dtype: 113 MB and 268 MB at 8,192 tokens of Qwen3-30B-A3B."""
     if x.dim() != 2 or x.dtype not in DTYPES:
         raise ValueError(f"x {tuple(x.shape)} {x.dtype}: need [T, H] in one of {DTYPES}")
     check_last_dim_contiguous(x)
