@@ -19,8 +19,8 @@ import torch
 
 from officellm.kernels.reference import moe as reference
 from officellm.kernels.reference.moe import ExpertActivation, ExpertWeights
+from officellm.kernels.triton.fused_moe import MXFP4
 
-MXFP4 = 39  # gguf.GGMLQuantizationType.MXFP4
 # e2m1 values doubled: each 17-byte block is 2**(e - 128) times these (see fused_moe.py).
 MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
 
