@@ -1,8 +1,9 @@
 """(a) Every Triton kernel against its torch reference on the device, bf16 included.
 
-Random inputs, odd lengths, block boundaries, GQA ratios 1/4/8, head dims 64/128, and the
-one-byte KV caches (fp8_e4m3, fp8_e5m2, int8). Each case records its largest absolute error
-against the tolerance of its dtype.
+Random inputs, odd lengths, block boundaries, GQA ratios 1/4/8, head dims 64/128, the
+one-byte KV caches (fp8_e4m3, fp8_e5m2, int8), and the MoE experts (dense and MXFP4,
+moe_check.py). Each case records its largest absolute error against the tolerance of its
+dtype. One MoE layer's decode step is timed too.
 """
 
 from __future__ import annotations
@@ -177,8 +178,17 @@ def _rotary_write_kv(tri: Any, dev: torch.device, dtype: torch.dtype, out: list,
                   torch.cat([kc3, vc3]))
 
 
+def _moe(tri: Any, dev: torch.device, dtype: torch.dtype, out: list, smoke: bool) -> None:
+    from benchmarks.gpucheck import moe_check
+
+    for name, got, want in moe_check.comparisons(tri, dev, dtype, smoke):
+        _case(out, name, dtype, got, want)
+
+
 def run(device: torch.device, smoke: bool) -> dict:
-    """All kernel cases; on a CPU only under TRITON_INTERPRET=1, in fp32/fp16."""
+    """All kernel cases; on a CPU only under TRITON_INTERPRET=1, in fp32/fp16. Also one MoE
+    layer's decode step timed (moe_check.decode_timing)."""
+    from benchmarks.gpucheck import bandwidth, moe_check
     from officellm.kernels.triton import ops as tri
 
     t0 = time.perf_counter()
@@ -192,5 +202,10 @@ def run(device: torch.device, smoke: bool) -> dict:
         _rotary_write_kv(tri, device, dtype, cases, smoke)
         _attention(tri, device, dtype, cases, smoke)
         _one_byte_caches(tri, device, dtype, cases, smoke)
-    return {"cases": cases, "all_ok": all(c["ok"] for c in cases),
+        _moe(tri, device, dtype, cases, smoke)
+    copy = bandwidth.copy_bandwidth(device, 2 * 1024**3 if device.type == "cuda" else 2**22)
+    moe_decode = moe_check.decode_timing(device, smoke, copy)
+    graphs_ok = all(r.get("graph_matches_eager", True) for r in moe_decode)
+    return {"cases": cases, "all_ok": all(c["ok"] for c in cases) and graphs_ok,
+            "moe_decode": moe_decode, "copy_bandwidth_GBps": copy / 1e9,
             "seconds": time.perf_counter() - t0}

@@ -17,6 +17,15 @@ def _kernels(a: dict) -> list[str]:
         by_dtype[c["dtype"]] = max(by_dtype.get(c["dtype"], 0.0), c["max_err"])
     lines += [f"    worst error {d}: {e:.2e}" for d, e in by_dtype.items()]
     lines += [f"    FAIL {c['kernel']} {c['dtype']}: {c['max_err']:.2e} > {c['tol']:.0e}" for c in bad]
+    if a.get("moe_decode"):
+        lines += [f"    MoE layer decode step (a CUDA graph replay on a GPU; copy bandwidth "
+                  f"{a['copy_bandwidth_GBps']:.0f} GB/s):",
+                  "    | layer | weights | batch | expert MB read | us | GB/s | of copy | "
+                  "graph == eager |", "    |---|---|---|---|---|---|---|---|"]
+        lines += [f"    | {r['layer']} | {r['weights']} | {r['batch']} | "
+                  f"{r['expert_bytes'] / 1e6:.1f} | {r['us']:.1f} | {r['GBps']:.0f} | "
+                  f"{r['vs_copy']:.2f} | {r.get('graph_matches_eager', '-')} |"
+                  for r in a["moe_decode"]]
     return lines
 
 

@@ -47,6 +47,14 @@ PAGE = 16
 MATMUL_SHAPES = {"qwen2.5-7b": (3584, 4608, 18944, True),
                  "smollm2-135m": (576, 960, 1536, False)}
 MATMUL_ROWS = (1, 1024)  # a decode step and a prefill chunk: M must not change the variant
+# The MoE layers moe_experts runs: experts, top k, hidden size, expert intermediate size, the
+# activation, whether the experts have biases, and their weights' forms (gpt-oss ships
+# MXFP4; dense is its dequantized checkpoint). The activation and the biases are runtime
+# arguments (one variant serves all); the tiles (decode or prefill), the dtype and dense vs
+# MXFP4 make the variants, and the dense ones are shared by both shapes.
+MOE_SHAPES = {"qwen3-30b-a3b": (128, 8, 2048, 768, "silu", False, ("dense",)),
+              "gpt-oss-20b": (32, 4, 2880, 2880, "clamped_swiglu", True, ("dense", "mxfp4"))}
+MOE_TOKENS = (1, 1024)  # decode tiles, prefill tiles
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,7 @@ def _cases(level: str, arch: int) -> Iterator[tuple[str, object]]:
                                             splits, prefill)
     if not smoke:
         yield from _matmul_cases(ops)
+    yield from _moe_cases(ops, smoke)
 
 
 def _rotary_write_kv_cases(ops, smoke: bool, arch: int) -> Iterator[tuple[str, object]]:  # type: ignore[no-untyped-def]
@@ -215,6 +224,40 @@ def _matmul_cases(ops) -> Iterator[tuple[str, object]]:  # type: ignore[no-untyp
                     x = torch.empty(rows, k, dtype=dtype)
                     yield (f"fixed_order_matmul {model} {proj} {_name(dtype)} {rows} rows",
                            lambda x=x, w=w, b=b: ops.fixed_order_matmul(x, w, b))
+
+
+def _moe_cases(ops, smoke: bool) -> Iterator[tuple[str, object]]:  # type: ignore[no-untyped-def]
+    """moe_experts (the sort, both grouped GEMMs) at each MOE_SHAPES layer in each of its
+    weights' forms, decode and prefill tiles, fp16/bf16 (and float32 with dense weights: a
+    float32 model is a correctness reference); smoke: gpt-oss's bf16 MXFP4 decode (the
+    sort, and the dequantizing GEMMs: the dense ones are plain tiled matmuls)."""
+    from officellm.kernels.reference.moe import ExpertActivation, ExpertWeights
+    from officellm.kernels.triton.fused_moe import MXFP4
+
+    for model, (e, k, hidden, inter, act, bias, forms) in MOE_SHAPES.items():
+        for dtype in (torch.bfloat16,) if smoke else QUERY_DTYPES:
+            for form in forms:
+                if (smoke and form != "mxfp4") or (dtype == torch.float32 and form != "dense"):
+                    continue
+                if form == "dense":  # empty, never touched: never run
+                    w13 = torch.empty(e, 2 * inter, hidden, dtype=dtype)
+                    w2 = torch.empty(e, hidden, inter, dtype=dtype)
+                    code = None
+                else:
+                    w13 = torch.empty(e, 2 * inter, hidden // 32 * 17, dtype=torch.uint8)
+                    w2 = torch.empty(e, hidden, inter // 32 * 17, dtype=torch.uint8)
+                    code = MXFP4
+                experts = ExpertWeights(w13, w2, code, code,
+                                        torch.empty(e, 2 * inter) if bias else None,
+                                        torch.empty(e, hidden) if bias else None)
+                for tokens in MOE_TOKENS[:1] if smoke else MOE_TOKENS:
+                    x = torch.empty(tokens, hidden, dtype=dtype)
+                    weights = torch.empty(tokens, k)
+                    ids = torch.zeros(tokens, k, dtype=torch.long)
+                    yield (f"moe_experts {model} {form} {act}{' bias' if bias else ''} "
+                           f"{_name(dtype)} {tokens} tokens",
+                           lambda x=x, w=weights, i=ids, ex=experts, a=ExpertActivation(act):
+                           ops.moe_experts(x, w, i, ex, a))
 
 
 def _attention_cases(ops, layout: str, hq: int, hk: int, d: int, q_dtype: torch.dtype,  # type: ignore[no-untyped-def]

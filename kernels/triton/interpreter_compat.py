@@ -9,7 +9,10 @@ is the sequence length).
 The interpreter's own float <-> fp8 conversion rounds without carrying into the exponent
 (-31.5 becomes -16, not -32), so an fp8 KV cache written under it would not hold what the GPU
 (cvt with round-to-nearest-even) or torch stores; conversions to and from fp8 go through
-torch's instead.
+torch's instead. The same code truncates float32 to bfloat16, which the interpreter holds as
+its 16 bits, and tl.dot multiplies those bits as integers: conversions between bfloat16 and
+the wider floats go through torch too, and a dot upcasts bfloat16 operands to float32 (exact,
+as the tensor cores' products are), so bf16 kernels can be tested on a CPU.
 """
 
 from __future__ import annotations
@@ -29,34 +32,53 @@ def patch_scalar_index() -> None:
 
     patched._officellm_patched = True  # type: ignore[attr-defined]
     interpreter._patch_lang_tensor = patched
-    _patch_fp8_conversion(interpreter)
+    _patch_float_conversion(interpreter)
+    _patch_bf16_dot(interpreter)
 
 
-def _patch_fp8_conversion(interpreter) -> None:  # type: ignore[no-untyped-def]
+def _patch_float_conversion(interpreter) -> None:  # type: ignore[no-untyped-def]
     import numpy as np
     import torch
 
     import triton.language as tl
 
-    fp8 = {tl.float8e4nv: torch.float8_e4m3fn, tl.float8e5: torch.float8_e5m2}
-    wide = {tl.float32: (np.float32, torch.float32), tl.float16: (np.float16, torch.float16),
-            tl.bfloat16: (np.uint16, torch.bfloat16)}  # numpy holds bf16 as its bits
+    # numpy holds bf16 and fp8 as their bits: (numpy storage, torch dtype).
+    stored = {tl.float32: (np.float32, torch.float32), tl.float16: (np.float16, torch.float16),
+              tl.bfloat16: (np.uint16, torch.bfloat16),
+              tl.float8e4nv: (np.uint8, torch.float8_e4m3fn),
+              tl.float8e5: (np.uint8, torch.float8_e5m2)}
+    narrow = {tl.bfloat16, tl.float8e4nv, tl.float8e5}
     original = interpreter._convert_float
 
     def convert(data, input_dtype, output_dtype, rounding_mode):  # type: ignore[no-untyped-def]
-        if input_dtype in wide and output_dtype in fp8:
-            np_type, torch_type = wide[input_dtype]
-            x = torch.from_numpy(np.ascontiguousarray(data).view(np_type).copy())
-            if torch_type == torch.bfloat16:
-                x = x.view(torch.int16).view(torch.bfloat16)
-            return x.to(fp8[output_dtype]).view(torch.uint8).numpy().reshape(data.shape)
-        if input_dtype in fp8 and output_dtype in wide:
-            np_type, torch_type = wide[output_dtype]
-            x = torch.from_numpy(np.ascontiguousarray(data).view(np.uint8).copy())
-            y = x.view(fp8[input_dtype]).to(torch_type)
-            if torch_type == torch.bfloat16:
-                y = y.view(torch.int16)
-            return y.numpy().view(np_type).reshape(data.shape)
-        return original(data, input_dtype, output_dtype, rounding_mode)
+        if input_dtype not in stored or output_dtype not in stored or \
+                not narrow & {input_dtype, output_dtype}:
+            return original(data, input_dtype, output_dtype, rounding_mode)
+        in_np, in_torch = stored[input_dtype]
+        out_np, out_torch = stored[output_dtype]
+        x = torch.from_numpy(np.ascontiguousarray(data).view(in_np).copy()).view(in_torch)
+        y = x.to(out_torch).view(getattr(torch, np.dtype(out_np).name))
+        return y.numpy().reshape(data.shape)
 
     interpreter._convert_float = convert
+
+
+def _patch_bf16_dot(interpreter) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    import triton.language as tl
+
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_dot
+
+    def as_float32(handle):  # type: ignore[no-untyped-def]
+        if handle.dtype.scalar != tl.bfloat16:
+            return handle
+        bits = np.ascontiguousarray(handle.data).view(np.uint16).astype(np.uint32) << 16
+        return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):  # type: ignore[no-untyped-def]
+        return original(self, as_float32(a), as_float32(b), d, input_precision,
+                        max_num_imprecise_acc)
+
+    builder.create_dot = create_dot

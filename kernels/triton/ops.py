@@ -7,6 +7,7 @@ from __future__ import annotations
 from officellm.kernels.triton.activation import silu_and_mul
 from officellm.kernels.triton.decode_attention import paged_decode_attention
 from officellm.kernels.triton.fixed_order_matmul import fixed_order_matmul
+from officellm.kernels.triton.fused_moe import moe_experts
 from officellm.kernels.triton.kv_cache import write_kv_cache
 from officellm.kernels.triton.norm import fused_add_rms_norm, rms_norm
 from officellm.kernels.triton.prefill_attention import paged_prefill_attention
@@ -17,7 +18,7 @@ from officellm.kernels.triton.rotary_kv_cache import rotary_write_kv
 paged_attention = paged_prefill_attention
 
 __all__ = [
-    "apply_rotary", "fixed_order_matmul", "fused_add_rms_norm", "paged_attention",
+    "apply_rotary", "fixed_order_matmul", "fused_add_rms_norm", "moe_experts", "paged_attention",
     "paged_decode_attention", "paged_prefill_attention", "rms_norm", "rotary_write_kv",
     "silu_and_mul", "write_kv_cache",
 ]

@@ -32,13 +32,19 @@ def _compile_check(level: str) -> dict:
     return report
 
 
-def test_the_attention_and_rotary_kv_write_kernels_over_an_int8_cache_compile_for_every_target():
+MOE_KERNELS = ("_moe_count_kernel", "_moe_place_kernel", "_moe_gate_up_kernel",
+               "_moe_down_kernel")
+
+
+def test_the_attention_rotary_kv_write_and_moe_kernels_compile_for_every_target():
+    """Attention over an int8 cache, the rotary + KV write, and the MoE experts (gpt-oss's
+    MXFP4 decode)."""
     report = _compile_check("smoke")
     assert report["problems"] == [] and report["returncode"] == 0
     compiled = {(v["arch"], v["kernel"]) for v in report["variants"]}
     assert compiled == {(arch, kernel) for arch in ARCHS
                         for kernel in ("_decode_kernel", "_merge_kernel", "_prefill_kernel",
-                                       "_rotary_write_kv_kernel")}
+                                       "_rotary_write_kv_kernel", *MOE_KERNELS)}
 
 
 # On A100 (sm_80) alone these 16-bit variants spill a few bytes per thread (docs/gpu.md):
@@ -59,4 +65,4 @@ def test_every_kernel_variant_compiles_fits_and_16_bit_queries_do_not_spill():
     kernels = {v["kernel"] for v in report["variants"]}
     assert kernels == {"_decode_kernel", "_merge_kernel", "_prefill_kernel", "_write_kv_kernel",
                        "_rms_norm_kernel", "_silu_and_mul_kernel", "_rotary_kernel",
-                       "_rotary_write_kv_kernel", "_fixed_order_matmul_kernel"}
+                       "_rotary_write_kv_kernel", "_fixed_order_matmul_kernel", *MOE_KERNELS}
