@@ -148,7 +148,7 @@ def kernel_ops(implementation: str) -> KernelOps:
                          apply_rotary=triton_ops.apply_rotary,
                          silu_and_mul=triton_ops.silu_and_mul,
                          gelu_tanh_and_mul=reference.gelu_tanh_and_mul,
-                         moe_experts=moe_reference.moe_experts, quant_matmul=None,
+                         moe_experts=triton_ops.moe_experts, quant_matmul=None,
                          quant_pack=None, fixed_order_pack=_contiguous,
                          fixed_order_matmul=_triton_fixed_order_matmul)
     return KernelOps(rms_norm=reference.rms_norm, fused_add_rms_norm=reference.fused_add_rms_norm,
