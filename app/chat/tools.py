@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from officellm.app.chat.harmony import ANALYSIS_BEGIN, ANALYSIS_END, call_begin
 from officellm.engine import StructuredOutputError, StructuredOutputsParams, check_json_schema
 
 
@@ -58,7 +59,9 @@ class CallFormat:
     separator: str
 
 
-# The formats of app/chat/tool_parsers, by parser name.
+# The formats of app/chat/tool_parsers, by parser name (harmony's, below, is not one
+# tagged block after another).
+HARMONY = "harmony"
 CALL_FORMATS = {
     "hermes": CallFormat('<tool_call>\n{{"name": "{name}", "arguments": ', "}\n</tool_call>", "\n"),
     "llama3_json": CallFormat('{{"name": "{name}", "parameters": ', "}", "; "),
@@ -134,19 +137,38 @@ class ToolRequest:
     def grammar(self, parser_name: str) -> StructuredOutputsParams:
         """The structural tag that forces calls in `parser_name`'s format: exactly the named
         function, or one or more (one, without parallel_tool_calls) of the tools."""
-        fmt = CALL_FORMATS[parser_name]
         chosen = [t for t in self.tools
                   if self.forced_name is None or t.function.name == self.forced_name]
-        tags = [{"type": "tag", "begin": fmt.begin.format(name=t.function.name),
-                 "content": {"type": "json_schema", "json_schema": t.function.parameters},
-                 "end": fmt.end} for t in chosen]
-        if self.choice == "named":
-            body: dict[str, Any] = tags[0]
-        else:
-            body = {"type": "tags_with_separator", "tags": tags, "separator": fmt.separator,
-                    "at_least_one": True, "stop_after_first": not self.parallel}
+        body = (_harmony_call(chosen) if parser_name == HARMONY
+                else self._tagged_calls(chosen, CALL_FORMATS[parser_name]))
         return StructuredOutputsParams(
             structural_tag=json.dumps({"type": "structural_tag", "format": body}))
+
+    def _tagged_calls(self, chosen: list[ChatTool], fmt: CallFormat) -> dict[str, Any]:
+        tags = [{"type": "tag", "begin": fmt.begin.format(name=t.function.name),
+                 "content": _arguments(t), "end": fmt.end} for t in chosen]
+        if self.choice == "named":
+            return tags[0]
+        return {"type": "tags_with_separator", "tags": tags, "separator": fmt.separator,
+                "at_least_one": True, "stop_after_first": not self.parallel}
+
+
+def _arguments(tool: ChatTool) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": tool.function.parameters}
+
+
+def _harmony_call(chosen: list[ChatTool]) -> dict[str, Any]:
+    """gpt-oss's forced call: its analysis message if it writes one, then one call of one of
+    `chosen` (gpt-oss calls one function a turn: it stops at `<|call|>`, so a required call
+    is one whatever parallel_tool_calls says). The grammar ends with the arguments, where the
+    model's own stop token (`<|call|>`) may end the turn."""
+    calls = [{"type": "tag", "begin": call_begin(t.function.name), "content": _arguments(t),
+              "end": ""} for t in chosen]
+    analysis = {"type": "tag", "begin": ANALYSIS_BEGIN, "content": {"type": "any_text"},
+                "end": ANALYSIS_END}
+    return {"type": "sequence", "elements": [
+        {"type": "optional", "content": analysis},
+        calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}]}
 
 
 def template_message(message: dict[str, Any]) -> dict[str, Any]:
