@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from officellm.app.chat.chat_output import ChatOutputReader
-from officellm.app.chat.harmony import is_harmony_template
+from officellm.app.chat.harmony import is_harmony_template, template_history
 from officellm.app.chat.output_constraint import Constraint
 from officellm.app.chat.reasoning_parsers import ReasoningParser, reasoning_parser_for
 from officellm.app.chat.tool_parsers import TOOL_CALL_PARSERS, detect_tool_call_format
@@ -39,6 +39,8 @@ class ChatPlan:
     # The reader parses the model's special tokens (harmony's markers): the engine must keep
     # them in the text it decodes. The reader leaves none in what the client gets.
     keep_special_tokens: bool = False
+    # The template reads an earlier turn's reasoning as `thinking` (gpt-oss's).
+    reasoning_as_thinking: bool = False
 
     def sampling_params(self, params: SamplingParams) -> SamplingParams:
         """`params` as this plan's reading needs the engine to decode: the one place a
@@ -49,6 +51,8 @@ class ChatPlan:
 
     def messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The messages as the template renders them (with the tools' system text)."""
+        if self.reasoning_as_thinking:
+            messages = template_history(messages)
         if self.system_text is None:
             return messages
         if messages and messages[0].get("role") == "system":
@@ -169,7 +173,7 @@ class ChatFormats:
               template_kwargs: dict[str, Any] | None = None, system_text: str | None = None,
               kind: str | None = None) -> ChatPlan:
         return ChatPlan(constraint, reader, template_kwargs or {}, system_text, kind,
-                        keep_special_tokens=self.harmony)
+                        keep_special_tokens=self.harmony, reasoning_as_thinking=self.harmony)
 
     def _freeform_plan(self, call: FreeformCall) -> ChatPlan:
         """A forced freeform call: no tool format at all (the model would wrap its input in

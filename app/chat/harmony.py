@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from officellm.app.chat.stream_machine import StreamStateMachine
 
@@ -43,6 +43,7 @@ _CONTENT_ENDS = (END, CALL, RETURN, END_OF_TEXT, START)
 _OPENINGS = (CHANNEL, START, MESSAGE, " " + RECIPIENT)
 
 MessageKind = Literal["reasoning", "call", "content"]
+Message = dict[str, Any]
 Delta = TypeVar("Delta")
 
 
@@ -98,6 +99,25 @@ def is_harmony_template(chat_template: str | None) -> bool:
 def call_begin(function: str) -> str:
     """How gpt-oss begins a call of `function` (after the turn's `<|start|>assistant`)."""
     return f"{CHANNEL}commentary {RECIPIENT}{FUNCTIONS}{function} {CONSTRAIN}json{MESSAGE}"
+
+
+def template_history(messages: list[Message]) -> list[Message]:
+    """Messages as gpt-oss's chat template reads them: an earlier turn's reasoning (the
+    server's `reasoning_content`, vLLM's `reasoning`) as `thinking`, which the template
+    renders before that turn's tool call (it drops it once a final answer follows). The
+    template refuses a call message with both content and thinking: the thinking, the
+    chain of thought the call came from, is kept."""
+    out = []
+    for message in messages:
+        thinking = message.get("reasoning_content") or message.get("reasoning")
+        if message.get("role") != "assistant" or not thinking or "thinking" in message:
+            out.append(message)
+            continue
+        shaped = {**message, "thinking": thinking}
+        if shaped.get("tool_calls"):
+            shaped.pop("content", None)
+        out.append(shaped)
+    return out
 
 
 # An analysis message and the start of the next message: what may come before a call.
