@@ -17,7 +17,13 @@ from officellm.app.chat.reasoning_parsers import ReasoningParser, reasoning_pars
 from officellm.app.chat.tool_parsers import TOOL_CALL_PARSERS, detect_tool_call_format
 from officellm.app.chat.tool_parsers.harmony import HarmonyToolParser
 from officellm.app.chat.tool_parsers.whole_answer import WholeAnswerCallParser
-from officellm.app.chat.tools import HARMONY, FreeformCall, ToolRequest, tools_system_text
+from officellm.app.chat.tools import (
+    HARMONY,
+    FreeformCall,
+    ToolRequest,
+    text_tool_turns,
+    tools_system_text,
+)
 from officellm.engine import SamplingParams
 
 # A model whose template teaches no format of its own is taught the Hermes one: its calls,
@@ -39,8 +45,10 @@ class ChatPlan:
     # The reader parses the model's special tokens (harmony's markers): the engine must keep
     # them in the text it decodes. The reader leaves none in what the client gets.
     keep_special_tokens: bool = False
-    # The template reads an earlier turn's reasoning as `thinking` (gpt-oss's).
-    reasoning_as_thinking: bool = False
+    # How earlier turns reach the template: as they are (None), with their reasoning as
+    # gpt-oss's `thinking` ("harmony"), or with tool calls and results as text in this call
+    # format, for a template that renders no tool turns (a CALL_FORMATS name).
+    history: str | None = None
 
     def sampling_params(self, params: SamplingParams) -> SamplingParams:
         """`params` as this plan's reading needs the engine to decode: the one place a
@@ -51,8 +59,10 @@ class ChatPlan:
 
     def messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The messages as the template renders them (with the tools' system text)."""
-        if self.reasoning_as_thinking:
+        if self.history == HARMONY:
             messages = template_history(messages)
+        elif self.history is not None:
+            messages = text_tool_turns(messages, self.history)
         if self.system_text is None:
             return messages
         if messages and messages[0].get("role") == "system":
@@ -67,8 +77,10 @@ class ChatFormats:
     """The served model's tool-call format (None: its template teaches none the server can
     read), its reasoning parser, whether its template renders tools, whether a model without
     a format of its own is taught the generic one (the default: --tool-call-parser auto;
-    `none` turns tool calling off), and whether it writes OpenAI's harmony format (gpt-oss),
-    whose markers every reply of it is read out of, tools or not."""
+    `none` turns tool calling off), whether it writes OpenAI's harmony format (gpt-oss),
+    whose markers every reply of it is read out of, tools or not, and whether its template
+    renders earlier tool calls and results (it names `tool_calls`); when not, they reach it
+    as text in the call format (tools.text_tool_turns)."""
 
     tool_format: str | None
     reasoning: ReasoningParser | None
@@ -76,6 +88,7 @@ class ChatFormats:
     enable_auto_tool_choice: bool
     generic_tool_calls: bool = True
     harmony: bool = False
+    template_renders_tool_turns: bool = True
 
     @classmethod
     def resolve(cls, chat_template: str | None, tool_call_parser: str, reasoning_parser: str,
@@ -104,7 +117,8 @@ class ChatFormats:
                                 "qwen3" if "<think>" in template else "none")
         reasoning = None if reasoning_parser == "none" else reasoning_parser_for(reasoning_parser)
         return cls(tool_format, reasoning, "tools" in template, enable_auto_tool_choice,
-                   generic_tool_calls=tool_call_parser != "none", harmony=harmony)
+                   generic_tool_calls=tool_call_parser != "none", harmony=harmony,
+                   template_renders_tool_turns="tool_calls" in template)
 
     @property
     def call_format(self) -> str:
@@ -173,7 +187,13 @@ class ChatFormats:
               template_kwargs: dict[str, Any] | None = None, system_text: str | None = None,
               kind: str | None = None) -> ChatPlan:
         return ChatPlan(constraint, reader, template_kwargs or {}, system_text, kind,
-                        keep_special_tokens=self.harmony, reasoning_as_thinking=self.harmony)
+                        keep_special_tokens=self.harmony, history=self._history)
+
+    @property
+    def _history(self) -> str | None:
+        if self.harmony:
+            return HARMONY
+        return None if self.template_renders_tool_turns else self.call_format
 
     def _freeform_plan(self, call: FreeformCall) -> ChatPlan:
         """A forced freeform call: no tool format at all (the model would wrap its input in

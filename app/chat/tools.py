@@ -203,3 +203,42 @@ def tools_system_text(tools: list[ChatTool], parser_name: str) -> str:
             f"To call one, reply with {example}, with the function's name for NAME and a JSON "
             "object of its arguments for ARGUMENTS. When no function helps, reply in plain "
             "text.")
+
+
+# How a tool's result reaches a model taught the generic format, as Hermes-style models read
+# it (Qwen's templates wrap results the same way).
+TOOL_RESPONSE = "<tool_response>\n{content}\n</tool_response>"
+
+
+def text_tool_turns(messages: list[dict[str, Any]], parser_name: str) -> list[dict[str, Any]]:
+    """Earlier tool turns as text, for a template that renders neither calls nor results
+    (Gemma 3's refuses a `tool` message, Phi-4's drops it, both drop `tool_calls`): an
+    assistant's calls join its content in `parser_name`'s format, the one the model was
+    taught, and results become user text, consecutive ones (and a user message right after
+    them) one message, as templates that insist on user/assistant turns need."""
+    fmt = CALL_FORMATS[parser_name]
+    out: list[dict[str, Any]] = []
+    merge = False  # the last message is results: user text that follows joins it
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant" and message.get("tool_calls"):
+            calls = fmt.separator.join(
+                fmt.begin.format(name=fn.get("name", "")) + json.dumps(
+                    fn.get("arguments") or {}, ensure_ascii=False) + fmt.end
+                for fn in ((call or {}).get("function") or {} for call in message["tool_calls"]))
+            text = "\n".join(t for t in (message.get("content") or "", calls) if t)
+            out.append({**{k: v for k, v in message.items() if k != "tool_calls"},
+                        "content": text})
+            merge = False
+        elif role in ("tool", "user") and (role == "tool" or merge):
+            text = (TOOL_RESPONSE.format(content=message.get("content") or "")
+                    if role == "tool" else message.get("content") or "")
+            if merge:
+                out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n{text}"}
+            else:
+                out.append({"role": "user", "content": text})
+            merge = role == "tool" or merge
+        else:
+            out.append(message)
+            merge = False
+    return out
