@@ -131,13 +131,16 @@ class ChatFormats:
         """The plan of a request with these tools and this output constraint. ValueError
         (a 400) for what cannot be honoured: a forced call together with a constraint, or
         tool_choice auto with auto choice off or tool calling off (--tool-call-parser none),
-        or, on a harmony model, a custom tool's grammar.
+        or, on a harmony model, a custom tool's grammar. A harmony model's output constraint
+        holds its final message, its analysis left free (Constraint.as_harmony_answer).
 
         A model whose template teaches no tool format (the bundled SmolLM2) is taught the
         generic one, as llama.cpp's server does: a system message lists the tools and says
         how a call is written (the format forced calls use); the reply is read as calls when
         it writes them, else as text. So a front end that attaches tools to every message
         (Open WebUI's built-in tools) gets answers, not a 400."""
+        if self.harmony and constraint is not None:
+            constraint = constraint.as_harmony_answer()
         if tools is None:
             return self._plan(constraint, self._reader(None),
                               kind=constraint.kind if constraint else None)

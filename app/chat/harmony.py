@@ -120,8 +120,19 @@ def template_history(messages: list[Message]) -> list[Message]:
     return out
 
 
-# An analysis message and the start of the next message: what may come before a call.
-ANALYSIS_BEGIN, ANALYSIS_END = f"{CHANNEL}analysis{MESSAGE}", f"{END}{START}assistant"
+def after_analysis(then: dict[str, Any]) -> dict[str, Any]:
+    """An xgrammar structural-tag format for a gpt-oss turn: its analysis message if it
+    writes one (any text), then `then`, a message that begins with its `<|channel|>`."""
+    analysis = {"type": "tag", "begin": f"{CHANNEL}analysis{MESSAGE}",
+                "content": {"type": "any_text"}, "end": f"{END}{START}assistant"}
+    return {"type": "sequence", "elements": [{"type": "optional", "content": analysis}, then]}
+
+
+def answer_format(content: dict[str, Any]) -> dict[str, Any]:
+    """A gpt-oss turn whose answer (its final message) is `content`, an xgrammar format; the
+    grammar ends with the content, where the model's own `<|return|>` may end the turn."""
+    return after_analysis({"type": "tag", "begin": f"{CHANNEL}final{MESSAGE}",
+                           "content": content, "end": ""})
 
 
 class HarmonyStream(StreamStateMachine[Delta]):

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from officellm.app.chat.harmony import ANALYSIS_BEGIN, ANALYSIS_END, call_begin
+from officellm.app.chat.harmony import after_analysis, call_begin
 from officellm.engine import StructuredOutputError, StructuredOutputsParams, check_json_schema
 
 
@@ -164,11 +164,7 @@ def _harmony_call(chosen: list[ChatTool]) -> dict[str, Any]:
     model's own stop token (`<|call|>`) may end the turn."""
     calls = [{"type": "tag", "begin": call_begin(t.function.name), "content": _arguments(t),
               "end": ""} for t in chosen]
-    analysis = {"type": "tag", "begin": ANALYSIS_BEGIN, "content": {"type": "any_text"},
-                "end": ANALYSIS_END}
-    return {"type": "sequence", "elements": [
-        {"type": "optional", "content": analysis},
-        calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}]}
+    return after_analysis(calls[0] if len(calls) == 1 else {"type": "or", "elements": calls})
 
 
 def template_message(message: dict[str, Any]) -> dict[str, Any]:
