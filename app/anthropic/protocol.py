@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 
 from officellm.app.chat.output_constraint import Constraint, JSONSchemaFormat, ResponseFormat
 from officellm.app.chat.output_constraint import format_constraint as _format_constraint
+from officellm.app.chat.reasoning_effort import budget_effort, effort_kwargs
 from officellm.app.chat.tools import (
     ChatTool,
     FunctionDefinition,
@@ -234,7 +235,8 @@ class OutputFormat(BaseModel):
 class OutputConfig(BaseModel):
     model_config = _STRICT
 
-    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None  # a hint; ignored
+    # The template's reasoning_effort (gpt-oss's), app/chat/reasoning_effort.py.
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
     format: OutputFormat | None = None
 
 
@@ -362,12 +364,25 @@ class _Conversation(BaseModel):
 
     def template_kwargs(self) -> dict[str, Any]:
         """The chat template's thinking switch: on for enabled and adaptive thinking, off
-        when disabled or absent (Anthropic's default); templates without one ignore it."""
+        when disabled or absent (Anthropic's default); and its reasoning effort:
+        output_config.effort, else the thinking budget's, else low without thinking (a
+        model that always reasons, gpt-oss, reasons least), else the template's default.
+        Templates without either ignore it."""
         thinking = self.thinking
-        kwargs: dict[str, Any] = {"enable_thinking": thinking is not None and thinking.on}
+        on = thinking is not None and thinking.on
+        kwargs: dict[str, Any] = {"enable_thinking": on,
+                                  **effort_kwargs(self._effort(thinking if on else None))}
         if self.continues_answer:
             kwargs["continue_final_message"] = True
         return kwargs
+
+    def _effort(self, thinking: Thinking | None) -> str | None:
+        """The effort word of output_config.effort or of thinking that is on (None: off)."""
+        if self.output_config is not None and self.output_config.effort is not None:
+            return self.output_config.effort
+        if thinking is None:
+            return "low"
+        return budget_effort(thinking.budget_tokens) if thinking.budget_tokens else None
 
 
 def _system_text(blocks: list[Any]) -> str:

@@ -8,12 +8,14 @@ should win is anybody's guess, and guessing would silently break one of them).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from officellm.engine import StructuredOutputError, StructuredOutputsParams
+from officellm.app.chat.harmony import answer_format
+from officellm.engine import StructuredOutputError, StructuredOutputsParams, check_json_schema
 
 
 class JSONSchemaFormat(BaseModel):
@@ -60,6 +62,33 @@ class Constraint:
     def of(cls, spec: StructuredOutputsParams) -> Constraint:
         kind = {"json": "json_schema", "structural_tag": "grammar", "lark": "grammar"}.get(spec.kind, spec.kind)
         return cls(spec, kind)
+
+    def as_harmony_answer(self) -> Constraint:
+        """The constraint on a gpt-oss turn: its analysis free, its final message's content
+        constrained, as gpt-oss answers (a grammar from the first token would force the JSON
+        where the model writes `<|channel|>`). A structural tag is the client's own shape of
+        the whole output and stays as it is. StructuredOutputError for a JSON schema the
+        engine does not support."""
+        spec = self.spec
+        if spec.kind == "structural_tag":
+            return self
+        if spec.kind == "json":
+            schema = spec.schema
+            check_json_schema(schema)
+            content: dict[str, Any] = {"type": "json_schema", "json_schema": schema}
+        elif spec.kind == "json_object":
+            content = {"type": "json_schema",
+                       "json_schema": {"type": "object", "additionalProperties": True}}
+        elif spec.kind == "regex":
+            content = {"type": "regex", "pattern": spec.regex}
+        elif spec.kind == "choice":
+            content = {"type": "or", "elements": [{"type": "const_string", "value": c}
+                                                  for c in spec.choice or ()]}
+        else:
+            content = {"type": "grammar", "grammar": spec.grammar or spec.lark,
+                       "syntax": "ebnf" if spec.kind == "grammar" else "lark"}
+        tag = {"type": "structural_tag", "format": answer_format(content)}
+        return Constraint(StructuredOutputsParams(structural_tag=json.dumps(tag)), self.kind)
 
 
 def _spec(param: str, **kwargs: Any) -> tuple[str, StructuredOutputsParams]:

@@ -1,5 +1,5 @@
-"""The state machine every streaming parser of a model's text runs (the hermes and llama3_json
-tool-call streams, the <think> reasoning stream).
+"""The state machine every streaming parser of a model's text runs (the hermes, llama3_json and
+harmony tool-call streams, the <think> and harmony reasoning streams).
 
 It holds the text not consumed yet; the current state is a step that consumes what it can and
 says whether it moved to another state, so the next state gets its turn at once. A parser
@@ -10,10 +10,10 @@ the rest.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from officellm.app.chat.tag_split import split_at_tag
+from officellm.app.chat.tag_split import split_at_first_tag, split_at_tag
 
 Delta = TypeVar("Delta")
 Step = Callable[[], bool]
@@ -56,4 +56,10 @@ class StreamStateMachine(ABC, Generic[Delta]):
         """Consume the text before `tag` (all of it but a possible start of the tag, unless
         final) and the tag itself when found: (the text before it, found)."""
         before, self._buf, found = split_at_tag(self._buf, tag, self._final)
+        return before, found
+
+    def _until_any(self, tags: Sequence[str]) -> tuple[str, str | None]:
+        """`_until` for whichever of `tags` comes first: (the text before it, the tag found
+        or None)."""
+        before, self._buf, found = split_at_first_tag(self._buf, tags, self._final)
         return before, found

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from officellm.app.chat.harmony import after_analysis, call_begin
 from officellm.engine import StructuredOutputError, StructuredOutputsParams, check_json_schema
 
 
@@ -58,7 +59,9 @@ class CallFormat:
     separator: str
 
 
-# The formats of app/chat/tool_parsers, by parser name.
+# The formats of app/chat/tool_parsers, by parser name (harmony's, below, is not one
+# tagged block after another).
+HARMONY = "harmony"
 CALL_FORMATS = {
     "hermes": CallFormat('<tool_call>\n{{"name": "{name}", "arguments": ', "}\n</tool_call>", "\n"),
     "llama3_json": CallFormat('{{"name": "{name}", "parameters": ', "}", "; "),
@@ -134,19 +137,34 @@ class ToolRequest:
     def grammar(self, parser_name: str) -> StructuredOutputsParams:
         """The structural tag that forces calls in `parser_name`'s format: exactly the named
         function, or one or more (one, without parallel_tool_calls) of the tools."""
-        fmt = CALL_FORMATS[parser_name]
         chosen = [t for t in self.tools
                   if self.forced_name is None or t.function.name == self.forced_name]
-        tags = [{"type": "tag", "begin": fmt.begin.format(name=t.function.name),
-                 "content": {"type": "json_schema", "json_schema": t.function.parameters},
-                 "end": fmt.end} for t in chosen]
-        if self.choice == "named":
-            body: dict[str, Any] = tags[0]
-        else:
-            body = {"type": "tags_with_separator", "tags": tags, "separator": fmt.separator,
-                    "at_least_one": True, "stop_after_first": not self.parallel}
+        body = (_harmony_call(chosen) if parser_name == HARMONY
+                else self._tagged_calls(chosen, CALL_FORMATS[parser_name]))
         return StructuredOutputsParams(
             structural_tag=json.dumps({"type": "structural_tag", "format": body}))
+
+    def _tagged_calls(self, chosen: list[ChatTool], fmt: CallFormat) -> dict[str, Any]:
+        tags = [{"type": "tag", "begin": fmt.begin.format(name=t.function.name),
+                 "content": _arguments(t), "end": fmt.end} for t in chosen]
+        if self.choice == "named":
+            return tags[0]
+        return {"type": "tags_with_separator", "tags": tags, "separator": fmt.separator,
+                "at_least_one": True, "stop_after_first": not self.parallel}
+
+
+def _arguments(tool: ChatTool) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": tool.function.parameters}
+
+
+def _harmony_call(chosen: list[ChatTool]) -> dict[str, Any]:
+    """gpt-oss's forced call: its analysis message if it writes one, then one call of one of
+    `chosen` (gpt-oss calls one function a turn: it stops at `<|call|>`, so a required call
+    is one whatever parallel_tool_calls says). The grammar ends with the arguments, where the
+    model's own stop token (`<|call|>`) may end the turn."""
+    calls = [{"type": "tag", "begin": call_begin(t.function.name), "content": _arguments(t),
+              "end": ""} for t in chosen]
+    return after_analysis(calls[0] if len(calls) == 1 else {"type": "or", "elements": calls})
 
 
 def template_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -181,3 +199,42 @@ def tools_system_text(tools: list[ChatTool], parser_name: str) -> str:
             f"To call one, reply with {example}, with the function's name for NAME and a JSON "
             "object of its arguments for ARGUMENTS. When no function helps, reply in plain "
             "text.")
+
+
+# How a tool's result reaches a model taught the generic format, as Hermes-style models read
+# it (Qwen's templates wrap results the same way).
+TOOL_RESPONSE = "<tool_response>\n{content}\n</tool_response>"
+
+
+def text_tool_turns(messages: list[dict[str, Any]], parser_name: str) -> list[dict[str, Any]]:
+    """Earlier tool turns as text, for a template that renders neither calls nor results
+    (Gemma 3's refuses a `tool` message, Phi-4's drops it, both drop `tool_calls`): an
+    assistant's calls join its content in `parser_name`'s format, the one the model was
+    taught, and results become user text, consecutive ones (and a user message right after
+    them) one message, as templates that insist on user/assistant turns need."""
+    fmt = CALL_FORMATS[parser_name]
+    out: list[dict[str, Any]] = []
+    merge = False  # the last message is results: user text that follows joins it
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant" and message.get("tool_calls"):
+            calls = fmt.separator.join(
+                fmt.begin.format(name=fn.get("name", "")) + json.dumps(
+                    fn.get("arguments") or {}, ensure_ascii=False) + fmt.end
+                for fn in ((call or {}).get("function") or {} for call in message["tool_calls"]))
+            text = "\n".join(t for t in (message.get("content") or "", calls) if t)
+            out.append({**{k: v for k, v in message.items() if k != "tool_calls"},
+                        "content": text})
+            merge = False
+        elif role in ("tool", "user") and (role == "tool" or merge):
+            text = (TOOL_RESPONSE.format(content=message.get("content") or "")
+                    if role == "tool" else message.get("content") or "")
+            if merge:
+                out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n{text}"}
+            else:
+                out.append({"role": "user", "content": text})
+            merge = role == "tool" or merge
+        else:
+            out.append(message)
+            merge = False
+    return out

@@ -12,6 +12,7 @@ import uvicorn
 from officellm.app.cli.db import add_db_argument, database_target
 from officellm.app.db import prepare_database
 from officellm.app.profiles import PROFILES, apply_profile
+from officellm.app.registry.entry import PARSER_OPTIONS
 from officellm.app.server import create_app
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
 from officellm.app.serving.graceful_server import GracefulServer
@@ -104,17 +105,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--enable-auto-tool-choice", action=argparse.BooleanOptionalAction,
                    default=True, help="let the model decide to call tools (tool_choice auto), "
                                       "read by --tool-call-parser (default: on)")
-    p.add_argument("--tool-call-parser", choices=["auto", "hermes", "llama3_json", "none"],
+    p.add_argument("--tool-call-parser", choices=PARSER_OPTIONS["tool_call_parser"],
                    default="auto", help="how the model writes tool calls: hermes (Qwen2.5, "
-                   "Qwen3), llama3_json (Llama 3.1/3.2), auto (from the chat template; a "
-                   "template without a format is taught hermes), none (no tool calling)")
+                   "Qwen3), llama3_json (Llama 3.1/3.2), harmony (gpt-oss), auto (from the "
+                   "chat template; a template without a format is taught hermes), none (no "
+                   "tool calling)")
     p.add_argument("--default-max-tokens", type=int, default=None, metavar="N",
                    help="max_tokens of a request that sends none (Open WebUI sends none): "
                         "default the model's generation_config max_new_tokens, else "
                         f"{DEFAULT_MAX_TOKENS}; 0: up to the context window")
-    p.add_argument("--reasoning-parser", choices=["auto", "qwen3", "deepseek_r1", "none"],
+    p.add_argument("--reasoning-parser", choices=PARSER_OPTIONS["reasoning_parser"],
                    default="auto", help="move a reasoning model's thinking into "
-                   "reasoning_content: auto (qwen3 when the chat template writes <think>)")
+                   "reasoning_content: auto (harmony for gpt-oss's template, qwen3 when the "
+                   "chat template writes <think>)")
     p.add_argument("--shutdown-timeout", type=float, default=30.0,
                    help="seconds in-flight requests get to finish on SIGTERM (default 30)")
     p.add_argument("--profile", choices=sorted(PROFILES), default="office",

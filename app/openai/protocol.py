@@ -35,6 +35,7 @@ from officellm.app.chat.output_constraint import (
     StructuredOutputsRequest,
     request_constraint,
 )
+from officellm.app.chat.reasoning_effort import effort_kwargs
 from officellm.app.chat.tools import ChatTool, ToolChoice, ToolRequest, template_message
 from officellm.engine import BOUNDS, SamplingParams, SamplingParamsError, StructuredOutputsParams
 
@@ -193,6 +194,8 @@ class ChatCompletionRequest(_SamplingFields):
     max_completion_tokens: int | None = Field(None, json_schema_extra=bounded("max_tokens"))
     logprobs: bool = False
     top_logprobs: int | None = Field(None, json_schema_extra=bounded("logprobs"))
+    # OpenAI's reasoning models' effort: the template's reasoning_effort (gpt-oss's).
+    reasoning_effort: str | None = None
     # vLLM's extras
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
@@ -215,6 +218,11 @@ class ChatCompletionRequest(_SamplingFields):
         """What the tools and tool_choice ask for (None: no tools in play); ValueError
         (-> 400) for a choice naming no given tool."""
         return ToolRequest.of(self.tools, self.tool_choice, self.parallel_tool_calls)
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """The chat template's extra arguments: reasoning_effort's, then chat_template_kwargs
+        (which name them outright, so they win)."""
+        return {**effort_kwargs(self.reasoning_effort), **(self.chat_template_kwargs or {})}
 
     def sampling_params(self, constraint: StructuredOutputsParams | None = None) -> SamplingParams:
         """SamplingParams for the request, with the output constraint the route chose

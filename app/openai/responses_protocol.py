@@ -9,8 +9,8 @@ default), and nothing is stored either way.
 
 As on the chat route (app/openai/protocol.py): unknown fields are ignored, and a known field
 that changes the output is honoured or refused with a 400 that says so. The hints OpenAI's
-own models take (`reasoning`, `text.verbosity`) are echoed, not acted on: whether a model
-thinks is its chat template's. The sampling fields' ranges are SamplingParams' (checked when
+own models take are echoed; `reasoning.effort` also reaches the chat template as its
+`reasoning_effort` (gpt-oss's), `text.verbosity` is not acted on. The sampling fields' ranges are SamplingParams' (checked when
 sampling_params() builds it, shown in the JSON schema); max_output_tokens is its max_tokens.
 """
 
@@ -38,6 +38,7 @@ from officellm.app.chat.output_constraint import (
     ResponseFormat,
     format_constraint,
 )
+from officellm.app.chat.reasoning_effort import effort_kwargs
 from officellm.app.chat.tools import (
     FREEFORM_INPUT,
     ChatTool,
@@ -441,7 +442,8 @@ class TextConfig(BaseModel):
 
 
 class ReasoningConfig(BaseModel):
-    """OpenAI's reasoning options, a hint to its own models: echoed, not acted on."""
+    """OpenAI's reasoning options: the effort becomes the template's reasoning_effort
+    (app/chat/reasoning_effort.py; gpt-oss's template takes it), the summary is echoed."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -641,6 +643,10 @@ class ResponsesRequest(BaseModel):
         return ToolNames(
             frozenset(t.name for t in self.tools or [] if isinstance(t, NamespaceTool)),
             frozenset(self._custom_tools()))
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """The chat template's extra arguments: reasoning.effort's."""
+        return effort_kwargs(self.reasoning.effort if self.reasoning is not None else None)
 
     def output_constraint(self) -> Constraint | None:
         """What text.format asks the output to be (None: free text)."""

@@ -17,8 +17,8 @@ INT_OPTIONS = ("max_model_len",)
 # engine/dtype_choice.py's names, not imported from there: it loads torch, which the CLI's
 # data commands must not wait for.
 DTYPES = ("auto", "float32", "fp32", "float", "bfloat16", "bf16", "float16", "fp16", "half")
-PARSER_OPTIONS = {"tool_call_parser": ("auto", "hermes", "llama3_json", "none"),
-                  "reasoning_parser": ("auto", "qwen3", "deepseek_r1", "none")}
+PARSER_OPTIONS = {"tool_call_parser": ("auto", "hermes", "llama3_json", "harmony", "none"),
+                  "reasoning_parser": ("auto", "qwen3", "deepseek_r1", "harmony", "none")}
 
 
 @dataclass(frozen=True)

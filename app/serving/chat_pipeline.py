@@ -67,6 +67,7 @@ async def start_chat(server: ServerState, model: ServedModel, request: Request,
     if prompt.decision.action == "notify":
         return ChatStart(prompt, None)  # the engine never runs: nothing to count
     assert prompt.token_ids is not None
+    params = plan.sampling_params(params)
     grammar = await compile_grammar(server, model, params, request)
     gen = Generation(server, model, request_id, [prompt.token_ids], params, admission, stream=stream,
                      thread_key=thread.key, turns=prompt.turns, grammar=grammar, kind=plan.kind)

@@ -166,3 +166,71 @@ REASONING_OUTPUTS: dict[str, ReasoningOutput] = {
         "Okay, the user wants a proof that there are infinitely many primes. "
         "Euclid's argument: suppose there are finitely many, p1", None),
 }
+
+
+@dataclass(frozen=True)
+class TurnOutput:
+    """A whole turn read by a model's reader, reasoning then calls: gpt-oss's harmony turns,
+    where the two parsers take one format apart together (app/chat/harmony.py)."""
+
+    text: str
+    reasoning: str | None
+    content: str | None
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+
+
+# gpt-oss's turns as its tokens decode with their special tokens kept, the prompt having
+# ended with `<|start|>assistant` (shapes from OpenAI's harmony guide and gpt-oss-20b's
+# answers; the recipient before the channel and `json` without `<|constrain|>` is how its
+# chat template writes an earlier call, which the model also writes back).
+_TOKYO_ARGUMENTS = '{"location":"Tokyo, Japan","unit":"celsius"}'
+HARMONY_OUTPUTS: dict[str, TurnOutput] = {
+    "reasoning then a call": TurnOutput(
+        "<|channel|>analysis<|message|>The user asks for the weather in Tokyo. We should call "
+        "get_current_weather.<|end|><|start|>assistant<|channel|>commentary "
+        "to=functions.get_current_weather <|constrain|>json<|message|>"
+        f"{_TOKYO_ARGUMENTS}<|call|>",
+        "The user asks for the weather in Tokyo. We should call get_current_weather.", None,
+        [("get_current_weather", _WEATHER_TOKYO)]),
+    "reasoning then the answer": TurnOutput(
+        '<|channel|>analysis<|message|>User asks: "What is 2 + 2?" Simple arithmetic. Provide '
+        "answer.<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>",
+        'User asks: "What is 2 + 2?" Simple arithmetic. Provide answer.', "2 + 2 = 4."),
+    "a preamble then a call, the recipient before the channel": TurnOutput(
+        "<|channel|>analysis<|message|>Need the file list first.<|end|><|start|>assistant"
+        "<|channel|>commentary<|message|>**Plan**: list the files, then read the README."
+        "<|end|><|start|>assistant to=functions.list_files<|channel|>commentary json"
+        '<|message|>{"path": "."}<|call|>',
+        "Need the file list first.", "**Plan**: list the files, then read the README.",
+        [("list_files", {"path": "."})]),
+    "two calls in one turn": TurnOutput(
+        "<|channel|>analysis<|message|>Two cities: call twice.<|end|><|start|>assistant"
+        "<|channel|>commentary to=functions.get_current_weather <|constrain|>json<|message|>"
+        '{"location":"Paris, France","unit":"celsius"}<|call|><|start|>assistant'
+        "<|channel|>commentary to=functions.get_current_weather <|constrain|>json<|message|>"
+        f"{_TOKYO_ARGUMENTS}<|call|>",
+        "Two cities: call twice.", None,
+        [("get_current_weather", _WEATHER_PARIS), ("get_current_weather", _WEATHER_TOKYO)]),
+    "a call cut short by max_tokens": TurnOutput(
+        "<|channel|>analysis<|message|>Save the note.<|end|><|start|>assistant<|channel|>"
+        "commentary to=functions.write_file <|constrain|>json<|message|>"
+        '{"path":"notes.txt","content":"Meeting at 10',
+        "Save the note.", None,
+        [("write_file", '{"path":"notes.txt","content":"Meeting at 10')]),
+    "the answer only": TurnOutput(
+        "<|channel|>final<|message|>Hello! How can I help you today?<|return|>",
+        None, "Hello! How can I help you today?"),
+    "reasoning cut short": TurnOutput(
+        "<|channel|>analysis<|message|>We need to count the r's in strawberry: s, t, r",
+        "We need to count the r's in strawberry: s, t, r", None),
+    "a header cut short": TurnOutput(
+        "<|channel|>analysis<|message|>Answer briefly.<|end|><|start|>assistant<|channel|>fin",
+        "Answer briefly.", None),
+    "two analysis messages around a built-in tool call": TurnOutput(
+        "<|channel|>analysis<|message|>Let me search.<|end|><|start|>assistant<|channel|>"
+        'analysis to=browser.search code<|message|>{"query": "café 東京"}<|call|>'
+        "<|start|>assistant<|channel|>analysis<|message|>Found it.<|end|><|start|>assistant"
+        "<|channel|>final<|message|>The café is in **東京** 🎉.<|return|>",
+        'Let me search.\n{"query": "café 東京"}\nFound it.', "The café is in **東京** 🎉."),
+    "text that is not harmony": TurnOutput('{"city": "Paris"}', None, '{"city": "Paris"}'),
+}

@@ -75,10 +75,14 @@ def test_reasoning_stream_split_anywhere_or_by_character_assembles_to_the_parse(
 # Whole calls and thoughts, pieces of markup, near-misses and awkward characters: shuffled and
 # then corrupted, they make outputs no model wrote but that a parser must still agree on.
 _UNITS = ['<tool_call>\n{"name": "f", "arguments": {"a": "x}", "b": [1, {"c": "\\"<"}]}}\n'
-          '</tool_call>', '{"name": "g", "parameters": {"q": "{[\\\\"}}', "<think>\nhm\n</think>\n\n"]
+          '</tool_call>', '{"name": "g", "parameters": {"q": "{[\\\\"}}', "<think>\nhm\n</think>\n\n",
+          "<|channel|>analysis<|message|>hm<|end|>",
+          '<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>'
+          '{"a": 1}<|call|>', "<|start|>assistant<|channel|>final<|message|>ok<|return|>"]
 _FRAGMENTS = ["<tool_call>", "</tool_call>", "<|python_tag|>", '{"name": "f", "arguments": ',
               '{"name": ""', "{", "}", "[", "]", '"', "\\", '"k": ', ", ", "\n", " ", ";", "hi",
-              "<", "<think>", "</think>", "é"]
+              "<", "<think>", "</think>", "é", "<|start|>", "<|channel|>", "<|message|>",
+              "<|end|>", "<|call|>", " to=functions.g", "<|constrain|>", "<|"]
 
 
 def _random_output(rng: random.Random) -> str:

@@ -9,7 +9,15 @@ import pytest
 
 from officellm.app.chat.chat_formats import ChatFormats
 from officellm.app.chat.output_constraint import Constraint
-from officellm.app.chat.tools import ChatTool, NamedToolChoice, ToolRequest, template_message
+from officellm.app.chat.reasoning_parsers import REASONING_PARSERS
+from officellm.app.chat.tools import (
+    ChatTool,
+    FreeformCall,
+    NamedToolChoice,
+    ToolRequest,
+    template_message,
+)
+from officellm.engine import SamplingParams
 from officellm.engine.structured_output import StructuredOutputsParams
 
 WEATHER = ChatTool.model_validate({"type": "function", "function": {
@@ -146,3 +154,99 @@ def test_history_arguments_that_are_not_json_are_refused():
         {"id": "call_1", "function": {"name": "f", "arguments": "{oops"}}]}
     with pytest.raises(ValueError, match="call_1"):
         template_message(message)
+
+
+# gpt-oss's template, the lines that matter here: it writes harmony's markers and the tools.
+GPT_OSS_TEMPLATE = ("{%- if tools %}{{- render_tool_namespace('functions', tools) }}{%- endif %}"
+                    "{{- '<|start|>assistant<|channel|>final<|message|>' + m.content }}")
+SAMPLING = SamplingParams(max_tokens=8)
+
+
+def test_auto_reads_gpt_oss_in_harmony_both_ways():
+    chosen = formats(GPT_OSS_TEMPLATE)
+    assert chosen.harmony and chosen.tool_format == "harmony"
+    assert chosen.reasoning is REASONING_PARSERS["harmony"]
+
+
+@pytest.mark.parametrize("flag", ["parser", "reasoning"])
+def test_either_flag_naming_harmony_makes_the_model_a_harmony_one(flag):
+    chosen = formats(PLAIN_TEMPLATE, **{flag: "harmony"})
+    assert chosen.harmony and chosen.tool_format == "harmony"
+    assert chosen.reasoning is REASONING_PARSERS["harmony"]
+
+
+def test_another_familys_parser_on_a_harmony_model_is_refused_at_load():
+    with pytest.raises(ValueError, match="--tool-call-parser hermes cannot read"):
+        formats(GPT_OSS_TEMPLATE, parser="hermes")
+
+
+def test_a_harmony_plan_keeps_special_tokens_with_tools_or_without():
+    chosen = formats(GPT_OSS_TEMPLATE)
+    for plan in (chosen.plan(None, None), chosen.plan(tools(), None)):
+        assert plan.keep_special_tokens
+        assert plan.sampling_params(SAMPLING).skip_special_tokens is False
+
+
+def test_other_plans_leave_special_tokens_skipped():
+    plan = formats(HERMES_TEMPLATE).plan(tools(), None)
+    assert not plan.keep_special_tokens and plan.sampling_params(SAMPLING) is SAMPLING
+
+
+def test_a_harmony_reply_without_tools_still_loses_its_markers():
+    reader = formats(GPT_OSS_TEMPLATE).plan(None, None).reader
+    parts = reader.message("<|channel|>analysis<|message|>Hi back.<|end|><|start|>assistant"
+                           "<|channel|>final<|message|>Hello!<|return|>")
+    assert (parts.reasoning, parts.content) == ("Hi back.", "Hello!")
+
+
+def test_tools_reach_gpt_oss_template_and_its_calls_are_read():
+    plan = formats(GPT_OSS_TEMPLATE).plan(tools(), None)
+    assert plan.template_kwargs["tools"][0]["function"]["name"] == "get_weather"
+    assert plan.system_text is None
+    parts = plan.reader.message("<|channel|>commentary to=functions.get_weather <|constrain|>"
+                                'json<|message|>{"city": "Paris"}<|call|>')
+    assert [(c.name, c.arguments) for c in parts.tool_calls] == [
+        ("get_weather", '{"city": "Paris"}')]
+
+
+def test_a_forced_harmony_call_is_an_optional_analysis_then_the_call_in_harmony():
+    named = NamedToolChoice.model_validate({"type": "function",
+                                            "function": {"name": "get_weather"}})
+    plan = formats(GPT_OSS_TEMPLATE).plan(tools(named), None)
+    tag = json.loads(plan.constraint.spec.structural_tag)["format"]
+    analysis, call = tag["elements"]
+    assert analysis["type"] == "optional"
+    assert analysis["content"]["begin"] == "<|channel|>analysis<|message|>"
+    assert analysis["content"]["end"] == "<|end|><|start|>assistant"
+    assert call == {"type": "tag", "begin": "<|channel|>commentary to=functions.get_weather "
+                                            "<|constrain|>json<|message|>",
+                    "content": {"type": "json_schema",
+                                "json_schema": WEATHER.function.parameters},
+                    "end": ""}
+
+
+def test_a_required_harmony_call_is_one_call_of_any_tool():
+    other = ChatTool.model_validate({"type": "function", "function": {"name": "add"}})
+    request = ToolRequest.of([WEATHER, other], "required", True)
+    tag = json.loads(formats(GPT_OSS_TEMPLATE).plan(request, None)
+                     .constraint.spec.structural_tag)["format"]
+    calls = tag["elements"][1]
+    assert calls["type"] == "or"
+    assert [c["begin"].split()[1] for c in calls["elements"]] == [
+        "to=functions.get_weather", "to=functions.add"]
+
+
+def test_a_forced_custom_tool_with_a_grammar_is_refused_on_a_harmony_model():
+    freeform = FreeformCall("patch", "Answer with the patch.",
+                            StructuredOutputsParams(regex="[a-z]+"))
+    request = ToolRequest([WEATHER], "named", "patch", True, freeform=freeform)
+    with pytest.raises(ValueError, match="'patch' has a grammar"):
+        formats(GPT_OSS_TEMPLATE).plan(request, None)
+
+
+def test_a_harmony_plan_gives_the_template_earlier_reasoning_as_thinking():
+    plan = formats(GPT_OSS_TEMPLATE).plan(None, None)
+    messages = plan.messages([{"role": "user", "content": "hi"},
+                              {"role": "assistant", "content": "Hello!",
+                               "reasoning_content": "Greet back."}])
+    assert messages[1]["thinking"] == "Greet back."

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from officellm.app.chat.reasoning_parsers.base import ReasoningParser
+from officellm.app.chat.reasoning_parsers.harmony import HarmonyReasoningParser
 from officellm.app.chat.reasoning_parsers.think import ThinkReasoningParser
 
 REASONING_PARSERS: dict[str, ReasoningParser] = {
     "qwen3": ThinkReasoningParser(opened_in_prompt=False),
     "deepseek_r1": ThinkReasoningParser(opened_in_prompt=True),
+    "harmony": HarmonyReasoningParser(),
 }
 
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from officellm.app.chat.tool_parsers.base import StreamDelta, ToolCallDelta, new_call_id
+from officellm.app.chat.tool_parsers.base import (
+    ParsedToolOutput,
+    StreamDelta,
+    ToolCall,
+    ToolCallDelta,
+    new_call_id,
+)
 
 
 def visible_content(text: str) -> str | None:
@@ -54,3 +60,16 @@ class DeltaBuilder:
         delta = StreamDelta("".join(self._content), self._calls)
         self._content, self._calls = [], []
         return delta
+
+
+def assemble(deltas: list[StreamDelta]) -> ParsedToolOutput:
+    """The whole output a stream's deltas make: its content (None when none was sent) and its
+    calls, each from its first delta's id and name and all its deltas' arguments."""
+    calls: list[ToolCall] = []
+    for piece in (p for d in deltas for p in d.tool_calls):
+        if piece.id is not None and piece.name is not None:
+            calls.append(ToolCall(piece.id, piece.name, piece.arguments))
+        else:
+            last = calls[piece.index]
+            calls[piece.index] = replace(last, arguments=last.arguments + piece.arguments)
+    return ParsedToolOutput("".join(d.content for d in deltas) or None, calls)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 
+from officellm.app.chat.harmony import is_harmony_template
 from officellm.app.chat.tool_parsers.base import ToolCallParser
+from officellm.app.chat.tool_parsers.harmony import HarmonyToolParser
 from officellm.app.chat.tool_parsers.hermes import START, HermesToolParser
 from officellm.app.chat.tool_parsers.llama3_json import PYTHON_TAG, Llama3JsonToolParser
 
 TOOL_CALL_PARSERS: dict[str, ToolCallParser] = {
     "hermes": HermesToolParser(),
     "llama3_json": Llama3JsonToolParser(),
+    "harmony": HarmonyToolParser(),
 }
 
 # Llama 3.1/3.2's templates ask for 'Respond in the format {"name": function name,
@@ -22,6 +25,8 @@ def detect_tool_call_format(chat_template: str | None) -> str | None:
     """The parser name whose format `chat_template` teaches the model, or None."""
     if not chat_template:
         return None
+    if is_harmony_template(chat_template):
+        return "harmony"
     if START in chat_template:
         return "hermes"
     if PYTHON_TAG in chat_template or _LLAMA3_INSTRUCTION.search(chat_template):

@@ -67,7 +67,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
 
     call = ChatCall("chat", f"chatcmpl-{uuid.uuid4().hex}", body.user, body.stream,
                     body.model, body.n or 1, body.add_generation_prompt,
-                    body.chat_template_kwargs)
+                    body.template_kwargs())
     return await run_chat(server, request, principal, call, read,
                           lambda chat: _ChatAnswer(body, chat.model, chat.plan))
 

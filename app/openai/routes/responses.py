@@ -84,7 +84,8 @@ async def create_response(body: ResponsesRequest, request: Request,
             raise invalid_value(exc) from exc
         return ChatInput(messages, plan, params, model.name)
 
-    call = ChatCall("responses", f"resp_{uuid.uuid4().hex}", body.user, body.stream, body.model)
+    call = ChatCall("responses", f"resp_{uuid.uuid4().hex}", body.user, body.stream, body.model,
+                    template_kwargs=body.template_kwargs())
     if body.skipped_tools:
         # Once per request, as clients send them with every request (Codex: web_search).
         logger.info("%s: hosted tools left out (this server cannot run them): %s",

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from officellm.app.admission.auth import get_caller, get_principal
+from officellm.app.chat.chat_formats import ChatPlan
 from officellm.app.errors import APIError, invalid_value
 from officellm.app.openai.answers import ERROR_RESPONSES, DetokenizeResponse, TokenizeResponse
 from officellm.app.openai.protocol import (
@@ -45,7 +46,9 @@ async def tokenize(body: TokenizeRequest, request: Request,
     # Through a front-end key, the person it speaks for: refused if the admin disabled them.
     principal = await get_caller(request, principal, None)
     async with server.models.using(body.model) as model:
-        ids, strs = await _tokenize(model.prompts.renderer, body)
+        # Shaped as the chat route shapes a request without tools (earlier turns included).
+        ids, strs = await _tokenize(model.prompts.renderer, model.chat_formats.plan(None, None),
+                                    body)
         assert model.loaded is not None  # using(): loaded
         max_model_len = model.loaded.max_model_len
     _log(principal, "tokenize", len(ids), t0)
@@ -53,12 +56,13 @@ async def tokenize(body: TokenizeRequest, request: Request,
                             token_strs=strs)
 
 
-async def _tokenize(renderer: PromptRenderer, body: TokenizeRequest
+async def _tokenize(renderer: PromptRenderer, plan: ChatPlan, body: TokenizeRequest
                     ) -> tuple[list[int], list[str] | None]:
-    """The request's token ids and, with return_token_strs, their strings."""
+    """The request's token ids (a chat's messages as `plan` shapes them) and, with
+    return_token_strs, their strings."""
     if isinstance(body, TokenizeChatRequest):
         try:
-            messages = [m.to_template_dict() for m in body.messages]
+            messages = plan.messages([m.to_template_dict() for m in body.messages])
             ids = await run_in_threadpool(renderer.render, messages, body.add_generation_prompt,
                                           body.chat_template_kwargs or {})
             if body.add_special_tokens:
