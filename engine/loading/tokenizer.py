@@ -16,7 +16,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-
 _CHOICE_FIELDS = ("model_type", "tokenizer_class", "architectures", "_name_or_path")
 
 

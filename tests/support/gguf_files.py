@@ -35,17 +35,17 @@ GGUF_ARCHS = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "
               "phi3": "phi3", "granite": "granite"}
 FAMILIES = tuple(GGUF_ARCHS)
 # tiny_config's fields changed so that every matmul's input is a multiple of 256 (a K-quant
-# group), and layer patterns that a GGUF can state (llama.cpp's Gemma 3: every sixth layer
-# global; gpt-oss: alternating, sliding first).
+# group), layer patterns that a GGUF can state (llama.cpp's Gemma 3: every sixth layer
+# global; gpt-oss: alternating, sliding first), and 4 experts (2 per token) for speed.
 GGUF_SHAPES: dict[str, dict] = {
     "llama": dict(hidden_size=256, intermediate_size=256, head_dim=32),
-    "mixtral": dict(hidden_size=256, intermediate_size=256),
+    "mixtral": dict(hidden_size=256, intermediate_size=256, num_local_experts=4),
     "qwen2": dict(hidden_size=256, intermediate_size=256),
     "qwen3": dict(hidden_size=256, intermediate_size=256, head_dim=32),
     "qwen3_moe": dict(hidden_size=256, intermediate_size=256, moe_intermediate_size=256,
-                      head_dim=32),
+                      head_dim=32, num_experts=4),
     "gpt_oss": dict(hidden_size=256, intermediate_size=256, head_dim=32, num_hidden_layers=2,
-                    layer_types=[S, F]),
+                    layer_types=[S, F], num_local_experts=4, num_experts_per_tok=2),
     "gemma3_text": dict(hidden_size=256, intermediate_size=256, head_dim=64,
                         query_pre_attn_scalar=64, num_hidden_layers=6,
                         layer_types=[S] * 5 + [F]),
@@ -93,12 +93,14 @@ def build_gguf_model(kind: str, out_dir: Path, tokenizer_dir: Path) -> Path:
 
 # -- writing -----------------------------------------------------------------------------
 
-def write_gguf(model_dir: Path, quant: str, path: Path) -> dict[str, torch.Tensor]:
+def write_gguf(model_dir: Path, quant: str, path: Path, types: dict[str, int] | None = None
+               ) -> dict[str, torch.Tensor]:
     """Write the Hugging Face model at `model_dir` to `path` as llama.cpp's converter would
     (architecture from its config), its matmuls in `quant`: "f16"; "q8_0"; "q4_k_m" (Q4_K,
     Q6_K for the value, down and output projections, as llama.cpp's Q4_K_M mix); "mxfp4"
-    (gpt-oss: experts in MXFP4, the rest Q8_0). Returns the expected Hugging Face tensors
-    (float32, as the file's blocks dequantize)."""
+    (gpt-oss: experts in MXFP4, the rest Q8_0). `types`: another ggml type for some parts
+    (`{"ffn_up_exps": Q8_0}`). Returns the expected Hugging Face tensors (float32, as the
+    file's blocks dequantize)."""
     import gguf
     from safetensors.torch import load_file
 
@@ -113,15 +115,22 @@ def write_gguf(model_dir: Path, quant: str, path: Path) -> dict[str, torch.Tenso
     state = load_file(str(model_dir / "model.safetensors"))
     expected: dict[str, torch.Tensor] = {}
     fmt = int(gguf.GGMLQuantizationType.F32)
+    stack = torch.empty(0)
     for name, tensor, source in _converted(kind, cfg, state):
         if name is not None:
             gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
             assert gguf_name is not None, name
-            fmt = _block_type(gguf_name, tensor, quant)
+            fmt = _block_type(gguf_name, tensor, quant, types or {})
             data, raw_dtype = _stored(tensor, fmt)
             writer.add_tensor(gguf_name, data, raw_dtype=raw_dtype)
-        if source is not None:  # a Hugging Face tensor, stored in the last tensor written
-            hf_name, value, input_dim = source
+        if source is None:
+            continue
+        hf_name, value, input_dim = source
+        if isinstance(value, int):  # expert `value` of the stack just reported
+            expected[hf_name] = stack[value].contiguous()
+        elif hf_name is None:  # a stack: its experts follow
+            stack = _round_trip(value, fmt, input_dim)
+        else:  # a Hugging Face tensor, stored in the last tensor written
             expected[hf_name] = _round_trip(value, fmt, input_dim)
     for name, tensor in _rope_tensors(kind, cfg):
         writer.add_tensor(name, tensor.numpy())
@@ -257,12 +266,14 @@ def _converted(kind: str, cfg: dict, state: dict[str, torch.Tensor]):
             bucket = experts.setdefault((layer, proj), [])
             bucket.append((int(parts[-3]), name, w))
             if len(bucket) == n_experts:
-                stacked = torch.stack([t for _, _, t in sorted(bucket, key=lambda b: b[0])])
+                bucket.sort(key=lambda b: b[0])
+                stacked = torch.stack([t for _, _, t in bucket])
                 merged = (f"layers.{layer}.feed_forward.experts.{proj}" if kind == "mixtral"
                           else f"model.layers.{layer}.mlp.experts.{proj}")
-                yield merged + ".weight", stacked, None
-                for _, ename, t in bucket:
-                    yield None, None, (ename, t, 1)
+                # The stack's round trip, one expert at a time.
+                yield merged + ".weight", stacked, (None, stacked, 2)
+                for e, ename, _ in bucket:
+                    yield None, None, (ename, e, None)
             continue
         yield name, w, hf
 
@@ -315,14 +326,17 @@ def _rope_tensors(kind: str, cfg: dict):
                                                         dtype=torch.float32)
 
 
-def _block_type(gguf_name: str, tensor: torch.Tensor, quant: str) -> int:
+def _block_type(gguf_name: str, tensor: torch.Tensor, quant: str, types: dict[str, int]
+                ) -> int:
     """The ggml type `quant` stores this tensor in: vectors, norms and routers in F32 (as
-    llama.cpp keeps them), matmuls per the mix."""
+    llama.cpp keeps them), matmuls per the mix or `types`."""
     import gguf
 
     part = gguf_name.split(".")[-2]
     if tensor.dim() < 2 or part == "ffn_gate_inp" or gguf_name.endswith(".bias"):
         return int(gguf.GGMLQuantizationType.F32)
+    if part in types:
+        return types[part]
     if quant == "f16":
         return int(gguf.GGMLQuantizationType.F16)
     if quant == "q8_0" or (quant == "mxfp4" and part not in _EXPERT_PARTS):
@@ -345,14 +359,14 @@ def _stored(tensor: torch.Tensor, fmt: int) -> tuple[np.ndarray, object]:
 
 
 def _quantize(tensor: torch.Tensor, fmt: int) -> np.ndarray:
-    """Rows of blocks [..., bytes] (our quantizers; gguf-py's for MXFP4)."""
+    """Rows of blocks [..., bytes] (our quantizers where we have one, else gguf-py's)."""
     import gguf
 
     rows = tensor.reshape(-1, tensor.shape[-1]).contiguous()
-    if fmt == MXFP4:
-        data = gguf.quants.quantize(rows.numpy(), gguf.GGMLQuantizationType.MXFP4)
-    else:
+    if fmt in qr.QUANTIZERS:
         data = qr.QUANTIZERS[fmt](rows).numpy()
+    else:
+        data = gguf.quants.quantize(rows.numpy(), gguf.GGMLQuantizationType(fmt))
     return data.reshape(*tensor.shape[:-1], -1)
 
 
