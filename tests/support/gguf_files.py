@@ -310,7 +310,7 @@ def _rope_tensors(kind: str, cfg: dict):
         factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
         old = rope["original_max_position_embeddings"]
         factors = []
-        for freq in freqs.tolist():
+        for freq in freqs:  # in float32, as the converter computes them
             wavelength = 2 * np.pi / freq
             if wavelength < old / high:
                 factors.append(1.0)
