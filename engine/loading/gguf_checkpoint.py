@@ -164,10 +164,11 @@ def write_hf_checkpoint(path: Path, target: Path) -> None:
 def gguf_tokenizer(path: Path) -> Any:
     """The GGUF's tokenizer and chat template, through transformers' conversion of GGUF
     tokenizers (byte-level BPE, SentencePiece, Gemma's and Phi-3's), built without the
-    model's config (which transformers cannot read for every architecture)."""
+    model's config (which transformers cannot read for every architecture) and without the
+    files beside it (from_pretrained would prefer a tokenizer.json in the same folder)."""
     from transformers import PreTrainedTokenizerFast
 
-    return PreTrainedTokenizerFast.from_pretrained(str(path.parent), gguf_file=path.name)
+    return PreTrainedTokenizerFast(name_or_path=str(path.parent), gguf_file=path.name)
 
 
 def _generation_config(layout: GgufLayout, tokenizer: Any) -> dict[str, Any]:

@@ -55,7 +55,9 @@ class GgufWeights:
 
     tensors: dict[str, QuantizedTensor]  # Hugging Face name -> blocks
     experts: dict[int, ExpertWeights]  # MoE layer -> its experts in blocks (no biases)
-    unsupported: dict[str, list[str]]  # type name -> the Hugging Face names left dequantized
+    # type name -> the Hugging Face names left dequantized (stacked experts: the layer's
+    # prefix and llama.cpp's part, `model.layers.3.ffn_down_exps`)
+    unsupported: dict[str, list[str]]
     # MoE layers whose gate and up are stored in two block types (kept dense: w13 is one).
     mixed_experts: list[int] = field(default_factory=list)
 

@@ -164,8 +164,10 @@ class DecoderModel(nn.Module):
         # A tied head reads the embedding's blocks: count each tensor once.
         blocks = {g.data.data_ptr(): g.data.numel() for m in modules if m.quantized is not None
                   for g in m.quantized.groups}
-        experts = sum(layer.moe.quantized.nbytes() for layer in self.layers
-                      if layer.moe is not None and layer.moe.quantized is not None)
+        # Experts in blocks: their rows (their biases are parameters, counted above).
+        experts = sum(t.numel() for layer in self.layers
+                      if layer.moe is not None and layer.moe.quantized is not None
+                      for t in (layer.moe.quantized.w13, layer.moe.quantized.w2))
         return dense + sum(blocks.values()) + experts
 
     def pack_linears(self, prepare: Callable[[torch.Tensor], torch.Tensor | FixedOrderWeight]

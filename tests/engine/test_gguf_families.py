@@ -32,6 +32,7 @@ from tests.engine.conftest import make_llm
 from tests.support.gguf_files import (
     FAMILIES,
     MXFP4,
+    VOCAB,
     build_gguf_model,
     small_tokenizer,
     write_gguf,
@@ -323,6 +324,15 @@ def test_serving_a_gguf_converts_it_once_with_its_tokenizer_and_chat_template(gg
     assert (make_llm(case.path, **ENGINE).apply_chat_template(chat)
             == original.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
                                             return_dict=False))
+
+
+def test_a_tokenizer_json_beside_the_gguf_is_not_taken_for_its_own(gguf_file, tmp_path):
+    import shutil
+
+    path = tmp_path / "model.gguf"
+    shutil.copy(gguf_file("qwen3", "f16").path, path)
+    (tmp_path / "tokenizer.json").write_text("{}")  # another model's, or a broken one
+    assert len(gguf_tokenizer(path)) == VOCAB
 
 
 def test_a_conversion_by_the_former_reader_is_not_reused(gguf_file, tmp_path):
