@@ -45,10 +45,10 @@ def load_spec(model: str) -> tuple[ModelSpec, str]:
     if path.is_file() and path.suffix == ".json":
         return ModelSpec.from_json(path), path.parent.name
     if path.is_file() and path.suffix == ".gguf":
-        from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+        from officellm.engine.loading.gguf_config import hf_config
+        from officellm.engine.loading.gguf_layout import read_layout
 
-        cfg = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
-        return ModelSpec.from_config_dict(cfg), path.stem
+        return ModelSpec.from_config_dict(hf_config(read_layout(path))), path.stem
     names = {n.lower(): n for n in shipped_configs()}
     key = model.lower().split("/")[-1]
     if key in names:

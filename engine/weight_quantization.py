@@ -1,8 +1,9 @@
 """Which matmul weights stay in low-bit blocks (`--quantization`, vLLM's flag name).
 
 - `gguf`: a GGUF's Q8_0, Q4_0, Q4_1, Q4_K and Q6_K tensors run in their blocks
-  (kernels/cpu/quant_matmul.cpp); a tensor of another type is dequantized, with one WARNING
-  naming the type.
+  (kernels/cpu/quant_matmul.cpp), a mixture's stacked experts too (the MoE kernel reads
+  their block rows); a tensor of another type is dequantized, with one WARNING naming the
+  type.
 - `int8` / `int4`: a safetensors model's matmul weights are quantized at load, per 32
   weights (int8: Q8_0, a scale per group; int4: Q4_1, a scale and an offset per group).
 - `none`: every weight dequantized to the model dtype (what transformers computes with).
@@ -65,14 +66,19 @@ def resolve_quantization(requested: str, gguf: Path | None, backend: str,
     return requested
 
 
-def gguf_blocks(path: Path, num_heads: int, num_kv_heads: int) -> dict[str, QuantizedTensor]:
-    """The GGUF's tensors that have a kernel; one WARNING per type that has none."""
-    weights: GgufWeights = read_quantized(path, num_heads, num_kv_heads)
+def gguf_blocks(path: Path, num_heads: int, num_kv_heads: int) -> GgufWeights:
+    """The GGUF's tensors that have a kernel (and its MoE layers' experts); one WARNING per
+    type that has none, one for experts whose gate and up differ in type."""
+    weights = read_quantized(path, num_heads, num_kv_heads)
     for type_name, names in sorted(weights.unsupported.items()):
         logger.warning("GGUF tensor type %s has no kernel here: %d tensor(s) (e.g. %s) are "
                        "dequantized, with the fused matmul they belong to", type_name,
                        len(names), names[0])
-    return weights.tensors
+    if weights.mixed_experts:
+        logger.warning("GGUF experts of %d layer(s) (e.g. layer %d) store gate and up in two "
+                       "block types: those layers' experts are dequantized",
+                       len(weights.mixed_experts), weights.mixed_experts[0])
+    return weights
 
 
 def quantize_at_load(weights: Iterable[tuple[str, torch.Tensor]],

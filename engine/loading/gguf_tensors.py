@@ -4,28 +4,33 @@ The dequantized copy that model_loader caches serves every other weight (norms, 
 any tensor type without a kernel here. What this reads is kept in its blocks: rows of
 bytes, one row per output feature, so slicing and concatenating rows (fusing q/k/v, cutting
 a tensor-parallel shard of the outputs) never touches a block.
+
+Every family's names come from gguf_names.py: Phi-3's fused qkv_proj and gate_up_proj keep
+their rows as stored (the decoder's fused matmuls take them whole), llama-arch q/k rows are
+put back in Hugging Face's order. A mixture's stacked experts become one `ExpertWeights`
+per layer: per expert, its gate rows then its up rows (w13), and its down rows (w2).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from officellm.engine.loading.gguf_layout import read_layout
+from officellm.engine.loading.gguf_config import model_type_of
+from officellm.engine.loading.gguf_layout import GgufLayout, GgufTensorInfo, read_layout
+from officellm.engine.loading.gguf_names import (
+    EXPERT_PARTS,
+    permuted_heads,
+    tensor_place,
+    unpermute_rows,
+)
 from officellm.kernels.reference import quant_reference
+from officellm.kernels.reference.moe import ExpertWeights
 
 logger = logging.getLogger("officellm.engine.loading.gguf_tensors")
-
-# GGUF's per-layer names -> Hugging Face's (Llama, Mistral, SmolLM, Qwen2/3 all use these).
-_LAYER_NAMES = {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_TOP_NAMES = {"token_embd": "model.embed_tokens", "output": "lm_head"}
 
 
 @dataclass(frozen=True)
@@ -49,50 +54,69 @@ class GgufWeights:
     """The quantized weights of a GGUF with a kernel, and the types that have none."""
 
     tensors: dict[str, QuantizedTensor]  # Hugging Face name -> blocks
-    unsupported: dict[str, list[str]]  # type name -> the Hugging Face names left dequantized
+    experts: dict[int, ExpertWeights]  # MoE layer -> its experts in blocks (no biases)
+    # type name -> the Hugging Face names left dequantized (stacked experts: the layer's
+    # prefix and llama.cpp's part, `model.layers.3.ffn_down_exps`)
+    unsupported: dict[str, list[str]]
+    # MoE layers whose gate and up are stored in two block types (kept dense: w13 is one).
+    mixed_experts: list[int] = field(default_factory=list)
 
 
 def read_quantized(path: Path, num_heads: int, num_kv_heads: int) -> GgufWeights:
     """Read the matmul weights of the GGUF at `path` that a kernel can run in their blocks.
 
-    llama.cpp's converter permutes the rows of a Llama's q and k projections (its rotary
-    layout); transformers undoes that on load, and so do we, on whole rows of blocks.
+    llama.cpp's converter permutes the rows of a llama-arch model's q and k projections (its
+    rotary layout); transformers undoes that on load, and so do we, on whole rows of blocks.
     """
     layout = read_layout(path)
     arch = str(layout.metadata.get("general.architecture", ""))
+    model_type = model_type_of(layout) if arch else "llama"
     tensors: dict[str, QuantizedTensor] = {}
     unsupported: dict[str, list[str]] = {}
+    stacks: dict[int, dict[str, QuantizedTensor]] = {}
     for t in layout.tensors:
-        name = _hf_name(t.name)
-        if name is None:
+        place = tensor_place(model_type, t.name)
+        if place is None or place.kind != "weight" or len(t.shape) < 2:
             continue
-        fmt = int(t.tensor_type)
-        if fmt not in quant_reference.GROUP_BYTES:
+        label = (f"{place.name}{place.part}" if place.is_experts else place.name)
+        if int(t.tensor_type) not in quant_reference.GROUP_BYTES:
             if t.tensor_type.name not in ("F32", "F16", "BF16"):
-                unsupported.setdefault(t.tensor_type.name, []).append(name)
+                unsupported.setdefault(t.tensor_type.name, []).append(label)
             continue
-        rows = t.shape[1] if len(t.shape) > 1 else 1
-        data = torch.from_numpy(layout.tensor_bytes(t)).reshape(rows, -1)
-        q = QuantizedTensor(fmt, data, t.shape[0])
-        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
-            heads = num_heads if "q_proj" in name else num_kv_heads
-            q = q.take_rows(_unpermute_rows(q.rows, heads))
-        tensors[name] = q
-    return GgufWeights(tensors, unsupported)
+        q = _blocks(layout, t)
+        if place.is_experts:
+            assert place.layer is not None
+            stacks.setdefault(place.layer, {})[place.part] = q
+            continue
+        heads = permuted_heads(arch, place.part, num_heads, num_kv_heads)
+        if heads is not None:
+            q = q.take_rows(unpermute_rows(q.rows, heads))
+        tensors[place.name] = q
+    experts, mixed = _expert_weights(stacks)
+    return GgufWeights(tensors, experts, unsupported, mixed)
 
 
-def _hf_name(gguf_name: str) -> str | None:
-    parts = gguf_name.split(".")
-    if parts[-1] != "weight":
-        return None
-    if parts[0] == "blk" and len(parts) == 4 and parts[2] in _LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.weight"
-    if len(parts) == 2 and parts[0] in _TOP_NAMES:
-        return f"{_TOP_NAMES[parts[0]]}.weight"
-    return None
+def _blocks(layout: GgufLayout, t: GgufTensorInfo) -> QuantizedTensor:
+    """The tensor's rows of blocks: [rows, bytes] (or [E, rows, bytes] for stacked experts)."""
+    data = torch.from_numpy(layout.tensor_bytes(t))
+    return QuantizedTensor(int(t.tensor_type), data.reshape(*reversed(t.shape[1:]), -1),
+                           t.shape[0])
 
 
-def _unpermute_rows(rows: int, heads: int) -> torch.Tensor:
-    """Row order that undoes llama.cpp's q/k permutation (as transformers' loader does)."""
-    half = rows // heads // 2
-    return torch.arange(rows).reshape(heads, half, 2).transpose(1, 2).reshape(-1)
+def _expert_weights(stacks: dict[int, dict[str, QuantizedTensor]]
+                    ) -> tuple[dict[int, ExpertWeights], list[int]]:
+    """Each layer whose three expert tensors are all in blocks, as ExpertWeights; and the
+    layers left dense because gate and up differ in type."""
+    gate_part, up_part, down_part = EXPERT_PARTS
+    experts: dict[int, ExpertWeights] = {}
+    mixed: list[int] = []
+    for layer, parts in sorted(stacks.items()):
+        if not all(p in parts for p in EXPERT_PARTS):
+            continue
+        gate, up, down = parts[gate_part], parts[up_part], parts[down_part]
+        if gate.fmt != up.fmt:
+            mixed.append(layer)
+            continue
+        w13 = torch.cat([gate.data, up.data], dim=1)
+        experts[layer] = ExpertWeights(w13, down.data, fmt13=gate.fmt, fmt2=down.fmt)
+    return experts, mixed

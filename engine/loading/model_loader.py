@@ -11,7 +11,6 @@ import shutil
 import time
 from pathlib import Path
 
-import torch
 from safetensors import safe_open
 
 logger = logging.getLogger("officellm.engine.loading.model_loader")
@@ -51,9 +50,9 @@ def default_cache_dir() -> Path:
 def resolve_model_dir(model: str | os.PathLike | None, cache_dir: Path | None = None) -> Path:
     """Return a Hugging Face model directory for `model`.
 
-    None means the bundled SmolLM2. A `.gguf` file is dequantized once through transformers
-    and cached as safetensors (keyed by the file's path, size and mtime), since transformers'
-    pure-Python GGUF reader takes ~25 s on every load while safetensors take ~2 s.
+    None means the bundled SmolLM2. A `.gguf` file is dequantized once (engine/loading/
+    gguf_checkpoint.py) and cached as safetensors, keyed by the file's path, size and mtime
+    and the reader's version, so later starts read safetensors.
     """
     path = bundled_model_path() if model is None else Path(model).expanduser()
     if path.is_dir():
@@ -70,14 +69,20 @@ def resolve_model_dir(model: str | os.PathLike | None, cache_dir: Path | None = 
     )
 
 
+# Part of every cache key: a new GGUF reader (names, config, layout) never reuses a
+# directory an older one wrote. 2: officellm's own reader replaced transformers'.
+GGUF_READER_VERSION = 2
+
+
 def _gguf_cache_key(path: Path) -> str:
     st = path.stat()
-    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    ident = f"{GGUF_READER_VERSION}|{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
 def _complete(model_dir: Path) -> bool:
-    return (model_dir / "model.safetensors").is_file() and (model_dir / "config.json").is_file()
+    # A conversion is renamed into place whole: its config.json says it finished.
+    return (model_dir / "config.json").is_file() and any(model_dir.glob("*.safetensors"))
 
 
 def _gguf_to_cached_dir(path: Path, cache_root: Path) -> Path:
@@ -97,34 +102,18 @@ def _gguf_to_cached_dir(path: Path, cache_root: Path) -> Path:
 
 
 def _convert_gguf(path: Path, target: Path) -> Path:
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from officellm.engine.loading.gguf_checkpoint import write_hf_checkpoint
 
     t0 = time.monotonic()
     logger.info("Dequantizing %s once (cached in %s)...", path.name, target)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    d, f = str(path.parent), path.name
-    tokenizer = AutoTokenizer.from_pretrained(d, gguf_file=f)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
-    # save_pretrained refuses while the gguf quantizer is attached: save the state dict.
-    state = {}
-    tied = bool(getattr(model.config, "tie_word_embeddings", False))
-    for name, tensor in model.state_dict().items():
-        if tied and name == "lm_head.weight":
-            continue
-        state[name] = tensor.detach().contiguous()
-    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    cfg = model.config.to_dict()
-    cfg.pop("quantization_config", None)
-    cfg["torch_dtype"] = "float32"
-    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-    tokenizer.save_pretrained(str(tmp))
-    gen = model.generation_config.to_dict()
-    eos = _as_list(gen.get("eos_token_id")) + _as_list(tokenizer.eos_token_id)
-    gen["eos_token_id"] = sorted(set(eos)) if len(set(eos)) > 1 else (eos[0] if eos else None)
-    (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    try:
+        write_hf_checkpoint(path, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     (tmp / "SOURCE").write_text(str(path.resolve()) + "\n")
     if target.exists():
         shutil.rmtree(target)

@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+_CHOICE_FIELDS = ("model_type", "tokenizer_class", "architectures", "_name_or_path")
+
 
 def load_tokenizer(model_dir: Path) -> Any:
     """The tokenizer of the Hugging Face model directory `model_dir` (with its chat
@@ -29,6 +31,8 @@ def load_tokenizer(model_dir: Path) -> Any:
     if not named.get("tokenizer_class") or "auto_map" in named:
         return AutoTokenizer.from_pretrained(str(model_dir))
     raw = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    config = PreTrainedConfig.from_dict(raw)
+    # Only the fields the choice reads: a plain config cannot take every family's others
+    # (rope_scaling's old spelling needs the family's max_position_embeddings handling).
+    config = PreTrainedConfig.from_dict({k: raw[k] for k in _CHOICE_FIELDS if k in raw})
     config._name_or_path = str(model_dir)
     return AutoTokenizer.from_pretrained(str(model_dir), config=config)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -47,6 +48,7 @@ from officellm.engine.models.rotary import RotaryTable
 from officellm.engine.models.shard_plan import ShardPlan
 from officellm.engine.models.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
 from officellm.engine.models.weight_names import decoder_name, is_skipped
+from officellm.kernels.reference.moe import ExpertWeights
 
 logger = logging.getLogger("engine")
 
@@ -162,8 +164,10 @@ class DecoderModel(nn.Module):
         # A tied head reads the embedding's blocks: count each tensor once.
         blocks = {g.data.data_ptr(): g.data.numel() for m in modules if m.quantized is not None
                   for g in m.quantized.groups}
-        experts = sum(layer.moe.quantized.nbytes() for layer in self.layers
-                      if layer.moe is not None and layer.moe.quantized is not None)
+        # Experts in blocks: their rows (their biases are parameters, counted above).
+        experts = sum(t.numel() for layer in self.layers
+                      if layer.moe is not None and layer.moe.quantized is not None
+                      for t in (layer.moe.quantized.w13, layer.moe.quantized.w2))
         return dense + sum(blocks.values()) + experts
 
     def pack_linears(self, prepare: Callable[[torch.Tensor], torch.Tensor | FixedOrderWeight]
@@ -237,6 +241,31 @@ class DecoderModel(nn.Module):
         if table is not None and max_rows is None:
             self.embed.quantized = QuantizedWeight.fuse([table], matmul)
             self.embed.weight.data = torch.empty(0, dtype=self.embed.weight.dtype)
+            kept += 1
+        return kept
+
+    def keep_experts_quantized(self, experts: dict[int, ExpertWeights]) -> int:
+        """Run the MoE layers whose experts `experts` holds (layer -> GGUF block rows) over
+        those blocks (ops.moe_experts reads them), with the layer's own expert biases, and
+        release their dense experts; one rank only. Blocks serve every batch size (no dense
+        copy is kept for large ones: experts are most of a mixture's bytes). Call after
+        load_weights; returns how many layers now read blocks."""
+        assert self.parallel.world_size == 1, "blocks are not split across ranks"
+        kept = 0
+        for i, blocks in sorted(experts.items()):
+            moe = self.layers[i].moe
+            if moe is None:
+                raise ValueError(f"Experts in blocks for layer {i}, which has no mixture of "
+                                 "experts in this model.")
+            if (blocks.num_experts, blocks.intermediate_size) != (
+                    moe.spec.num_experts, moe.intermediate_size):
+                raise ValueError(
+                    f"Layer {i}'s experts in blocks are {blocks.num_experts} x "
+                    f"{blocks.intermediate_size}; the model has {moe.spec.num_experts} x "
+                    f"{moe.intermediate_size}.")
+            moe.quantized = replace(blocks, b13=moe.b13, b2=moe.b2)
+            moe.w13.data = torch.empty(0, dtype=moe.w13.dtype)
+            moe.w2.data = torch.empty(0, dtype=moe.w2.dtype)
             kept += 1
         return kept
 

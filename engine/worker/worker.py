@@ -35,6 +35,7 @@ from officellm.engine.worker.quantization_choice import (
 )
 from officellm.kernels.cpu_features import cpu_features
 from officellm.kernels.reference import quant_reference
+from officellm.kernels.reference.moe import ExpertWeights
 
 logger = logging.getLogger("engine")
 
@@ -149,9 +150,11 @@ class Worker:
         if method == "none":
             return "dense"
         spec = self.spec
+        experts: dict[int, ExpertWeights] = {}
         if method == "gguf":
             assert source is not None
-            blocks = gguf_blocks(source, spec.num_heads, spec.num_kv_heads)
+            weights = gguf_blocks(source, spec.num_heads, spec.num_kv_heads)
+            blocks, experts = weights.tensors, weights.experts
         else:
             blocks = quantize_at_load(iter_safetensors(model_dir), method)
         matmul, pack = self.model.ops.quant_matmul, self.model.ops.quant_pack
@@ -164,10 +167,14 @@ class Worker:
         if max_rows == 0:
             return "dense"
         kept = self.model.keep_quantized(blocks, matmul, max_rows, pack)
-        formats = ", ".join(sorted({quant_reference.NAMES[b.fmt] for b in blocks.values()}))
+        moe_layers = self.model.keep_experts_quantized(experts)
+        formats = ", ".join(sorted({quant_reference.NAMES.get(f, str(f)) for f in (
+            *(b.fmt for b in blocks.values()),
+            *(f for e in experts.values() for f in (e.fmt13, e.fmt2)))}))
         reach = rows_in_words(max_rows) if max_rows is not None else ""
-        logger.info("Weights kept quantized (%s): %d matmuls read GGUF blocks (%s)%s",
-                    method, kept, formats, "" if max_rows is None else
+        logger.info("Weights kept quantized (%s): %d matmuls%s read GGUF blocks (%s)%s",
+                    method, kept, f" and {moe_layers} layers' experts" if moe_layers else "",
+                    formats, "" if max_rows is None else
                     f" for batches of up to {reach}, their dense weights for larger")
         return (f"in blocks ({method})" if max_rows is None else
                 f"dense, and in blocks ({method}) up to {reach}")

@@ -236,7 +236,7 @@ def test_a_gguf_type_without_a_kernel_is_dequantized_with_one_warning(tmp_path, 
     writer.close()
     with caplog.at_level(logging.WARNING, logger="officellm.engine.weight_quantization"):
         blocks = gguf_blocks(path, 2, 2)
-    assert list(blocks) == ["model.layers.0.self_attn.k_proj.weight"]
+    assert list(blocks.tensors) == ["model.layers.0.self_attn.k_proj.weight"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "Q5_K" in warnings[0] and "2 tensor(s)" in warnings[0]
 

@@ -26,8 +26,9 @@ NEW_FAMILIES = ("qwen3_moe", "mixtral", "gpt_oss", "gemma3_text", "phi3", "grani
 TINY_WINDOW = 16
 
 
-def tiny_config(kind: str, vocab: int, layers: int = 3):
-    """A GQA config (8 query heads over 2 KV heads, 3 layers unless told) of the given family.
+def tiny_config(kind: str, vocab: int, layers: int = 3, overrides: dict | None = None):
+    """A GQA config (8 query heads over 2 KV heads, 3 layers unless told) of the given family,
+    with `overrides`' fields changed (e.g. wider layers, another layer pattern).
 
     The newer families copy a real model's shape, scaled down:
     - qwen3_moe: Qwen3-30B-A3B (head_dim twice hidden / heads, q/k norms, 8 experts of
@@ -42,6 +43,13 @@ def tiny_config(kind: str, vocab: int, layers: int = 3):
       24:8 heads as 6:2, tied embeddings);
     - granite: Granite 3.x 8B (its embedding, residual, attention and logit multipliers).
     """
+    config = _family_config(kind, vocab, layers)
+    if not overrides:
+        return config
+    return type(config)(**{**config.to_dict(), **overrides})
+
+
+def _family_config(kind: str, vocab: int, layers: int):
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
     c = _common(vocab, layers)
@@ -136,9 +144,9 @@ def tiny_gemma3_multimodal_config(vocab: int):
 
 
 def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 0,
-                     layers: int = 3) -> Path:
-    """Save a random-weight model of `kind` (`layers` deep) with the tokenizer of
-    `tokenizer_dir`."""
+                     layers: int = 3, overrides: dict | None = None) -> Path:
+    """Save a random-weight model of `kind` (`layers` deep, tiny_config's `overrides`) with
+    the tokenizer of `tokenizer_dir`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -148,7 +156,7 @@ def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 
 
         model = Gemma3ForConditionalGeneration(tiny_gemma3_multimodal_config(len(tok)))
     else:
-        cfg = tiny_config(kind, len(tok), layers)
+        cfg = tiny_config(kind, len(tok), layers, overrides)
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     # Larger weights than the default init give peaked, decisive distributions, so greedy
     # parity is about the engine, not about ties between near-uniform logits.
