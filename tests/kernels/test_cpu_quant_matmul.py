@@ -13,7 +13,7 @@ from officellm.kernels.build import cpu_kernels
 from officellm.kernels.reference import quant_reference as qr
 from tests.kernels.conftest import cpu_build_levels
 
-FORMATS = [qr.Q8_0, qr.Q4_0, qr.Q4_1, qr.Q4_K, qr.Q6_K]
+FORMATS = [qr.Q8_0, qr.Q4_0, qr.Q4_1, qr.Q4_K, qr.Q6_K, qr.MXFP4]
 # M (rows of x) 1, a partial tile, a full office batch, one past it; K one group, several
 # (the 32-weight formats' K also a block, the K-quants' a 256-weight group).
 SHAPES = [(1, 40, 1), (3, 17, 3), (16, 64, 18), (17, 33, 6)]
@@ -52,6 +52,9 @@ def random_blocks(n: int, k: int, fmt: int, gen: torch.Generator) -> torch.Tenso
     groups = k // qr.GROUP_WEIGHTS[fmt]
     raw = torch.randint(0, 256, (n, groups, qr.GROUP_BYTES[fmt]), dtype=torch.uint8,
                         generator=gen)
+    if fmt == qr.MXFP4:  # exponent bytes for 2^-10 .. 2^2 times the levels
+        raw[..., 0] = torch.randint(118, 131, (n, groups), dtype=torch.uint8, generator=gen)
+        return raw.reshape(n, -1).contiguous()
     first, count = _FP16_AT[fmt]
     scales = (torch.rand(n, groups, count, generator=gen) * 0.02 + 0.001).to(torch.float16)
     if fmt == qr.Q4_1:
