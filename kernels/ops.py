@@ -1,5 +1,6 @@
-"""KernelOps: the per-layer ops the model calls (norms, rotary, activation, quantized matmul;
-the rotary through its attention backend, which rotates q/k as it stores them), and
+"""KernelOps: the per-layer ops the model calls (norms, rotary, activation, quantized matmul,
+a mixture-of-experts layer's experts; the rotary through its attention backend, which
+rotates q/k as it stores them), and
 kernel_ops(), the one place that picks them for a backend: the CPU's compiled kernels,
 Triton's, or the torch references.
 
@@ -15,7 +16,8 @@ from typing import Any, Protocol
 import torch
 
 from officellm.kernels.build import cpu_kernels
-from officellm.kernels.reference import quant_reference, reference
+from officellm.kernels.reference import moe, quant_reference, reference
+from officellm.kernels.reference.moe import ExpertActivation, ExpertWeights
 
 
 class RmsNorm(Protocol):
@@ -85,6 +87,14 @@ class FixedOrderMatmul(Protocol):
     def __call__(self, x: torch.Tensor, packed: torch.Tensor, n: int, /) -> torch.Tensor: ...
 
 
+class MoeExperts(Protocol):
+    """A MoE layer's experts (kernels/reference/moe.py moe_experts): x [T, H], the router's
+    weights float32 [T, k] and expert ids int64 [T, k] -> [T, H] in x's dtype."""
+
+    def __call__(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
+                 experts: ExpertWeights, activation: ExpertActivation, /) -> torch.Tensor: ...
+
+
 @dataclass(frozen=True)
 class KernelOps:
     """The ops a decoder layer calls, all from one implementation (apply_rotary through the
@@ -97,6 +107,7 @@ class KernelOps:
     # Weights in blocks run on the CPU only (engine/weight_quantization.py): None on Triton.
     quant_matmul: QuantMatmul | None
     quant_pack: QuantPack | None  # None: quant_matmul reads GGUF's rows as they are
+    moe_experts: MoeExperts
     # The batch-invariant dense matmul: None on the torch references (BLAS's order is its own).
     fixed_order_pack: FixedOrderPack | None = None
     fixed_order_matmul: FixedOrderMatmul | None = None
@@ -116,6 +127,7 @@ def kernel_ops(implementation: str) -> KernelOps:
                          fused_add_rms_norm=compiled.fused_add_rms_norm,
                          apply_rotary=compiled.apply_rotary, silu_and_mul=compiled.silu_and_mul,
                          quant_matmul=module.quant_matmul, quant_pack=module.quant_pack,
+                         moe_experts=compiled.moe_experts,
                          fixed_order_pack=module.fixed_order_pack,
                          fixed_order_matmul=module.fixed_order_matmul)
     if implementation == "triton":
@@ -127,11 +139,14 @@ def kernel_ops(implementation: str) -> KernelOps:
                          fused_add_rms_norm=triton_ops.fused_add_rms_norm,
                          apply_rotary=triton_ops.apply_rotary,
                          silu_and_mul=triton_ops.silu_and_mul, quant_matmul=None,
-                         quant_pack=None, fixed_order_pack=_contiguous,
+                         quant_pack=None,
+                         # The fused Triton MoE is not wired yet: the torch reference.
+                         moe_experts=moe.moe_experts, fixed_order_pack=_contiguous,
                          fixed_order_matmul=_triton_fixed_order_matmul)
     return KernelOps(rms_norm=reference.rms_norm, fused_add_rms_norm=reference.fused_add_rms_norm,
                      apply_rotary=reference.apply_rotary, silu_and_mul=reference.silu_and_mul,
-                     quant_matmul=quant_reference.quant_matmul, quant_pack=None)
+                     quant_matmul=quant_reference.quant_matmul, quant_pack=None,
+                     moe_experts=moe.moe_experts)
 
 
 class _CompiledOps:
@@ -163,6 +178,18 @@ class _CompiledOps:
         if x.dim() == 2 and x.stride(1) == 1:
             return self._module.silu_and_mul(x)
         return reference.silu_and_mul(x)
+
+    def moe_experts(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
+                    experts: ExpertWeights, activation: ExpertActivation) -> torch.Tensor:
+        # The kernel takes the stacks and their formats as arguments (-1: dense).
+        return self._module.moe_experts(
+            x, weights, ids, experts.w13, _format_arg(experts.fmt13), experts.w2,
+            _format_arg(experts.fmt2), experts.b13, experts.b2, activation.kind,
+            activation.alpha, activation.limit)
+
+
+def _format_arg(fmt: int | None) -> int:
+    return -1 if fmt is None else fmt
 
 
 def _contiguous(weight: torch.Tensor) -> torch.Tensor:

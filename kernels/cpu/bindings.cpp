@@ -18,5 +18,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "x W^T, each element one FMA chain over K in order (batch-invariant)");
   m.def("quant_matmul", &quant_matmul, "x W^T over GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q6_K/MXFP4 weight blocks");
   m.def("quant_pack", &quant_pack, "GGUF rows in the layout quant_matmul reads fastest");
+  m.def("moe_experts", &moe_experts,
+        "a mixture-of-experts layer's experts (dense or GGUF blocks), tokens grouped by expert");
   m.def("quant_matmul_path", &quant_matmul_path, "the instruction set quant_matmul was built for");
 }

@@ -591,17 +591,24 @@ inline void packed_tile(const uint8_t* grp, const XBlocks& xq, float* y, int64_t
   for (int r = 0; r < MR; ++r) _mm256_storeu_ps(y + (m + r) * N + n, acc[r]);
 }
 
+// Rows [8 g0, 8 g1) of y for all M rows of x, from the packed groups g0..g1 - 1.
+template <int64_t F>
+void packed_rows(const uint8_t* packed, const XBlocks& xq, float* y, int64_t M, int64_t N,
+                 int64_t nb, int64_t g0, int64_t g1) {
+  constexpr int64_t PB = packed_block_bytes<F>();
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* grp = packed + g * nb * PB;
+    over_tiles(M, [&](auto mr, int64_t m) {
+      packed_tile<F, decltype(mr)::value>(grp, xq, y, M, N, nb, 8 * g, m);
+    });
+  }
+}
+
 template <int64_t F>
 void run_packed(const uint8_t* packed, const XBlocks& xq, float* y, int64_t M, int64_t N,
                 int64_t nb) {
-  constexpr int64_t PB = packed_block_bytes<F>();
   at::parallel_for(0, N / 8, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
-      const uint8_t* grp = packed + g * nb * PB;
-      over_tiles(M, [&](auto mr, int64_t m) {
-        packed_tile<F, decltype(mr)::value>(grp, xq, y, M, N, nb, 8 * g, m);
-      });
-    }
+    packed_rows<F>(packed, xq, y, M, N, nb, begin, end);
   });
 }
 
