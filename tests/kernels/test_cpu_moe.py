@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from officellm.kernels.build import cpu_kernels
-from officellm.kernels.ops import _CompiledOps
+from officellm.kernels.ops import _CompiledOps, pack_experts
 from officellm.kernels.reference import moe
 from officellm.kernels.reference import quant_reference as qr
 from officellm.kernels.reference.moe import ExpertActivation, ExpertWeights
@@ -78,10 +78,14 @@ def _x(tokens: int, h: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
 
 
 def assert_matches_reference(ours: torch.Tensor, ref: torch.Tensor) -> None:
+    """Every value within TOLERANCE of the largest; in float32 nearly all (99%) within float
+    rounding of it too: a flipped rounding is rare, a wrong term would show everywhere."""
     assert ours.dtype == ref.dtype and ours.shape == ref.shape
     scale = ref.float().abs().max().item()
-    diff = (ours.float() - ref.float()).abs().max().item()
-    assert diff <= TOLERANCE[ref.dtype] * scale, (diff, scale)
+    diff = (ours.float() - ref.float()).abs()
+    assert diff.max().item() <= TOLERANCE[ref.dtype] * scale, (diff.max().item(), scale)
+    if ref.dtype == torch.float32:
+        assert (diff <= 1e-5 * scale).float().mean().item() >= 0.99
 
 
 @pytest.mark.parametrize("fmt", BLOCK_FORMATS, ids=[qr.NAMES[f] for f in BLOCK_FORMATS])
@@ -137,9 +141,11 @@ def test_every_token_on_one_expert_and_experts_without_tokens(ops, fmt):
 
 @pytest.mark.parametrize("fmt", BLOCK_FORMATS, ids=[qr.NAMES[f] for f in BLOCK_FORMATS])
 def test_packed_experts_give_the_rows_result_bit_for_bit(ops, fmt):
-    """quant_pack's layout per expert holds the same blocks: the same float operations."""
+    """quant_pack's layout per expert holds the same blocks: the same float operations (the
+    portable build packs nothing and keeps the rows)."""
     experts = block_experts(fmt, seed=13, biases=True)
     packed = moe_pack(ops, experts)
+    assert packed.w13.dim() == (3 if ops._module.quant_matmul_path() == "portable" else 4)
     x = _x(11, _sizes(fmt)[0], torch.float32, 14)
     weights, ids = routing(11, 3, seed=15)
     act = ACTIVATIONS[2]
@@ -148,12 +154,8 @@ def test_packed_experts_give_the_rows_result_bit_for_bit(ops, fmt):
 
 
 def moe_pack(ops: _CompiledOps, experts: ExpertWeights) -> ExpertWeights:
-    """Each expert's matrices in quant_pack's layout, stacked."""
-    def pack(w: torch.Tensor, fmt: int) -> torch.Tensor:
-        return torch.stack([ops._module.quant_pack(w[e], fmt) for e in range(w.shape[0])])
-
-    return ExpertWeights(pack(experts.w13, experts.fmt13), pack(experts.w2, experts.fmt2),
-                         experts.fmt13, experts.fmt2, experts.b13, experts.b2)
+    """KernelOps.moe_pack of this level's module."""
+    return pack_experts(ops._module.quant_pack)(experts)
 
 
 @pytest.mark.parametrize("fmt", [qr.Q6_K, qr.MXFP4, None], ids=["Q6_K", "MXFP4", "dense"])
