@@ -199,10 +199,11 @@ class _CompiledOps:
 
 
 def pack_experts(quant_pack: QuantPack) -> MoePack:
-    """MoePack by `quant_pack` per expert: packed at load, the layout reads a third fewer
-    instructions per block than GGUF's rows (no transposes, no scalar scale decoding) and
-    the MoE kernel's decode ran 1.5 to 3 times as fast on it (benchmarks/moe_kernel_speed.py),
-    though a K-quant's packed blocks are larger (Q4_K x4/3, Q6_K x1.5)."""
+    """MoePack by `quant_pack` per expert, at load: a packed block costs a few loads where
+    GGUF's rows cost transposes and scalar scale decoding, and the MoE kernel ran 1.4 to 2.7
+    times as fast on it at 4 and 16 tokens, and on Q4_K_M at one (one thread:
+    benchmarks/results/moe_kernel_speed_1thread.json), though a K-quant's packed blocks are
+    larger (Q4_K x4/3, Q6_K x1.5)."""
 
     def pack(w: torch.Tensor, fmt: int | None) -> torch.Tensor:
         if fmt is None:

@@ -2,15 +2,15 @@
 // token, the sum over the k experts its router picked of weight x expert(x), an expert being
 // w2 act(w13 x + b13) + b2, its weights dense (float32/bf16) or GGUF blocks.
 //
-// Why one kernel: a decode token reads only its k experts (Qwen3-30B-A3B: 8 of 128, 3 of
-// 30 GB in Q4_K_M), so the call is bound by streaming those experts' bytes once. The tokens
-// are grouped by expert (a count, a prefix sum, a scatter: one pass), so each active
-// expert's weights are read once per call whatever the number of its tokens, and the work is
-// shared out as (expert, tile of output rows) items, pulled by the threads as they finish
-// (experts get uneven numbers of tokens), so that one token's eight experts keep every core
-// streaming. Three steps, each waiting for the one before: the gate/up projection of every
-// (token, expert) pair, the activation of each pair's row (quantized per 32 values for a
-// down projection in blocks), the down projection; then each token's sum.
+// Why one kernel: a decode token reads only its k experts (Qwen3-30B-A3B: 8 of 128, a
+// sixteenth of the layer's bytes), so the call is bound by streaming those experts' bytes
+// once. The tokens are grouped by expert (a count, a prefix sum, a scatter: one pass), so
+// each active expert's weights are read once per call whatever the number of its tokens, and
+// the work is shared out as (expert, tile of output rows) items, pulled by the threads as
+// they finish (experts get uneven numbers of tokens), so that one token's eight experts keep
+// every core streaming. Three steps, each waiting for the one before: the gate/up
+// projection of every (token, expert) pair, the activation of each pair's row (quantized per
+// 32 values for a down projection in blocks), the down projection; then each token's sum.
 //
 // Blocks: x is quantized per 32-value block once per token (quant_matmul's quantize_rows),
 // and the pairs of one expert read copies of their tokens' rows; each expert's rows then go

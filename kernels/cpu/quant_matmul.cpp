@@ -108,7 +108,9 @@ static torch::Tensor float_matmul(const torch::Tensor& x, const torch::Tensor& w
   const QuantizedRows xq = quantize_rows(x.contiguous());
   const uint8_t* w = weight.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
-  with_format(format, [&](auto f) { run<decltype(f)::value>(w, row_bytes, xq.view(), yp, M, N, nb); });
+  with_format(format, [&](auto f) {
+    run<decltype(f)::value>(w, row_bytes, xq.view(), yp, M, N, nb);
+  });
   return y;
 }
 
