@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
 # The flags that decide which kernels and dtypes can run (the rest of /proc/cpuinfo's list
@@ -14,6 +17,31 @@ ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "a
 # The variables that make this machine run as a lesser CPU (ours, oneDNN's, MKL's): a run
 # under any of them is the forced-AVX2 stand-in, not this CPU at its best.
 ISA_CAPS = ("OFFICELLM_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+# torch's MKL cap for each OFFICELLM_CPU_ISA value (MKL's sgemm dispatches by itself).
+MKL_LEVELS = {"avx2": "AVX2", "sse41": "SSE4_2"}
+
+
+def run_per_isa(script: str, isas: list[str], threads: int, argv: list[str]) -> dict:
+    """{isa: the JSON its last stdout line holds} of `script argv` run once per path, each in
+    a process of its own on `threads` threads: "native" as this CPU is, any other an
+    OFFICELLM_CPU_ISA value capping our kernels, oneDNN's and MKL's alike."""
+    paths = {}
+    for isa in isas:
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        for cap in ISA_CAPS:
+            env.pop(cap, None)
+        if isa != "native":
+            env.update(OFFICELLM_CPU_ISA=isa, ONEDNN_MAX_CPU_ISA=isa.upper())
+            if isa in MKL_LEVELS:
+                env["MKL_ENABLE_INSTRUCTIONS"] = MKL_LEVELS[isa]
+        proc = subprocess.run([sys.executable, script, *argv], env=env, capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"{script} ({isa}) failed:\n{proc.stderr[-3000:]}")
+        paths[isa] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return paths
 
 
 def isa_caps() -> dict[str, str]:

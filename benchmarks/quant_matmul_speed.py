@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,13 +27,11 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.machine import ISA_CAPS, cpu_description  # noqa: E402
+from benchmarks.machine import cpu_description, run_per_isa  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 # The flags under which `--dtype auto` may compute in bf16 (engine/dtype_choice.py measures).
 BF16_MATMUL = frozenset({"avx512_bf16", "amx_bf16"})
-# torch's own caps for each OFFICELLM_CPU_ISA value (MKL's sgemm dispatches by itself).
-MKL_LEVELS = {"avx2": "AVX2", "sse41": "SSE4_2"}
 
 
 def _best_ms(fn, x: torch.Tensor, repeats: int) -> float:
@@ -101,20 +97,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
         print(json.dumps(measure(n, k, args.rows, args.repeats)))
         return
-    paths = {}
-    for isa in args.isa:
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-        for cap in ISA_CAPS:
-            env.pop(cap, None)
-        if isa != "native":
-            env.update(OFFICELLM_CPU_ISA=isa, ONEDNN_MAX_CPU_ISA=isa.upper())
-            if isa in MKL_LEVELS:
-                env["MKL_ENABLE_INSTRUCTIONS"] = MKL_LEVELS[isa]
-        cmd = [sys.executable, __file__, "--child", "--threads", str(args.threads),
-               "--shape", str(n), str(k), "--repeats", str(args.repeats),
-               "--rows", *map(str, args.rows)]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-        paths[isa] = json.loads(proc.stdout.strip().splitlines()[-1])
+    paths = run_per_isa(__file__, args.isa, args.threads,
+                        ["--child", "--threads", str(args.threads), "--shape", str(n), str(k),
+                         "--repeats", str(args.repeats), "--rows", *map(str, args.rows)])
     for isa, run in paths.items():
         print(f"\n{isa}: kernel path {run['path']}, dense in {run['dense_dtype']} "
               f"(bf16 packed: {run['bf16_packed']}; {n}x{k}, {args.threads} threads; ms, "

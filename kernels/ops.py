@@ -1,5 +1,6 @@
-"""KernelOps: the per-layer ops the model calls (norms, rotary, activation, quantized matmul;
-the rotary through its attention backend, which rotates q/k as it stores them), and
+"""KernelOps: the per-layer ops the model calls (norms, rotary, activation, quantized matmul,
+a mixture-of-experts layer's experts; the rotary through its attention backend, which
+rotates q/k as it stores them), and
 kernel_ops(), the one place that picks them for a backend: the CPU's compiled kernels,
 Triton's, or the torch references.
 
@@ -9,14 +10,13 @@ elsewhere (same signatures as kernels/reference/reference.py, same numbers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
 
 from officellm.kernels.build import cpu_kernels
-from officellm.kernels.reference import moe as moe_reference
-from officellm.kernels.reference import quant_reference, reference
+from officellm.kernels.reference import moe, quant_reference, reference
 from officellm.kernels.reference.moe import ExpertActivation, ExpertWeights
 
 
@@ -68,14 +68,6 @@ class GeluTanhAndMul(Protocol):
     def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
-class MoeExperts(Protocol):
-    """A mixture-of-experts layer's experts over x [T, H]: each token's k experts (`ids`
-    [T, k]) weighted by `weights` [T, k] (kernels/reference/moe.py moe_experts)."""
-
-    def __call__(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
-                 experts: ExpertWeights, activation: ExpertActivation) -> torch.Tensor: ...
-
-
 class QuantMatmul(Protocol):
     """y = x W^T over GGUF blocks of type `fmt` (kernels/reference/quant_reference.py)."""
 
@@ -101,6 +93,21 @@ class FixedOrderMatmul(Protocol):
     def __call__(self, x: torch.Tensor, packed: torch.Tensor, n: int, /) -> torch.Tensor: ...
 
 
+class MoeExperts(Protocol):
+    """A MoE layer's experts (kernels/reference/moe.py moe_experts): x [T, H], the router's
+    weights float32 [T, k] and expert ids int64 [T, k] -> [T, H] in x's dtype."""
+
+    def __call__(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
+                 experts: ExpertWeights, activation: ExpertActivation, /) -> torch.Tensor: ...
+
+
+class MoePack(Protocol):
+    """A MoE layer's experts in the layout moe_experts reads fastest (blocks: each expert's
+    matrices in quant_pack's layout; dense experts as they are)."""
+
+    def __call__(self, experts: ExpertWeights, /) -> ExpertWeights: ...
+
+
 @dataclass(frozen=True)
 class KernelOps:
     """The ops a decoder layer calls, all from one implementation (apply_rotary through the
@@ -111,10 +118,11 @@ class KernelOps:
     apply_rotary: ApplyRotary
     silu_and_mul: SiluAndMul
     gelu_tanh_and_mul: GeluTanhAndMul
-    moe_experts: MoeExperts
     # Weights in blocks run on the CPU only (engine/weight_quantization.py): None on Triton.
     quant_matmul: QuantMatmul | None
     quant_pack: QuantPack | None  # None: quant_matmul reads GGUF's rows as they are
+    moe_experts: MoeExperts
+    moe_pack: MoePack | None  # None: moe_experts reads GGUF's rows as they are
     # The batch-invariant dense matmul: None on the torch references (BLAS's order is its own).
     fixed_order_pack: FixedOrderPack | None = None
     fixed_order_matmul: FixedOrderMatmul | None = None
@@ -134,8 +142,9 @@ def kernel_ops(implementation: str) -> KernelOps:
                          fused_add_rms_norm=compiled.fused_add_rms_norm,
                          apply_rotary=compiled.apply_rotary, silu_and_mul=compiled.silu_and_mul,
                          gelu_tanh_and_mul=reference.gelu_tanh_and_mul,
-                         moe_experts=moe_reference.moe_experts,
                          quant_matmul=module.quant_matmul, quant_pack=module.quant_pack,
+                         moe_experts=compiled.moe_experts,
+                         moe_pack=pack_experts(module.quant_pack),
                          fixed_order_pack=module.fixed_order_pack,
                          fixed_order_matmul=module.fixed_order_matmul)
     if implementation == "triton":
@@ -147,15 +156,15 @@ def kernel_ops(implementation: str) -> KernelOps:
                          fused_add_rms_norm=triton_ops.fused_add_rms_norm,
                          apply_rotary=triton_ops.apply_rotary,
                          silu_and_mul=triton_ops.silu_and_mul,
-                         gelu_tanh_and_mul=reference.gelu_tanh_and_mul,
-                         moe_experts=triton_ops.moe_experts, quant_matmul=None,
-                         quant_pack=None, fixed_order_pack=_contiguous,
+                         gelu_tanh_and_mul=reference.gelu_tanh_and_mul, quant_matmul=None,
+                         quant_pack=None, moe_experts=triton_ops.moe_experts, moe_pack=None,
+                         fixed_order_pack=_contiguous,
                          fixed_order_matmul=_triton_fixed_order_matmul)
     return KernelOps(rms_norm=reference.rms_norm, fused_add_rms_norm=reference.fused_add_rms_norm,
                      apply_rotary=reference.apply_rotary, silu_and_mul=reference.silu_and_mul,
                      gelu_tanh_and_mul=reference.gelu_tanh_and_mul,
-                     moe_experts=moe_reference.moe_experts,
-                     quant_matmul=quant_reference.quant_matmul, quant_pack=None)
+                     quant_matmul=quant_reference.quant_matmul, quant_pack=None,
+                     moe_experts=moe.moe_experts, moe_pack=None)
 
 
 class _CompiledOps:
@@ -188,6 +197,40 @@ class _CompiledOps:
         if x.dim() == 2 and x.stride(1) == 1:
             return self._module.silu_and_mul(x)
         return reference.silu_and_mul(x)
+
+    def moe_experts(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
+                    experts: ExpertWeights, activation: ExpertActivation) -> torch.Tensor:
+        # The kernel takes the stacks and their formats as arguments (-1: dense).
+        return self._module.moe_experts(
+            x, weights, ids, experts.w13, _format_arg(experts.fmt13), experts.w2,
+            _format_arg(experts.fmt2), experts.b13, experts.b2, activation.kind,
+            activation.alpha, activation.limit)
+
+
+def pack_experts(quant_pack: QuantPack) -> MoePack:
+    """MoePack by `quant_pack` per expert, at load: a packed block costs a few loads where
+    GGUF's rows cost transposes and scalar scale decoding, and the MoE kernel ran 1.4 to 2.7
+    times as fast on it at 4 and 16 tokens, and on Q4_K_M at one (one thread:
+    benchmarks/results/moe_kernel_speed_1thread.json), though a K-quant's packed blocks are
+    larger (Q4_K x4/3, Q6_K x1.5)."""
+
+    def pack(w: torch.Tensor, fmt: int | None) -> torch.Tensor:
+        if fmt is None:
+            return w
+        packed = [quant_pack(w[e], fmt) for e in range(w.shape[0])]
+        # quant_pack keeps the rows [N, bytes] it cannot pack (a portable build, N not a
+        # multiple of 8).
+        return w if packed[0].dim() == 2 else torch.stack(packed)
+
+    def run(experts: ExpertWeights) -> ExpertWeights:
+        return replace(experts, w13=pack(experts.w13, experts.fmt13),
+                       w2=pack(experts.w2, experts.fmt2))
+
+    return run
+
+
+def _format_arg(fmt: int | None) -> int:
+    return -1 if fmt is None else fmt
 
 
 def _contiguous(weight: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """The CPU's C++ kernels (kernels/cpu/), built on first use: paged decode and chunk attention
 (decode_attention.cpp, chunk_attention.cpp), the fused per-layer ops (fused_ops.cpp), the
-quantized matmul (quant_matmul.cpp and its ISA paths) and the batch-invariant dense matmul
+quantized matmul (quant_matmul.cpp and its ISA paths), the mixture-of-experts layer's experts
+(moe.cpp, on the quantized matmul's tiles) and the batch-invariant dense matmul
 (fixed_order_matmul.cpp), one module exposed by bindings.cpp.
 
 The instruction set is chosen at run time, never by `-march=native`: `build_level()` reads
@@ -36,14 +37,15 @@ DISABLE_ENV = "OFFICELLM_NO_CPU_KERNELS"
 # ops round exactly where the references do.
 CFLAGS = ("-O3", "-fopenmp", "-ffp-contract=off")
 # Where reassociation and finite math are wanted (the attention's vectorized exp and sums).
-# The matmuls never get it: their float operations keep one fixed order (quant_matmul.cpp's
-# and fixed_order_matmul.cpp's headers).
+# The matmuls never get it: their float operations keep one fixed order (quant_matmul.cpp's,
+# moe.cpp's and fixed_order_matmul.cpp's headers).
 FAST_MATH = ("-ffast-math", "-ffp-contract=off")  # -ffast-math alone would turn contraction on
 SOURCES = (SourceFile(SOURCE_DIR / "decode_attention.cpp", FAST_MATH),
            SourceFile(SOURCE_DIR / "chunk_attention.cpp", FAST_MATH),
            SourceFile(SOURCE_DIR / "fused_ops.cpp", FAST_MATH),
            SourceFile(SOURCE_DIR / "quant_matmul.cpp"),
            SourceFile(SOURCE_DIR / "fixed_order_matmul.cpp"),
+           SourceFile(SOURCE_DIR / "moe.cpp"),
            SourceFile(SOURCE_DIR / "bindings.cpp"))
 HEADERS = tuple(SOURCE_DIR / name for name in
                 ("entry_points.h", "paged_attention.h", "quant_matmul_formats.h",

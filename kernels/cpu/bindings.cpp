@@ -23,7 +23,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "float32/bf16 [N, K] weights in fixed_order_matmul's panels");
   m.def("fixed_order_matmul", &fixed_order_matmul,
         "x W^T, each element one FMA chain over K in order (batch-invariant)");
-  m.def("quant_matmul", &quant_matmul, "x W^T over GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q6_K weight blocks");
-  m.def("quant_pack", &quant_pack, "GGUF Q8_0/Q4_0/Q4_1 rows in the layout quant_matmul reads fastest");
+  m.def("quant_matmul", &quant_matmul, "x W^T over GGUF Q8_0/Q4_0/Q4_1/Q4_K/Q6_K/MXFP4 weight blocks");
+  m.def("quant_pack", &quant_pack, "GGUF rows in the layout quant_matmul reads fastest");
+  m.def("moe_experts", &moe_experts,
+        "a mixture-of-experts layer's experts (dense or GGUF blocks), tokens grouped by expert");
   m.def("quant_matmul_path", &quant_matmul_path, "the instruction set quant_matmul was built for");
 }

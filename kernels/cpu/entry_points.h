@@ -7,6 +7,7 @@
 #include <torch/extension.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -50,3 +51,8 @@ torch::Tensor fixed_order_matmul(torch::Tensor x, torch::Tensor panels, int64_t 
 torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format);
 torch::Tensor quant_pack(torch::Tensor weight, int64_t format);
 std::string quant_matmul_path();
+// moe.cpp
+torch::Tensor moe_experts(torch::Tensor x, torch::Tensor weights, torch::Tensor ids,
+                          torch::Tensor w13, int64_t fmt13, torch::Tensor w2, int64_t fmt2,
+                          std::optional<torch::Tensor> b13, std::optional<torch::Tensor> b2,
+                          const std::string& activation, double alpha, double limit);

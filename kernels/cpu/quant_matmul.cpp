@@ -1,4 +1,5 @@
-// y = x W^T with W kept in GGUF's blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K), never dequantized.
+// y = x W^T with W kept in GGUF's blocks (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, MXFP4), never
+// dequantized.
 //
 // Why integer dot products: a decode step reads every weight once, so a 4.5-bit weight
 // reads 7x fewer bytes than float32, and at office batch sizes (16-32 rows) the step is also
@@ -12,6 +13,8 @@
 // layouts): a K-quant's 256 weights are eight such blocks whose scales d * sc are exact in
 // float32, Q6_K's two 16-weight halves each with its own scale (two "segments" of a block;
 // the other formats have one), so no format needs a path of its own past the decoding.
+// MXFP4's levels (FP4 doubled: 0, ±1, ±2, ±3, ±4, ±6, ±8, ±12) are integers too, its scale a
+// power of two: a 32-weight block like Q4_0's, its nibbles looked up (vpshufb) as level + 12.
 //
 // Eight weight rows are one vector's eight lanes: the rows' blocks are transposed in
 // registers so that a step's vector holds, in lane l, row l's four weights 4s..4s+3, and one
@@ -50,7 +53,7 @@
 namespace {
 
 template <int64_t F>
-void run(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y, int64_t M,
+void run(const uint8_t* w, int64_t row_bytes, const XBlocks& xq, float* y, int64_t M,
          int64_t N, int64_t nb) {
   // Tasks of whole 8-row groups, so every task but the last runs full tiles.
   constexpr int64_t G = 8;
@@ -105,13 +108,9 @@ static torch::Tensor float_matmul(const torch::Tensor& x, const torch::Tensor& w
   const QuantizedRows xq = quantize_rows(x.contiguous());
   const uint8_t* w = weight.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
-  switch (format) {
-    case GGML_Q4_0: run<GGML_Q4_0>(w, row_bytes, xq, yp, M, N, nb); break;
-    case GGML_Q4_1: run<GGML_Q4_1>(w, row_bytes, xq, yp, M, N, nb); break;
-    case GGML_Q4_K: run<GGML_Q4_K>(w, row_bytes, xq, yp, M, N, nb); break;
-    case GGML_Q6_K: run<GGML_Q6_K>(w, row_bytes, xq, yp, M, N, nb); break;
-    default: run<GGML_Q8_0>(w, row_bytes, xq, yp, M, N, nb); break;
-  }
+  with_format(format, [&](auto f) {
+    run<decltype(f)::value>(w, row_bytes, xq.view(), yp, M, N, nb);
+  });
   return y;
 }
 

@@ -69,6 +69,21 @@ inline void transpose_8x4(const uint8_t* const* rows, int64_t at, __m256i* out) 
   out[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
+// A vector of nibble pairs as its two steps: low nibbles (weights j) and high (j + 16), as
+// the integers the dots take (MXFP4's looked up as level + 12).
+template <int64_t F>
+inline void split_nibbles(__m256i v, __m256i& low, __m256i& high) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  low = _mm256_and_si256(v, nibble);
+  high = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+  if constexpr (F == GGML_MXFP4) {
+    const __m256i levels = _mm256_broadcastsi128_si256(
+        _mm_load_si128(reinterpret_cast<const __m128i*>(MXFP4_BIASED)));
+    low = _mm256_shuffle_epi8(levels, low);
+    high = _mm256_shuffle_epi8(levels, high);
+  }
+}
+
 // Block b of the eight rows as eight steps: w[s], lane l, holds row l's weights 4s..4s+3 as
 // bytes (signed for Q8_0, unsigned for the others).
 template <int64_t F>
@@ -78,15 +93,12 @@ inline void load_steps(const uint8_t* const* rows, int64_t b, __m256i* w) {
   if constexpr (F == GGML_Q8_0) {
     transpose_8x4(rows, at + 2, w);
     transpose_8x4(rows, at + 18, w + 4);
-  } else if constexpr (F == GGML_Q4_0 || F == GGML_Q4_1) {
+  } else if constexpr (F == GGML_Q4_0 || F == GGML_Q4_1 || F == GGML_MXFP4) {
     // Byte j's low nibble is weight j, its high nibble weight j + 16: dword t gives steps t
     // and t + 4.
     __m256i v[4];
-    transpose_8x4(rows, at + (F == GGML_Q4_1 ? 4 : 2), v);
-    for (int t = 0; t < 4; ++t) {
-      w[t] = _mm256_and_si256(v[t], nibble);
-      w[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v[t], 4), nibble);
-    }
+    transpose_8x4(rows, at + (F == GGML_Q4_1 ? 4 : F == GGML_MXFP4 ? 1 : 2), v);
+    for (int t = 0; t < 4; ++t) split_nibbles<F>(v[t], w[t], w[t + 4]);
   } else if constexpr (F == GGML_Q4_K) {
     const int64_t j = b % 8;  // nibbles: low (j even) or high halves of 32 bytes
     const int64_t q = at + 16 + j / 2 * 32;
@@ -157,6 +169,16 @@ inline void block_dots(const __m256i* w, const int8_t* const* xb, __m256i* lo, _
         lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(p, ones));
       }
     }
+  } else if constexpr (F == GGML_MXFP4) {
+    // Levels + 12 (up to 24): four steps' pairs (4 * 2 * 24 * 127) fit int16, then widened.
+    for (int s0 = 0; s0 < 8; s0 += 4) {
+      for (int r = 0; r < MR; ++r) {
+        __m256i a = _mm256_maddubs_epi16(w[s0], x_step(xb[r], s0));
+        for (int s = s0 + 1; s < s0 + 4; ++s)
+          a = _mm256_add_epi16(a, _mm256_maddubs_epi16(w[s], x_step(xb[r], s)));
+        lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(a, ones));
+      }
+    }
   } else if constexpr (F == GGML_Q6_K) {
     // 6-bit q: two steps' pairs (2 * 2 * 63 * 127) fit int16, then widened.
     for (int s = 0; s < 8; s += 2) {
@@ -208,13 +230,13 @@ inline void add_offsets(__m256* acc, Offsets&& offsets, const float* sx, int64_t
 
 // Eight weight rows (one group, lanes) against x rows [m, m + MR): y's MR x 8 results.
 template <int64_t F, int MR>
-inline void tile(const uint8_t* const* rows, const GroupScales& gs, const QuantizedRows& xq,
+inline void tile(const uint8_t* const* rows, const GroupScales& gs, const XBlocks& xq,
                  float* y, int64_t M, int64_t N, int64_t nb, int64_t n, int64_t valid,
                  int64_t m) {
   const int64_t K = nb * QK;
-  const int8_t* qx = xq.q.data();
-  const float* dx = xq.d.data();
-  const int32_t* isum = xq.isum.data();
+  const int8_t* qx = xq.q;
+  const float* dx = xq.d;
+  const int32_t* isum = xq.isum;
   __m256 acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -235,7 +257,7 @@ inline void tile(const uint8_t* const* rows, const GroupScales& gs, const Quanti
   if constexpr (HAS_OFFSET<F>) {
     // The offsets' term, sum over blocks of m * sum(x block), in block order.
     add_offsets<MR>(acc, [&](int64_t b) { return _mm256_loadu_ps(gs.m.data() + b * 8); },
-                    xq.sum.data() + m, M, nb);
+                    xq.sum + m, M, nb);
   }
   for (int r = 0; r < MR; ++r) {
     float* out = y + (m + r) * N + n;
@@ -277,7 +299,7 @@ inline void over_tiles(int64_t M, Tile&& tile) {
 
 // Rows [n0, n1) of y for all M rows of x, eight weight rows at a time.
 template <int64_t F>
-void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
+void matmul_rows(const uint8_t* w, int64_t row_bytes, const XBlocks& xq, float* y,
                  int64_t M, int64_t N, int64_t nb, int64_t n0, int64_t n1) {
   GroupScales gs(nb);
   std::vector<BlockScales> row_scales(nb);
@@ -296,7 +318,8 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, f
 // block as its eight rows' scales (then the offsets of Q4_1 and Q4_K, or Q6_K's second-half
 // scales) and its quants already in the lanes the vectors read: 8-bit quants (Q8_0, and
 // Q6_K's 0..63) as eight step vectors, 4-bit ones as four vectors of nibble pairs (t and
-// t + 4). A 32-weight format keeps its fp16 scales and its bytes, in another order. A
+// t + 4). A 32-weight format keeps its fp16 scales (MXFP4: exponent
+// bytes) and its bytes, in another order. A
 // K-quant keeps the float32 scales decode_row_scales gives (d * sc, and Q4_K's -dmin * mn)
 // and its quants re-laid as the 32-weight formats' (Q4_K's nibbles paired as Q4_1's, Q6_K's
 // six bits one byte each). A block then costs a few loads instead of four 8 x 4 transposes
@@ -314,7 +337,7 @@ constexpr bool BYTE_QUANTS = F == GGML_Q8_0 || F == GGML_Q6_K;
 
 template <int64_t F>
 constexpr int64_t packed_scale_bytes() {
-  return K_QUANT<F> ? 64 : F == GGML_Q4_1 ? 32 : 16;
+  return K_QUANT<F> ? 64 : F == GGML_Q4_1 ? 32 : F == GGML_MXFP4 ? 8 : 16;
 }
 
 template <int64_t F>
@@ -322,15 +345,11 @@ constexpr int64_t packed_block_bytes() {
   return packed_scale_bytes<F>() + (BYTE_QUANTS<F> ? 256 : 128);
 }
 
-constexpr int64_t packed_block_bytes(int64_t format) {
-  switch (format) {
-    case GGML_Q4_0: return packed_block_bytes<GGML_Q4_0>();
-    case GGML_Q4_1: return packed_block_bytes<GGML_Q4_1>();
-    case GGML_Q8_0: return packed_block_bytes<GGML_Q8_0>();
-    case GGML_Q4_K: return packed_block_bytes<GGML_Q4_K>();
-    case GGML_Q6_K: return packed_block_bytes<GGML_Q6_K>();
-    default: return 0;
-  }
+inline int64_t packed_block_bytes(int64_t format) {
+  if (group_weights(format) == 0) return 0;
+  int64_t bytes = 0;
+  with_format(format, [&](auto f) { bytes = packed_block_bytes<decltype(f)::value>(); });
+  return bytes;
 }
 
 // A K-quant block's 32 quants as stored, unsigned (Q4_K 0..15, Q6_K 0..63).
@@ -391,8 +410,9 @@ void pack_groups(const uint8_t* w, int64_t row_bytes, int64_t nb, uint8_t* out, 
         for (int64_t b = 0; b < nb; ++b) {
           uint8_t* blk = out + (g * nb + b) * PB;
           const int64_t at = b * group_bytes(F);
+          constexpr int64_t SCALE = F == GGML_MXFP4 ? 1 : 2;  // bytes of d (an exponent)
           for (int l = 0; l < 8; ++l) {
-            std::memcpy(blk + 2 * l, rows[l] + at, 2);  // d
+            std::memcpy(blk + SCALE * l, rows[l] + at, SCALE);
             if constexpr (F == GGML_Q4_1) std::memcpy(blk + 16 + 2 * l, rows[l] + at + 2, 2);
           }
           __m256i v[8];
@@ -401,7 +421,7 @@ void pack_groups(const uint8_t* w, int64_t row_bytes, int64_t nb, uint8_t* out, 
             transpose_8x4(rows, at + 2, v);
             transpose_8x4(rows, at + 18, v + 4);
           } else {
-            transpose_8x4(rows, at + (F == GGML_Q4_1 ? 4 : 2), v);
+            transpose_8x4(rows, at + (F == GGML_Q4_1 ? 4 : SCALE), v);
           }
           for (int t = 0; t < VECTORS; ++t)
             _mm256_storeu_si256(
@@ -419,12 +439,9 @@ inline void load_packed_steps(const uint8_t* blk, __m256i* w) {
   if constexpr (BYTE_QUANTS<F>) {
     for (int s = 0; s < 8; ++s) w[s] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
   } else {
-    const __m256i nibble = _mm256_set1_epi8(0x0f);
-    for (int t = 0; t < 4; ++t) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * t));
-      w[t] = _mm256_and_si256(v, nibble);
-      w[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
-    }
+    for (int t = 0; t < 4; ++t)
+      split_nibbles<F>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * t)), w[t],
+                       w[t + 4]);
   }
 }
 
@@ -433,27 +450,32 @@ inline void load_packed_steps(const uint8_t* blk, __m256i* w) {
 // split into its two steps (t, t + 4) and used at once by every x row, so only two weight
 // vectors are live instead of eight (with all eight, GCC computed the tile's 32 products
 // first and spilled them to the stack).
-template <int MR>
+template <int64_t F, int MR>
 inline void packed_nibble_dots(const uint8_t* q, const int8_t* const* xb, __m256i* lo) {
-  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  // 4-bit q: all eight steps' pairs (8 * 2 * 15 * 127) fit int16, widened once; MXFP4's
+  // levels + 12 (up to 24) four steps' (two vectors' worth), so widened twice.
+  constexpr int WIDEN_EVERY = F == GGML_MXFP4 ? 2 : 4;
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256i a[MR];
-  for (int r = 0; r < MR; ++r) a[r] = _mm256_setzero_si256();
+  for (int r = 0; r < MR; ++r) lo[r] = a[r] = _mm256_setzero_si256();
   // Kept a loop: unrolled, GCC reassociates the integer sums into a tree and computes every
   // product first (the spills this function exists to avoid).
 #pragma GCC unroll 1
   for (int t = 0; t < 4; ++t) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * t));
-    const __m256i wl = _mm256_and_si256(v, nibble);
-    const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+    __m256i wl, wh;
+    split_nibbles<F>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * t)), wl, wh);
     for (int r = 0; r < MR; ++r) {
-      // 4-bit q: all eight steps' pairs (8 * 2 * 15 * 127) fit int16, widened once.
       const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wl, x_step(xb[r], t)),
                                          _mm256_maddubs_epi16(wh, x_step(xb[r], t + 4)));
       a[r] = _mm256_add_epi16(a[r], p);
     }
+    if (t % WIDEN_EVERY == WIDEN_EVERY - 1) {
+      for (int r = 0; r < MR; ++r) {
+        lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(a[r], ones));
+        a[r] = _mm256_setzero_si256();
+      }
+    }
   }
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int r = 0; r < MR; ++r) lo[r] = _mm256_madd_epi16(a[r], ones);
 }
 
 // Q8_0's block_dots on AVX2 from a packed block, one step at a time for the same reason.
@@ -508,7 +530,7 @@ inline void packed_block_dots(const uint8_t* blk, const int8_t* const* xb, __m25
     packed_q6_half_dots<MR>(blk + packed_scale_bytes<F>(), xb, 0, lo);
     packed_q6_half_dots<MR>(blk + packed_scale_bytes<F>(), xb, 4, hi);
   } else {
-    packed_nibble_dots<MR>(blk + packed_scale_bytes<F>(), xb, lo);
+    packed_nibble_dots<F, MR>(blk + packed_scale_bytes<F>(), xb, lo);
   }
 #endif
 }
@@ -522,7 +544,14 @@ inline __m256 load_halves(const uint8_t* p) {
 // K-quants.
 template <int64_t F>
 inline __m256 packed_scales(const uint8_t* blk, int at) {
-  if constexpr (K_QUANT<F>) {
+  if constexpr (F == GGML_MXFP4) {  // e8m0_half of eight exponent bytes
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk)));
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
+    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(
+        _mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, one)));
+  } else if constexpr (K_QUANT<F>) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(blk + 32 * at));
   } else {
     return load_halves(blk + 16 * at);
@@ -531,13 +560,13 @@ inline __m256 packed_scales(const uint8_t* blk, int at) {
 
 // tile() over one packed group: the same operations in the same order.
 template <int64_t F, int MR>
-inline void packed_tile(const uint8_t* grp, const QuantizedRows& xq, float* y, int64_t M,
+inline void packed_tile(const uint8_t* grp, const XBlocks& xq, float* y, int64_t M,
                         int64_t N, int64_t nb, int64_t n, int64_t m) {
   constexpr int64_t PB = packed_block_bytes<F>();
   const int64_t K = nb * QK;
-  const int8_t* qx = xq.q.data();
-  const float* dx = xq.d.data();
-  const int32_t* isum = xq.isum.data();
+  const int8_t* qx = xq.q;
+  const float* dx = xq.d;
+  const int32_t* isum = xq.isum;
   __m256 acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
@@ -557,22 +586,29 @@ inline void packed_tile(const uint8_t* grp, const QuantizedRows& xq, float* y, i
   }
   if constexpr (HAS_OFFSET<F>) {
     add_offsets<MR>(acc, [&](int64_t b) { return packed_scales<F>(grp + b * PB, 1); },
-                    xq.sum.data() + m, M, nb);
+                    xq.sum + m, M, nb);
   }
   for (int r = 0; r < MR; ++r) _mm256_storeu_ps(y + (m + r) * N + n, acc[r]);
 }
 
+// Rows [8 g0, 8 g1) of y for all M rows of x, from the packed groups g0..g1 - 1.
 template <int64_t F>
-void run_packed(const uint8_t* packed, const QuantizedRows& xq, float* y, int64_t M, int64_t N,
-                int64_t nb) {
+void packed_rows(const uint8_t* packed, const XBlocks& xq, float* y, int64_t M, int64_t N,
+                 int64_t nb, int64_t g0, int64_t g1) {
   constexpr int64_t PB = packed_block_bytes<F>();
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* grp = packed + g * nb * PB;
+    over_tiles(M, [&](auto mr, int64_t m) {
+      packed_tile<F, decltype(mr)::value>(grp, xq, y, M, N, nb, 8 * g, m);
+    });
+  }
+}
+
+template <int64_t F>
+void run_packed(const uint8_t* packed, const XBlocks& xq, float* y, int64_t M, int64_t N,
+                int64_t nb) {
   at::parallel_for(0, N / 8, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
-      const uint8_t* grp = packed + g * nb * PB;
-      over_tiles(M, [&](auto mr, int64_t m) {
-        packed_tile<F, decltype(mr)::value>(grp, xq, y, M, N, nb, 8 * g, m);
-      });
-    }
+    packed_rows<F>(packed, xq, y, M, N, nb, begin, end);
   });
 }
 
@@ -589,13 +625,7 @@ torch::Tensor packed_matmul(const torch::Tensor& x, const torch::Tensor& packed,
   const QuantizedRows xq = quantize_rows(x.contiguous());
   const uint8_t* w = packed.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
-  switch (format) {
-    case GGML_Q4_0: run_packed<GGML_Q4_0>(w, xq, yp, M, N, nb); break;
-    case GGML_Q4_1: run_packed<GGML_Q4_1>(w, xq, yp, M, N, nb); break;
-    case GGML_Q4_K: run_packed<GGML_Q4_K>(w, xq, yp, M, N, nb); break;
-    case GGML_Q6_K: run_packed<GGML_Q6_K>(w, xq, yp, M, N, nb); break;
-    default: run_packed<GGML_Q8_0>(w, xq, yp, M, N, nb); break;
-  }
+  with_format(format, [&](auto f) { run_packed<decltype(f)::value>(w, xq.view(), yp, M, N, nb); });
   return y;
 }
 
@@ -609,13 +639,9 @@ torch::Tensor pack_weight(torch::Tensor weight, int64_t format) {
   torch::Tensor out = torch::empty({N / 8, nb, pb}, weight.options());
   const uint8_t* w = weight.data_ptr<uint8_t>();
   uint8_t* o = out.data_ptr<uint8_t>();
-  switch (format) {
-    case GGML_Q4_0: pack_groups<GGML_Q4_0>(w, weight.size(1), nb, o, N / 8); break;
-    case GGML_Q4_1: pack_groups<GGML_Q4_1>(w, weight.size(1), nb, o, N / 8); break;
-    case GGML_Q4_K: pack_groups<GGML_Q4_K>(w, weight.size(1), nb, o, N / 8); break;
-    case GGML_Q6_K: pack_groups<GGML_Q6_K>(w, weight.size(1), nb, o, N / 8); break;
-    default: pack_groups<GGML_Q8_0>(w, weight.size(1), nb, o, N / 8); break;
-  }
+  with_format(format, [&](auto f) {
+    pack_groups<decltype(f)::value>(w, weight.size(1), nb, o, N / 8);
+  });
   return out;
 }
 

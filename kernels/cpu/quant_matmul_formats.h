@@ -42,11 +42,15 @@ constexpr int64_t GGML_Q4_1 = 3;
 constexpr int64_t GGML_Q8_0 = 8;
 constexpr int64_t GGML_Q4_K = 12;
 constexpr int64_t GGML_Q6_K = 14;
+constexpr int64_t GGML_MXFP4 = 39;
 
 // Weights per stored group: one block, or a K-quant's 256 (eight blocks).
 constexpr int64_t group_weights(int64_t format) {
   return format == GGML_Q4_K || format == GGML_Q6_K ? 256
-         : format == GGML_Q4_0 || format == GGML_Q4_1 || format == GGML_Q8_0 ? 32 : 0;
+         : format == GGML_Q4_0 || format == GGML_Q4_1 || format == GGML_Q8_0 ||
+                   format == GGML_MXFP4
+             ? 32
+             : 0;
 }
 
 constexpr int64_t group_bytes(int64_t format) {
@@ -56,7 +60,22 @@ constexpr int64_t group_bytes(int64_t format) {
     case GGML_Q8_0: return 34;   // fp16 d, 32 int8
     case GGML_Q4_K: return 144;  // fp16 d, fp16 dmin, 12 bytes of 6-bit pairs, 128 of nibbles
     case GGML_Q6_K: return 210;  // 128 bytes low nibbles, 64 high bit pairs, 16 int8, fp16 d
+    case GGML_MXFP4: return 17;  // E8M0 exponent, 16 bytes of nibbles (levels, not integers)
     default: return 0;
+  }
+}
+
+// Calls fn(std::integral_constant<int64_t, F>{}) for `format` (one the caller checked has a
+// kernel: group_weights(format) > 0), so each format's code is a template instance.
+template <typename Fn>
+inline void with_format(int64_t format, Fn&& fn) {
+  switch (format) {
+    case GGML_Q4_0: fn(std::integral_constant<int64_t, GGML_Q4_0>{}); break;
+    case GGML_Q4_1: fn(std::integral_constant<int64_t, GGML_Q4_1>{}); break;
+    case GGML_Q4_K: fn(std::integral_constant<int64_t, GGML_Q4_K>{}); break;
+    case GGML_Q6_K: fn(std::integral_constant<int64_t, GGML_Q6_K>{}); break;
+    case GGML_MXFP4: fn(std::integral_constant<int64_t, GGML_MXFP4>{}); break;
+    default: fn(std::integral_constant<int64_t, GGML_Q8_0>{}); break;
   }
 }
 
@@ -73,16 +92,42 @@ inline const uint8_t* group_of(const uint8_t* row, int64_t b) {
 // The fp16 at p as a float.
 float half_to_float(const uint8_t* p);
 
-// x quantized per block: int8 values, the block's scale, its exact float sum (Q4_1's offset)
-// and the integer sums of its two halves (Q4_0's and Q6_K's unsigned storage). Scales and
-// sums are block-major so a tile's x rows are neighbours.
-// Plain buffers, not tensors: a tile reads them through raw pointers (a tensor's data_ptr is
-// an out-of-line call with checks, and was being made per tile).
+// MXFP4's E8M0 exponent byte e as the float 2^(e - 128) (its levels are FP4 doubled): the
+// bits (e - 1) << 23, or for e < 2 the subnormals 2^-128 and 2^-127.
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// MXFP4's levels by nibble, plus 12: stored unsigned (0..24) for the unsigned-by-signed
+// byte products, the 12 taken off through x's integer sums as Q4_0's 8 is.
+constexpr int32_t MXFP4_BIAS = 12;
+alignas(16) constexpr uint8_t MXFP4_BIASED[16] = {12, 13, 14, 15, 16, 18, 20, 24,
+                                                  12, 11, 10, 9,  8,  6,  4,  0};
+
+// The rows of x a matmul reads, quantized per block (QuantizedRows below, or a share of the
+// rows the MoE kernel gathered for one expert): int8 values, the block's scale, its exact
+// float sum (Q4_1's offset) and the integer sums of its two halves (Q4_0's, Q6_K's and
+// MXFP4's unsigned storage). Scales and sums are block-major so a tile's x rows are
+// neighbours. Raw pointers: a tile reads them per block (a tensor's data_ptr is an
+// out-of-line call with checks, and was being made per tile).
+struct XBlocks {
+  const int8_t* q;      // [M, K]
+  const float* d;       // [nb * M]: block b's scale of row m at b * M + m
+  const float* sum;     // [nb * M], as d
+  const int32_t* isum;  // [2 * nb * M]: half h of block b of row m at (2b + h) * M + m
+};
+
+// The buffers behind an XBlocks of M rows.
 struct QuantizedRows {
-  std::vector<int8_t> q;      // [M, K]
-  std::vector<float> d;       // [nb * M]: block b's scale of row m at b * M + m
-  std::vector<float> sum;     // [nb * M], as d
-  std::vector<int32_t> isum;  // [2 * nb * M]: half h of block b of row m at (2b + h) * M + m
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<float> sum;
+  std::vector<int32_t> isum;
+
+  XBlocks view() const { return {q.data(), d.data(), sum.data(), isum.data()}; }
 };
 
 // One 32-value block of x quantized: its int8 values, scale d, float sum and the integer
@@ -158,6 +203,12 @@ void decode_row_scales(const uint8_t* row, int64_t nb, BlockScales* out) {
         o.m = 0.f;
       }
     }
+  } else if constexpr (F == GGML_MXFP4) {
+    for (int64_t b = 0; b < nb; ++b) {
+      BlockScales& o = out[b];
+      o.lo = o.hi = e8m0_half(row[b * group_bytes(F)]);
+      o.m = 0.f;
+    }
   } else {
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* g = row + b * group_bytes(F);
@@ -189,12 +240,14 @@ struct GroupScales {
 };
 
 // Integer sums of x's quantized halves the signed formats stored as unsigned need: Q4_0's
-// q - 8 is summed as q, less 8 times the block's sum of x; Q6_K's q - 32 likewise per half.
+// q - 8 is summed as q, less 8 times the block's sum of x; Q6_K's q - 32 likewise per half;
+// MXFP4's level + 12 as Q4_0's.
 template <int64_t F>
 inline int32_t unsigned_correction(const int32_t* isum, int64_t b, int64_t M, int64_t m,
                                    int half) {
-  if constexpr (F == GGML_Q4_0) {
-    return 8 * (isum[2 * b * M + m] + isum[(2 * b + 1) * M + m]);
+  if constexpr (F == GGML_Q4_0 || F == GGML_MXFP4) {
+    constexpr int32_t bias = F == GGML_Q4_0 ? 8 : MXFP4_BIAS;
+    return bias * (isum[2 * b * M + m] + isum[(2 * b + 1) * M + m]);
   } else if constexpr (F == GGML_Q6_K) {
     return 32 * isum[(2 * b + half) * M + m];
   } else {

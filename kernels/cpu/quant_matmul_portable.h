@@ -58,7 +58,8 @@ inline QuantizedBlock quantize_block(const float* src, int8_t* q) {
   return out;
 }
 
-// Block b's 32 weights as the integers they stand for (Q4_0's q - 8, Q6_K's q - 32).
+// Block b's 32 weights as the integers they stand for (Q4_0's q - 8, Q6_K's q - 32,
+// MXFP4's levels).
 template <int64_t F>
 inline void decode_block(const uint8_t* row, int64_t b, int8_t* wq) {
   const uint8_t* g = group_of<F>(row, b);
@@ -76,6 +77,11 @@ inline void decode_block(const uint8_t* row, int64_t b, int8_t* wq) {
       const int q = ((ql[l] >> (4 * (k / 2))) & 0x0f) | (((qh[l] >> (2 * k)) & 3) << 4);
       wq[l] = static_cast<int8_t>(q - 32);
     }
+  } else if constexpr (F == GGML_MXFP4) {
+    for (int64_t j = 0; j < QK / 2; ++j) {
+      wq[j] = static_cast<int8_t>(MXFP4_BIASED[g[1 + j] & 0x0f] - MXFP4_BIAS);
+      wq[j + QK / 2] = static_cast<int8_t>(MXFP4_BIASED[g[1 + j] >> 4] - MXFP4_BIAS);
+    }
   } else {
     const uint8_t* qs = g + (F == GGML_Q4_1 ? 4 : 2);
     const int bias = F == GGML_Q4_0 ? 8 : 0;
@@ -87,11 +93,11 @@ inline void decode_block(const uint8_t* row, int64_t b, int8_t* wq) {
 }
 
 template <int64_t F>
-void matmul_rows(const uint8_t* w, int64_t row_bytes, const QuantizedRows& xq, float* y,
+void matmul_rows(const uint8_t* w, int64_t row_bytes, const XBlocks& xq, float* y,
                  int64_t M, int64_t N, int64_t nb, int64_t n0, int64_t n1) {
-  const int8_t* qx = xq.q.data();
-  const float* dx = xq.d.data();
-  const float* sx = xq.sum.data();
+  const int8_t* qx = xq.q;
+  const float* dx = xq.d;
+  const float* sx = xq.sum;
   const int64_t K = nb * QK;
   constexpr int SEGMENTS = F == GGML_Q6_K ? 2 : 1;  // Q6_K: a scale per 16 weights
   constexpr int64_t WIDTH = QK / SEGMENTS;

@@ -15,6 +15,9 @@ offset per block:
   32 (j // 2) .. 32 (j // 2) + 31.
 - Q6_K (210 B per 256): 128 bytes of low nibbles, 64 bytes of 2-bit high parts, sixteen
   int8 scales (one per 16 weights), fp16 d: w = (d sc_s) (q - 32), q six bits.
+- MXFP4 (17 B per 32, gpt-oss's experts): an E8M0 exponent byte e, then nibbles as Q4_0's:
+  w = MXFP4_LEVELS[nibble] 2^(e - 128), the levels FP4 (E2M1) values doubled, so integers,
+  and the scale a power of two, exact in float32 (e < 2: a subnormal).
 
 d sc is exact in float32 (an 11-bit by at most 8-bit product), so a K-quant block is a
 32-block with exact scales, and Q6_K's two 16-weight halves are its two segments.
@@ -34,10 +37,14 @@ import torch
 
 QK = 32  # weights per block, the unit of the matmul
 # GGUF's type ids (ggml_type) with a kernel; the weights one stored group holds and its bytes.
-Q4_0, Q4_1, Q8_0, Q4_K, Q6_K = 2, 3, 8, 12, 14
-GROUP_WEIGHTS = {Q4_0: 32, Q4_1: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256}
-GROUP_BYTES = {Q4_0: 18, Q4_1: 20, Q8_0: 34, Q4_K: 144, Q6_K: 210}
-NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
+Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, MXFP4 = 2, 3, 8, 12, 14, 39
+GROUP_WEIGHTS = {Q4_0: 32, Q4_1: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256, MXFP4: 32}
+GROUP_BYTES = {Q4_0: 18, Q4_1: 20, Q8_0: 34, Q4_K: 144, Q6_K: 210, MXFP4: 17}
+NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K", MXFP4: "MXFP4"}
+# MXFP4's sixteen levels by nibble: E2M1's 0, 0.5, 1, 1.5, 2, 3, 4, 6 (then negated) doubled
+# (the scale is halved to match: 2^(e - 128) for OCP's 2^(e - 127)).
+MXFP4_LEVELS = torch.tensor([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12],
+                            dtype=torch.int8)
 # Formats whose integers are unsigned with a per-block offset m (the matmul's offset term).
 WITH_OFFSET = (Q4_1, Q4_K)
 INV127 = torch.tensor(1.0 / 127.0, dtype=torch.float32)
@@ -46,6 +53,14 @@ INV127 = torch.tensor(1.0 / 127.0, dtype=torch.float32)
 def _halves(raw: torch.Tensor) -> torch.Tensor:
     """[..., 2] uint8 (little-endian fp16) -> float32 [...]."""
     return raw.contiguous().view(torch.float16).squeeze(-1).float()
+
+
+def e8m0_half(e: torch.Tensor) -> torch.Tensor:
+    """E8M0 exponent bytes (any integer dtype) -> float32 2^(e - 128), built from its bits:
+    (e - 1) << 23 as a float's exponent, and the subnormals 2^-128, 2^-127 for e = 0, 1."""
+    e = e.to(torch.int32)
+    bits = torch.where(e < 2, torch.tensor(0x00200000, dtype=torch.int32) << e, (e - 1) << 23)
+    return bits.view(torch.float32)
 
 
 def _k4_scales_mins(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,6 +117,8 @@ def unpack(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None = None
         return _unpack_q4_k(groups)
     if fmt == Q6_K:
         return _unpack_q6_k(groups)
+    if fmt == MXFP4:
+        return _nibble_pairs(groups[..., 1:], fmt, e8m0_half(groups[..., 0:1]), None)
     d = _halves(groups[..., 0:2])
     scale = d.unsqueeze(-1)
     if fmt == Q8_0:
@@ -113,15 +130,19 @@ def unpack(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None = None
 def _nibble_pairs(qs: torch.Tensor, fmt: int, scale: torch.Tensor, offset: torch.Tensor | None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """unpack's result from [..., 16] nibble bytes, byte j holding weight j (low) and j + 16."""
-    q = torch.cat([qs & 0x0F, qs >> 4], dim=-1).to(torch.int8)
+    q = torch.cat([qs & 0x0F, qs >> 4], dim=-1)
+    if fmt == MXFP4:
+        q = MXFP4_LEVELS[q.long()]
+    else:
+        q = q.to(torch.int8)
     if fmt == Q4_0:
         q = q - 8
     return q, scale, offset if offset is not None else torch.zeros_like(scale[..., 0])
 
 
-# Bytes of a packed block before its quants: eight rows' scales (fp16; a K-quant's float32),
-# then Q4_1's and Q4_K's offsets or Q6_K's second-half scales.
-PACKED_SCALE_BYTES = {Q8_0: 16, Q4_0: 16, Q4_1: 32, Q4_K: 64, Q6_K: 64}
+# Bytes of a packed block before its quants: eight rows' scales (fp16; a K-quant's float32;
+# MXFP4's exponent bytes), then Q4_1's and Q4_K's offsets or Q6_K's second-half scales.
+PACKED_SCALE_BYTES = {Q8_0: 16, Q4_0: 16, Q4_1: 32, Q4_K: 64, Q6_K: 64, MXFP4: 8}
 
 
 def _unpack_packed(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None
@@ -143,6 +164,8 @@ def _unpack_packed(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None
 
     head = PACKED_SCALE_BYTES[fmt]
     quants = row_bytes(blocks[..., head:], 4)
+    if fmt == MXFP4:
+        return _nibble_pairs(quants, fmt, e8m0_half(row_bytes(blocks[..., :head], 1)), None)
     if fmt in (Q4_K, Q6_K):
         scales = row_bytes(blocks[..., :head], 4).view(torch.float32)  # [n, nb, 2]
     else:
@@ -315,5 +338,21 @@ def quantize_q6_k(w: torch.Tensor) -> torch.Tensor:
     return raw.reshape(n, -1).contiguous()
 
 
+def quantize_mxfp4(w: torch.Tensor) -> torch.Tensor:
+    """Float weights [N, K] -> MXFP4 blocks uint8 [N, K / 32 * 17], as llama.cpp rounds:
+    e = floor(log2(max|w|)) - 2 + 127 (so the largest level, 12 * 2^(e - 128), is at least
+    max|w|; clamped to a byte, 0 for a zero block), then each weight the level nearest to it,
+    the lowest nibble on a tie (the one of smaller magnitude, +0 rather than -0)."""
+    blocks = w.float().reshape(w.shape[0], -1, QK)
+    amax = blocks.abs().amax(-1)
+    e = torch.where(amax > 0, torch.floor(torch.log2(amax)) - 2 + 127, torch.zeros_like(amax))
+    e = e.clamp(0, 255).to(torch.uint8)
+    values = e8m0_half(e).unsqueeze(-1).unsqueeze(-1) * MXFP4_LEVELS.float()  # [N, nb, 1, 16]
+    q = (values - blocks.unsqueeze(-1)).abs().argmin(-1).to(torch.uint8)  # first on ties
+    nibbles = q[..., : QK // 2] | (q[..., QK // 2:] << 4)
+    return torch.cat([e.unsqueeze(-1), nibbles], dim=-1).reshape(w.shape[0], -1).contiguous()
+
+
 # A quantizer per format the K-quant test model and the matmul benchmark write.
-QUANTIZERS = {Q4_K: quantize_q4_k, Q6_K: quantize_q6_k, Q8_0: quantize_q8_0}
+QUANTIZERS = {Q4_K: quantize_q4_k, Q6_K: quantize_q6_k, Q8_0: quantize_q8_0,
+              MXFP4: quantize_mxfp4}

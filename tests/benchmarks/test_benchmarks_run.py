@@ -48,6 +48,14 @@ def test_quant_matmul_speed_runs(tmp_path: Path) -> None:
     assert {"dense float32", "dense bfloat16", "Q4_K", "Q6_K"} <= set(times)
 
 
+def test_moe_kernel_speed_runs(tmp_path: Path) -> None:
+    doc = _run(["benchmarks/moe_kernel_speed.py", "--isa", "native", "--experts", "8",
+                "--layers", "1", "--calls", "1", "--tokens", "1", "--bandwidth-gib", "0.05",
+                "--threads", "1"], tmp_path / "moe.json")
+    mixes = doc["paths"]["native"]["mixes"]
+    assert mixes["MXFP4"]["rows"]["tokens"]["1"]["ms"] > 0
+
+
 def test_step_overhead_runs(tmp_path: Path) -> None:
     doc = _run(["-m", "benchmarks.step_overhead", "--batches", "2", "--steps", "2"],
                tmp_path / "step.json")

@@ -12,8 +12,9 @@ import torch
 from officellm.kernels.build import cpu_kernels
 from officellm.kernels.reference import quant_reference as qr
 from tests.kernels.conftest import cpu_build_levels
+from tests.support.gguf_blocks import random_blocks
 
-FORMATS = [qr.Q8_0, qr.Q4_0, qr.Q4_1, qr.Q4_K, qr.Q6_K]
+FORMATS = [qr.Q8_0, qr.Q4_0, qr.Q4_1, qr.Q4_K, qr.Q6_K, qr.MXFP4]
 # M (rows of x) 1, a partial tile, a full office batch, one past it; K one group, several
 # (the 32-weight formats' K also a block, the K-quants' a 256-weight group).
 SHAPES = [(1, 40, 1), (3, 17, 3), (16, 64, 18), (17, 33, 6)]
@@ -39,28 +40,6 @@ def module(request):
         pytest.skip("no C++ compiler: the CPU kernels are not built")
     assert built.quant_matmul_path() == path
     return built
-
-
-# Where each format keeps its fp16 scales in a group: (first byte, how many).
-_FP16_AT = {qr.Q8_0: (0, 1), qr.Q4_0: (0, 1), qr.Q4_1: (0, 2), qr.Q4_K: (0, 2),
-            qr.Q6_K: (208, 1)}
-
-
-def random_blocks(n: int, k: int, fmt: int, gen: torch.Generator) -> torch.Tensor:
-    """Rows of `fmt` groups with random integers (and packed sub-scales) and small fp16
-    scales (and offsets)."""
-    groups = k // qr.GROUP_WEIGHTS[fmt]
-    raw = torch.randint(0, 256, (n, groups, qr.GROUP_BYTES[fmt]), dtype=torch.uint8,
-                        generator=gen)
-    first, count = _FP16_AT[fmt]
-    scales = (torch.rand(n, groups, count, generator=gen) * 0.02 + 0.001).to(torch.float16)
-    if fmt == qr.Q4_1:
-        scales[..., 1] = -scales[..., 1] * 8  # an offset near -8 d, as real blocks have
-    raw[..., first:first + 2 * count] = scales.view(torch.uint8)
-    if fmt == qr.Q8_0:
-        q = raw[..., 2:].view(torch.int8)
-        q[q == -128] = -127  # what llama.cpp's quantizer writes
-    return raw.reshape(n, -1).contiguous()
 
 
 def _in_features(fmt: int, groups: int) -> int:
@@ -149,6 +128,19 @@ def test_an_exactly_representable_input_gives_the_dequantized_matmul(module, fmt
     # float32 rounding of sums in another order: bounded by the sums of |products|.
     bound = 1e-5 * (x.abs() @ w.abs().t()) + 1e-4
     assert torch.all((module.quant_matmul(x, weight, fmt) - dense).abs() <= bound)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["rows", "packed"])
+def test_mxfp4_extreme_exponents_give_the_reference_bit_for_bit(module, packed):
+    """E8M0 bytes 0 and 1 are subnormal scales (2^-128, 2^-127), decoded from their bits on
+    the vector paths as well: the same floats as the reference's."""
+    gen = torch.Generator().manual_seed(5)
+    weight = random_blocks(16, 128, qr.MXFP4, gen).reshape(16, 4, 17)
+    weight[..., 0] = torch.tensor([0, 1, 2, 128], dtype=torch.uint8)
+    weight = weight.reshape(16, -1).contiguous()
+    x = torch.randn(3, 128, generator=gen) * 3
+    w = module.quant_pack(weight, qr.MXFP4) if packed else weight
+    assert torch.equal(module.quant_matmul(x, w, qr.MXFP4), qr.quant_matmul(x, weight, qr.MXFP4))
 
 
 def test_an_empty_batch_gives_an_empty_result(module):
