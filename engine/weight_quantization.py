@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 
 from officellm.engine.loading.gguf_tensors import GgufWeights, QuantizedTensor, read_quantized
+from officellm.engine.models.moe import ExpertBlocks
+from officellm.kernels.ops import MoePack
 from officellm.kernels.reference import quant_reference
 
 logger = logging.getLogger("officellm.engine.weight_quantization")
@@ -64,6 +66,23 @@ def resolve_quantization(requested: str, gguf: Path | None, backend: str,
         raise ValueError(f"--quantization {requested} quantizes a safetensors model at load; "
                          f"{gguf.name} is already quantized: use gguf (its own blocks) or none.")
     return requested
+
+
+def expert_holding(requested: str, backend: str, world_size: int,
+                   pack: MoePack | None) -> ExpertBlocks:
+    """Which block types a mixture's experts are kept in, as a checkpoint ships them (a
+    GGUF's blocks, gpt-oss's MXFP4): those the backend's MoE kernel reads (the CPU kernel and
+    the reference: every type with a kernel; the fused Triton kernel: MXFP4), on one rank,
+    unless `--quantization none`. Experts are most of a mixture's bytes: kept in blocks, they
+    serve every batch size (auto's dense copy for large batches is the other matmuls')."""
+    check_quantization(requested)
+    if requested == "none" or world_size > 1:
+        return ExpertBlocks()
+    if backend in _BLOCK_BACKENDS:
+        return ExpertBlocks(frozenset(quant_reference.GROUP_BYTES), pack)
+    if backend == "triton":
+        return ExpertBlocks(frozenset({quant_reference.MXFP4}))
+    return ExpertBlocks()
 
 
 def gguf_blocks(path: Path, num_heads: int, num_kv_heads: int) -> GgufWeights:

@@ -28,6 +28,7 @@ from officellm.engine.loading.gguf_names import (
     tensor_place,
     unpermute_rows,
 )
+from officellm.engine.loading.gguf_tensors import expert_layers_in_blocks
 
 logger = logging.getLogger("officellm.engine.loading.gguf_checkpoint")
 
@@ -50,16 +51,22 @@ def dequantized(layout: GgufLayout, info: GgufTensorInfo) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).reshape(shape)
 
 
-def hf_tensors(layout: GgufLayout, config: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
+def hf_tensors(layout: GgufLayout, config: dict[str, Any], skip_block_experts: bool = False
+               ) -> Iterator[tuple[str, torch.Tensor]]:
     """(Hugging Face name, float32 tensor) for every weight of the GGUF, in `config`'s family's
-    checkpoint layout (config: hf_config's)."""
+    checkpoint layout (config: hf_config's). `skip_block_experts`: leave out the experts
+    the engine reads from the file's blocks (gguf_tensors.expert_layers_in_blocks; their
+    biases stay)."""
     model_type = config["model_type"]
     arch = str(layout.metadata["general.architecture"])
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
     fused = _FusedExperts() if model_type == "gpt_oss" else None
+    skipped = expert_layers_in_blocks(layout, model_type) if skip_block_experts else set()
     for info in layout.tensors:
         place = tensor_place(model_type, info.name)
         if place is None:
+            continue
+        if place.is_experts and place.kind == "weight" and place.layer in skipped:
             continue
         tensor = dequantized(layout, info)
         if place.is_experts:
@@ -143,7 +150,9 @@ def write_hf_checkpoint(path: Path, target: Path) -> None:
         shard.clear()
 
     size = 0
-    for name, tensor in hf_tensors(layout, config):
+    # A mixture's experts in blocks are read from the file itself when the model loads
+    # (engine/worker/worker.py): most of its bytes, never through a dense float32 copy.
+    for name, tensor in hf_tensors(layout, config, skip_block_experts=True):
         if shard and size + tensor.numel() * 4 > SHARD_BYTES:
             flush()
             size = 0

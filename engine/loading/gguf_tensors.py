@@ -103,6 +103,22 @@ def _blocks(layout: GgufLayout, t: GgufTensorInfo) -> QuantizedTensor:
                            t.shape[0])
 
 
+def expert_layers_in_blocks(layout: GgufLayout, model_type: str) -> set[int]:
+    """The MoE layers whose experts read_quantized gives in blocks: all three stacked
+    matrices in types with a kernel, gate and up in the same one (the dense copy of the
+    file leaves them out: they are read from the file)."""
+    types: dict[int, dict[str, int]] = {}
+    for t in layout.tensors:
+        place = tensor_place(model_type, t.name)
+        if place is not None and place.is_experts and place.kind == "weight":
+            assert place.layer is not None
+            types.setdefault(place.layer, {})[place.part] = int(t.tensor_type)
+    gate, up, down = EXPERT_PARTS
+    return {layer for layer, parts in types.items()
+            if len(parts) == 3 and all(f in quant_reference.GROUP_BYTES for f in parts.values())
+            and parts[gate] == parts[up]}
+
+
 def _expert_weights(stacks: dict[int, dict[str, QuantizedTensor]]
                     ) -> tuple[dict[int, ExpertWeights], list[int]]:
     """Each layer whose three expert tensors are all in blocks, as ExpertWeights; and the

@@ -70,8 +70,9 @@ def resolve_model_dir(model: str | os.PathLike | None, cache_dir: Path | None = 
 
 
 # Part of every cache key: a new GGUF reader (names, config, layout) never reuses a
-# directory an older one wrote. 2: officellm's own reader replaced transformers'.
-GGUF_READER_VERSION = 2
+# directory an older one wrote. 2: officellm's own reader replaced transformers'; 3: experts
+# in blocks left out (read from the file).
+GGUF_READER_VERSION = 3
 
 
 def _gguf_cache_key(path: Path) -> str:

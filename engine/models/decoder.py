@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -41,14 +40,16 @@ from officellm.engine.loading.model_spec import (
 )
 from officellm.engine.models import packed_linear
 from officellm.engine.models.fixed_order_linear import FixedOrderWeight
-from officellm.engine.models.moe import MixtureOfExperts
+from officellm.engine.models.moe import ExpertBlocks, MixtureOfExperts
 from officellm.engine.models.parallel_linear import ColumnParallelLinear, RowParallelLinear
 from officellm.engine.models.quantized_linear import QuantizedWeight, QuantMatmul, QuantPack
 from officellm.engine.models.rotary import RotaryTable
 from officellm.engine.models.shard_plan import ShardPlan
 from officellm.engine.models.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
 from officellm.engine.models.weight_names import decoder_name, is_skipped
+from officellm.kernels.reference import quant_reference
 from officellm.kernels.reference.moe import ExpertWeights
+from officellm.kernels.reference.mxfp4 import mxfp4_rows_from_checkpoint
 
 logger = logging.getLogger("engine")
 
@@ -244,37 +245,31 @@ class DecoderModel(nn.Module):
             kept += 1
         return kept
 
-    def keep_experts_quantized(self, experts: dict[int, ExpertWeights]) -> int:
-        """Run the MoE layers whose experts `experts` holds (layer -> GGUF block rows) over
-        those blocks (ops.moe_experts reads them), with the layer's own expert biases, and
-        release their dense experts; one rank only. Blocks serve every batch size (no dense
-        copy is kept for large ones: experts are most of a mixture's bytes). Call after
-        load_weights; returns how many layers now read blocks."""
-        assert self.parallel.world_size == 1, "blocks are not split across ranks"
+    def hold_experts(self, experts: dict[int, ExpertWeights], holding: ExpertBlocks) -> int:
+        """Give the MoE layers in `experts` (layer -> GGUF block rows) their experts before
+        the checkpoint is loaded (which then brings only their biases): kept in their
+        blocks or dequantized, as `holding` says for their format. Returns how many layers
+        keep blocks."""
         kept = 0
         for i, blocks in sorted(experts.items()):
             moe = self.layers[i].moe
             if moe is None:
                 raise ValueError(f"Experts in blocks for layer {i}, which has no mixture of "
                                  "experts in this model.")
-            if (blocks.num_experts, blocks.intermediate_size) != (
-                    moe.spec.num_experts, moe.intermediate_size):
-                raise ValueError(
-                    f"Layer {i}'s experts in blocks are {blocks.num_experts} x "
-                    f"{blocks.intermediate_size}; the model has {moe.spec.num_experts} x "
-                    f"{moe.intermediate_size}.")
-            moe.quantized = replace(blocks, b13=moe.b13, b2=moe.b2)
-            moe.w13.data = torch.empty(0, dtype=moe.w13.dtype)
-            moe.w2.data = torch.empty(0, dtype=moe.w2.dtype)
-            kept += 1
+            keep = holding.keeps(blocks.fmt13) and holding.keeps(blocks.fmt2)
+            moe.hold(blocks, keep, holding.pack)
+            kept += keep
         return kept
 
     # -- loading -------------------------------------------------------------------------
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]],
+                     expert_blocks: ExpertBlocks | None = None) -> None:
         """Load a checkpoint's tensors (any family's naming: engine/models/weight_names.py),
         fusing q/k/v and gate/up as they arrive and stacking experts; under tensor
-        parallelism each tensor is cut to this rank's slice first."""
-        loader = _WeightLoader(self)
+        parallelism each tensor is cut to this rank's slice first. Experts a checkpoint
+        ships in blocks (gpt-oss's MXFP4) go to `expert_blocks`' holding (kept in their
+        blocks, or dequantized; by default dequantized)."""
+        loader = _WeightLoader(self, expert_blocks or ExpertBlocks())
         skipped = 0
         for name, tensor in weights:
             if is_skipped(name):
@@ -379,8 +374,11 @@ class _WeightLoader:
              "post_feedforward_layernorm": "post_ff_norm",
              "self_attn.q_norm": "q_norm", "self_attn.k_norm": "k_norm"}
 
-    def __init__(self, model: DecoderModel) -> None:
+    def __init__(self, model: DecoderModel, expert_blocks: ExpertBlocks) -> None:
         self.model = model
+        self.expert_blocks = expert_blocks
+        # gpt-oss's MXFP4 experts: a layer's `*_blocks` and `*_scales` until both arrive.
+        self.mxfp4: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
         self.spec = model.spec
         self.plan = model.plan
         self.pending: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
@@ -468,6 +466,19 @@ class _WeightLoader:
                 raise ValueError(f"Unexpected weight {key!r} in checkpoint.")
             self._copy(moe, attr, tensor, key)
             return
+        stacked = rest.removeprefix("mlp.experts.")
+        if stacked.endswith(("_blocks", "_scales")):
+            self._mxfp4_part(i, moe, stacked)
+            self.mxfp4.setdefault((i, stacked.rsplit("_", 1)[0]), {})[
+                stacked.rsplit("_", 1)[1]] = tensor
+            self._mxfp4_done(i, moe)
+            return
+        if moe.held:  # its experts came in blocks: only biases may follow
+            if not stacked.endswith("_bias"):
+                raise ValueError(f"Layer {i}'s experts were given in blocks; the checkpoint "
+                                 f"also holds {key!r}.")
+        else:
+            moe.allocate_dense()
         if len(parts) == 5 and parts[1] == "experts" and parts[4] == "weight":
             e, proj = int(parts[2]), parts[3]
             if proj == "gate_proj":
@@ -480,7 +491,6 @@ class _WeightLoader:
                 raise ValueError(f"Unexpected weight {key!r} in checkpoint.")
             self._expert_piece(i, e, proj)
             return
-        stacked = rest.removeprefix("mlp.experts.")
         gpt_oss = self.spec.layout == "gpt_oss"
         if stacked == "gate_up_proj":
             # Qwen3-MoE's [E, 2I, H] (gate rows, then up); gpt-oss's [E, H, 2I] interleaved.
@@ -512,6 +522,33 @@ class _WeightLoader:
     def _expert_piece(self, i: int, e: int, proj: str) -> None:
         self.expert_parts.setdefault(f"layers.{i}", set()).add((e, proj))
 
+    def _mxfp4_part(self, i: int, moe: MixtureOfExperts, stacked: str) -> None:
+        if self.spec.layout != "gpt_oss" or stacked.rsplit("_", 1)[0] not in (
+                "gate_up_proj", "down_proj"):
+            raise ValueError(f"Unexpected weight 'layers.{i}.mlp.experts.{stacked}' in "
+                             "checkpoint.")
+        if moe.held:
+            raise ValueError(f"Layer {i}'s experts were given twice.")
+
+    def _mxfp4_done(self, i: int, moe: MixtureOfExperts) -> None:
+        """Once a layer's four MXFP4 tensors are in: its experts as GGUF MXFP4 rows, gate and
+        up rows de-interleaved into halves, held as expert_blocks says."""
+        pieces = {name: self.mxfp4.get((i, name), {}) for name in ("gate_up_proj", "down_proj")}
+        if any(len(p) < 2 for p in pieces.values()):
+            return
+        w13 = mxfp4_rows_from_checkpoint(pieces["gate_up_proj"]["blocks"],
+                                         pieces["gate_up_proj"]["scales"])
+        w2 = mxfp4_rows_from_checkpoint(pieces["down_proj"]["blocks"],
+                                        pieces["down_proj"]["scales"])
+        w13 = torch.cat([w13[:, 0::2], w13[:, 1::2]], dim=1)  # gate rows, then up rows
+        for name in pieces:
+            del self.mxfp4[(i, name)]
+        experts = ExpertWeights(w13, w2, quant_reference.MXFP4, quant_reference.MXFP4)
+        if self.plan.world_size > 1:  # blocks are not split across ranks: dense slices
+            experts = _expert_slice(experts, self.plan)
+        moe.hold(experts, self.plan.world_size == 1 and
+                 self.expert_blocks.keeps(quant_reference.MXFP4), self.expert_blocks.pack)
+
     # -- bookkeeping -------------------------------------------------------------------------
     def _copy(self, obj: Any, attr: str, tensor: torch.Tensor, name: str) -> None:
         param = getattr(obj, attr)
@@ -525,9 +562,12 @@ class _WeightLoader:
         """Raise ValueError naming what the checkpoint did not hold."""
         if self.pending:
             raise ValueError(f"Incomplete fused weights in checkpoint: {sorted(self.pending)}")
+        if self.mxfp4:
+            raise ValueError(f"MXFP4 experts without their blocks or scales: "
+                             f"{sorted(self.mxfp4)}")
         missing = [n for n in self.expected() if n not in self.seen]
         for i, layer in enumerate(self.model.layers):
-            if layer.moe is None:
+            if layer.moe is None or layer.moe.held:
                 continue
             got = self.expert_parts.get(f"layers.{i}", set())
             want = {(e, p) for e in range(layer.moe.spec.num_experts)
@@ -569,3 +609,15 @@ class _WeightLoader:
                 if spec.mlp_bias:
                     names += [p + "gate_up.bias", p + "mlp.down_proj.bias"]
         return names
+
+
+def _expert_slice(experts: ExpertWeights, plan: ShardPlan) -> ExpertWeights:
+    """Blocks dequantized to this rank's slice of each expert (tensor parallelism)."""
+    i = experts.intermediate_size
+    gate = quant_reference.dequantize(experts.w13.flatten(0, 1), experts.fmt13).view(
+        experts.num_experts, 2 * i, -1)
+    down = quant_reference.dequantize(experts.w2.flatten(0, 1), experts.fmt2).view(
+        experts.num_experts, experts.w2.shape[1], -1)
+    r = plan.expert_intermediate
+    w13 = torch.cat([gate[:, r.start:r.stop], gate[:, i + r.start:i + r.stop]], dim=1)
+    return ExpertWeights(w13, down[:, :, r.start:r.stop].contiguous())

@@ -21,12 +21,18 @@ from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.dtype_choice import resolve_dtype
 from officellm.engine.kv_cache_dtype import resolve_kv_cache_dtype, scale_bytes
 from officellm.engine.kv_plan import KVCacheTooSmallError, kv_block_bytes, size_pool
+from officellm.engine.loading.gguf_tensors import GgufWeights
 from officellm.engine.loading.model_loader import gguf_source, iter_safetensors, load_config_dict
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
 from officellm.engine.models.fixed_order_linear import FixedOrderWeight
-from officellm.engine.weight_quantization import gguf_blocks, quantize_at_load, resolve_quantization
+from officellm.engine.weight_quantization import (
+    expert_holding,
+    gguf_blocks,
+    quantize_at_load,
+    resolve_quantization,
+)
 from officellm.engine.worker.model_runner import ModelRunner, kv_cache_groups
 from officellm.engine.worker.quantization_choice import (
     blocks_reach,
@@ -35,7 +41,6 @@ from officellm.engine.worker.quantization_choice import (
 )
 from officellm.kernels.cpu_features import cpu_features
 from officellm.kernels.reference import quant_reference
-from officellm.kernels.reference.moe import ExpertWeights
 
 logger = logging.getLogger("engine")
 
@@ -115,11 +120,22 @@ class Worker:
         self.model = DecoderModel(self.spec, self.dtype,
                                   selection.ops_for(self.device, self.backend), parallel)
         self.model.to(self.device)
-        self.model.load_weights(iter_safetensors(model_dir))
+        source = gguf_source(model_dir)
+        # A GGUF's blocks, read once: a mixture's experts are held before the dense weights
+        # load (they are not in the dense copy), the matmuls' blocks after.
+        gguf = (gguf_blocks(source, self.spec.num_heads, self.spec.num_kv_heads)
+                if source is not None else None)
+        holding = expert_holding(config.quantization, self.backend, parallel.world_size,
+                                 self.model.ops.moe_pack)
+        moe_kept = self.model.hold_experts(gguf.experts, holding) if gguf is not None else 0
+        self.model.load_weights(iter_safetensors(model_dir), holding)
+        moe_kept += sum(1 for layer in self.model.layers
+                        if layer.moe is not None and layer.moe.quantized is not None
+                        and gguf is None)
         packs = (self.backend == "cpu" and self.dtype == torch.bfloat16
                  and packed_linear.can_pack(self.device, self.dtype)
                  and not config.batch_invariant)
-        self.weight_format = self._keep_quantized(model_dir, packs)
+        self.weight_format = self._keep_quantized(model_dir, source, gguf, packs, moe_kept)
         self.weight_bytes = self.model.weight_bytes()
         if config.batch_invariant:
             ops = self.model.ops
@@ -140,21 +156,20 @@ class Worker:
         self.load_seconds = time.monotonic() - t0
         self.runner: ModelRunner | None = None
 
-    def _keep_quantized(self, model_dir: Path, packs: bool) -> str:
+    def _keep_quantized(self, model_dir: Path, source: Path | None, gguf: GgufWeights | None,
+                        packs: bool, moe_kept: int) -> str:
         """Put the matmuls that `--quantization` keeps in blocks on them; returns how the
-        weights are held, in words. `packs`: the dense weights would be packed for oneDNN
-        (what auto measures against)."""
-        source = gguf_source(model_dir)
+        weights are held, in words. `source`/`gguf`: the GGUF the model came from and its
+        blocks; `packs`: the dense weights would be packed for oneDNN (what auto measures
+        against); `moe_kept`: the MoE layers whose experts are held in blocks already."""
+        experts = (f", {moe_kept} MoE layers' experts in blocks" if moe_kept else "")
         method = resolve_quantization(self.config.quantization, source, self.backend,
                                       self.parallel.world_size)
         if method == "none":
-            return "dense"
-        spec = self.spec
-        experts: dict[int, ExpertWeights] = {}
+            return "dense" + experts
         if method == "gguf":
-            assert source is not None
-            weights = gguf_blocks(source, spec.num_heads, spec.num_kv_heads)
-            blocks, experts = weights.tensors, weights.experts
+            assert gguf is not None
+            blocks = gguf.tensors
         else:
             blocks = quantize_at_load(iter_safetensors(model_dir), method)
         matmul, pack = self.model.ops.quant_matmul, self.model.ops.quant_pack
@@ -165,19 +180,16 @@ class Worker:
                     if self.config.quantization == "auto" and not self.config.batch_invariant
                     else None)
         if max_rows == 0:
-            return "dense"
+            return "dense" + experts
         kept = self.model.keep_quantized(blocks, matmul, max_rows, pack)
-        moe_layers = self.model.keep_experts_quantized(experts)
-        formats = ", ".join(sorted({quant_reference.NAMES.get(f, str(f)) for f in (
-            *(b.fmt for b in blocks.values()),
-            *(f for e in experts.values() for f in (e.fmt13, e.fmt2)))}))
+        formats = ", ".join(sorted({quant_reference.NAMES.get(b.fmt, str(b.fmt))
+                                    for b in blocks.values()}))
         reach = rows_in_words(max_rows) if max_rows is not None else ""
-        logger.info("Weights kept quantized (%s): %d matmuls%s read GGUF blocks (%s)%s",
-                    method, kept, f" and {moe_layers} layers' experts" if moe_layers else "",
-                    formats, "" if max_rows is None else
-                    f" for batches of up to {reach}, their dense weights for larger")
+        logger.info("Weights kept quantized (%s): %d matmuls read GGUF blocks (%s)%s%s",
+                    method, kept, formats, "" if max_rows is None else
+                    f" for batches of up to {reach}, their dense weights for larger", experts)
         return (f"in blocks ({method})" if max_rows is None else
-                f"dense, and in blocks ({method}) up to {reach}")
+                f"dense, and in blocks ({method}) up to {reach}") + experts
 
     def kv_budget(self) -> tuple[int, str]:
         """Bytes this rank can give its KV pool, and the flag that sets it."""
