@@ -473,11 +473,10 @@ class _WeightLoader:
                 stacked.rsplit("_", 1)[1]] = tensor
             self._mxfp4_done(i, moe)
             return
-        if moe.held:  # its experts came in blocks: only biases may follow
-            if not stacked.endswith("_bias"):
+        if not stacked.endswith("_bias"):  # a matrix: dense experts
+            if moe.held:
                 raise ValueError(f"Layer {i}'s experts were given in blocks; the checkpoint "
                                  f"also holds {key!r}.")
-        else:
             moe.allocate_dense()
         if len(parts) == 5 and parts[1] == "experts" and parts[4] == "weight":
             e, proj = int(parts[2]), parts[3]

@@ -85,6 +85,8 @@ class MixtureOfExperts(nn.Module):
         if keep_blocks:
             blocks = replace(experts, b13=self.b13, b2=self.b2)
             self.quantized = pack(blocks) if pack is not None else blocks
+            self.w13.data = self.w13.data.new_empty(0)
+            self.w2.data = self.w2.data.new_empty(0)
         else:
             self.allocate_dense()
             for e in range(self.spec.num_experts):

@@ -206,3 +206,37 @@ def poison_token(model_dir: Path, token: int) -> Path:
     weights["model.embed_tokens.weight"][token] = float("nan")
     save_file(weights, str(weights_file), metadata={"format": "pt"})
     return model_dir
+
+
+def mxfp4_checkpoint(model_dir: Path, out_dir: Path) -> Path:
+    """`model_dir`'s gpt-oss checkpoint as OpenAI ships gpt-oss: its experts' matrices in
+    MXFP4 (`*_blocks` [E, rows, K / 32, 16], byte j holding weights 2j and 2j + 1, and
+    `*_scales` [E, rows, K / 32], E8M0 exponents), quantized as llama.cpp quantizes
+    (quant_reference.quantize_mxfp4), the config saying so. Returns `out_dir`."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from officellm.kernels.reference import quant_reference
+
+    shutil.copytree(model_dir, out_dir)
+    tensors = load_file(str(model_dir / "model.safetensors"))
+    out = {}
+    for name, tensor in tensors.items():
+        if not name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            out[name] = tensor
+            continue
+        matrix = tensor.transpose(1, 2).contiguous()  # [E, out rows, in]
+        e, rows, k = matrix.shape
+        gguf = quant_reference.quantize_mxfp4(matrix.reshape(e * rows, k))
+        blocks = gguf.view(e, rows, k // 32, 17)
+        codes = torch.cat([blocks[..., 1:] & 0x0F, blocks[..., 1:] >> 4], dim=-1)
+        out[name + "_blocks"] = (codes[..., 0::2] | (codes[..., 1::2] << 4)).contiguous()
+        out[name + "_scales"] = blocks[..., 0].contiguous()
+    save_file(out, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((out_dir / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+        "lm_head"]}
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    return out_dir
