@@ -1,6 +1,6 @@
 """officellm vs llama.cpp's llama-server on the CPU: same GGUF, same threads, same scenarios.
 
-Starts `officellm serve` on the bundled SmolLM2 GGUF (OMP_NUM_THREADS=--threads) and
+Starts `officellm serve` on the bundled SmolLM2 GGUF, or --model's (OMP_NUM_THREADS=--threads), and
 `llama-server` on the same file (-t/-tb --threads, --parallel = the most users, -c big enough
 for every slot), one at a time; waits for the machine to be idle before each run; runs the
 same seeded scenarios against each (ignore_eos, so both produce the same number of tokens);
@@ -8,8 +8,8 @@ prints a table with ratios; writes benchmarks/results/cpu_compare.json and .png,
 machine (CPU model, ISA flags, cores) and what officellm chose at start (its dtype and KV
 cache lines: `--dtype auto` says why). `office-1` is the desk case: one person alone.
 
-    .venv/bin/python benchmarks/compare_cpu.py [--threads 2] [--users 1 16 32] [--duration 60]
-        [--llama-server PATH]
+    .venv/bin/python benchmarks/compare_cpu.py [--model GGUF] [--threads 2] [--users 1 16 32]
+        [--duration 60] [--llama-server PATH]
 
 llama-server: --llama-server PATH; else the native build of benchmarks/build_llama_server.sh
 (llama.cpp from the llama-cpp-python sdist on PyPI, GGML_NATIVE=ON, cached under
@@ -113,7 +113,7 @@ def startup_lines(log: str) -> list[str]:
 def run_all(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], list[str]]:
     from officellm.engine.loading.model_loader import bundled_model_path
 
-    gguf = Path(bundled_model_path())
+    gguf = Path(args.model) if args.model is not None else Path(bundled_model_path())
     tmp = Path(tempfile.mkdtemp(prefix="cpu-compare-"))
     results: dict[str, dict[str, Any]] = {}
     chosen: list[str] = []
@@ -146,6 +146,36 @@ def run_all(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], list[s
         finally:
             server.stop()
     return results, chosen
+
+
+def token_floor(gguf: Path, threads: int) -> dict[str, float]:
+    """What one decode token must read of the GGUF, and that over this machine's measured
+    read bandwidth: every tensor once, but of a mixture's stacked experts only the share its
+    top-k reads (k / E of them), and of the embedding one row (unless it is also the LM
+    head: tied, no `output.weight`)."""
+    import torch
+
+    from benchmarks.machine import read_bandwidth
+    from officellm.engine.loading.gguf_layout import read_layout
+
+    layout = read_layout(gguf)
+    meta = layout.metadata
+    arch = str(meta.get("general.architecture", ""))
+    experts = int(meta.get(f"{arch}.expert_count", 0) or 0)  # type: ignore[call-overload]
+    used = int(meta.get(f"{arch}.expert_used_count", 0) or 0)  # type: ignore[call-overload]
+    tied = not any(t.name == "output.weight" for t in layout.tensors)
+    total = 0.0
+    for t in layout.tensors:
+        if "_exps." in t.name and experts:
+            total += t.nbytes * used / experts
+        elif t.name == "token_embd.weight" and not tied:
+            total += t.nbytes / t.shape[-1]
+        else:
+            total += t.nbytes
+    torch.set_num_threads(threads)
+    bandwidth = read_bandwidth()
+    return {"bytes_per_token": total, "read_GBps": bandwidth / 1e9,
+            "floor_ms": 1000.0 * total / bandwidth}
 
 
 def _get(doc: dict[str, Any], *path: str) -> float | None:
@@ -188,6 +218,9 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default=None,
+                   help="the GGUF both serve (default: the bundled SmolLM2 Q4_1); e.g. a "
+                        "real-size one from benchmarks/real_shape_gguf.py")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--scenarios", nargs="+", default=["office", "long-doc"],
                    choices=["office", "long-doc"])
@@ -211,10 +244,19 @@ def main() -> None:
     args = p.parse_args()
     results, chosen = run_all(args)
     print(table(results))
+    gguf = Path(args.model) if args.model is not None else None
+    floor = token_floor(gguf, args.threads) if gguf is not None else None
+    if floor is not None:
+        itl = {name: _get(res.get("office-1", {}), "summary", "itl_s", "p50")
+               for name, res in results.items()}
+        print(f"floor: {floor['bytes_per_token'] / 1e6:.1f} MB read per token at "
+              f"{floor['read_GBps']:.1f} GB/s = {floor['floor_ms']:.2f} ms; office-1 ITL p50 "
+              + ", ".join(f"{n} {1000 * v / floor['floor_ms']:.2f}x" for n, v in itl.items()
+                          if v is not None))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"settings": vars(args) | {"out": str(args.out)},
                                     "machine": cpu_description() | {"isa_caps": isa_caps()},
-                                    "officellm_startup": chosen,
+                                    "officellm_startup": chosen, "token_floor": floor,
                                     "table": table(results), "results": results}, indent=1))
     docs = {f"{name} {label}": doc for name, res in results.items() if "error" not in res
             for label, doc in res.items()}

@@ -63,3 +63,18 @@ def cpu_description() -> dict:
         pass
     return {"model": model, "isa_flags": [f for f in ISA_FLAGS if f in flags],
             "cores": os.cpu_count()}
+
+
+def read_bandwidth(nbytes: int = 2 * 1024**3, iters: int = 5) -> float:
+    """Bytes read per second summing a float32 buffer far larger than the caches (on the
+    threads torch has: set them first)."""
+    import time
+
+    import torch
+
+    buf = torch.ones(nbytes // 4)
+    buf.sum()  # warm-up (pages touched)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        buf.sum()
+    return nbytes * iters / (time.perf_counter() - t0)

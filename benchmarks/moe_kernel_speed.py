@@ -32,22 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.gpucheck.bandwidth import copy_bandwidth  # noqa: E402
-from benchmarks.machine import cpu_description, run_per_isa  # noqa: E402
+from benchmarks.machine import cpu_description, read_bandwidth, run_per_isa  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 HIDDEN, INTER, TOP_K = 2048, 768, 8
 # (name, gate/up format, down format), GGUF type ids (kernels/reference/quant_reference.py).
 MIXES = (("Q4_K_M (Q4_K + Q6_K)", 12, 14), ("MXFP4", 39, 39), ("Q8_0", 8, 8))
-
-
-def read_bandwidth(nbytes: int = 2 * 1024**3, iters: int = 5) -> float:
-    """Bytes read per second summing a float32 buffer far larger than the caches."""
-    buf = torch.ones(nbytes // 4)
-    buf.sum()  # warm-up (pages touched)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        buf.sum()
-    return nbytes * iters / (time.perf_counter() - t0)
 
 
 def expert_stacks(fmt13: int, fmt2: int, layers: int, experts: int, module) -> dict:
