@@ -57,7 +57,8 @@ if grep -qw amx_tile /proc/cpuinfo 2>/dev/null && ! amx_runs; then
 fi
 # A build made with other flags (before this check, say) is rebuilt.
 stamp="$root/build/officellm-extra-flags"
-if [ -x "$binary" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$extra_flags" ]; then
+if [ -x "$binary" ] && [ -x "$root/build/bin/llama-quantize" ] &&
+        [ "$(cat "$stamp" 2>/dev/null)" = "$extra_flags" ]; then
     echo "$binary"
     exit 0
 fi
