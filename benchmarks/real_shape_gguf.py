@@ -130,8 +130,8 @@ def write_random_checkpoint(cfg: dict, out: Path, tokenizer_dir: Path, seed: int
         {"metadata": {}, "weight_map": weight_map}, indent=2))
     (out / "config.json").write_text(json.dumps(cfg, indent=2))
     for f in tokenizer_dir.iterdir():
-        if f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges")) or \
-                f.name == "generation_config.json":
+        if f.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "chat_template")) \
+                or f.name == "generation_config.json":
             shutil.copy(f, out / f.name)
 
 
