@@ -1,4 +1,5 @@
-"""RMSNorm, fused add + RMSNorm, rotary, SiLU-and-mul and the KV write vs the references."""
+"""RMSNorm, fused add + RMSNorm, rotary (whole and partial), SiLU-and-mul, GELU(tanh)-and-mul
+and the KV write vs the references."""
 
 from __future__ import annotations
 
@@ -59,10 +60,42 @@ def test_apply_rotary(device, dtype, head_dim):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_partial_rotary_rotates_the_first_r_values_and_copies_the_rest(device, dtype):
+    """Phi-4-mini's partial rotary (R = 3/4 D here): pairs (i, i + R/2) of the first R values
+    rotate; the last D - R are copied bit for bit."""
+    t, hq, hk, d, r = 5, 4, 2, 64, 48
+    qkv = torch.randn(t, (hq + 2 * hk) * d, dtype=dtype, device=device)
+    q = qkv[:, : hq * d].view(t, hq, d)
+    k = qkv[:, hq * d : (hq + hk) * d].view(t, hk, d)
+    cos, sin = torch.randn(t, r, device=device), torch.randn(t, r, device=device)
+    q_out, k_out = tri.apply_rotary(q, k, cos, sin)
+    q_ref, k_ref = reference.apply_rotary(q, k, cos, sin)
+    close(q_out, q_ref, dtype)
+    close(k_out, k_ref, dtype)
+    assert torch.equal(q_out[..., r:], q[..., r:]) and torch.equal(k_out[..., r:], k[..., r:])
+
+
+def test_rotary_refuses_cos_wider_than_the_head_or_odd(device):
+    q = torch.randn(2, 2, 16, device=device)
+    for width in (18, 7):
+        cos = torch.randn(2, width, device=device)
+        with pytest.raises(ValueError, match="even width of at most head_dim"):
+            tri.apply_rotary(q, q, cos, cos)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("inter", [48, 1100])  # 1100: spans two column blocks with a tail
 def test_silu_and_mul(device, dtype, inter):
     x = torch.randn(3, 2 * inter, dtype=dtype, device=device) * 4
     close(tri.silu_and_mul(x), reference.silu_and_mul(x), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("inter", [48, 1100])
+def test_gelu_tanh_and_mul(device, dtype, inter):
+    """Gemma's GeGLU; gates up to about +-16 reach both tails of the tanh."""
+    x = torch.randn(3, 2 * inter, dtype=dtype, device=device) * 4
+    close(tri.gelu_tanh_and_mul(x), reference.gelu_tanh_and_mul(x), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
