@@ -134,10 +134,10 @@ inline void value_tile(const float* probs, const float* vals, const float* corr,
 
 // The online softmax of one block for many query heads at once: head n's scores are
 // p[n * stride, + tokens), of which it sees those visible(n) (a VisibleKeys: none to all;
-// its other lanes, up to the next multiple of 8, are written as 0). Heads are independent, so each
-// step runs over all of them before the next (the exps' dependency chains overlap instead
-// of stalling head by head), and the corrections are taken 8 heads at a time. corr gets
-// each head's correction (room for heads rounded up to 8); new_max is scratch (heads).
+// its other lanes, up to the next multiple of 8, are written as 0). Heads are independent,
+// so each step runs over all of them before the next (the exps' dependency chains overlap
+// instead of stalling head by head), and the corrections are taken 8 heads at a time. corr
+// gets each head's correction (room for heads rounded up to 8); new_max is scratch (heads).
 template <typename Visible>
 inline void softmax_heads(float* p, int64_t stride, int64_t heads, int64_t tokens,
                           Visible&& visible, float* run_max, float* run_sum, float* corr,
