@@ -47,8 +47,9 @@ def attend_kv_tiles(
     is visible (a decode's query is its sequence's last token) and q_pos / row_ok are not read.
     With WINDOW (a sliding-window layer) keys below kv_first are neither loaded nor their
     block-table entries read (they may be the null block), and with CAUSAL row r also hides
-    the keys n <= q_pos[r] - window; a row may then see no key of a tile, so its max is kept
-    finite for the exps. Without WINDOW, kv_first and window are not read.
+    the keys n <= q_pos[r] - window (padding rows included); a row may then see no key of a
+    tile, so its max is kept finite for the exps. Without WINDOW, kv_first and window are
+    not read.
     With INT8 each cache row is head_dim int8 values and then their float32 scale
     (kernels/reference/reference.py: quantize_int8_rows); other caches are rows of head_dim values.
     Returns (acc [ROWS, BLOCK_D], m [ROWS], l [ROWS]) in float32, base-2 log domain: the
@@ -71,10 +72,11 @@ def attend_kv_tiles(
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(k))
-        if CAUSAL:
+        if CAUSAL and WINDOW:  # the max is kept finite below: padding rows need see nothing
+            visible = (nmask[None, :] & (n[None, :] <= q_pos[:, None])
+                       & (n[None, :] > q_pos[:, None] - window))
+        elif CAUSAL:
             visible = nmask[None, :] & ((n[None, :] <= q_pos[:, None]) | (~row_ok[:, None]))
-            if WINDOW:
-                visible = visible & ((n[None, :] > q_pos[:, None] - window) | (~row_ok[:, None]))
         else:
             visible = nmask[None, :]
         s = tl.where(visible, s * scale_log2, float("-inf"))

@@ -117,14 +117,16 @@ def _rows(q_dtype: torch.dtype, head_dim: int) -> int:
     return 32 if head_dim >= 256 or (q_dtype == torch.float32 and head_dim >= 128) else 64
 
 
-def _key_tile(q_dtype: torch.dtype, cache_bytes: int, head_dim: int) -> int:
+def _key_tile(q_dtype: torch.dtype, cache_bytes: int, head_dim: int, window: bool) -> int:
     """Keys per tile: 64, or fewer where a tile of 64 outgrows the GPU at head size 128 and
     up (kernels/triton/compile_check.py measured it): float32 queries need 115 KB of shared
     memory at 64 (Ada has 99 KB) and spill at 32, and a one-byte cache's converted tiles
     spilled registers on sm_80 and sm_89. At head size 256 (with _rows' 32 rows) a 16-bit
-    cache's tile of 64 and an int8 one's of 32 spilled on sm_89; 32 and 16 do not."""
+    cache's tile of 64 and an int8 one's of 32 spilled on sm_89; 32 and 16 do not. Under a
+    sliding window a one-byte cache's tile of 64 spilled on sm_89 at gpt-oss's heads (64
+    rows at 255 registers; 32 keys take ~145)."""
     if head_dim < 128:
-        return 64
+        return 32 if window and cache_bytes == 1 else 64
     if q_dtype == torch.float32:
         return 16
     if head_dim >= 256:
@@ -163,7 +165,7 @@ def paged_prefill_attention(
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
     block_q, block_g = _tile_shape(group, max_query_len, _rows(q.dtype, d))
     int8 = check_cache_rows(k_cache, v_cache, d)
-    block_n = block_n or _key_tile(q.dtype, k_cache.element_size(), d)
+    block_n = block_n or _key_tile(q.dtype, k_cache.element_size(), d, window > 0)
     _prefill_kernel[(t // block_q + bsz, hk)](
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
         seq_lens if sinks is None else sinks, out,
