@@ -45,29 +45,17 @@ def test_fused_add_rms_norm(device, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_apply_rotary(device, dtype, head_dim):
-    t, hq, hk = 5, 4, 2
+@pytest.mark.parametrize("share", [1.0, 0.75], ids=["whole", "partial"])
+def test_apply_rotary(device, dtype, head_dim, share):
+    """share 0.75: Phi-4-mini's partial rotary, cos/sin [T, R]: pairs (i, i + R/2) of each
+    head's first R values rotate, its last D - R are copied bit for bit."""
+    t, hq, hk, r = 5, 4, 2, int(head_dim * share)
     qkv = torch.randn(t, (hq + 2 * hk) * head_dim, dtype=dtype, device=device)
     q = qkv[:, : hq * head_dim].view(t, hq, head_dim)  # strided views, as the model passes
     k = qkv[:, hq * head_dim : (hq + hk) * head_dim].view(t, hk, head_dim)
     # Distinct halves, so a kernel that reused one half's cos/sin for both would fail.
-    cos = torch.randn(t, head_dim, device=device)
-    sin = torch.randn(t, head_dim, device=device)
-    q_out, k_out = tri.apply_rotary(q, k, cos, sin)
-    q_ref, k_ref = reference.apply_rotary(q, k, cos, sin)
-    close(q_out, q_ref, dtype)
-    close(k_out, k_ref, dtype)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_partial_rotary_rotates_the_first_r_values_and_copies_the_rest(device, dtype):
-    """Phi-4-mini's partial rotary (R = 3/4 D here): pairs (i, i + R/2) of the first R values
-    rotate; the last D - R are copied bit for bit."""
-    t, hq, hk, d, r = 5, 4, 2, 64, 48
-    qkv = torch.randn(t, (hq + 2 * hk) * d, dtype=dtype, device=device)
-    q = qkv[:, : hq * d].view(t, hq, d)
-    k = qkv[:, hq * d : (hq + hk) * d].view(t, hk, d)
-    cos, sin = torch.randn(t, r, device=device), torch.randn(t, r, device=device)
+    cos = torch.randn(t, r, device=device)
+    sin = torch.randn(t, r, device=device)
     q_out, k_out = tri.apply_rotary(q, k, cos, sin)
     q_ref, k_ref = reference.apply_rotary(q, k, cos, sin)
     close(q_out, q_ref, dtype)
