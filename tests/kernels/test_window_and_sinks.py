@@ -21,10 +21,10 @@ from officellm.kernels.triton.prefill_attention import paged_prefill_attention
 from tests.kernels.conftest import DTYPES, close
 
 # One token, a block boundary (32), and a context of several 64-key tiles.
-DECODE_LENS = [17, 1, 32, 45, 200]
+DECODE_LENS = [17, 1, 32, 45, 140]
 # A fresh prefill, a chunk after a cached prefix ending mid-block, a chunk starting on a
 # block boundary, a decode, and a long chunk of several query tiles.
-MIXED = [(21, 21), (37, 11), (48, 16), (30, 1), (150, 70)]
+MIXED = [(21, 21), (37, 11), (48, 16), (30, 1), (100, 40)]
 
 
 def _sinks(hq: int, device) -> torch.Tensor:
