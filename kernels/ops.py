@@ -1,4 +1,4 @@
-"""KernelOps: the per-layer ops the model calls (norms, rotary, activation, quantized matmul,
+"""KernelOps: the per-layer ops the model calls (norms, rotary, activations, quantized matmul,
 a mixture-of-experts layer's experts; the rotary through its attention backend, which
 rotates q/k as it stores them), and
 kernel_ops(), the one place that picks them for a backend: the CPU's compiled kernels,
@@ -30,12 +30,15 @@ class FusedAddRmsNorm(Protocol):
 
 
 class ApplyRotary(Protocol):
+    """Neox rotary of q [T, Hq, D] and k [T, Hk, D] by cos/sin [T, R], R <= D (partial
+    rotary: each head's last D - R values pass through)."""
+
     def __call__(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                  sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class RotaryWriteKv(Protocol):
-    """The neox rotary of q [T, Hq, D] and k [T, Hk, D] with cos/sin [T, D]; the rotated k and
+    """The neox rotary of q [T, Hq, D] and k [T, Hk, D] with cos/sin [T, R]; the rotated k and
     v stored into the caches at the flat slots (-1: none, as write_kv_cache); returns the
     rotated q."""
 
@@ -59,11 +62,14 @@ def rotary_then_write_kv(rotary: ApplyRotary) -> RotaryWriteKv:
 
 
 class SiluAndMul(Protocol):
+    """x [T, 2I] holding gate then up -> silu(gate) * up, [T, I]."""
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 class GeluTanhAndMul(Protocol):
-    """gelu(gate, tanh approximation) * up of x [T, 2I] (Gemma's GeGLU)."""
+    """x [T, 2I] holding gate then up -> gelu(gate, tanh approximation) * up, [T, I]
+    (Gemma's GeGLU)."""
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
@@ -141,7 +147,7 @@ def kernel_ops(implementation: str) -> KernelOps:
         return KernelOps(rms_norm=compiled.rms_norm,
                          fused_add_rms_norm=compiled.fused_add_rms_norm,
                          apply_rotary=compiled.apply_rotary, silu_and_mul=compiled.silu_and_mul,
-                         gelu_tanh_and_mul=reference.gelu_tanh_and_mul,
+                         gelu_tanh_and_mul=compiled.gelu_tanh_and_mul,
                          quant_matmul=module.quant_matmul, quant_pack=module.quant_pack,
                          moe_experts=compiled.moe_experts,
                          moe_pack=pack_experts(module.quant_pack),
@@ -156,7 +162,7 @@ def kernel_ops(implementation: str) -> KernelOps:
                          fused_add_rms_norm=triton_ops.fused_add_rms_norm,
                          apply_rotary=triton_ops.apply_rotary,
                          silu_and_mul=triton_ops.silu_and_mul,
-                         gelu_tanh_and_mul=reference.gelu_tanh_and_mul, quant_matmul=None,
+                         gelu_tanh_and_mul=triton_ops.gelu_tanh_and_mul, quant_matmul=None,
                          quant_pack=None, moe_experts=triton_ops.moe_experts, moe_pack=None,
                          fixed_order_pack=_contiguous,
                          fixed_order_matmul=_triton_fixed_order_matmul)
@@ -188,15 +194,20 @@ class _CompiledOps:
 
     def apply_rotary(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                      sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if (cos.dtype == torch.float32 and cos.shape[-1] == q.shape[-1]
-                and _heads_contiguous(q) and _heads_contiguous(k)):
+        # Any rotated width R <= D (partial rotary included) runs compiled.
+        if cos.dtype == torch.float32 and _heads_contiguous(q) and _heads_contiguous(k):
             return self._module.apply_rotary(q, k, cos, sin)
         return reference.apply_rotary(q, k, cos, sin)
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2 and x.stride(1) == 1:
+        if _rows_contiguous(x):
             return self._module.silu_and_mul(x)
         return reference.silu_and_mul(x)
+
+    def gelu_tanh_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        if _rows_contiguous(x):
+            return self._module.gelu_tanh_and_mul(x)
+        return reference.gelu_tanh_and_mul(x)
 
     def moe_experts(self, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
                     experts: ExpertWeights, activation: ExpertActivation) -> torch.Tensor:
@@ -242,6 +253,11 @@ def _triton_fixed_order_matmul(x: torch.Tensor, weight: torch.Tensor, n: int) ->
     from officellm.kernels.triton import ops as triton_ops
 
     return triton_ops.fixed_order_matmul(x, weight)
+
+
+def _rows_contiguous(x: torch.Tensor) -> bool:
+    """[T, 2I] rows the compiled gated activations read (unit inner stride)."""
+    return x.dim() == 2 and x.stride(1) == 1
 
 
 def _heads_contiguous(t: torch.Tensor) -> bool:

@@ -1,9 +1,11 @@
 """(a) Every Triton kernel against its torch reference on the device, bf16 included.
 
 Random inputs, odd lengths, block boundaries, GQA ratios 1/4/8, head dims 64/128, the
-one-byte KV caches (fp8_e4m3, fp8_e5m2, int8), and the MoE experts (dense and MXFP4,
-moe_check.py). Each case records its largest absolute error against the tolerance of its
-dtype. One MoE layer's decode step is timed too.
+one-byte KV caches (fp8_e4m3, fp8_e5m2, int8); sliding windows and attention sinks on
+Gemma-3-like and gpt-oss heads (the blocks before each window NaN, so a read shows), partial
+rotary and GELU(tanh)-and-mul; and the MoE experts (dense and MXFP4, moe_check.py). Each case
+records its largest absolute error against the tolerance of its dtype. One MoE layer's
+decode step is timed too.
 """
 
 from __future__ import annotations
@@ -49,8 +51,15 @@ def _elementwise(tri: Any, dev: torch.device, dtype: torch.dtype, out: list, smo
     want_q, want_k = reference.apply_rotary(q, k, cos, sin)
     _case(out, "apply_rotary.q", dtype, got_q, want_q)
     _case(out, "apply_rotary.k", dtype, got_k, want_k)
+    r = 3 * d // 4  # partial rotary (Phi-4-mini's share)
+    got_q, got_k = tri.apply_rotary(q, k, cos[:, :r], sin[:, :r])
+    want_q, want_k = reference.apply_rotary(q, k, cos[:, :r], sin[:, :r])
+    _case(out, "apply_rotary.q (partial)", dtype, got_q, want_q)
+    _case(out, "apply_rotary.k (partial)", dtype, got_k, want_k)
     g = torch.randn(t, 2 * (48 if smoke else 18944), dtype=dtype, device=dev) * 4
     _case(out, "silu_and_mul", dtype, tri.silu_and_mul(g), reference.silu_and_mul(g))
+    _case(out, "gelu_tanh_and_mul", dtype, tri.gelu_tanh_and_mul(g),
+          reference.gelu_tanh_and_mul(g))
     ours, ref = _write_both(tri, k, k, torch.zeros(9, 16, hk, d, dtype=dtype, device=dev))
     _case(out, "write_kv_cache", dtype, torch.cat(ours), torch.cat(ref))
 
@@ -86,6 +95,53 @@ def _attention(tri: Any, dev: torch.device, dtype: torch.dtype, out: list, smoke
             got = tri.paged_prefill_attention(p.q, p.k_cache, p.v_cache, p.block_tables,
                                               p.seq_lens, p.query_start_loc, p.scale)
             _case(out, f"paged_prefill_attention ({tag})", dtype, got, reference_output(p))
+
+
+# (name, query heads, KV heads, head size, window, sinks?): the families with sliding-window
+# layers (kernels/triton/compile_check.py's FEATURE_LAYOUTS).
+FEATURE_LAYOUTS = [("Gemma-3-like", 8, 4, 256, 1024, False), ("gpt-oss", 64, 8, 64, 128, True)]
+
+
+def _window_and_sinks(tri: Any, dev: torch.device, dtype: torch.dtype, out: list,
+                      smoke: bool) -> None:
+    """Decode (split-K) and prefill with each layout's sliding window (and sinks) over its
+    own dtype's cache and an int8 one, the blocks before each window the null block full of
+    NaN bytes; and the same layouts' full-attention layers."""
+    from officellm.kernels.reference.paged_problems import (
+        hidden_by_window,
+        make_problem,
+        reference_output,
+        stored_as,
+    )
+
+    layouts = ([("Gemma-3-like", 2, 1, 32, 16, False), ("gpt-oss", 8, 1, 16, 8, True)] if smoke
+               else FEATURE_LAYOUTS)
+    decode_lens = [1, 17, 45] if smoke else [1, 17, 255, 1000, 4097]
+    mixed = [(21, 21), (37, 11), (30, 1)] if smoke else [(300, 300), (517, 77), (4096, 16),
+                                                          (33, 1)]
+    for name, hq, hk, d, window, has_sinks in layouts:
+        sinks = torch.randn(hq, device=dev) * 2 if has_sinks else None
+        for cache_dtype in (dtype, torch.int8):
+            for w in (window, 0):
+                tag = (f"{name}, {'window ' + str(w) if w else 'full'}"
+                       f"{', sinks' if has_sinks else ''}, "
+                       f"{str(cache_dtype).removeprefix('torch.')} cache")
+                for kind, seqs in (("decode", [(n, 1) for n in decode_lens]), ("prefill", mixed)):
+                    p = make_problem(seqs, hq, hk, d, dtype, dev, seed=4)
+                    stored, rounded = (stored_as(p, cache_dtype) if cache_dtype == torch.int8
+                                       else (p, p))
+                    run = hidden_by_window(stored, w) if w else stored
+                    if kind == "decode":
+                        got = tri.paged_decode_attention(run.q, run.k_cache, run.v_cache,
+                                                         run.block_tables, run.seq_lens,
+                                                         run.scale, window=w, sinks=sinks)
+                    else:
+                        got = tri.paged_prefill_attention(run.q, run.k_cache, run.v_cache,
+                                                          run.block_tables, run.seq_lens,
+                                                          run.query_start_loc, run.scale,
+                                                          window=w, sinks=sinks)
+                    _case(out, f"paged_{kind}_attention ({tag})", dtype, got,
+                          reference_output(rounded, w or None, sinks))
 
 
 # --kv-cache-dtype fp8_e4m3 / fp8_e5m2 / int8: the caches one byte per value holds.
@@ -151,11 +207,15 @@ def _rotary_write_kv(tri: Any, dev: torch.device, dtype: torch.dtype, out: list,
     reference's rotary then write."""
     hq, hk, d = (4, 2, 16) if smoke else (28, 4, 128)
     t = 5 if smoke else 37
-    for cache_dtype in (dtype, *ONE_BYTE_CACHES):
+    # Every cache dtype with whole rotary, and the activation dtype's and int8's with partial
+    # rotary (R = 3/4 D: the rest of each key row stored unrotated, inside an int8 row's scale).
+    for cache_dtype, r in [*((c, d) for c in (dtype, *ONE_BYTE_CACHES)),
+                           (dtype, 3 * d // 4), (torch.int8, 3 * d // 4)]:
         name = str(cache_dtype).removeprefix("torch.")
+        part = " (partial rotary)" if r < d else ""
         qkv = torch.randn(t, (hq + 2 * hk) * d, dtype=dtype, device=dev) * 4
         q, k, v = (x.view(t, -1, d) for x in qkv.split([hq * d, hk * d, hk * d], dim=-1))
-        cos, sin = torch.randn(t, d, device=dev), torch.randn(t, d, device=dev)
+        cos, sin = torch.randn(t, r, device=dev), torch.randn(t, r, device=dev)
         width = d + 4 if cache_dtype == torch.int8 else d
         empty = torch.zeros(9, 16, hk, width, dtype=cache_dtype, device=dev)
         kc, vc, kc2, vc2 = (empty.clone() for _ in range(4))
@@ -166,15 +226,16 @@ def _rotary_write_kv(tri: Any, dev: torch.device, dtype: torch.dtype, out: list,
         tri.write_kv_cache(two_k, v, kc2, vc2, slots)
         same = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
                    for a, b in ((got_q, two_q), (kc, kc2), (vc, vc2)))
-        out.append({"kernel": f"rotary_write_kv ({name} cache) == apply_rotary + write_kv_cache",
+        out.append({"kernel": f"rotary_write_kv{part} ({name} cache) == apply_rotary + "
+                              "write_kv_cache",
                     "dtype": str(dtype).removeprefix("torch."), "max_err": 0.0 if same else 1.0,
                     "tol": 0.0, "ok": same})
         if cache_dtype == dtype:
             want_q, want_k = reference.apply_rotary(q, k, cos, sin)
             kc3, vc3 = empty.clone(), empty.clone()
             reference.write_kv_cache(want_k, v, kc3, vc3, slots)
-            _case(out, "rotary_write_kv.q", dtype, got_q, want_q)
-            _case(out, "rotary_write_kv.caches", dtype, torch.cat([kc, vc]),
+            _case(out, f"rotary_write_kv.q{part}", dtype, got_q, want_q)
+            _case(out, f"rotary_write_kv.caches{part}", dtype, torch.cat([kc, vc]),
                   torch.cat([kc3, vc3]))
 
 
@@ -201,6 +262,7 @@ def run(device: torch.device, smoke: bool) -> dict:
         _elementwise(tri, device, dtype, cases, smoke)
         _rotary_write_kv(tri, device, dtype, cases, smoke)
         _attention(tri, device, dtype, cases, smoke)
+        _window_and_sinks(tri, device, dtype, cases, smoke)
         _one_byte_caches(tri, device, dtype, cases, smoke)
         _moe(tri, device, dtype, cases, smoke)
     copy = bandwidth.copy_bandwidth(device, 2 * 1024**3 if device.type == "cuda" else 2**22)

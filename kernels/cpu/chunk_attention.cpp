@@ -54,9 +54,16 @@ inline __m256i first_lanes(int64_t count) {
       _mm256_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(count, 0, 8))), iota);
 }
 
-// Lanes [from, to) of a vector set, the rest clear (either may be outside 0..8).
+// Lanes [from, to) of a vector set, the rest clear (either may be outside 0..8); with
+// kFrom false, from is taken as 0 and not looked at (the lower bound of a sliding window is
+// the one mask more; full attention does without it, ~5 % of a chunk's time).
+template <bool kFrom>
 inline __m256 lanes_between(int64_t from, int64_t to) {
-  return _mm256_castsi256_ps(_mm256_andnot_si256(first_lanes(from), first_lanes(to)));
+  if constexpr (kFrom) {
+    return _mm256_castsi256_ps(_mm256_andnot_si256(first_lanes(from), first_lanes(to)));
+  } else {
+    return _mm256_castsi256_ps(first_lanes(to));
+  }
 }
 
 // Which keys of a block a query head sees: [from, to), counted from the block's first key
@@ -134,11 +141,12 @@ inline void value_tile(const float* probs, const float* vals, const float* corr,
 
 // The online softmax of one block for many query heads at once: head n's scores are
 // p[n * stride, + tokens), of which it sees those visible(n) (a VisibleKeys: none to all;
-// its other lanes, up to the next multiple of 8, are written as 0). Heads are independent, so each
-// step runs over all of them before the next (the exps' dependency chains overlap instead
-// of stalling head by head), and the corrections are taken 8 heads at a time. corr gets
-// each head's correction (room for heads rounded up to 8); new_max is scratch (heads).
-template <typename Visible>
+// its other lanes, up to the next multiple of 8, are written as 0; kFrom false: every head's
+// from is 0 or less, a full-attention chunk's). Heads are independent,
+// so each step runs over all of them before the next (the exps' dependency chains overlap
+// instead of stalling head by head), and the corrections are taken 8 heads at a time. corr
+// gets each head's correction (room for heads rounded up to 8); new_max is scratch (heads).
+template <bool kFrom, typename Visible>
 inline void softmax_heads(float* p, int64_t stride, int64_t heads, int64_t tokens,
                           Visible&& visible, float* run_max, float* run_sum, float* corr,
                           float* new_max) {
@@ -155,7 +163,7 @@ inline void softmax_heads(float* p, int64_t stride, int64_t heads, int64_t token
     __m256 m = _mm256_set1_ps(-1e30f);
     for (int64_t t = 0; t < tokens; t += 8) {
       m = _mm256_max_ps(m, _mm256_blendv_ps(_mm256_set1_ps(-1e30f), _mm256_loadu_ps(p + n * stride + t),
-                                            lanes_between(seen.from - t, seen.to - t)));
+                                            lanes_between<kFrom>(seen.from - t, seen.to - t)));
     }
     new_max[n] = std::max(run_max[n], hmax8(m));
     shrink[n] = run_max[n] - new_max[n];
@@ -170,7 +178,7 @@ inline void softmax_heads(float* p, int64_t stride, int64_t heads, int64_t token
     for (int64_t t = 0; t < tokens; t += 8) {
       float* at = p + n * stride + t;
       const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(at), shift)),
-                                     lanes_between(seen.from - t, seen.to - t));
+                                     lanes_between<kFrom>(seen.from - t, seen.to - t));
       _mm256_storeu_ps(at, e);
       sum = _mm256_add_ps(sum, e);
     }
@@ -196,9 +204,8 @@ void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64
   const int64_t token_stride = num_kv_heads * row_elems;
   const int64_t padded = (block_size + 7) / 8 * 8;
   const int64_t first_row_keys = seq_len - rows + 1;
-  // Row r sees keys [first_row_keys + r - window, first_row_keys + r): without a window,
-  // from a position far enough before 0 that every lane's `from` clamps to none hidden.
-  const int64_t reach = window > 0 ? window : seq_len + block_size;
+  // Row r sees keys [first_row_keys + r - window, first_row_keys + r) (without a window, all
+  // up to its end); the chunk reads from its first row's first visible key on.
   const int64_t from = window_start(seq_len - rows, window);
   // Each KV head is an item of its own (as a sequence would be to the decode kernel), so a
   // short history still gives every thread work.
@@ -237,12 +244,17 @@ void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64
           score_tile<D, 1>(qh.data() + n * D, keys.data(), probs.data() + n * padded, padded, t);
         }
       }
-      softmax_heads(probs.data(), padded, heads, tokens,
-                    [&](int64_t n) {
-                      const int64_t to = first_row_keys + n / group - start;
-                      return VisibleKeys{to - reach, to};
-                    },
-                    st.run_max, st.run_sum, corr.data(), new_max.data());
+      auto visible = [&](int64_t n) {
+        const int64_t to = first_row_keys + n / group - start;
+        return VisibleKeys{to - window, to};  // `from` is read only with a window
+      };
+      if (window > 0) {
+        softmax_heads<true>(probs.data(), padded, heads, tokens, visible, st.run_max, st.run_sum,
+                            corr.data(), new_max.data());
+      } else {
+        softmax_heads<false>(probs.data(), padded, heads, tokens, visible, st.run_max,
+                             st.run_sum, corr.data(), new_max.data());
+      }
       for (int64_t c0 = 0; c0 < D; c0 += 32) {
         for (n = 0; n + 2 <= heads; n += 2) {
           value_tile<D, 2>(probs.data() + n * padded, vals.data(), corr.data() + n,

@@ -28,9 +28,9 @@ namespace {
 // shift for bf16, the byte laid into a half for fp8).
 template <typename T, typename C, int64_t HEAD_DIM>
 void decode_attention(const T* q, const C* k_cache, const C* v_cache, const int64_t* block_tables,
-                      const int64_t* seq_lens, const int64_t* starts, const float* sinks, T* out, int64_t num_seqs, int64_t num_q_heads,
-                      int64_t num_kv_heads, int64_t head_dim, int64_t block_size,
-                      int64_t table_width, float scale) {
+                      const int64_t* seq_lens, const int64_t* starts, const float* sinks, T* out,
+                      int64_t num_seqs, int64_t num_q_heads, int64_t num_kv_heads,
+                      int64_t head_dim, int64_t block_size, int64_t table_width, float scale) {
   const int64_t group = num_q_heads / num_kv_heads;
   const int64_t d = HEAD_DIM > 0 ? HEAD_DIM : head_dim;
   const int64_t row_elems = d + row_extra<C>();

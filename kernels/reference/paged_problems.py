@@ -62,12 +62,35 @@ def make_problem(seqs: list[tuple[int, int]], hq: int, hk: int, head_dim: int,
     )
 
 
-def reference_output(p: PagedProblem) -> torch.Tensor:
+def reference_output(p: PagedProblem, window: int | None = None,
+                     sinks: torch.Tensor | None = None) -> torch.Tensor:
     from officellm.kernels.reference import reference
 
     return reference.paged_attention(p.q.cpu(), p.k_cache.cpu(), p.v_cache.cpu(),
                                      p.block_tables.cpu(), p.seq_lens.cpu(),
-                                     p.query_start_loc.cpu(), p.scale)
+                                     p.query_start_loc.cpu(), p.scale, window=window,
+                                     sinks=None if sinks is None else sinks.cpu())
+
+
+def hidden_by_window(p: PagedProblem, window: int) -> PagedProblem:
+    """The problem with every block-table entry wholly before each sequence's first query's
+    window pointing to the null block, as the engine may leave them, and that block's bytes
+    all 0xFF: NaN in every cache dtype (an int8 row's scale included), so a kernel that read
+    it at all, even for a key of weight 0, would return NaN. Compare a kernel's output on it
+    with the reference on `p` (the reference reads whole sequences)."""
+    import dataclasses
+
+    block_size = p.k_cache.shape[1]
+    null = p.k_cache.shape[0] - 1
+    tables = p.block_tables.clone()
+    q_lens = (p.query_start_loc[1:] - p.query_start_loc[:-1]).tolist()
+    for b, (ctx, q_len) in enumerate(zip(p.seq_lens.tolist(), q_lens, strict=True)):
+        first_visible = max(0, ctx - q_len - window + 1)
+        tables[b, :first_visible // block_size] = null
+    k_cache, v_cache = p.k_cache.clone(), p.v_cache.clone()
+    for cache in (k_cache, v_cache):
+        cache[null].view(torch.uint8).fill_(0xFF)
+    return dataclasses.replace(p, k_cache=k_cache, v_cache=v_cache, block_tables=tables)
 
 
 def stored_as(p: PagedProblem, cache_dtype: torch.dtype) -> tuple[PagedProblem, PagedProblem]:

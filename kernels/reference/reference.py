@@ -170,16 +170,20 @@ def paged_attention(
             continue
         n_ctx = int(seq_lens[b])
         n_blocks = -(-n_ctx // block_size)
-        blocks = block_tables[b, :n_blocks]
-        keys = k_cache[blocks].reshape(-1, hk, k_cache.shape[-1])[:n_ctx]
-        vals = v_cache[blocks].reshape(-1, hk, v_cache.shape[-1])[:n_ctx]
+        # From the block of the first query's first visible key: the blocks before it may
+        # be the null block, whatever it holds (NaN times a zero weight would still be NaN).
+        skip = 0 if window is None else max(0, n_ctx - (qe - qs) - window + 1) // block_size
+        first = skip * block_size
+        blocks = block_tables[b, skip:n_blocks]
+        keys = k_cache[blocks].reshape(-1, hk, k_cache.shape[-1])[:n_ctx - first]
+        vals = v_cache[blocks].reshape(-1, hk, v_cache.shape[-1])[:n_ctx - first]
         qb = q[qs:qe].float()
         d = q.shape[-1]
         keys = read_cache_rows(keys, d, torch.float32).repeat_interleave(hq // hk, dim=1)
         vals = read_cache_rows(vals, d, torch.float32).repeat_interleave(hq // hk, dim=1)
         scores = torch.einsum("qhd,khd->hqk", qb, keys) * scale
         q_pos = torch.arange(n_ctx - (qe - qs), n_ctx).unsqueeze(1)
-        k_pos = torch.arange(n_ctx).unsqueeze(0)
+        k_pos = torch.arange(first, n_ctx).unsqueeze(0)
         hidden = k_pos > q_pos
         if window is not None:
             hidden = hidden | (k_pos <= q_pos - window)

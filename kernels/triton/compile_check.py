@@ -35,6 +35,13 @@ from officellm.kernels.triton import E4M3_MIN_CAPABILITY
 MAX_SHARED = {80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 # (query heads, KV heads, head size): Qwen2.5-7B-Instruct's (the main case) and SmolLM2-135M's.
 HEAD_LAYOUTS = {"qwen2.5-7b": (28, 4, 128), "smollm2-135m": (9, 3, 64)}
+# The families whose attention has more than full causal attention, with their heads, sliding
+# window and whether they have sinks: a Gemma-3-like layout (sliding layers of 1,024 keys
+# between full ones, head size 256) and gpt-oss's (128-key sliding layers between full ones,
+# sinks on every layer). Each is compiled both ways, windowed and full.
+FEATURE_LAYOUTS = {"gemma3-like": (8, 4, 256, 1024, False), "gpt-oss": (64, 8, 64, 128, True)}
+# Partial rotary (query heads, KV heads, head size, rotated width): Phi-4-mini's.
+PARTIAL_ROTARY = {"phi-4-mini": (24, 8, 128, 96)}
 QUERY_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # The caches a query dtype meets (--kv-cache-dtype): its own, the one-byte ones, and a float32
 # model's 16-bit caches.
@@ -144,10 +151,13 @@ def _cache(blocks: int, hk: int, d: int, dtype: torch.dtype) -> torch.Tensor:
 
 # How much of the matrix a run compiles (each variant takes ~3 s on a small CPU):
 # smoke: the attention kernels and the rotary + KV write over an int8 cache with bf16
-# queries, Qwen2.5-7B's heads (the CI default run); standard: every kernel x query dtype x
-# cache dtype, Qwen2.5-7B's heads (the rotary + KV write: both models' heads), 1 and 4 splits,
-# prefill of 1 and 1,024 tokens (~110 variants); full: also SmolLM2's heads everywhere, every
-# split count and 2 and 8,192 tokens.
+# queries, Qwen2.5-7B's heads, and with bf16 queries over a bf16 cache the sliding-window
+# (and sinks) attention of FEATURE_LAYOUTS and the partial rotary + KV write (the CI default
+# run); standard: every kernel x query dtype x cache dtype, Qwen2.5-7B's heads (the rotary +
+# KV write: both models' heads), 1 and 4 splits, prefill of 1 and 1,024 tokens, and
+# FEATURE_LAYOUTS' attention windowed and full for 16-bit queries over their own and an int8
+# cache (~170 variants); full: also SmolLM2's heads everywhere, every split count and 2 and
+# 8,192 tokens, and FEATURE_LAYOUTS for every query and cache dtype.
 LEVELS = ("smoke", "standard", "full")
 
 
@@ -160,6 +170,7 @@ def _cases(level: str, arch: int) -> Iterator[tuple[str, object]]:
     splits = DECODE_SPLITS if full else (4,) if smoke else (1, 4)
     prefill = PREFILL_QUERY_TOKENS if full else (1024,) if smoke else (1, 1024)
     yield from _rotary_write_kv_cases(ops, smoke, arch)
+    yield from _feature_cases(ops, level, arch)
     for layout, (hq, hk, d) in layouts.items():
         for q_dtype in (torch.bfloat16,) if smoke else QUERY_DTYPES:
             if smoke:
@@ -172,6 +183,8 @@ def _cases(level: str, arch: int) -> Iterator[tuple[str, object]]:
             gate_up = torch.zeros(4, 2 * 18944 if layout == "qwen2.5-7b" else 2 * 1536,
                                   dtype=q_dtype)
             yield f"silu_and_mul {layout} {_name(q_dtype)}", lambda g=gate_up: ops.silu_and_mul(g)
+            yield (f"gelu_tanh_and_mul {layout} {_name(q_dtype)}",
+                   lambda g=gate_up: ops.gelu_tanh_and_mul(g))
             qk = torch.zeros(4, hq + hk, d, dtype=q_dtype)
             cos = torch.zeros(4, d, dtype=q_dtype)
             yield (f"rotary {layout} {_name(q_dtype)}",
@@ -203,6 +216,40 @@ def _rotary_write_kv_cases(ops, smoke: bool, arch: int) -> Iterator[tuple[str, o
             for cache_dtype in (torch.int8,) if smoke else caches_for(q_dtype, arch):
                 kc, vc = _cache(64, hk, d, cache_dtype), _cache(64, hk, d, cache_dtype)
                 yield (f"rotary_write_kv {layout} q {_name(q_dtype)} cache {_name(cache_dtype)}",
+                       lambda q=q, kv=kv, cos=cos, kc=kc, vc=vc, s=slots:
+                       ops.rotary_write_kv(q, kv, kv, cos, cos, kc, vc, s))
+
+
+def _feature_cases(ops, level: str, arch: int) -> Iterator[tuple[str, object]]:  # type: ignore[no-untyped-def]
+    """FEATURE_LAYOUTS' attention (windowed with their window and full, with their sinks) and
+    PARTIAL_ROTARY's rotary (+ KV write), for LEVELS' dtypes."""
+    smoke, full = level == "smoke", level == "full"
+    q_dtypes = (torch.bfloat16,) if smoke else QUERY_DTYPES if full else (torch.bfloat16,
+                                                                          torch.float16)
+    for layout, (hq, hk, d, window, has_sinks) in FEATURE_LAYOUTS.items():
+        for q_dtype in q_dtypes:
+            caches = ((q_dtype,) if smoke else caches_for(q_dtype, arch) if full
+                      else (q_dtype, torch.int8))
+            for cache_dtype in caches:
+                for w in (window,) if smoke else (window, 0):
+                    yield from _attention_cases(
+                        ops, layout, hq, hk, d, q_dtype, cache_dtype,
+                        DECODE_SPLITS if full else (4,) if smoke else (1, 4),
+                        PREFILL_QUERY_TOKENS if full else (1024,), window=w,
+                        sinks=torch.zeros(hq) if has_sinks else None)
+    for layout, (hq, hk, d, r) in PARTIAL_ROTARY.items():
+        for q_dtype in (torch.bfloat16,) if smoke else QUERY_DTYPES:
+            q = torch.zeros(4, hq, d, dtype=q_dtype)
+            kv = torch.zeros(4, hk, d, dtype=q_dtype)
+            cos = torch.zeros(4, r, dtype=torch.float32)
+            slots = torch.arange(4, dtype=torch.long)
+            if not smoke:
+                yield (f"rotary {layout} {_name(q_dtype)} partial",
+                       lambda q=q, kv=kv, cos=cos: ops.apply_rotary(q, kv, cos, cos))
+            for cache_dtype in (q_dtype,) if smoke else caches_for(q_dtype, arch):
+                kc, vc = _cache(64, hk, d, cache_dtype), _cache(64, hk, d, cache_dtype)
+                yield (f"rotary_write_kv {layout} q {_name(q_dtype)} cache {_name(cache_dtype)} "
+                       "partial",
                        lambda q=q, kv=kv, cos=cos, kc=kc, vc=vc, s=slots:
                        ops.rotary_write_kv(q, kv, kv, cos, cos, kc, vc, s))
 
@@ -262,8 +309,11 @@ def _moe_cases(ops, smoke: bool) -> Iterator[tuple[str, object]]:  # type: ignor
 
 def _attention_cases(ops, layout: str, hq: int, hk: int, d: int, q_dtype: torch.dtype,  # type: ignore[no-untyped-def]
                      cache_dtype: torch.dtype, splits: tuple[int, ...],
-                     prefill: tuple[int, ...]) -> Iterator[tuple[str, object]]:
+                     prefill: tuple[int, ...], window: int = 0,
+                     sinks: torch.Tensor | None = None) -> Iterator[tuple[str, object]]:
     tag = f"{layout} q {_name(q_dtype)} cache {_name(cache_dtype)}"
+    tag += f" window {window}" if window else ""
+    tag += " sinks" if sinks is not None else ""
     kc, vc = _cache(64, hk, d, cache_dtype), _cache(64, hk, d, cache_dtype)
     tables = torch.zeros(4, 64, dtype=torch.int32)
     lens = torch.full((4,), 100, dtype=torch.int32)
@@ -271,14 +321,14 @@ def _attention_cases(ops, layout: str, hq: int, hk: int, d: int, q_dtype: torch.
     for n in splits:
         yield (f"decode {tag} splits {n}",
                lambda n=n: ops.paged_decode_attention(q1, kc, vc, tables, lens, 0.1,
-                                                      num_splits=n))
+                                                      num_splits=n, window=window, sinks=sinks))
     for tokens in prefill:
         qp = torch.zeros(tokens, hq, d, dtype=q_dtype)
         starts = torch.tensor([0, tokens], dtype=torch.int32)
         yield (f"prefill {tag} {tokens} tokens",
                lambda qp=qp, s=starts, n=tokens:
                ops.paged_prefill_attention(qp, kc, vc, tables[:1], torch.tensor([n]), s, 0.1,
-                                           max_query_len=n))
+                                           max_query_len=n, window=window, sinks=sinks))
 
 
 def _ptxas_report(ptx: str, arch: str) -> tuple[int, int]:

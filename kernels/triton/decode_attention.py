@@ -5,6 +5,13 @@ memory once per group rather than once per query head. Long contexts are split a
 sequence into NUM_SPLITS programs (flash-decoding) whose partial results a second, tiny
 kernel merges; the split count depends only on the batch shape, never on the lengths, so a
 captured CUDA graph stays valid for any context length.
+
+A sliding-window layer (window > 0) splits only the tiles that hold the query's last
+`window` keys: the tiles before them are skipped and their blocks never read (they may be
+the null block), so one sliding sequence costs a window's work however long it is. The
+window is a scalar argument (a layer's constant, baked into a captured graph), the lengths
+stay device data. Sink logits (gpt-oss) are folded into split 0's partial result, so the
+merge counts them once per row.
 """
 
 from __future__ import annotations
@@ -15,10 +22,11 @@ import torch
 
 import triton
 import triton.language as tl
-from officellm.kernels.triton.attention_tile import LOG2E, attend_kv_tiles
+from officellm.kernels.triton.attention_tile import LOG2E, attend_kv_tiles, fold_sinks
 from officellm.kernels.triton.util import (
     check_cache_rows,
     check_last_dim_contiguous,
+    check_window_and_sinks,
     next_power_of_2,
 )
 
@@ -27,20 +35,26 @@ MAX_SPLITS = 16
 
 @triton.jit
 def _decode_kernel(
-    q_ptr, kc_ptr, vc_ptr, bt_ptr, seq_lens_ptr,
+    q_ptr, kc_ptr, vc_ptr, bt_ptr, seq_lens_ptr, sinks_ptr,
     out_ptr, part_acc_ptr, part_m_ptr, part_l_ptr,
     stride_qb, stride_qh, stride_bt, stride_ob, stride_oh,
-    scale_log2, group, kv_heads, head_dim,
+    scale_log2, group, kv_heads, head_dim, window,
     PAGE: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_G: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, IEEE: tl.constexpr, INT8: tl.constexpr,
+    WINDOW: tl.constexpr, SINKS: tl.constexpr,
 ):
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + b)
     n_tiles = tl.cdiv(seq_len, BLOCK_N)
-    per_split = tl.cdiv(n_tiles, NUM_SPLITS)
-    tile_lo = split * per_split
+    kv_first = seq_len * 0  # the first visible key: 0, or the window's first
+    first_tile = kv_first
+    if WINDOW:
+        kv_first = tl.maximum(seq_len - window, 0)
+        first_tile = kv_first // BLOCK_N
+    per_split = tl.cdiv(n_tiles - first_tile, NUM_SPLITS)
+    tile_lo = first_tile + split * per_split
     tile_hi = tl.minimum(tile_lo + per_split, n_tiles)
 
     g = tl.arange(0, BLOCK_G)
@@ -51,14 +65,18 @@ def _decode_kernel(
     q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
                 mask=gmask[:, None] & dmask[None, :], other=0.0)
 
-    # The query is the sequence's last token: every real key is visible, so no causal mask.
-    # Every tile in [tile_lo, tile_hi) holds at least one real key, so the max stays finite.
+    # The query is the sequence's last token: every real key from kv_first on is visible, so
+    # no causal mask. Every tile in [tile_lo, tile_hi) holds at least one visible key, so the
+    # max stays finite.
     q_pos = tl.zeros([BLOCK_G], tl.int32) + (seq_len - 1)
     acc, m_i, l_i = attend_kv_tiles(
         q, q_pos, gmask, kc_ptr, vc_ptr, bt_ptr + b * stride_bt, kvh, kv_heads, head_dim, d,
-        dmask, scale_log2, tile_lo * BLOCK_N, tile_hi * BLOCK_N, seq_len,
+        dmask, scale_log2, tile_lo * BLOCK_N, tile_hi * BLOCK_N, seq_len, kv_first, window,
         ROWS=BLOCK_G, BLOCK_D=BLOCK_D, PAGE=PAGE, BLOCK_N=BLOCK_N, CAUSAL=False, IEEE=IEEE,
-        INT8=INT8)
+        INT8=INT8, WINDOW=WINDOW)
+    if SINKS:
+        if split == 0:
+            acc, m_i, l_i = fold_sinks(acc, m_i, l_i, sinks_ptr, heads, gmask)
 
     omask = gmask[:, None] & dmask[None, :]
     if NUM_SPLITS == 1:
@@ -113,11 +131,15 @@ def default_num_splits(batch: int, kv_heads: int, device: torch.device) -> int:
     return min(MAX_SPLITS, next_power_of_2(want))
 
 
-def _key_tile(q_dtype: torch.dtype, head_dim: int) -> int:
+def _key_tile(q_dtype: torch.dtype, cache_bytes: int, head_dim: int) -> int:
     """Keys per tile: 64, or 16 for float32 queries at head size 128 and up, where a tile of
     64 spilled 15 KB of registers per thread on sm_90 (16: none over a float32 cache, 0.5 KB
-    over a 16-bit one; kernels/triton/compile_check.py)."""
-    return 16 if q_dtype == torch.float32 and head_dim >= 128 else 64
+    over a 16-bit one; kernels/triton/compile_check.py), and for a one-byte cache at head
+    size 256 (Gemma 3), whose converted tiles of 64 spilled 1.1-1.5 KB and of 32 a few bytes
+    over int8 on sm_80."""
+    if q_dtype == torch.float32 and head_dim >= 128:
+        return 16
+    return 16 if head_dim >= 256 and cache_bytes == 1 else 64
 
 
 def paged_decode_attention(
@@ -129,15 +151,20 @@ def paged_decode_attention(
     scale: float,
     num_splits: int | None = None,
     block_n: int | None = None,
+    window: int = 0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [B, Hq, D], one query per sequence, attending to its seq_lens[b] cached tokens
     (its own included) through block_tables[b]. Same result as the reference with
-    query_start_loc = arange(B+1). A sequence of length 0 yields zeros."""
+    query_start_loc = arange(B+1), `window` (0: none; else the last `window` keys are
+    visible, the blocks before them never read) and `sinks` (float32 [Hq] or None). A
+    sequence of length 0 yields zeros."""
     check_last_dim_contiguous(q)
     bsz, hq, d = q.shape
     page, hk = k_cache.shape[1], k_cache.shape[2]
     if hq % hk:
         raise ValueError(f"{hq} query heads do not divide into {hk} KV heads")
+    check_window_and_sinks(window, sinks, hq)
     group = hq // hk
     out = torch.empty((bsz, hq, d), dtype=q.dtype, device=q.device)
     if bsz == 0:
@@ -153,13 +180,15 @@ def paged_decode_attention(
     else:
         part_acc = part_m = part_l = out  # unused by the single-split variant
     _decode_kernel[(bsz, hk, splits)](
-        q, k_cache, v_cache, block_tables, seq_lens,
+        q, k_cache, v_cache, block_tables, seq_lens, seq_lens if sinks is None else sinks,
         out, part_acc, part_m, part_l,
         q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
-        scale * LOG2E, group, hk, d,
+        scale * LOG2E, group, hk, d, window,
         PAGE=page, NUM_SPLITS=splits, BLOCK_G=max(16, next_power_of_2(group)),
-        BLOCK_D=block_d, BLOCK_N=block_n or _key_tile(q.dtype, d), IEEE=q.dtype == torch.float32,
-        INT8=check_cache_rows(k_cache, v_cache, d), num_warps=4,
+        BLOCK_D=block_d, BLOCK_N=block_n or _key_tile(q.dtype, k_cache.element_size(), d),
+        IEEE=q.dtype == torch.float32,
+        INT8=check_cache_rows(k_cache, v_cache, d), WINDOW=window > 0, SINKS=sinks is not None,
+        num_warps=4,
     )
     if splits > 1:
         _merge_kernel[(bsz, hq)](

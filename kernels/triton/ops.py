@@ -4,7 +4,7 @@ TRITON_INTERPRET=1) does."""
 
 from __future__ import annotations
 
-from officellm.kernels.triton.activation import silu_and_mul
+from officellm.kernels.triton.activation import gelu_tanh_and_mul, silu_and_mul
 from officellm.kernels.triton.decode_attention import paged_decode_attention
 from officellm.kernels.triton.fixed_order_matmul import fixed_order_matmul
 from officellm.kernels.triton.fused_moe import moe_experts
@@ -18,7 +18,7 @@ from officellm.kernels.triton.rotary_kv_cache import rotary_write_kv
 paged_attention = paged_prefill_attention
 
 __all__ = [
-    "apply_rotary", "fixed_order_matmul", "fused_add_rms_norm", "moe_experts", "paged_attention",
-    "paged_decode_attention", "paged_prefill_attention", "rms_norm", "rotary_write_kv",
-    "silu_and_mul", "write_kv_cache",
+    "apply_rotary", "fixed_order_matmul", "fused_add_rms_norm", "gelu_tanh_and_mul",
+    "moe_experts", "paged_attention", "paged_decode_attention", "paged_prefill_attention",
+    "rms_norm", "rotary_write_kv", "silu_and_mul", "write_kv_cache",
 ]

@@ -28,3 +28,14 @@ def check_cache_rows(k_cache: torch.Tensor, v_cache: torch.Tensor, head_dim: int
         raise ValueError(f"KV cache rows of {k_cache.shape[-1]} {k_cache.dtype} do not hold "
                          f"head_dim {head_dim}")
     return int8
+
+
+def check_window_and_sinks(window: int, sinks: torch.Tensor | None, q_heads: int) -> None:
+    """A sliding window is 0 (none) or a number of keys; sinks are one float32 logit per
+    query head, contiguous, on the queries' device."""
+    if window < 0:
+        raise ValueError(f"window must be 0 (none) or a number of keys, got {window}")
+    if sinks is not None and (sinks.dtype != torch.float32 or sinks.shape != (q_heads,)
+                              or not sinks.is_contiguous()):
+        raise ValueError(f"sinks must be float32 [{q_heads}], got {sinks.dtype} "
+                         f"{tuple(sinks.shape)}")

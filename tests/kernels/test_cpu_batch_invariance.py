@@ -77,7 +77,11 @@ def test_fixed_order_matmul_of_no_rows_is_empty(kernels):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_decode_attention_row_ignores_the_batch(kernels, dtype):
+@pytest.mark.parametrize("window", [0, 300], ids=["full", "window-and-sinks"])
+def test_decode_attention_row_ignores_the_batch(kernels, dtype, window):
+    """Also for a sliding-window layer with sinks (gpt-oss): the 555-token row's 300-key
+    window is cut into 3 parts counted from its first visible block, which the row's own
+    length alone decides."""
     g = torch.Generator().manual_seed(2)
     blocks, block_size, kv_heads, head_dim, q_heads = 80, 16, 3, 64, 9
     k_cache = torch.randn(blocks, block_size, kv_heads, head_dim, generator=g).to(dtype)
@@ -86,10 +90,13 @@ def test_decode_attention_row_ignores_the_batch(kernels, dtype):
     tables = torch.randint(0, blocks, (33, 40), generator=g)
     lens = torch.randint(1, 600, (33,), generator=g)
     lens[0] = 555  # several fixed parts, the last one partial
-    alone = kernels.paged_decode_attention(q[:1], k_cache, v_cache, tables[:1], lens[:1], 0.125)
+    sinks = torch.randn(q_heads, generator=g) if window else None
+    alone = kernels.paged_decode_attention(q[:1], k_cache, v_cache, tables[:1], lens[:1], 0.125,
+                                           window, sinks)
     for rows in (2, 5, 33):
         out = kernels.paged_decode_attention(q[:rows].flip(0), k_cache, v_cache,
-                                             tables[:rows].flip(0), lens[:rows].flip(0), 0.125)
+                                             tables[:rows].flip(0), lens[:rows].flip(0), 0.125,
+                                             window, sinks)
         assert torch.equal(out[rows - 1], alone[0]), rows
 
 

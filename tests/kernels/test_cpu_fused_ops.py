@@ -42,17 +42,28 @@ def test_fused_add_rms_norm_matches_reference(ops, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rotary_is_bit_identical_to_reference(ops, dtype):
-    """q and k are strided views of one fused qkv output, as in the model."""
+@pytest.mark.parametrize("share", [1.0, 0.75], ids=["whole", "partial"])
+def test_rotary_is_bit_identical_to_reference(ops, dtype, share):
+    """q and k are strided views of one fused qkv output, as in the model. share 0.75:
+    Phi-4-mini's partial rotary (cos/sin [T, R]), which the compiled kernel runs too."""
     t, hq, hk, d = 6, 9, 3, 64
+    r = int(d * share)
     qkv = _rand(t, (hq + 2 * hk) * d, dtype=dtype)
     q, k, _ = qkv.split([hq * d, hk * d, hk * d], dim=-1)
     q, k = q.view(t, hq, d), k.view(t, hk, d)
-    angles = _rand(t, d // 2, dtype=torch.float32, seed=4)
+    angles = _rand(t, r // 2, dtype=torch.float32, seed=4)
     cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
-    got_q, got_k = ops.apply_rotary(q, k, cos, sin)
     ref_q, ref_k = reference.apply_rotary(q, k, cos, sin)
-    assert torch.equal(got_q, ref_q) and torch.equal(got_k, ref_k)
+    for got_q, got_k in (ops.apply_rotary(q, k, cos, sin),
+                         cpu_kernels.load().apply_rotary(q, k, cos, sin)):
+        assert torch.equal(got_q, ref_q) and torch.equal(got_k, ref_k)
+
+
+def test_rotary_refuses_cos_wider_than_the_head(ops):
+    q = _rand(2, 2, 16, dtype=torch.float32)
+    cos = _rand(2, 18, dtype=torch.float32)
+    with pytest.raises(RuntimeError, match="at most the head size"):
+        cpu_kernels.load().apply_rotary(q, q, cos, cos)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -61,6 +72,22 @@ def test_silu_and_mul_matches_reference(ops, dtype):
     got, ref = ops.silu_and_mul(x), reference.silu_and_mul(x)
     # exp is vectorized differently from torch's: equal up to one rounding of the dtype.
     torch.testing.assert_close(got, ref)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gelu_tanh_and_mul_matches_reference(ops, dtype):
+    """Gemma's GeGLU: gates up to about +-16 reach both tails of the tanh."""
+    x = _rand(4, 2 * 1536, dtype=dtype) * 4
+    got = cpu_kernels.load().gelu_tanh_and_mul(x)
+    # tanh is vectorized differently from torch's: equal up to one rounding of the dtype.
+    torch.testing.assert_close(got, reference.gelu_tanh_and_mul(x))
+    torch.testing.assert_close(ops.gelu_tanh_and_mul(x), reference.gelu_tanh_and_mul(x))
+
+
+def test_gated_activations_of_uneven_rows_fall_back_to_the_reference(ops):
+    x = _rand(8, 3, dtype=torch.float32).t()  # inner stride 3
+    assert torch.equal(ops.gelu_tanh_and_mul(x), reference.gelu_tanh_and_mul(x))
+    assert torch.equal(ops.silu_and_mul(x), reference.silu_and_mul(x))
 
 
 def test_uneven_layouts_fall_back_to_the_reference(ops):

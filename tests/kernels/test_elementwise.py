@@ -1,4 +1,5 @@
-"""RMSNorm, fused add + RMSNorm, rotary, SiLU-and-mul and the KV write vs the references."""
+"""RMSNorm, fused add + RMSNorm, rotary (whole and partial), SiLU-and-mul, GELU(tanh)-and-mul
+and the KV write vs the references."""
 
 from __future__ import annotations
 
@@ -44,18 +45,30 @@ def test_fused_add_rms_norm(device, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_apply_rotary(device, dtype, head_dim):
-    t, hq, hk = 5, 4, 2
+@pytest.mark.parametrize("share", [1.0, 0.75], ids=["whole", "partial"])
+def test_apply_rotary(device, dtype, head_dim, share):
+    """share 0.75: Phi-4-mini's partial rotary, cos/sin [T, R]: pairs (i, i + R/2) of each
+    head's first R values rotate, its last D - R are copied bit for bit."""
+    t, hq, hk, r = 5, 4, 2, int(head_dim * share)
     qkv = torch.randn(t, (hq + 2 * hk) * head_dim, dtype=dtype, device=device)
     q = qkv[:, : hq * head_dim].view(t, hq, head_dim)  # strided views, as the model passes
     k = qkv[:, hq * head_dim : (hq + hk) * head_dim].view(t, hk, head_dim)
     # Distinct halves, so a kernel that reused one half's cos/sin for both would fail.
-    cos = torch.randn(t, head_dim, device=device)
-    sin = torch.randn(t, head_dim, device=device)
+    cos = torch.randn(t, r, device=device)
+    sin = torch.randn(t, r, device=device)
     q_out, k_out = tri.apply_rotary(q, k, cos, sin)
     q_ref, k_ref = reference.apply_rotary(q, k, cos, sin)
     close(q_out, q_ref, dtype)
     close(k_out, k_ref, dtype)
+    assert torch.equal(q_out[..., r:], q[..., r:]) and torch.equal(k_out[..., r:], k[..., r:])
+
+
+def test_rotary_refuses_cos_wider_than_the_head_or_odd(device):
+    q = torch.randn(2, 2, 16, device=device)
+    for width in (18, 7):
+        cos = torch.randn(2, width, device=device)
+        with pytest.raises(ValueError, match="even width of at most head_dim"):
+            tri.apply_rotary(q, q, cos, cos)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -63,6 +76,14 @@ def test_apply_rotary(device, dtype, head_dim):
 def test_silu_and_mul(device, dtype, inter):
     x = torch.randn(3, 2 * inter, dtype=dtype, device=device) * 4
     close(tri.silu_and_mul(x), reference.silu_and_mul(x), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("inter", [48, 1100])
+def test_gelu_tanh_and_mul(device, dtype, inter):
+    """Gemma's GeGLU; gates up to about +-16 reach both tails of the tanh."""
+    x = torch.randn(3, 2 * inter, dtype=dtype, device=device) * 4
+    close(tri.gelu_tanh_and_mul(x), reference.gelu_tanh_and_mul(x), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

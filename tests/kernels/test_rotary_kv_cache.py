@@ -68,6 +68,27 @@ def test_fused_caches_equal_rotary_then_write_bit_for_bit(device, q_dtype, cache
     assert torch.equal(_bytes(vc), _bytes(vc_ref))
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.float16, torch.float8_e5m2, torch.int8],
+                         ids=_name)
+def test_partial_rotary_caches_and_q_equal_rotary_then_write(device, cache_dtype):
+    """Partial rotary (R = 3/4 D): the key's last D - R values are stored unrotated, and an
+    int8 row's scale covers them too; q and both caches are apply_rotary then
+    write_kv_cache's (apply_rotary's partial rotary is checked against the reference in
+    test_elementwise.py)."""
+    t, hq, hk, d, r = 5, 4, 2, 64, 48
+    q, k, v = _qkv(t, hq, hk, d, torch.float16, device)
+    cos, sin = _cos_sin(t, r, device)
+    kc, vc = _caches(hk, d, cache_dtype, device)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    slots = torch.tensor([3, 4, 11, 0, 7], device=device)
+    got_q = tri.rotary_write_kv(q, k, v, cos, sin, kc, vc, slots)
+    want_q = _unfused(q, k, v, cos, sin, kc_ref, vc_ref, slots)
+    assert torch.equal(got_q, want_q)
+    assert torch.equal(_bytes(kc), _bytes(kc_ref)) and torch.equal(_bytes(vc), _bytes(vc_ref))
+    if cache_dtype == torch.float16:  # the unrotated values, stored as they are
+        assert torch.equal(kc.view(-1, hk, d)[slots][..., r:], k[..., r:])
+
+
 @pytest.mark.parametrize("q_dtype", [torch.float32, torch.float16, torch.bfloat16],
                          ids=_name)
 def test_fused_returns_the_rotated_q_of_apply_rotary(device, q_dtype):

@@ -64,5 +64,5 @@ def test_every_kernel_variant_compiles_fits_and_16_bit_queries_do_not_spill():
     assert set(report["problems"]) <= KNOWN_SM80_SPILLS, report["problems"]
     kernels = {v["kernel"] for v in report["variants"]}
     assert kernels == {"_decode_kernel", "_merge_kernel", "_prefill_kernel", "_write_kv_kernel",
-                       "_rms_norm_kernel", "_silu_and_mul_kernel", "_rotary_kernel",
+                       "_rms_norm_kernel", "_gated_activation_kernel", "_rotary_kernel",
                        "_rotary_write_kv_kernel", "_fixed_order_matmul_kernel", *MOE_KERNELS}
