@@ -81,19 +81,17 @@ class TorchAttention:
         tables = md.block_tables[group, :nd]
         lens = md.seq_lens[:nd].long()
         longest = max(md.seq_lens_host[:nd])
-        if window is None or -(-longest // bs) <= -(-window // bs) + 1:
+        if window is None:
             # Gather only as many blocks as the longest decode needs, and keys up to its
             # length (shorter sequences are masked), so the batch is no wider than its
             # longest context.
             keys = torch.arange(longest, device=lens.device)
-            hidden = keys >= lens[:, None]
-            if window is not None:
-                hidden |= keys <= lens[:, None] - 1 - window
+            seen = keys < lens[:, None]
             self.decodes[group] = DecodePlan(tables[:, : -(-longest // bs)],
-                                             ~hidden[:, None, None, :], longest)
+                                             seen[:, None, None, :], longest)
             return
         # Each sequence from the block holding its window's first key: a window's worth of
-        # blocks, whatever the context.
+        # blocks, whatever the context (the blocks before it may be the null block).
         n = -(-window // bs) + 1
         first = (lens - window).clamp(min=0) // bs  # [Bd]
         cols = first[:, None] + torch.arange(n, device=lens.device)

@@ -11,7 +11,11 @@ import pytest
 import torch
 
 from officellm.engine.attention import selection
-from officellm.engine.attention.backend import AttentionMetadata, uniform_layers
+from officellm.engine.attention.backend import (
+    AttentionMetadata,
+    LayerAttention,
+    uniform_layers,
+)
 from officellm.engine.attention.cpu_backend import CHUNK_KERNEL_MAX_ROWS
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.worker.model_runner import ModelRunner, StepBatch
@@ -19,6 +23,7 @@ from officellm.engine.worker.sampling_metadata import SamplingMetadata
 from officellm.kernels.reference import reference
 from officellm.kernels.reference.paged_problems import (
     PagedProblem,
+    hidden_by_window,
     make_problem,
     reference_output,
     stored_as,
@@ -51,7 +56,8 @@ def metadata_for(p: PagedProblem) -> AttentionMetadata:
         query_start_loc_host=qsl)
 
 
-def run_backend(name: str, p: PagedProblem) -> torch.Tensor:
+def run_backend(name: str, p: PagedProblem,
+                layer: LayerAttention = LayerAttention()) -> torch.Tensor:
     """One layer's forward through the named backend. The step's k/v are read back from the
     cache and the rotary is the identity (cos 1, sin 0), so writing them is a no-op and the
     reference sees the same cache and queries."""
@@ -66,7 +72,8 @@ def run_backend(name: str, p: PagedProblem) -> torch.Tensor:
                                   d, p.q.dtype)
     v = reference.read_cache_rows(p.v_cache.view(-1, hk, p.v_cache.shape[-1])[slots],
                                   d, p.q.dtype)
-    backend = selection.attention_for(p.q.device, [p.k_cache], [p.v_cache], p.scale, name)
+    backend = selection.attention_for(p.q.device, [p.k_cache], [p.v_cache], p.scale, name,
+                                      layers=[layer])
     backend.set_metadata(md)
     cos = torch.ones(p.q.shape[0], d, device=p.q.device)
     return backend.forward(0, p.q, k, v, cos, torch.zeros_like(cos))
@@ -98,6 +105,26 @@ def test_backend_reads_a_one_byte_cache(name, dtype, cache_dtype, seqs):
     p = make_problem(seqs, 9, 3, 64, dtype, torch.device("cpu"), seed=11)
     stored, rounded = stored_as(p, cache_dtype)
     close(run_backend(name, stored), reference_output(rounded), dtype)
+
+
+@pytest.mark.parametrize("name", ["torch", "cpu", "triton"])
+@pytest.mark.parametrize("window,with_sinks", [(10, False), (None, True), (24, True)],
+                         ids=["window", "sinks", "window+sinks"])
+@pytest.mark.parametrize("seqs", [MIXED, DECODES], ids=["mixed", "decodes"])
+def test_backend_applies_the_layers_window_and_sinks(name, window, with_sinks, seqs):
+    """A sliding-window layer (the blocks before its window the null block, filled with NaN:
+    a backend that read them would say so) and a layer with sinks, through every backend,
+    equal the reference."""
+    p = make_problem(seqs, 8, 2, 32, torch.float32, torch.device("cpu"), seed=5)
+    sinks = torch.randn(8, generator=torch.Generator().manual_seed(6)) if with_sinks else None
+    run_on = hidden_by_window(p, window) if window is not None else p
+    if name == "torch" and window is not None:
+        # The torch backend gathers a batch's blocks up to its longest row, so a shorter
+        # row's padding reads the null block: zero in the engine (ModelRunner), so here too.
+        run_on.k_cache[-1] = 0
+        run_on.v_cache[-1] = 0
+    out = run_backend(name, run_on, LayerAttention(0, window, sinks))
+    close(out, reference_output(p, window, sinks), torch.float32)
 
 
 @pytest.mark.parametrize("name", ["torch", "cpu", "triton"])
