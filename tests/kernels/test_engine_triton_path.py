@@ -117,3 +117,42 @@ def test_batch_invariant_replies_are_bit_identical(tiny_qwen3, prompts):
     assert reply(llm, [prompts[1], target, prompts[2]], 1) == alone
     chunked = engine(max_num_batched_tokens=16, enable_prefix_caching=False)
     assert reply(chunked, [target], 0) == alone
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt_oss_mxfp4(tmp_path_factory, smollm2_dir):
+    """gpt-oss as shipped, two layers (a sliding one with sinks, a full one), its experts in
+    MXFP4: the fused MoE kernel reads their blocks."""
+    from tests.support.tiny_models import build_tiny_model, mxfp4_checkpoint
+
+    dense = build_tiny_model("gpt_oss", tmp_path_factory.mktemp("gpt-oss-2l") / "dense",
+                             smollm2_dir, overrides={
+                                 "num_hidden_layers": 2,
+                                 "layer_types": ["sliding_attention", "full_attention"]})
+    return mxfp4_checkpoint(dense, dense.parent / "mxfp4")
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma3(tmp_path_factory, smollm2_dir):
+    """Gemma 3, two layers: a sliding one (its own rope) and a global one; GeGLU."""
+    from tests.support.tiny_models import build_tiny_model
+
+    return build_tiny_model("gemma3_text", tmp_path_factory.mktemp("gemma3-2l") / "model",
+                            smollm2_dir, overrides={
+                                "num_hidden_layers": 2,
+                                "layer_types": ["sliding_attention", "full_attention"]})
+
+
+@pytest.mark.parametrize("family", ["tiny_gpt_oss_mxfp4", "tiny_gemma3"])
+def test_triton_backend_runs_the_new_families_as_torch_does(family, request, prompts):
+    """Sliding windows past their length, sinks, MXFP4 experts through the fused MoE,
+    GeGLU and Gemma's sandwich norms: the Triton path's tokens are the torch backend's."""
+    model_dir = request.getfixturevalue(family)
+    _, torch_tokens = _generate(model_dir, prompts, "torch", rounds=1, quantization="auto")
+    engine, tokens = _generate(model_dir, prompts, "triton", rounds=1, quantization="auto")
+    if family == "tiny_gpt_oss_mxfp4":
+        from officellm.kernels.reference.quant_reference import MXFP4
+
+        assert all(layer.moe.quantized.fmt13 == MXFP4
+                   for layer in engine.engine_core.model.layers)
+    assert tokens == torch_tokens
