@@ -43,7 +43,7 @@ MIXES = (("Q4_K_M (Q4_K + Q6_K)", 12, 14), ("MXFP4", 39, 39), ("Q8_0", 8, 8))
 def expert_stacks(fmt13: int, fmt2: int, layers: int, experts: int, module) -> dict:
     """{layout: [ExpertWeights per layer]} of random blocks (valid scales) in each layout."""
     from officellm.kernels.reference.moe import ExpertWeights
-    from tests.support.gguf_blocks import random_blocks
+    from officellm.kernels.reference.random_blocks import random_blocks
 
     gen = torch.Generator().manual_seed(0)
     rows, packed = [], []

@@ -1,6 +1,8 @@
 // Python bindings of the CPU kernels (one extension module: kernels/build/cpu_kernels.py builds it;
 // the entry points are declared in entry_points.h).
 
+#include <torch/extension.h>
+
 #include "entry_points.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

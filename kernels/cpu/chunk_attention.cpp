@@ -275,9 +275,9 @@ void chunk_attention(const T* q, const C* k_cache, const C* v_cache, const int64
 }
 
 template <typename T>
-void run_chunk(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
-               const torch::Tensor& block_table, int64_t seq_len, int64_t window,
-               const float* sinks, torch::Tensor& out, float scale) {
+void run_chunk(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+               const at::Tensor& block_table, int64_t seq_len, int64_t window,
+               const float* sinks, at::Tensor& out, float scale) {
   with_cache_type(k_cache.scalar_type(), [&](auto cache_tag) {
     using C = decltype(cache_tag);
     if constexpr (readable_pair<T, C>() && !std::is_same_v<T, double>) {
@@ -293,11 +293,11 @@ void run_chunk(const torch::Tensor& q, const torch::Tensor& k_cache, const torch
 }  // namespace
 
 // See entry_points.h.
-torch::Tensor paged_chunk_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
-                                    torch::Tensor block_table, int64_t seq_len, double scale,
-                                    int64_t window, c10::optional<torch::Tensor> sinks) {
+at::Tensor paged_chunk_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
+                                    at::Tensor block_table, int64_t seq_len, double scale,
+                                    int64_t window, c10::optional<at::Tensor> sinks) {
   check_paged_inputs(q, k_cache, v_cache);
-  TORCH_CHECK(block_table.dim() == 1 && block_table.scalar_type() == torch::kInt64,
+  TORCH_CHECK(block_table.dim() == 1 && block_table.scalar_type() == at::kLong,
               "block_table must be one int64 row");
   const int64_t rows = q.size(0), block_size = k_cache.size(1);
   TORCH_CHECK(rows >= 1 && rows <= seq_len, "a chunk has 1 to seq_len rows");
@@ -309,10 +309,10 @@ torch::Tensor paged_chunk_attention(torch::Tensor q, torch::Tensor k_cache, torc
       (q_type == at::kFloat || q_type == at::kBFloat16 || q_type == at::kHalf)) {
     q = q.contiguous();
     block_table = block_table.contiguous();
-    auto out = torch::empty_like(q);
-    const torch::Tensor sink_logits = checked_sinks(sinks, q.size(1));
+    auto out = at::empty_like(q);
+    const at::Tensor sink_logits = checked_sinks(sinks, q.size(1));
     const float* sink_ptr = sink_logits.defined() ? sink_logits.data_ptr<float>() : nullptr;
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q_type, "paged_chunk_attention", [&] {
+    OFFICELLM_DISPATCH_QUERY_TYPES(q_type, "paged_chunk_attention", [&] {
       run_chunk<scalar_t>(q, k_cache, v_cache, block_table, seq_len, window, sink_ptr, out,
                           static_cast<float>(scale));
     });
@@ -321,6 +321,6 @@ torch::Tensor paged_chunk_attention(torch::Tensor q, torch::Tensor k_cache, torc
 #endif
   // Row by row through the decode kernel, each row a sequence of its own causal length.
   auto tables = block_table.unsqueeze(0).expand({rows, -1}).contiguous();
-  auto lens = torch::arange(seq_len - rows + 1, seq_len + 1, block_table.options());
+  auto lens = at::arange(seq_len - rows + 1, seq_len + 1, block_table.options());
   return paged_decode_attention(q, k_cache, v_cache, tables, lens, scale, window, sinks);
 }

@@ -341,12 +341,12 @@ Avx2Kernel<C> pick_avx2_kernel(int64_t head_dim, int64_t group) {
 
 // One call's inputs: the tensors, each sequence's first visible key and the sink logits.
 struct DecodeCall {
-  const torch::Tensor& q;
-  const torch::Tensor& k_cache;
-  const torch::Tensor& v_cache;
-  const torch::Tensor& block_tables;
-  const torch::Tensor& seq_lens;
-  torch::Tensor& out;
+  const at::Tensor& q;
+  const at::Tensor& k_cache;
+  const at::Tensor& v_cache;
+  const at::Tensor& block_tables;
+  const at::Tensor& seq_lens;
+  at::Tensor& out;
   const int64_t* starts;  // [B]
   const float* sinks;     // [Hq], or nullptr
   float scale;
@@ -414,13 +414,13 @@ void dispatch_cache(at::ScalarType cache_type, const DecodeCall& c) {
 }  // namespace
 
 // See entry_points.h.
-torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
-                                     torch::Tensor block_tables, torch::Tensor seq_lens,
+at::Tensor paged_decode_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
+                                     at::Tensor block_tables, at::Tensor seq_lens,
                                      double scale, int64_t window,
-                                     c10::optional<torch::Tensor> sinks) {
+                                     c10::optional<at::Tensor> sinks) {
   check_paged_inputs(q, k_cache, v_cache);
   const auto cache_type = k_cache.scalar_type();
-  TORCH_CHECK(block_tables.scalar_type() == torch::kInt64 && seq_lens.scalar_type() == torch::kInt64,
+  TORCH_CHECK(block_tables.scalar_type() == at::kLong && seq_lens.scalar_type() == at::kLong,
               "block_tables and seq_lens must be int64");
   q = q.contiguous();
   block_tables = block_tables.contiguous();
@@ -429,13 +429,13 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
   const int64_t block_size = k_cache.size(1), num_kv_heads = k_cache.size(2);
   TORCH_CHECK(block_tables.size(0) == num_seqs && seq_lens.size(0) == num_seqs, "batch mismatch");
   TORCH_CHECK(window >= 0, "window must be 0 (none) or a number of keys");
-  const torch::Tensor sink_logits = checked_sinks(sinks, num_q_heads);
+  const at::Tensor sink_logits = checked_sinks(sinks, num_q_heads);
   const float* sink_ptr = sink_logits.defined() ? sink_logits.data_ptr<float>() : nullptr;
   // Each sequence's query is its last token: its first visible key.
   std::vector<int64_t> starts(num_seqs);
   const int64_t* lens = seq_lens.data_ptr<int64_t>();
   for (int64_t b = 0; b < num_seqs; ++b) starts[b] = window_start(lens[b] - 1, window);
-  auto out = torch::empty_like(q);
+  auto out = at::empty_like(q);
   const float fscale = static_cast<float>(scale);
 #ifdef OFFICELLM_AVX512_BF16
   if (q.scalar_type() == at::kBFloat16 && cache_type == at::kBFloat16) {
@@ -450,7 +450,7 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
 #endif
   const DecodeCall call{q, k_cache, v_cache, block_tables, seq_lens, out, starts.data(), sink_ptr,
                         fscale};
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_decode_attention", [&] {
+  OFFICELLM_DISPATCH_QUERY_TYPES(q.scalar_type(), "paged_decode_attention", [&] {
     dispatch_cache<scalar_t>(cache_type, call);
   });
   return out;

@@ -4,7 +4,9 @@
 
 #pragma once
 
-#include <torch/extension.h>
+// ATen alone, not <torch/extension.h>: the whole C++ frontend and pybind11 cost each file
+// ~20 s more to compile (three builds in a CI run); only bindings.cpp needs them.
+#include <ATen/ATen.h>
 
 #include <cstdint>
 #include <optional>
@@ -25,34 +27,34 @@
 // D + 4] int8 (each row's float32 scale after its values); block_tables [B, W] and seq_lens
 // [B] int64. Sequence b's query is its last token (position seq_lens[b] - 1). Returns
 // [B, Hq, D]; a sequence of length 0 gives zeros.
-torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
-                                     torch::Tensor block_tables, torch::Tensor seq_lens,
+at::Tensor paged_decode_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
+                                     at::Tensor block_tables, at::Tensor seq_lens,
                                      double scale, int64_t window,
-                                     c10::optional<torch::Tensor> sinks);
+                                     c10::optional<at::Tensor> sinks);
 // chunk_attention.cpp: q [R, Hq, D]: the last R of a sequence's seq_len tokens (a prompt
 // chunk), whose keys and values are all in the caches (laid out as paged_decode_attention's);
 // block_table [W] int64: its blocks in order. Row r is position seq_len - R + r and attends
 // keys [0, seq_len - R + 1 + r), the last `window` of them under a window. Returns [R, Hq, D].
-torch::Tensor paged_chunk_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
-                                    torch::Tensor block_table, int64_t seq_len, double scale,
-                                    int64_t window, c10::optional<torch::Tensor> sinks);
+at::Tensor paged_chunk_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache,
+                                    at::Tensor block_table, int64_t seq_len, double scale,
+                                    int64_t window, c10::optional<at::Tensor> sinks);
 // fused_ops.cpp
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps);
-std::tuple<torch::Tensor, torch::Tensor> fused_add_rms_norm(torch::Tensor x, torch::Tensor residual,
-                                                            torch::Tensor weight, double eps);
-std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Tensor k,
-                                                      torch::Tensor cos, torch::Tensor sin);
-torch::Tensor silu_and_mul(torch::Tensor x);
-torch::Tensor gelu_tanh_and_mul(torch::Tensor x);
+at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps);
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm(at::Tensor x, at::Tensor residual,
+                                                            at::Tensor weight, double eps);
+std::tuple<at::Tensor, at::Tensor> apply_rotary(at::Tensor q, at::Tensor k,
+                                                      at::Tensor cos, at::Tensor sin);
+at::Tensor silu_and_mul(at::Tensor x);
+at::Tensor gelu_tanh_and_mul(at::Tensor x);
 // fixed_order_matmul.cpp
-torch::Tensor fixed_order_pack(torch::Tensor weight);
-torch::Tensor fixed_order_matmul(torch::Tensor x, torch::Tensor panels, int64_t n);
+at::Tensor fixed_order_pack(at::Tensor weight);
+at::Tensor fixed_order_matmul(at::Tensor x, at::Tensor panels, int64_t n);
 // quant_matmul.cpp
-torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format);
-torch::Tensor quant_pack(torch::Tensor weight, int64_t format);
+at::Tensor quant_matmul(at::Tensor x, at::Tensor weight, int64_t format);
+at::Tensor quant_pack(at::Tensor weight, int64_t format);
 std::string quant_matmul_path();
 // moe.cpp
-torch::Tensor moe_experts(torch::Tensor x, torch::Tensor weights, torch::Tensor ids,
-                          torch::Tensor w13, int64_t fmt13, torch::Tensor w2, int64_t fmt2,
-                          std::optional<torch::Tensor> b13, std::optional<torch::Tensor> b2,
+at::Tensor moe_experts(at::Tensor x, at::Tensor weights, at::Tensor ids,
+                          at::Tensor w13, int64_t fmt13, at::Tensor w2, int64_t fmt2,
+                          std::optional<at::Tensor> b13, std::optional<at::Tensor> b2,
                           const std::string& activation, double alpha, double limit);

@@ -181,20 +181,20 @@ void run(const float* x, const W* panels, float* y, int64_t M, int64_t K, int64_
 
 // weight [N, K] float32 or bfloat16 -> panels [ceil(N / 16), K, 16] of the same dtype, the
 // columns past N zero.
-torch::Tensor fixed_order_pack(torch::Tensor weight) {
+at::Tensor fixed_order_pack(at::Tensor weight) {
   TORCH_CHECK(weight.dim() == 2, "weight must be [N, K]");
-  TORCH_CHECK(weight.scalar_type() == torch::kFloat32 || weight.scalar_type() == torch::kBFloat16,
+  TORCH_CHECK(weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kBFloat16,
               "fixed_order_pack takes float32 or bfloat16 weights");
   const int64_t N = weight.size(0), K = weight.size(1);
   const int64_t num_panels = (N + kPanel - 1) / kPanel;
-  torch::Tensor padded = torch::zeros({num_panels * kPanel, K}, weight.options());
+  at::Tensor padded = at::zeros({num_panels * kPanel, K}, weight.options());
   padded.narrow(0, 0, N).copy_(weight);
   return padded.view({num_panels, kPanel, K}).transpose(1, 2).contiguous();
 }
 
 // x [M, K] in the panels' dtype; panels from fixed_order_pack of an [N, K] weight. Returns
 // [M, N] in x's dtype (float32 inside; a bfloat16 result is the float32 chain's rounding).
-torch::Tensor fixed_order_matmul(torch::Tensor x, torch::Tensor panels, int64_t n) {
+at::Tensor fixed_order_matmul(at::Tensor x, at::Tensor panels, int64_t n) {
   TORCH_CHECK(x.dim() == 2 && panels.dim() == 3 && panels.size(2) == kPanel,
               "x must be [M, K] and panels [P, K, 16]");
   TORCH_CHECK(x.scalar_type() == panels.scalar_type(), "x and the panels must share a dtype");
@@ -202,10 +202,10 @@ torch::Tensor fixed_order_matmul(torch::Tensor x, torch::Tensor panels, int64_t 
   TORCH_CHECK(n > (panels.size(0) - 1) * kPanel && n <= panels.size(0) * kPanel,
               "n does not match the panels");
   const int64_t M = x.size(0), K = x.size(1);
-  const torch::Tensor xf = x.to(torch::kFloat32).contiguous();
-  torch::Tensor y = torch::empty({M, n}, xf.options());
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  at::Tensor y = at::empty({M, n}, xf.options());
   if (M > 0 && n > 0) {
-    if (panels.scalar_type() == torch::kFloat32) {
+    if (panels.scalar_type() == at::kFloat) {
       run<float>(xf.data_ptr<float>(), panels.data_ptr<float>(), y.data_ptr<float>(), M, K, n);
     } else {
       run<uint16_t>(xf.data_ptr<float>(),
@@ -213,5 +213,5 @@ torch::Tensor fixed_order_matmul(torch::Tensor x, torch::Tensor panels, int64_t 
                     y.data_ptr<float>(), M, K, n);
     }
   }
-  return x.scalar_type() == torch::kFloat32 ? y : y.to(x.scalar_type());
+  return x.scalar_type() == at::kFloat ? y : y.to(x.scalar_type());
 }

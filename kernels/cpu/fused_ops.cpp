@@ -10,8 +10,6 @@
 
 #include "entry_points.h"
 
-#include <torch/extension.h>
-
 #include <ATen/Parallel.h>
 
 #include <cmath>
@@ -95,10 +93,10 @@ __attribute__((noinline)) void gelu_tanh_and_mul_row(const T* g, const T* u, T* 
 
 // Runs row(gate, up, out, I) over x [T, 2I] holding gate then up, into a new [T, I].
 template <typename Row>
-torch::Tensor gated_rows(const torch::Tensor& x, Row&& row) {
+at::Tensor gated_rows(const at::Tensor& x, Row&& row) {
   TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x must be [T, 2I] with contiguous rows");
   const int64_t rows = x.size(0), inter = x.size(1) / 2;
-  auto out = torch::empty({rows, inter}, x.options());
+  auto out = at::empty({rows, inter}, x.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "gated_rows", [&] {
     const scalar_t* xp = x.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
@@ -116,10 +114,10 @@ torch::Tensor gated_rows(const torch::Tensor& x, Row&& row) {
 }  // namespace
 
 // x [T, H] (rows with unit inner stride) -> weight * rmsnorm(x), [T, H].
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
+at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps) {
   TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x must be [T, H] with contiguous rows");
   TORCH_CHECK(weight.is_contiguous() && weight.scalar_type() == x.scalar_type(), "bad weight");
-  auto out = torch::empty({x.size(0), x.size(1)}, x.options());
+  auto out = at::empty({x.size(0), x.size(1)}, x.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rms_norm", [&] {
     rms_norm_rows<scalar_t>(x.data_ptr<scalar_t>(), x.stride(0), weight.data_ptr<scalar_t>(),
                             out.data_ptr<scalar_t>(), out.stride(0), x.size(0), x.size(1),
@@ -129,13 +127,13 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
 }
 
 // residual <- x + residual (rounded to the dtype); returns (rmsnorm(residual), residual).
-std::tuple<torch::Tensor, torch::Tensor> fused_add_rms_norm(torch::Tensor x, torch::Tensor residual,
-                                                            torch::Tensor weight, double eps) {
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm(at::Tensor x, at::Tensor residual,
+                                                            at::Tensor weight, double eps) {
   TORCH_CHECK(x.sizes() == residual.sizes() && x.dim() == 2, "x and residual must be [T, H]");
   TORCH_CHECK(x.scalar_type() == residual.scalar_type(), "x and residual dtypes differ");
   x = x.contiguous();
-  auto summed = torch::empty_like(x);
-  auto out = torch::empty_like(x);
+  auto summed = at::empty_like(x);
+  auto out = at::empty_like(x);
   residual = residual.contiguous();
   const int64_t rows = x.size(0), hidden = x.size(1);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "fused_add_rms_norm", [&] {
@@ -190,13 +188,13 @@ void rotary_rows(const T* src, int64_t stride_t, int64_t heads, int64_t head_dim
 // q [T, Hq, D], k [T, Hk, D] (heads and dims contiguous, any token stride); cos/sin [T, R]
 // float32, R even and at most D (R < D: partial rotary, the last D - R values of each head
 // pass through). Returns rotated copies (contiguous).
-std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Tensor k,
-                                                      torch::Tensor cos, torch::Tensor sin) {
+std::tuple<at::Tensor, at::Tensor> apply_rotary(at::Tensor q, at::Tensor k,
+                                                      at::Tensor cos, at::Tensor sin) {
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3, "q and k must be [T, H, D]");
   TORCH_CHECK(q.stride(2) == 1 && q.stride(1) == q.size(2) && k.stride(2) == 1 &&
                   k.stride(1) == k.size(2),
               "q and k need contiguous heads");
-  TORCH_CHECK(cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32,
+  TORCH_CHECK(cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat,
               "cos and sin must be float32");
   TORCH_CHECK(q.size(2) == k.size(2), "q and k must share a head size");
   const int64_t rotated = cos.size(-1);
@@ -207,8 +205,8 @@ std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Te
               "most the head size");
   cos = cos.contiguous();
   sin = sin.contiguous();
-  auto q_out = torch::empty(q.sizes(), q.options());
-  auto k_out = torch::empty(k.sizes(), k.options());
+  auto q_out = at::empty(q.sizes(), q.options());
+  auto k_out = at::empty(k.sizes(), k.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "apply_rotary", [&] {
     rotary_rows<scalar_t>(q.data_ptr<scalar_t>(), q.stride(0), q.size(1), q.size(2), rotated,
                           cos.data_ptr<float>(), sin.data_ptr<float>(),
@@ -221,7 +219,7 @@ std::tuple<torch::Tensor, torch::Tensor> apply_rotary(torch::Tensor q, torch::Te
 }
 
 // x [T, 2I] holding gate then up -> silu(gate) * up, [T, I] (silu rounded, then the product).
-torch::Tensor silu_and_mul(torch::Tensor x) {
+at::Tensor silu_and_mul(at::Tensor x) {
   return gated_rows(x, [](auto g, auto u, auto o, int64_t inter) {
     silu_and_mul_row(g, u, o, inter);
   });
@@ -229,7 +227,7 @@ torch::Tensor silu_and_mul(torch::Tensor x) {
 
 // x [T, 2I] holding gate then up -> gelu(gate, tanh approximation) * up, [T, I] (gelu
 // rounded, then the product): Gemma's GeGLU.
-torch::Tensor gelu_tanh_and_mul(torch::Tensor x) {
+at::Tensor gelu_tanh_and_mul(at::Tensor x) {
   return gated_rows(x, [](auto g, auto u, auto o, int64_t inter) {
     gelu_tanh_and_mul_row(g, u, o, inter);
   });

@@ -77,7 +77,7 @@ void run_items(int64_t count, Fn&& fn) {
 // One expert matrix stack [E, N, K]: dense (float32 / bf16), GGUF rows or quant_pack's
 // layout ([E, N / 8, K / 32, packed block bytes]).
 struct ExpertMatrix {
-  const torch::Tensor& t;
+  const at::Tensor& t;
   int64_t format;  // DENSE or a GGUF type
   int64_t N, K;
 
@@ -85,19 +85,19 @@ struct ExpertMatrix {
   int64_t expert_bytes() const { return t.numel() / t.size(0) * t.element_size(); }
 };
 
-ExpertMatrix check_matrix(const torch::Tensor& t, int64_t format, int64_t E, int64_t K,
+ExpertMatrix check_matrix(const at::Tensor& t, int64_t format, int64_t E, int64_t K,
                           const char* name) {
   TORCH_CHECK(t.is_contiguous() && t.size(0) == E, name, " must be contiguous [E, ...]");
   if (format == DENSE) {
     TORCH_CHECK(t.dim() == 3 && t.size(2) == K, name, " must be [E, N, ", K, "]");
-    TORCH_CHECK(t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16,
+    TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16,
                 name, ": dense experts are float32 or bfloat16");
     TORCH_CHECK(K % 8 == 0, name, ": K must be a multiple of 8");
     return {t, format, t.size(1), K};
   }
   const int64_t gw = group_weights(format);
   TORCH_CHECK(gw > 0, "no kernel for GGUF type ", format);
-  TORCH_CHECK(t.scalar_type() == torch::kUInt8, name, ": blocks are uint8");
+  TORCH_CHECK(t.scalar_type() == at::kByte, name, ": blocks are uint8");
   TORCH_CHECK(K % gw == 0, name, ": K must be a multiple of ", gw, " for GGUF type ", format);
   if (t.dim() == 4) {
 #if defined(OFFICELLM_QMM_AVX2)
@@ -270,7 +270,7 @@ void project(const ExpertMatrix& w, const Routing& r, const PairRows& in, float*
     float* ye = y + first * w.N;
     if (w.format == DENSE) {
       const float* xe = in.dense.data() + first * w.K;
-      if (w.t.scalar_type() == torch::kBFloat16) {
+      if (w.t.scalar_type() == at::kBFloat16) {
         dense_rows(reinterpret_cast<const at::BFloat16*>(we), xe, ye, M, w.N, w.K, it.n0,
                    it.n1);
       } else {
@@ -348,7 +348,7 @@ void activate_pairs(const Routing& r, float* h, const float* b13, int64_t I,
 void gather_inputs(const Routing& r, const float* x, int64_t T, int64_t H, PairRows& out) {
   const bool blocks = out.dense.empty();
   QuantizedRows xq;
-  if (blocks) xq = quantize_rows(torch::from_blob(const_cast<float*>(x), {T, H}, torch::kFloat32));
+  if (blocks) xq = quantize_rows(at::from_blob(const_cast<float*>(x), {T, H}, at::kFloat));
   at::parallel_for(0, r.pairs(), std::max<int64_t>(1, 16384 / H), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t t = r.token[p];
@@ -407,10 +407,10 @@ ActivationSpec activation_spec(const std::string& kind, double alpha, double lim
   return {a, static_cast<float>(alpha), static_cast<float>(limit)};
 }
 
-const float* bias_data(const std::optional<torch::Tensor>& b, int64_t E, int64_t n,
+const float* bias_data(const std::optional<at::Tensor>& b, int64_t E, int64_t n,
                        const char* name) {
   if (!b.has_value()) return nullptr;
-  TORCH_CHECK(b->scalar_type() == torch::kFloat32 && b->is_contiguous() && b->dim() == 2 &&
+  TORCH_CHECK(b->scalar_type() == at::kFloat && b->is_contiguous() && b->dim() == 2 &&
                   b->size(0) == E && b->size(1) == n,
               name, " must be contiguous float32 [", E, ", ", n, "]");
   return b->data_ptr<float>();
@@ -423,16 +423,16 @@ const float* bias_data(const std::optional<torch::Tensor>& b, int64_t E, int64_t
 // uint8 [E, N, row bytes], or quant_pack's layout per expert [E, N / 8, K / 32, bytes]);
 // b13 float32 [E, 2I], b2 [E, H] or None; activation "silu", "gelu_tanh" or
 // "clamped_swiglu" (alpha, limit). Returns [T, H] in x's dtype.
-torch::Tensor moe_experts(torch::Tensor x, torch::Tensor weights, torch::Tensor ids,
-                          torch::Tensor w13, int64_t fmt13, torch::Tensor w2, int64_t fmt2,
-                          std::optional<torch::Tensor> b13, std::optional<torch::Tensor> b2,
+at::Tensor moe_experts(at::Tensor x, at::Tensor weights, at::Tensor ids,
+                          at::Tensor w13, int64_t fmt13, at::Tensor w2, int64_t fmt2,
+                          std::optional<at::Tensor> b13, std::optional<at::Tensor> b2,
                           const std::string& activation, double alpha, double limit) {
   TORCH_CHECK(x.dim() == 2 && at::isFloatingType(x.scalar_type()), "x must be float [T, H]");
   const int64_t T = x.size(0), H = x.size(1);
-  TORCH_CHECK(ids.dim() == 2 && ids.size(0) == T && ids.scalar_type() == torch::kInt64,
+  TORCH_CHECK(ids.dim() == 2 && ids.size(0) == T && ids.scalar_type() == at::kLong,
               "ids must be int64 [T, k]");
   const int64_t k = ids.size(1);
-  TORCH_CHECK(weights.scalar_type() == torch::kFloat32 && weights.sizes() == ids.sizes(),
+  TORCH_CHECK(weights.scalar_type() == at::kFloat && weights.sizes() == ids.sizes(),
               "weights must be float32 [T, k]");
   const int64_t E = w13.size(0);
   const ExpertMatrix m13 = check_matrix(w13, fmt13, E, H, "w13");
@@ -446,10 +446,10 @@ torch::Tensor moe_experts(torch::Tensor x, torch::Tensor weights, torch::Tensor 
   const float* b2p = bias_data(b2, E, H, "b2");
   const ActivationSpec act = activation_spec(activation, alpha, limit);
 
-  const torch::Tensor xf = x.to(torch::kFloat32).contiguous();
-  const torch::Tensor wf = weights.contiguous();
-  const torch::Tensor idc = ids.contiguous();
-  torch::Tensor out = torch::empty({T, H}, xf.options());
+  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  const at::Tensor wf = weights.contiguous();
+  const at::Tensor idc = ids.contiguous();
+  at::Tensor out = at::empty({T, H}, xf.options());
   for (int64_t t0 = 0; t0 < T; t0 += TOKENS_PER_PASS) {
     const int64_t n = std::min(TOKENS_PER_PASS, T - t0);
     const Routing r(idc.data_ptr<int64_t>() + t0 * k, n, k, E);
@@ -464,5 +464,5 @@ torch::Tensor moe_experts(torch::Tensor x, torch::Tensor weights, torch::Tensor 
     combine(r, o.data(), b2p, wf.data_ptr<float>() + t0 * k, n, k, H,
             out.data_ptr<float>() + t0 * H);
   }
-  return x.scalar_type() == torch::kFloat32 ? out : out.to(x.scalar_type());
+  return x.scalar_type() == at::kFloat ? out : out.to(x.scalar_type());
 }

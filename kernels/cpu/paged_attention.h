@@ -10,7 +10,7 @@
 
 #pragma once
 
-#include <torch/extension.h>
+#include "entry_points.h"
 
 #include <ATen/Parallel.h>
 
@@ -34,6 +34,17 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+
+// The query types the attention kernels take: float32, bf16 and fp16 (the engine's dtypes).
+// Not float64, which AT_DISPATCH_FLOATING_TYPES would add: every query type multiplies the
+// kernels instantiated (cache types x head sizes), and so the build's time, for a type the
+// engine never runs.
+#define OFFICELLM_DISPATCH_QUERY_TYPES(TYPE, NAME, ...)        \
+  AT_DISPATCH_SWITCH(TYPE, NAME,                               \
+                     AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__) \
+                     AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__) \
+                     AT_DISPATCH_CASE(at::kHalf, __VA_ARGS__))
 
 namespace {
 
@@ -386,8 +397,8 @@ inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
 #endif
 
 // The checks both entry points make of q [rows, Hq, D] and the paged caches.
-void check_paged_inputs(const torch::Tensor& q, const torch::Tensor& k_cache,
-                        const torch::Tensor& v_cache) {
+void check_paged_inputs(const at::Tensor& q, const at::Tensor& k_cache,
+                        const at::Tensor& v_cache) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4, "bad ranks");
   TORCH_CHECK(q.device().is_cpu(), "CPU tensors only");
   const auto cache_type = k_cache.scalar_type();
@@ -398,7 +409,7 @@ void check_paged_inputs(const torch::Tensor& q, const torch::Tensor& k_cache,
                   v_cache.size(3) == k_cache.size(3),
               "head_dim mismatch (an int8 cache's rows are head_dim + 4 bytes)");
   bool readable = false;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "paged_attention", [&] {
+  OFFICELLM_DISPATCH_QUERY_TYPES(q.scalar_type(), "paged_attention", [&] {
     with_cache_type(cache_type, [&](auto cache_tag) {
       readable = readable_pair<scalar_t, decltype(cache_tag)>();
     });
@@ -413,11 +424,11 @@ inline int64_t window_start(int64_t pos, int64_t window) {
 }
 
 // The sink logits as a float32 [num_q_heads] tensor, or an undefined tensor for none.
-torch::Tensor checked_sinks(const c10::optional<torch::Tensor>& sinks, int64_t num_q_heads) {
+at::Tensor checked_sinks(const c10::optional<at::Tensor>& sinks, int64_t num_q_heads) {
   if (!sinks.has_value() || !sinks->defined()) return {};
   TORCH_CHECK(sinks->device().is_cpu() && sinks->dim() == 1 && sinks->size(0) == num_q_heads,
               "sinks must be one CPU logit per query head");
-  return sinks->to(torch::kFloat32).contiguous();
+  return sinks->to(at::kFloat).contiguous();
 }
 
 }  // namespace

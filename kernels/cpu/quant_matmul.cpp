@@ -64,14 +64,14 @@ void run(const uint8_t* w, int64_t row_bytes, const XBlocks& xq, float* y, int64
 
 }  // namespace
 
-static torch::Tensor float_matmul(const torch::Tensor& x, const torch::Tensor& weight,
+static at::Tensor float_matmul(const at::Tensor& x, const at::Tensor& weight,
                                   int64_t format);
 
 // weight: uint8 [N, row bytes] of `format` groups (a GGUF tensor's rows). Returns the packed
 // layout above, uint8 [N / 8, K / 32, packed block bytes], where this build has one for the
 // format and N is a multiple of 8; else `weight` itself (quant_matmul reads both).
-torch::Tensor quant_pack(torch::Tensor weight, int64_t format) {
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kUInt8 && weight.is_contiguous(),
+at::Tensor quant_pack(at::Tensor weight, int64_t format) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kByte && weight.is_contiguous(),
               "weight must be contiguous uint8 [N, row bytes]");
   return pack_weight(weight, format);
 }
@@ -79,21 +79,21 @@ torch::Tensor quant_pack(torch::Tensor weight, int64_t format) {
 // x [M, K] float32, bfloat16 or float16; weight: uint8 [N, K / group weights * group bytes]
 // of `format` groups (a GGUF tensor's rows), or quant_pack's layout of them. Returns [M, N]
 // in x's dtype (computed in float32).
-torch::Tensor quant_matmul(torch::Tensor x, torch::Tensor weight, int64_t format) {
+at::Tensor quant_matmul(at::Tensor x, at::Tensor weight, int64_t format) {
   TORCH_CHECK(x.dim() == 2 && at::isFloatingType(x.scalar_type()), "x must be float [M, K]");
   // A bf16 model's rows: converted here rather than by two more ops in Python per matmul
   // (a one-row decode step makes 121 of these calls on SmolLM2); float32 inside either way.
-  if (x.scalar_type() != torch::kFloat32) {
-    return float_matmul(x.to(torch::kFloat32), weight, format).to(x.scalar_type());
+  if (x.scalar_type() != at::kFloat) {
+    return float_matmul(x.to(at::kFloat), weight, format).to(x.scalar_type());
   }
   return float_matmul(x, weight, format);
 }
 
 // quant_matmul of a float32 x.
-static torch::Tensor float_matmul(const torch::Tensor& x, const torch::Tensor& weight,
+static at::Tensor float_matmul(const at::Tensor& x, const at::Tensor& weight,
                                   int64_t format) {
   if (weight.dim() == 3) return packed_matmul(x, weight, format);
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kUInt8 && weight.is_contiguous(),
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kByte && weight.is_contiguous(),
               "weight must be contiguous uint8 [N, row bytes]");
   const int64_t gw = group_weights(format);
   TORCH_CHECK(gw > 0, "no kernel for GGUF type ", format);
@@ -103,7 +103,7 @@ static torch::Tensor float_matmul(const torch::Tensor& x, const torch::Tensor& w
   const int64_t row_bytes = K / gw * group_bytes(format);
   TORCH_CHECK(weight.size(1) == row_bytes, "weight rows hold ", weight.size(1),
               " bytes, expected ", row_bytes);
-  torch::Tensor y = torch::empty({M, N}, x.options());
+  at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
   const QuantizedRows xq = quantize_rows(x.contiguous());
   const uint8_t* w = weight.data_ptr<uint8_t>();

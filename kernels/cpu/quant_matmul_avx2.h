@@ -613,14 +613,14 @@ void run_packed(const uint8_t* packed, const XBlocks& xq, float* y, int64_t M, i
 }
 
 // quant_matmul over quant_pack's layout.
-torch::Tensor packed_matmul(const torch::Tensor& x, const torch::Tensor& packed, int64_t format) {
+at::Tensor packed_matmul(const at::Tensor& x, const at::Tensor& packed, int64_t format) {
   const int64_t pb = packed_block_bytes(format);
-  TORCH_CHECK(pb > 0 && packed.scalar_type() == torch::kUInt8 && packed.is_contiguous() &&
+  TORCH_CHECK(pb > 0 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
                   packed.size(2) == pb,
               "not a packed weight of GGUF type ", format);
   const int64_t M = x.size(0), K = x.size(1), N = packed.size(0) * 8, nb = packed.size(1);
   TORCH_CHECK(K == nb * QK, "x has ", K, " features, the packed weight ", nb * QK);
-  torch::Tensor y = torch::empty({M, N}, x.options());
+  at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
   const QuantizedRows xq = quantize_rows(x.contiguous());
   const uint8_t* w = packed.data_ptr<uint8_t>();
@@ -630,13 +630,13 @@ torch::Tensor packed_matmul(const torch::Tensor& x, const torch::Tensor& packed,
 }
 
 // quant_pack's layout of `weight` (see quant_pack), or `weight` itself where there is none.
-torch::Tensor pack_weight(torch::Tensor weight, int64_t format) {
+at::Tensor pack_weight(at::Tensor weight, int64_t format) {
   const int64_t pb = packed_block_bytes(format), N = weight.size(0);
   if (pb == 0 || N % 8 != 0 || N == 0) return weight;
   TORCH_CHECK(weight.size(1) % group_bytes(format) == 0, "weight rows are not whole blocks");
   // 32-weight blocks per row (a K-quant group holds eight).
   const int64_t nb = weight.size(1) / group_bytes(format) * (group_weights(format) / QK);
-  torch::Tensor out = torch::empty({N / 8, nb, pb}, weight.options());
+  at::Tensor out = at::empty({N / 8, nb, pb}, weight.options());
   const uint8_t* w = weight.data_ptr<uint8_t>();
   uint8_t* o = out.data_ptr<uint8_t>();
   with_format(format, [&](auto f) {

@@ -10,7 +10,7 @@
 
 #pragma once
 
-#include <torch/extension.h>
+#include "entry_points.h"
 
 #include <ATen/Parallel.h>
 
@@ -141,7 +141,7 @@ struct QuantizedBlock {
 
 inline QuantizedBlock quantize_block(const float* src, int8_t* q);
 
-QuantizedRows quantize_rows(const torch::Tensor& x) {
+QuantizedRows quantize_rows(const at::Tensor& x) {
   const int64_t M = x.size(0), K = x.size(1), nb = K / QK;
   QuantizedRows out{std::vector<int8_t>(M * K), std::vector<float>(nb * M),
                     std::vector<float>(nb * M), std::vector<int32_t>(2 * nb * M)};

@@ -126,14 +126,14 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const XBlocks& xq, float* 
 }
 
 // quant_matmul over quant_pack's layout, which this path never makes.
-torch::Tensor packed_matmul(const torch::Tensor& x, const torch::Tensor& packed, int64_t format) {
+at::Tensor packed_matmul(const at::Tensor& x, const at::Tensor& packed, int64_t format) {
   (void)x, (void)format;
   TORCH_CHECK(false, "this build reads no packed weights (quant_pack returned the rows)");
   return packed;
 }
 
 // quant_pack's layout: none here.
-torch::Tensor pack_weight(torch::Tensor weight, int64_t format) {
+at::Tensor pack_weight(at::Tensor weight, int64_t format) {
   (void)format;
   return weight;  // the portable path reads the rows one at a time: nothing to gain
 }

@@ -18,8 +18,8 @@ from officellm.kernels.ops import _CompiledOps, pack_experts
 from officellm.kernels.reference import moe
 from officellm.kernels.reference import quant_reference as qr
 from officellm.kernels.reference.moe import ExpertActivation, ExpertWeights
+from officellm.kernels.reference.random_blocks import random_blocks
 from tests.kernels.conftest import cpu_build_levels
-from tests.support.gguf_blocks import random_blocks
 
 LEVELS = cpu_build_levels()
 BLOCK_FORMATS = [qr.Q4_0, qr.Q4_1, qr.Q8_0, qr.Q4_K, qr.Q6_K, qr.MXFP4]

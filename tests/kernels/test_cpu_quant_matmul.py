@@ -11,8 +11,8 @@ import torch
 
 from officellm.kernels.build import cpu_kernels
 from officellm.kernels.reference import quant_reference as qr
+from officellm.kernels.reference.random_blocks import random_blocks
 from tests.kernels.conftest import cpu_build_levels
-from tests.support.gguf_blocks import random_blocks
 
 FORMATS = [qr.Q8_0, qr.Q4_0, qr.Q4_1, qr.Q4_K, qr.Q6_K, qr.MXFP4]
 # M (rows of x) 1, a partial tile, a full office batch, one past it; K one group, several

@@ -52,10 +52,14 @@ def test_stats_and_plan(office: Office, uniq) -> None:
     assert plan["bytes_per_token"] == engine["bytes_per_token"] > 0
     assert plan["max_model_len"] == engine["max_model_len"]
     assert plan["avg_thread_tokens"] > 0
-    assert abs(plan["threads_at_avg"] - plan["kv_cache_tokens"] / plan["avg_thread_tokens"]) < 0.01
+    # A thread holds whole blocks: N tokens take ceil(N / block_size) of the pool's blocks.
+    def threads_of(tokens: int) -> float:
+        return plan["num_blocks"] / -(-tokens // plan["block_size"])
+
+    assert abs(plan["threads_at_avg"] - threads_of(plan["avg_thread_tokens"])) < 0.01
     assert plan["cap"] == min(16384, plan["max_model_len"])  # default policy: no cap of its own
-    assert abs(plan["threads_at_cap"] - plan["kv_cache_tokens"] / plan["cap"]) < 0.01
-    assert abs(plan["threads_at_max_len"] - plan["kv_cache_tokens"] / plan["max_model_len"]) < 0.01
+    assert abs(plan["threads_at_cap"] - threads_of(plan["cap"])) < 0.01
+    assert abs(plan["threads_at_max_len"] - threads_of(plan["max_model_len"])) < 0.01
     assert plan["kv_cache_bytes"] == plan["kv_cache_tokens"] * plan["bytes_per_token"]
 
 

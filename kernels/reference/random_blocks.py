@@ -1,5 +1,5 @@
-"""Random GGUF block rows for the quantized kernels' tests: any bytes where a format's
-integers are, realistic scales where its floats are."""
+"""Random GGUF block rows for the quantized kernels' tests and benchmarks: any bytes where a
+format's integers are, realistic scales where its floats are."""
 
 from __future__ import annotations
 
