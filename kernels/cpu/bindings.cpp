@@ -1,7 +1,9 @@
 // Python bindings of the CPU kernels (one extension module: kernels/build/cpu_kernels.py builds it;
 // the entry points are declared in entry_points.h).
 
-#include <torch/extension.h>
+// pybind11 with torch's tensor casters: not <torch/extension.h>, whose C++ frontend only
+// lengthens the build.
+#include <torch/csrc/utils/pybind.h>
 
 #include "entry_points.h"
 
