@@ -63,6 +63,12 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 # and one worker ran them for minutes while the other sat idle. Longest first, the last files
 # handed out are short and the two finish together. A stale entry costs nothing but order.
 LONGEST_FILES = (
+    # Builds the forced-AVX2 CPU kernels (~150 s on a fresh machine, 2026-12-06): first, so
+    # the files that need that build find it done.
+    "tests/engine/test_packed_linear.py",
+    "tests/engine/test_speculative_decoding.py",  # 231 s before its slow tier, 2026-12-06
+    "tests/engine/test_batch_invariance.py",  # 150
+    "tests/kernels/test_engine_triton_path.py",  # 109
     "tests/engine/test_kv_cache_dtype.py",  # 102 s
     "tests/engine/test_tensor_parallel.py",  # 85
     "tests/engine/test_parity_smollm2.py",  # 83
@@ -85,9 +91,7 @@ LONGEST_FILES = (
     "tests/engine/test_fair_scheduling_outputs.py",  # 32
     "tests/policy/test_crash_recovery.py",  # 29 (76 in a slow run)
     "tests/policy/test_front_end_people.py",  # 29
-    "tests/engine/test_packed_linear.py",  # 26
     "tests/server/test_kv_cache_dtype_server.py",  # 26
-    "tests/kernels/test_engine_triton_path.py",  # 25
     "tests/engine/test_startup_and_plan.py",  # 25
     "tests/admin_ui/test_local_server.py",  # 23
     "tests/policy/test_live_policy.py",  # 22

@@ -56,7 +56,10 @@ def _avx2_capable() -> bool:
     return {"avx2", "fma", "f16c"} <= cpu_features().flags
 
 
-@pytest.mark.parametrize("config", list(CONFIGS))
+# float32 at this CPU's best level is in the slow tier (CI budget, docs/testing.md): bf16 there
+# and float32 at the AVX2 level stay.
+@pytest.mark.parametrize("config", [
+    pytest.param(c, marks=pytest.mark.slow) if c == "float32-best" else c for c in CONFIGS])
 def test_greedy_reply_is_bit_identical_alone_cached_batched_and_chunked(smollm2_dir, config):
     if CONFIGS[config][1] == "avx2" and not _avx2_capable():
         pytest.skip("this CPU has no AVX2 (FMA, F16C): the forced-AVX2 path cannot run here")
@@ -72,6 +75,7 @@ def test_gguf_blocks_serve_every_batch_size(smollm2_dir):
     assert weights.startswith("in blocks")
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_without_the_mode_the_same_runs_differ(smollm2_dir):
     """The comparison above can fail: bf16's near-ties flip without the mode."""
     report = probe(smollm2_dir, "bfloat16-best", batch_invariant=False)

@@ -97,6 +97,7 @@ def test_at_the_avx2_level_an_engine_never_attempts_packing(smollm2_dir, monkeyp
         assert len(llm.generate([[1, 504, 3458]], params)[0].outputs[0].token_ids) == 4
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_under_onednns_own_avx2_cap_the_engine_loads_and_generates(smollm2_dir, smollm2_llm,
                                                                     chat_prompt_ids):
     """ONEDNN_MAX_CPU_ISA=AVX2 makes oneDNN refuse the bf16 packing for real, as on an AVX2

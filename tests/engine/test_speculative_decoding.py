@@ -106,6 +106,7 @@ def test_chats_with_drafts_equal_transformers(speculating, chat_prompt_ids, smol
     assert drafts(speculating)[0] > before[0], "no chat drafted: the test proves nothing"
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_chunked_prefill_with_drafts_equals_transformers(smollm2_dir, chat_prompt_ids,
                                                          smollm2_refs) -> None:
     llm = spec_llm(smollm2_dir, max_num_batched_tokens=16)
@@ -113,6 +114,7 @@ def test_chunked_prefill_with_drafts_equals_transformers(smollm2_dir, chat_promp
     assert drafts(llm)[0] > 0
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_prefix_cache_hits_with_drafts_give_the_same_output(speculating, repeat_prompts,
                                                              plain_repeats) -> None:
     speculating.generate(repeat_prompts, COPY)
@@ -142,9 +144,10 @@ def test_two_greedy_sequences_each_draft_and_equal_the_plain_ones(
 
 
 @pytest.mark.parametrize("params", [
-    SamplingParams(temperature=0.0, max_tokens=48, presence_penalty=0.8,
-                   frequency_penalty=0.3, logprobs=2),
-    SamplingParams(temperature=0.0, max_tokens=48, repetition_penalty=1.05, logprobs=2),
+    pytest.param(SamplingParams(temperature=0.0, max_tokens=48, presence_penalty=0.8,
+                                frequency_penalty=0.3, logprobs=2), marks=pytest.mark.slow),
+    pytest.param(SamplingParams(temperature=0.0, max_tokens=48, repetition_penalty=1.05,
+                                logprobs=2), marks=pytest.mark.slow),
     SamplingParams(temperature=0.0, max_tokens=48, min_tokens=40, logprobs=2),
 ], ids=["presence-frequency", "repetition", "min-tokens"])
 def test_penalties_and_min_tokens_see_each_drafts_predecessors(
@@ -155,6 +158,7 @@ def test_penalties_and_min_tokens_see_each_drafts_predecessors(
     assert drafts(speculating)[0] > before
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_a_stop_string_inside_kept_drafts_ends_the_text_there(speculating, smollm2_llm,
                                                               repeat_prompts) -> None:
     stop = SamplingParams(temperature=0.0, max_tokens=64, stop=["return a - b"])
@@ -196,6 +200,7 @@ def test_rejection_sampling_against_a_draft_keeps_the_rows_distribution() -> Non
     assert torch.allclose(shares, probs, atol=0.015), shares
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_sampled_output_with_drafts_is_distributed_as_without(tmp_path_factory,
                                                               smollm2_dir) -> None:
     """On a tiny model that tends to repeat its last token (temperature 0.3), drafts of

@@ -53,6 +53,21 @@ def cpu_build_levels() -> list[tuple[str, object]]:
     return levels
 
 
+# The portable (x86-64, no AVX2) build's tests are in the slow tier (`pytest -m slow`): its
+# build alone is ~2 CPU-minutes, and CI (2 cores, 20 minutes) tests this CPU's own build and the
+# AVX2 one, the level most office desktops run.
+PORTABLE_LEVEL_ID = "x86-64"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m 'not slow'` deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks this folder's tests of the portable build `slow`."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.parent == here and f"[{PORTABLE_LEVEL_ID}" in item.name:
+            item.add_marker(pytest.mark.slow)
+
+
 def close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
     """Assert agreement within the dtype's tolerance (absolute and relative)."""
     atol, rtol = TOLERANCE[dtype]

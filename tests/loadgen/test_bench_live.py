@@ -99,6 +99,7 @@ def test_burst_sends_all_users_at_once(server: ServerProcess, tmp_path: Path) ->
     assert len(starts) == 3 and max(starts) - min(starts) < 0.5
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_long_doc_measures_chat_itl_around_the_paste(server: ServerProcess,
                                                      tmp_path: Path) -> None:
     # The paste goes in at a chat's first token; 10 s leaves the chats turns after its
@@ -152,6 +153,7 @@ def test_code_edit_sends_a_new_file_each_turn(server: ServerProcess, tmp_path: P
     assert doc["server_metrics"]["prefix_cache_hit_rate"] < 0.5  # each file is new
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_agent_turn_resends_the_shared_instructions(server: ServerProcess,
                                                     tmp_path: Path) -> None:
     doc = bench(server, tmp_path, "--scenario", "agent-turn", "--users", "2", "--requests",

@@ -84,6 +84,7 @@ def slept() -> Iterator[Slept]:
         yield Slept(server)
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_a_model_slower_to_load_than_the_idle_time_is_not_put_to_sleep_at_once(
         slept: Slept) -> None:
     """The idle clock starts when the model has loaded (here it loads in about the idle

@@ -12,7 +12,8 @@ from tests.support.server_process import ServerProcess
 
 # SmolLM2: 2 x 30 layers x 3 KV heads x 64 values x 1 B (+ int8's 4-byte scale per row).
 @pytest.mark.parametrize(("kv_dtype", "bytes_per_token"), [("fp8_e4m3", 11_520),
-                                                           ("int8", 12_240)])
+                                                           pytest.param("int8", 12_240,
+                                                                        marks=pytest.mark.slow)])
 def test_a_one_byte_cache_server_chats_and_plans_with_its_bytes(kv_dtype, bytes_per_token):
     with ServerProcess("--kv-cache-dtype", kv_dtype) as srv:
         client = openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key=srv.api_key,
