@@ -284,6 +284,7 @@ def test_the_consoles_all_view_shows_a_persons_kv_and_the_replica_they_are_on(
     assert vera.kv_share == pytest.approx(vera.kv_blocks / pool)
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_a_stopped_replica_is_listed_draining_by_the_others(cluster) -> None:
     """Last in the file: it stops replica-2 (SIGTERM, a clean stop)."""
     started = cluster.replicas

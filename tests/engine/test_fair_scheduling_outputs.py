@@ -3,6 +3,8 @@ under fair and fcfs, though the two schedule (and preempt) differently."""
 
 from __future__ import annotations
 
+import pytest
+
 from officellm.engine import OutputKind, SamplingParams
 from tests.engine.conftest import MAX_NEW, make_llm
 
@@ -39,6 +41,7 @@ def _run(model_dir, prompts: list[list[int]], policy: str) -> tuple[dict, list, 
     return tokens, trace, engine.stats().num_preemptions_total
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_greedy_outputs_are_identical_under_fair_and_fcfs(smollm2_dir, chat_prompt_ids):
     fcfs_tokens, fcfs_trace, fcfs_preempted = _run(smollm2_dir, chat_prompt_ids, "fcfs")
     fair_tokens, fair_trace, fair_preempted = _run(smollm2_dir, chat_prompt_ids, "fair")

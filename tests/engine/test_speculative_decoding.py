@@ -134,6 +134,7 @@ def test_preemption_with_drafts_equals_transformers(smollm2_dir, chat_prompt_ids
     assert stats.num_blocks_used == 0
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_two_greedy_sequences_each_draft_and_equal_the_plain_ones(
         speculating, smollm2_llm, repeat_prompts) -> None:
     two = SamplingParams(temperature=0.0, max_tokens=48, n=2, logprobs=2)
@@ -246,6 +247,7 @@ def test_each_verification_row_sees_the_drafts_before_it_as_output() -> None:
     assert [r.num_output_tokens for r in rows] == [1, 2, 3]  # min_tokens counts them too
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_two_tensor_parallel_ranks_with_drafts_give_the_tokens_of_one_without(
         tmp_path_factory, smollm2_dir) -> None:
     tiny = shared_tiny_model("qwen2", tmp_path_factory, smollm2_dir)

@@ -59,6 +59,7 @@ def test_fixed_order_matmul_row_ignores_row_count_neighbours_and_position(kernel
         assert torch.equal(kernels.fixed_order_matmul(batch, packed, n)[at], alone[0]), (rows, at)
 
 
+@pytest.mark.slow  # builds the portable level too: docs/testing.md
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_fixed_order_matmul_gives_the_same_bits_on_every_level(dtype):
     x, w = _weights(49, 33, dtype)

@@ -84,6 +84,7 @@ def test_padded_decode_graph_path_matches(tiny_qwen3, prompts, torch_tokens, gra
     assert tokens == torch_tokens[: len(prompts)]
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_async_scheduling_through_the_graph_runner_matches(tiny_qwen3, prompts, torch_tokens,
                                                            graph_runs):
     """The GPU's configuration: async scheduling, the decodes' input tokens gathered from the

@@ -68,6 +68,7 @@ def _assert_orderly(output: str, last: str) -> None:
     assert "Server stopped: the model did not load" in output
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_an_embedding_model_that_does_not_load_stops_the_server_with_its_reason(
         failing, tmp_path) -> None:
     nowhere = tmp_path / "nowhere"
@@ -113,6 +114,7 @@ def test_unexpected_load_error_logs_the_traceback_and_ends_with_one_line(failing
     _assert_orderly(output, last)
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_tensor_parallel_worker_that_cannot_start_fails_the_start(failing) -> None:
     code, output, _ = _failed_start(failing, "--tensor-parallel-size", "2",
                                     module="tests.server.failing_serve",

@@ -25,6 +25,7 @@ def tp_server():
         srv.stop()
 
 
+@pytest.mark.slow  # CI budget: docs/testing.md
 def test_tensor_parallel_server_answers_the_openai_client(tp_server, reference_llm) -> None:
     client = openai.OpenAI(base_url=f"{tp_server.base_url}/v1", api_key=tp_server.api_key,
                            timeout=120.0, max_retries=0)
