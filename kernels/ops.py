@@ -181,8 +181,8 @@ class _CompiledOps:
         self._module = module
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        # Per-head q/k norms (Qwen3) see [T, H, D] views with uneven strides: the reference.
-        if x.dim() == 2 and x.stride(1) == 1 and weight.dtype == x.dtype:
+        # [T, H] rows, or the per-head q/k norms' [T, heads, D] views of the qkv output.
+        if x.dim() in (2, 3) and x.stride(-1) == 1 and weight.dtype == x.dtype:
             return self._module.rms_norm(x, weight, eps)
         return reference.rms_norm(x, weight, eps)
 
@@ -220,10 +220,9 @@ class _CompiledOps:
 
 def pack_experts(quant_pack: QuantPack) -> MoePack:
     """MoePack by `quant_pack` per expert, at load: a packed block costs a few loads where
-    GGUF's rows cost transposes and scalar scale decoding, and the MoE kernel ran 1.4 to 2.7
-    times as fast on it at 4 and 16 tokens, and on Q4_K_M at one (one thread:
-    benchmarks/results/moe_kernel_speed_1thread.json), though a K-quant's packed blocks are
-    larger (Q4_K x4/3, Q6_K x1.5)."""
+    GGUF's rows cost transposes and scalar scale decoding, for about the same bytes (a
+    K-quant's at most 6% more), and the MoE kernel ran 1.4 to 2.7 times as fast on it
+    (benchmarks/moe_kernel_speed.py)."""
 
     def pack(w: torch.Tensor, fmt: int | None) -> torch.Tensor:
         if fmt is None:

@@ -49,8 +49,12 @@ class MixtureOfExperts(nn.Module):
         def param(*shape: int, dt: torch.dtype = dtype) -> nn.Parameter:
             return nn.Parameter(torch.zeros(*shape, dtype=dt), requires_grad=False)
 
-        self.router = param(e, h)
-        self.router_bias = param(e) if moe.router_bias else None
+        # The router in float32 whatever the model's dtype (as llama.cpp keeps a GGUF's
+        # ffn_gate_inp): 128 x 2048 weights read right after the experts, with the cache cold,
+        # took oneDNN's bf16 path 270 us a call on the CPU, float32's 100 us. Its logits are
+        # rounded to the model's dtype, where transformers computes them, before the routing.
+        self.router = param(e, h, dt=torch.float32)
+        self.router_bias = param(e, dt=torch.float32) if moe.router_bias else None
         # Dense experts, allocated by allocate_dense: per expert its gate rows, then its up
         # rows [E, 2I, H]; its down [E, H, I].
         self.w13 = param(0)
@@ -102,7 +106,7 @@ class MixtureOfExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, moe_experts: MoeExperts) -> torch.Tensor:
         moe = self.spec
-        logits = F.linear(x, self.router, self.router_bias)
+        logits = F.linear(x.float(), self.router, self.router_bias).to(x.dtype)
         weights, ids = route(logits, moe.top_k, moe.router, moe.renormalize)
         out = moe_experts(x, weights, ids, self.experts(), self.activation)
         if self.parallel.world_size > 1:

@@ -55,12 +55,15 @@ __attribute__((noinline)) void rms_norm_row(const T* xr, const T* weight, T* o, 
   }
 }
 
+// Rows (t, h) of x [T, heads, hidden] at t * x_stride + h * head_stride (heads = 1: a 2-D
+// x), into out's contiguous rows.
 template <typename T>
-void rms_norm_rows(const T* x, int64_t x_stride, const T* weight, T* out, int64_t out_stride,
-                   int64_t rows, int64_t hidden, float eps) {
+void rms_norm_rows(const T* x, int64_t x_stride, int64_t head_stride, int64_t heads,
+                   const T* weight, T* out, int64_t rows, int64_t hidden, float eps) {
   at::parallel_for(0, rows, grain_for(hidden), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      rms_norm_row(x + r * x_stride, weight, out + r * out_stride, hidden, eps);
+      rms_norm_row(x + r / heads * x_stride + r % heads * head_stride, weight,
+                   out + r * hidden, hidden, eps);
     }
   });
 }
@@ -113,15 +116,19 @@ at::Tensor gated_rows(const at::Tensor& x, Row&& row) {
 
 }  // namespace
 
-// x [T, H] (rows with unit inner stride) -> weight * rmsnorm(x), [T, H].
+// x [T, H], or [T, heads, D] (Qwen3's per-head q/k norms, on views of the fused qkv output),
+// rows with unit inner stride -> weight * rmsnorm(x) over the last dimension, contiguous.
 at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps) {
-  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, "x must be [T, H] with contiguous rows");
+  TORCH_CHECK((x.dim() == 2 || x.dim() == 3) && x.stride(-1) == 1,
+              "x must be [T, H] or [T, heads, D] with contiguous rows");
   TORCH_CHECK(weight.is_contiguous() && weight.scalar_type() == x.scalar_type(), "bad weight");
-  auto out = at::empty({x.size(0), x.size(1)}, x.options());
+  const int64_t heads = x.dim() == 3 ? x.size(1) : 1;
+  const int64_t head_stride = x.dim() == 3 ? x.stride(1) : 0;
+  auto out = at::empty(x.sizes(), x.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rms_norm", [&] {
-    rms_norm_rows<scalar_t>(x.data_ptr<scalar_t>(), x.stride(0), weight.data_ptr<scalar_t>(),
-                            out.data_ptr<scalar_t>(), out.stride(0), x.size(0), x.size(1),
-                            static_cast<float>(eps));
+    rms_norm_rows<scalar_t>(x.data_ptr<scalar_t>(), x.stride(0), head_stride, heads,
+                            weight.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
+                            x.size(0) * heads, x.size(-1), static_cast<float>(eps));
   });
   return out;
 }
@@ -145,8 +152,8 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm(at::Tensor x, at::Tensor r
         sp[i] = static_cast<scalar_t>(static_cast<float>(xp[i]) + static_cast<float>(rp[i]));
       }
     });
-    rms_norm_rows<scalar_t>(sp, hidden, weight.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(),
-                            hidden, rows, hidden, static_cast<float>(eps));
+    rms_norm_rows<scalar_t>(sp, hidden, 0, 1, weight.data_ptr<scalar_t>(),
+                            out.data_ptr<scalar_t>(), rows, hidden, static_cast<float>(eps));
   });
   return {out, summed};
 }

@@ -53,7 +53,7 @@ constexpr int64_t DENSE = -1;  // the format argument of dense weights
 // 32 MB of projections) at the cost of reading the experts once per 512 tokens.
 constexpr int64_t TOKENS_PER_PASS = 512;
 // Output rows per work item: a multiple of 8 (a tile's weight rows; a packed group).
-constexpr int64_t ITEM_ROWS = 64;
+constexpr int64_t ITEM_ROWS = 128;
 
 enum class Activation { silu, gelu_tanh, clamped_swiglu };
 
@@ -75,7 +75,7 @@ void run_items(int64_t count, Fn&& fn) {
 }
 
 // One expert matrix stack [E, N, K]: dense (float32 / bf16), GGUF rows or quant_pack's
-// layout ([E, N / 8, K / 32, packed block bytes]).
+// layout ([E, N / 8, K / unit weights, unit bytes]).
 struct ExpertMatrix {
   const at::Tensor& t;
   int64_t format;  // DENSE or a GGUF type
@@ -101,7 +101,8 @@ ExpertMatrix check_matrix(const at::Tensor& t, int64_t format, int64_t E, int64_
   TORCH_CHECK(K % gw == 0, name, ": K must be a multiple of ", gw, " for GGUF type ", format);
   if (t.dim() == 4) {
 #if defined(OFFICELLM_QMM_AVX2)
-    TORCH_CHECK(t.size(2) * QK == K && t.size(3) == packed_block_bytes(format), name,
+    const auto [unit_weights, unit_bytes] = packed_unit(format);
+    TORCH_CHECK(t.size(2) * unit_weights == K && t.size(3) == unit_bytes, name,
                 " is not a packed weight of GGUF type ", format, " with K = ", K);
     return {t, format, t.size(1) * 8, K};
 #else
@@ -420,7 +421,7 @@ const float* bias_data(const std::optional<at::Tensor>& b, int64_t E, int64_t n,
 
 // x [T, H] float32/bf16/fp16; weights float32 [T, k]; ids int64 [T, k]; w13 [E, 2I, H] and
 // w2 [E, H, I] dense (float32/bf16; format -1) or GGUF blocks of type fmt13 / fmt2 (rows
-// uint8 [E, N, row bytes], or quant_pack's layout per expert [E, N / 8, K / 32, bytes]);
+// uint8 [E, N, row bytes], or quant_pack's layout per expert [E, N / 8, units, bytes]);
 // b13 float32 [E, 2I], b2 [E, H] or None; activation "silu", "gelu_tanh" or
 // "clamped_swiglu" (alpha, limit). Returns [T, H] in x's dtype.
 at::Tensor moe_experts(at::Tensor x, at::Tensor weights, at::Tensor ids,

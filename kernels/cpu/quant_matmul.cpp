@@ -68,8 +68,9 @@ static at::Tensor float_matmul(const at::Tensor& x, const at::Tensor& weight,
                                   int64_t format);
 
 // weight: uint8 [N, row bytes] of `format` groups (a GGUF tensor's rows). Returns the packed
-// layout above, uint8 [N / 8, K / 32, packed block bytes], where this build has one for the
-// format and N is a multiple of 8; else `weight` itself (quant_matmul reads both).
+// layout (quant_matmul_avx2.h), uint8 [N / 8, K / unit weights, unit bytes], where this build
+// has one for the format and N is a multiple of 8; else `weight` itself (quant_matmul reads
+// both).
 at::Tensor quant_pack(at::Tensor weight, int64_t format) {
   TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kByte && weight.is_contiguous(),
               "weight must be contiguous uint8 [N, row bytes]");

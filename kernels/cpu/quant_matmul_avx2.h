@@ -314,42 +314,73 @@ void matmul_rows(const uint8_t* w, int64_t row_bytes, const XBlocks& xq, float* 
   }
 }
 
-// The packed layout (quant_pack): a group of eight weight rows stored block by block, each
-// block as its eight rows' scales (then the offsets of Q4_1 and Q4_K, or Q6_K's second-half
-// scales) and its quants already in the lanes the vectors read: 8-bit quants (Q8_0, and
-// Q6_K's 0..63) as eight step vectors, 4-bit ones as four vectors of nibble pairs (t and
-// t + 4). A 32-weight format keeps its fp16 scales (MXFP4: exponent
-// bytes) and its bytes, in another order. A
-// K-quant keeps the float32 scales decode_row_scales gives (d * sc, and Q4_K's -dmin * mn)
-// and its quants re-laid as the 32-weight formats' (Q4_K's nibbles paired as Q4_1's, Q6_K's
-// six bits one byte each). A block then costs a few loads instead of four 8 x 4 transposes
-// and 16 scalar scale conversions (a K-quant's: its 6-bit scales unpacked and its bit planes
-// joined, per block and tile), at one row of x (a user typing), where the kernel had been
-// bound by that work rather than by the bytes read, and at a few rows, where it decided
-// whether blocks beat the dense weight at all. The K-quants' blocks grow (Q4_K 144 -> 192 B
-// per 8 x 32 weights, Q6_K 210 -> 320), which one row of x pays in bytes read.
+// The packed layout (quant_pack): a group of eight weight rows stored unit by unit along K,
+// its quants already in the lanes the vectors read. A 32-weight format's unit is one block:
+// its eight rows' scales (fp16; MXFP4's exponent bytes; then Q4_1's offsets) and its quants,
+// Q8_0's as eight step vectors, the 4-bit ones' as four vectors of nibble pairs (steps t and
+// t + 4). A K-quant's unit is one 256-weight group of the eight rows: a header of their
+// super-block scales as float32 (d, and Q4_K's -dmin), then its eight blocks, each its eight
+// rows' 6-bit (Q4_K: unsigned scale and min) or int8 (Q6_K: first- and second-half) scales
+// as bytes and its quants as nibble pairs, Q6_K's top two bits in two more vectors (the
+// steps 0-3 and 4-7, step s % 4 at bits 2 (s % 4) of each byte). A block costs a few loads,
+// shifts and one scale product (d * sc, exactly decode_row_scales' float product) instead of
+// four 8 x 4 transposes and 16 scalar scale conversions (a K-quant's 6-bit scales unpacked
+// and bit planes joined per block and tile). The bytes stay within 6% of GGUF's rows (Q4_K
+// 144 -> 152 B per 8 x 32 weights, Q6_K 210 -> 212): one row of x (a user typing) is bound by
+// the bytes it reads, a few rows by the work per block, and this layout cuts both.
 template <int64_t F>
 constexpr bool K_QUANT = F == GGML_Q4_K || F == GGML_Q6_K;
 
-// 8-bit quants in the packed block (Q8_0's int8, Q6_K's unsigned six bits); else nibbles.
+// Blocks per packed unit: a K-quant's group of eight, else one.
 template <int64_t F>
-constexpr bool BYTE_QUANTS = F == GGML_Q8_0 || F == GGML_Q6_K;
+constexpr int64_t packed_unit_blocks() {
+  return K_QUANT<F> ? 8 : 1;
+}
 
+// Bytes of a unit's header: a K-quant's eight rows' d (then Q4_K's -dmin) as float32.
+template <int64_t F>
+constexpr int64_t packed_header_bytes() {
+  return F == GGML_Q4_K ? 64 : F == GGML_Q6_K ? 32 : 0;
+}
+
+// Bytes of a block before its quants: eight rows' scales (and offsets, or second halves).
 template <int64_t F>
 constexpr int64_t packed_scale_bytes() {
-  return K_QUANT<F> ? 64 : F == GGML_Q4_1 ? 32 : F == GGML_MXFP4 ? 8 : 16;
+  return K_QUANT<F> ? 16 : F == GGML_Q4_1 ? 32 : F == GGML_MXFP4 ? 8 : 16;
 }
 
 template <int64_t F>
 constexpr int64_t packed_block_bytes() {
-  return packed_scale_bytes<F>() + (BYTE_QUANTS<F> ? 256 : 128);
+  return packed_scale_bytes<F>() + (F == GGML_Q8_0 ? 256 : F == GGML_Q6_K ? 192 : 128);
 }
 
-inline int64_t packed_block_bytes(int64_t format) {
-  if (group_weights(format) == 0) return 0;
-  int64_t bytes = 0;
-  with_format(format, [&](auto f) { bytes = packed_block_bytes<decltype(f)::value>(); });
-  return bytes;
+template <int64_t F>
+constexpr int64_t packed_unit_bytes() {
+  return packed_header_bytes<F>() + packed_unit_blocks<F>() * packed_block_bytes<F>();
+}
+
+// Block b of a packed group, and the header of its unit.
+template <int64_t F>
+inline const uint8_t* packed_block(const uint8_t* grp, int64_t b) {
+  constexpr int64_t UB = packed_unit_blocks<F>();
+  return grp + b / UB * packed_unit_bytes<F>() + packed_header_bytes<F>() +
+         b % UB * packed_block_bytes<F>();
+}
+
+template <int64_t F>
+inline const float* packed_header(const uint8_t* grp, int64_t b) {
+  return reinterpret_cast<const float*>(grp + b / packed_unit_blocks<F>() * packed_unit_bytes<F>());
+}
+
+// (weights, bytes) of a packed unit of `format`; (0, 0) where it has no packed layout.
+inline std::pair<int64_t, int64_t> packed_unit(int64_t format) {
+  if (group_weights(format) == 0) return {0, 0};
+  std::pair<int64_t, int64_t> unit;
+  with_format(format, [&](auto f) {
+    constexpr int64_t F = decltype(f)::value;
+    unit = {packed_unit_blocks<F>() * QK, packed_unit_bytes<F>()};
+  });
+  return unit;
 }
 
 // A K-quant block's 32 quants as stored, unsigned (Q4_K 0..15, Q6_K 0..63).
@@ -370,27 +401,63 @@ void k_quant_block(const uint8_t* row, int64_t b, uint8_t* q) {
   }
 }
 
-// A K-quant group of eight rows into the packed layout, lane by lane (load time only).
+// Block j's integer scales of a K-quant group as stored: Q4_K's 6-bit scale and min,
+// Q6_K's two int8 half scales (as bytes).
 template <int64_t F>
-void pack_k_quant_group(const uint8_t* const* rows, int64_t nb, uint8_t* out,
-                        std::vector<BlockScales>& row_scales) {
+std::pair<uint8_t, uint8_t> k_quant_scales(const uint8_t* grp, int64_t j) {
+  if constexpr (F == GGML_Q4_K) {
+    // Bytes 0-3 and 4-7 hold blocks 0-3's scales and mins in their low six bits; bytes
+    // 8-11 blocks 4-7's low four bits, their top two bits the top two of bytes 0-3 / 4-7
+    // (decode_row_scales reads them so).
+    const uint8_t* s = grp + 4;
+    const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    const int mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    return {static_cast<uint8_t>(sc), static_cast<uint8_t>(mn)};
+  } else {
+    return {grp[192 + 2 * j], grp[192 + 2 * j + 1]};
+  }
+}
+
+// A K-quant group of eight rows into packed units, lane by lane (load time only).
+template <int64_t F>
+void pack_k_quant_group(const uint8_t* const* rows, int64_t nb, uint8_t* out) {
   constexpr int64_t PB = packed_block_bytes<F>();
   constexpr int64_t SB = packed_scale_bytes<F>();
+  constexpr int64_t UNIT = packed_unit_bytes<F>();
+  constexpr int64_t HEAD = packed_header_bytes<F>();
+  std::memset(out, 0, nb / 8 * UNIT);  // Q6_K's top bits are or-ed in
   for (int l = 0; l < 8; ++l) {
-    decode_row_scales<F>(rows[l], nb, row_scales.data());
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* blk = out + b * PB;
-      const BlockScales& sc = row_scales[b];
-      const float second = F == GGML_Q4_K ? sc.m : sc.hi;
-      std::memcpy(blk + 4 * l, &sc.lo, 4);
-      std::memcpy(blk + 32 + 4 * l, &second, 4);
-      uint8_t q[QK];
-      k_quant_block<F>(rows[l], b, q);
-      // Vector t, lane l: four quant bytes; 8-bit: weights 4t..4t+3; nibbles: byte j holds
-      // weight j low and weight j + 16 high, as Q4_1 stores them.
-      for (int64_t j = 0; j < (BYTE_QUANTS<F> ? QK : QK / 2); ++j) {
-        blk[SB + 32 * (j / 4) + 4 * l + j % 4] =
-            BYTE_QUANTS<F> ? q[j] : static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+    for (int64_t g = 0; g < nb / 8; ++g) {
+      const uint8_t* grp = rows[l] + g * group_bytes(F);
+      uint8_t* unit = out + g * UNIT;
+      // The super-block scales as decode_row_scales has them; -dmin so that a min's term
+      // (-dmin) * mn is its -(dmin * mn), bit for bit (a product's rounding is symmetric).
+      const float d = half_to_float(F == GGML_Q4_K ? grp : grp + 208);
+      std::memcpy(unit + 4 * l, &d, 4);
+      if constexpr (F == GGML_Q4_K) {
+        const float neg_dmin = -half_to_float(grp + 2);
+        std::memcpy(unit + 32 + 4 * l, &neg_dmin, 4);
+      }
+      for (int64_t j = 0; j < 8; ++j) {
+        uint8_t* blk = unit + HEAD + j * PB;
+        const auto [first, second] = k_quant_scales<F>(grp, j);
+        blk[l] = first;
+        blk[8 + l] = second;
+        uint8_t q[QK];
+        k_quant_block<F>(rows[l], g * 8 + j, q);
+        // Vector t, lane l: four bytes, byte i holding weight 4t + i (low nibble) and
+        // 4t + i + 16 (high), as Q4_1 stores them; Q6_K's top bits of weight 4s + i at bits
+        // 2 (s % 4) of byte i, lane l, of top-bit vector s / 4.
+        for (int64_t w = 0; w < QK / 2; ++w)
+          blk[SB + 32 * (w / 4) + 4 * l + w % 4] =
+              static_cast<uint8_t>((q[w] & 0x0f) | ((q[w + 16] & 0x0f) << 4));
+        if constexpr (F == GGML_Q6_K) {
+          for (int64_t w = 0; w < QK; ++w) {
+            const int64_t s = w / 4;
+            blk[SB + 128 + 32 * (s / 4) + 4 * l + w % 4] |=
+                static_cast<uint8_t>((q[w] >> 4) << (2 * (s % 4)));
+          }
+        }
       }
     }
   }
@@ -399,13 +466,13 @@ void pack_k_quant_group(const uint8_t* const* rows, int64_t nb, uint8_t* out,
 template <int64_t F>
 void pack_groups(const uint8_t* w, int64_t row_bytes, int64_t nb, uint8_t* out, int64_t groups) {
   constexpr int64_t PB = packed_block_bytes<F>();
+  const int64_t group_stride = nb / packed_unit_blocks<F>() * packed_unit_bytes<F>();
   at::parallel_for(0, groups, 16, [&](int64_t begin, int64_t end) {
-    std::vector<BlockScales> row_scales(nb);
     for (int64_t g = begin; g < end; ++g) {
       const uint8_t* rows[8];
       for (int l = 0; l < 8; ++l) rows[l] = w + (8 * g + l) * row_bytes;
       if constexpr (K_QUANT<F>) {
-        pack_k_quant_group<F>(rows, nb, out + g * nb * PB, row_scales);
+        pack_k_quant_group<F>(rows, nb, out + g * group_stride);
       } else {
         for (int64_t b = 0; b < nb; ++b) {
           uint8_t* blk = out + (g * nb + b) * PB;
@@ -432,16 +499,32 @@ void pack_groups(const uint8_t* w, int64_t row_bytes, int64_t nb, uint8_t* out, 
   });
 }
 
+// Q6_K's top two bits of step s, from its top-bit vector (s / 4), moved to bits 4-5 of each
+// byte (16-bit shifts: what crosses a byte is masked off).
+inline __m256i q6_top_bits(__m256i top, int s) {
+  const int k = s % 4;
+  const __m256i at = k == 0 ? _mm256_slli_epi16(top, 4) : k == 1 ? _mm256_slli_epi16(top, 2)
+                     : k == 2 ? top : _mm256_srli_epi16(top, 2);
+  return _mm256_and_si256(at, _mm256_set1_epi8(0x30));
+}
+
+inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
 // A packed block's eight steps, as load_steps gives them from the rows.
 template <int64_t F>
 inline void load_packed_steps(const uint8_t* blk, __m256i* w) {
   const uint8_t* q = blk + packed_scale_bytes<F>();
-  if constexpr (BYTE_QUANTS<F>) {
-    for (int s = 0; s < 8; ++s) w[s] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
+  if constexpr (F == GGML_Q8_0) {
+    for (int s = 0; s < 8; ++s) w[s] = load32(q + 32 * s);
+  } else if constexpr (F == GGML_Q6_K) {
+    // The low nibbles as Q4_K's, each step's top two bits or-ed in above them.
+    for (int t = 0; t < 4; ++t) split_nibbles<GGML_Q4_K>(load32(q + 32 * t), w[t], w[t + 4]);
+    const __m256i top[2] = {load32(q + 128), load32(q + 160)};
+    for (int s = 0; s < 8; ++s) w[s] = _mm256_or_si256(w[s], q6_top_bits(top[s / 4], s));
   } else {
-    for (int t = 0; t < 4; ++t)
-      split_nibbles<F>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * t)), w[t],
-                       w[t + 4]);
+    for (int t = 0; t < 4; ++t) split_nibbles<F>(load32(q + 32 * t), w[t], w[t + 4]);
   }
 }
 
@@ -495,6 +578,15 @@ inline void packed_q8_dots(const uint8_t* q, const int8_t* const* xb, __m256i* l
   }
 }
 
+// Q6_K's step s from a packed block's quants: its nibble vector's low (s < 4) or high
+// nibbles, its top two bits or-ed in above them.
+inline __m256i packed_q6_step(const uint8_t* q, int s) {
+  const __m256i nibbles = load32(q + 32 * (s % 4));
+  const __m256i low = _mm256_and_si256(s < 4 ? nibbles : _mm256_srli_epi16(nibbles, 4),
+                                       _mm256_set1_epi8(0x0f));
+  return _mm256_or_si256(low, q6_top_bits(load32(q + 128 + 32 * (s / 4)), s));
+}
+
 // Q6_K's block_dots on AVX2 from a packed block: steps 0-3 (the first 16 weights) into lo,
 // 4-7 into hi, each a pair of steps at a time (2 * 2 * 63 * 127 fits int16), then widened.
 template <int MR>
@@ -503,8 +595,8 @@ inline void packed_q6_half_dots(const uint8_t* q, const int8_t* const* xb, int s
   for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_si256();
 #pragma GCC unroll 1
   for (int s = s0; s < s0 + 4; s += 2) {
-    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s));
-    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * s + 32));
+    const __m256i w0 = packed_q6_step(q, s);
+    const __m256i w1 = packed_q6_step(q, s + 1);
     for (int r = 0; r < MR; ++r) {
       const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x_step(xb[r], s)),
                                          _mm256_maddubs_epi16(w1, x_step(xb[r], s + 1)));
@@ -539,11 +631,12 @@ inline __m256 load_halves(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// A packed block's eight rows' scales, part `at` of its scale bytes (0: the scales; 1: the
-// offsets, or Q6_K's second-half scales): fp16 for the 32-weight formats, float32 for the
-// K-quants.
+// Block b's eight rows' scales in a packed group, part `at` (0: the scales; 1: the offsets,
+// or Q6_K's second-half scales): fp16 for the 32-weight formats, and a K-quant's d * sc (or
+// -dmin * mn) from its unit's header and its block's bytes, decode_row_scales' product.
 template <int64_t F>
-inline __m256 packed_scales(const uint8_t* blk, int at) {
+inline __m256 packed_scales(const uint8_t* grp, int64_t b, int at) {
+  const uint8_t* blk = packed_block<F>(grp, b);
   if constexpr (F == GGML_MXFP4) {  // e8m0_half of eight exponent bytes
     const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk)));
     const __m256i one = _mm256_set1_epi32(1);
@@ -552,17 +645,21 @@ inline __m256 packed_scales(const uint8_t* blk, int at) {
     return _mm256_castsi256_ps(
         _mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, one)));
   } else if constexpr (K_QUANT<F>) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(blk + 32 * at));
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 8 * at));
+    const __m256i ints = F == GGML_Q4_K ? _mm256_cvtepu8_epi32(bytes) : _mm256_cvtepi8_epi32(bytes);
+    const float* super = packed_header<F>(grp, b) + (F == GGML_Q4_K ? 8 * at : 0);
+    return _mm256_mul_ps(_mm256_loadu_ps(super), _mm256_cvtepi32_ps(ints));
   } else {
     return load_halves(blk + 16 * at);
   }
 }
 
+constexpr int64_t PREFETCH_BYTES = 1024;
+
 // tile() over one packed group: the same operations in the same order.
 template <int64_t F, int MR>
 inline void packed_tile(const uint8_t* grp, const XBlocks& xq, float* y, int64_t M,
                         int64_t N, int64_t nb, int64_t n, int64_t m) {
-  constexpr int64_t PB = packed_block_bytes<F>();
   const int64_t K = nb * QK;
   const int8_t* qx = xq.q;
   const float* dx = xq.d;
@@ -570,22 +667,25 @@ inline void packed_tile(const uint8_t* grp, const XBlocks& xq, float* y, int64_t
   __m256 acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = grp + b * PB;
     __m256i lo[MR], hi[MR];
     const int8_t* xb[MR];
     for (int r = 0; r < MR; ++r) xb[r] = qx + (m + r) * K + b * QK;
+    const uint8_t* blk = packed_block<F>(grp, b);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + PREFETCH_BYTES), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + PREFETCH_BYTES + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(blk + PREFETCH_BYTES + 128), _MM_HINT_T0);
     packed_block_dots<F, MR>(blk, xb, lo, hi);
-    const __m256 dw = packed_scales<F>(blk, 0);
+    const __m256 dw = packed_scales<F>(grp, b, 0);
     for (int r = 0; r < MR; ++r) {
       const float d = dx[b * M + m + r];
       acc[r] = add_term(acc[r], lo[r], unsigned_correction<F>(isum, b, M, m + r, 0), dw, d);
       if constexpr (F == GGML_Q6_K)
         acc[r] = add_term(acc[r], hi[r], unsigned_correction<F>(isum, b, M, m + r, 1),
-                          packed_scales<F>(blk, 1), d);
+                          packed_scales<F>(grp, b, 1), d);
     }
   }
   if constexpr (HAS_OFFSET<F>) {
-    add_offsets<MR>(acc, [&](int64_t b) { return packed_scales<F>(grp + b * PB, 1); },
+    add_offsets<MR>(acc, [&](int64_t b) { return packed_scales<F>(grp, b, 1); },
                     xq.sum + m, M, nb);
   }
   for (int r = 0; r < MR; ++r) _mm256_storeu_ps(y + (m + r) * N + n, acc[r]);
@@ -595,9 +695,9 @@ inline void packed_tile(const uint8_t* grp, const XBlocks& xq, float* y, int64_t
 template <int64_t F>
 void packed_rows(const uint8_t* packed, const XBlocks& xq, float* y, int64_t M, int64_t N,
                  int64_t nb, int64_t g0, int64_t g1) {
-  constexpr int64_t PB = packed_block_bytes<F>();
+  const int64_t group_stride = nb / packed_unit_blocks<F>() * packed_unit_bytes<F>();
   for (int64_t g = g0; g < g1; ++g) {
-    const uint8_t* grp = packed + g * nb * PB;
+    const uint8_t* grp = packed + g * group_stride;
     over_tiles(M, [&](auto mr, int64_t m) {
       packed_tile<F, decltype(mr)::value>(grp, xq, y, M, N, nb, 8 * g, m);
     });
@@ -612,35 +712,38 @@ void run_packed(const uint8_t* packed, const XBlocks& xq, float* y, int64_t M, i
   });
 }
 
-// quant_matmul over quant_pack's layout.
+// quant_matmul over quant_pack's layout, uint8 [N / 8, K / unit weights, unit bytes].
 at::Tensor packed_matmul(const at::Tensor& x, const at::Tensor& packed, int64_t format) {
-  const int64_t pb = packed_block_bytes(format);
-  TORCH_CHECK(pb > 0 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
-                  packed.size(2) == pb,
+  const auto [unit_weights, unit_bytes] = packed_unit(format);
+  TORCH_CHECK(unit_bytes > 0 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+                  packed.size(2) == unit_bytes,
               "not a packed weight of GGUF type ", format);
-  const int64_t M = x.size(0), K = x.size(1), N = packed.size(0) * 8, nb = packed.size(1);
-  TORCH_CHECK(K == nb * QK, "x has ", K, " features, the packed weight ", nb * QK);
+  const int64_t M = x.size(0), K = x.size(1), N = packed.size(0) * 8;
+  TORCH_CHECK(K == packed.size(1) * unit_weights, "x has ", K, " features, the packed weight ",
+              packed.size(1) * unit_weights);
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
   const QuantizedRows xq = quantize_rows(x.contiguous());
   const uint8_t* w = packed.data_ptr<uint8_t>();
   float* yp = y.data_ptr<float>();
-  with_format(format, [&](auto f) { run_packed<decltype(f)::value>(w, xq.view(), yp, M, N, nb); });
+  with_format(format, [&](auto f) {
+    run_packed<decltype(f)::value>(w, xq.view(), yp, M, N, K / QK);
+  });
   return y;
 }
 
 // quant_pack's layout of `weight` (see quant_pack), or `weight` itself where there is none.
 at::Tensor pack_weight(at::Tensor weight, int64_t format) {
-  const int64_t pb = packed_block_bytes(format), N = weight.size(0);
-  if (pb == 0 || N % 8 != 0 || N == 0) return weight;
+  const auto [unit_weights, unit_bytes] = packed_unit(format);
+  const int64_t N = weight.size(0);
+  if (unit_bytes == 0 || N % 8 != 0 || N == 0) return weight;
   TORCH_CHECK(weight.size(1) % group_bytes(format) == 0, "weight rows are not whole blocks");
-  // 32-weight blocks per row (a K-quant group holds eight).
-  const int64_t nb = weight.size(1) / group_bytes(format) * (group_weights(format) / QK);
-  at::Tensor out = at::empty({N / 8, nb, pb}, weight.options());
+  const int64_t K = weight.size(1) / group_bytes(format) * group_weights(format);
+  at::Tensor out = at::empty({N / 8, K / unit_weights, unit_bytes}, weight.options());
   const uint8_t* w = weight.data_ptr<uint8_t>();
   uint8_t* o = out.data_ptr<uint8_t>();
   with_format(format, [&](auto f) {
-    pack_groups<decltype(f)::value>(w, weight.size(1), nb, o, N / 8);
+    pack_groups<decltype(f)::value>(w, weight.size(1), K / QK, o, N / 8);
   });
   return out;
 }

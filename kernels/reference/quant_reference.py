@@ -140,40 +140,58 @@ def _nibble_pairs(qs: torch.Tensor, fmt: int, scale: torch.Tensor, offset: torch
     return q, scale, offset if offset is not None else torch.zeros_like(scale[..., 0])
 
 
-# Bytes of a packed block before its quants: eight rows' scales (fp16; a K-quant's float32;
-# MXFP4's exponent bytes), then Q4_1's and Q4_K's offsets or Q6_K's second-half scales.
-PACKED_SCALE_BYTES = {Q8_0: 16, Q4_0: 16, Q4_1: 32, Q4_K: 64, Q6_K: 64, MXFP4: 8}
+# The packed layout (kernels/cpu/quant_matmul_avx2.h) per format: bytes of a unit's header
+# (a K-quant's eight rows' float32 d, then Q4_K's -dmin), of a block's scales before its
+# quants (fp16, MXFP4's exponent bytes, a K-quant's integer scales), and blocks per unit.
+PACKED_HEADER_BYTES = {Q8_0: 0, Q4_0: 0, Q4_1: 0, Q4_K: 64, Q6_K: 32, MXFP4: 0}
+PACKED_SCALE_BYTES = {Q8_0: 16, Q4_0: 16, Q4_1: 32, Q4_K: 16, Q6_K: 16, MXFP4: 8}
+PACKED_UNIT_BLOCKS = {Q8_0: 1, Q4_0: 1, Q4_1: 1, Q4_K: 8, Q6_K: 8, MXFP4: 1}
 
 
 def _unpack_packed(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """unpack of the packed layout (kernels/cpu/quant_matmul.cpp: quant_pack), uint8 [N / 8,
-    nb, bytes]: each block its eight rows' scales, then its quants as vectors whose 32-bit
-    lane l holds row l's next four quant bytes (8-bit: one weight each, Q6_K's unsigned;
-    4-bit: byte j the weights j and j + 16)."""
+    units, bytes]: each unit a header (a K-quant's super-block scales) and its blocks, each
+    block its eight rows' scales, then its quants as vectors whose 32-bit lane l holds row
+    l's next four quant bytes (Q8_0: one weight each; the others: byte j the weights j and
+    j + 16, Q6_K's top two bits in two more vectors)."""
     if ids is None:
         ids = torch.arange(weight.shape[0] * 8)
-    blocks = weight[ids // 8]  # [n, nb, packed block bytes]
-    n, nb, _ = blocks.shape
+    units = weight[ids // 8]  # [n, units, unit bytes]
+    n, nu, _ = units.shape
     rows, lane = torch.arange(n), ids % 8
+    per_unit, head = PACKED_UNIT_BLOCKS[fmt], PACKED_HEADER_BYTES[fmt]
+    blocks = units[..., head:].reshape(n, nu * per_unit, -1)  # [n, nb, block bytes]
+    nb = blocks.shape[1]
 
     def row_bytes(part: torch.Tensor, width: int) -> torch.Tensor:
         """Lane `lane`'s bytes of each vector of `width`-byte lanes in `part`, in order."""
-        lanes = part.reshape(n, nb, -1, 8, width).permute(0, 3, 1, 2, 4)[rows, lane]
-        return lanes.reshape(n, nb, -1).contiguous()
+        lanes = part.reshape(n, part.shape[1], -1, 8, width).permute(0, 3, 1, 2, 4)[rows, lane]
+        return lanes.reshape(n, part.shape[1], -1).contiguous()
 
-    head = PACKED_SCALE_BYTES[fmt]
-    quants = row_bytes(blocks[..., head:], 4)
+    sb = PACKED_SCALE_BYTES[fmt]
+    quants = row_bytes(blocks[..., sb:sb + (256 if fmt == Q8_0 else 128)], 4)
     if fmt == MXFP4:
-        return _nibble_pairs(quants, fmt, e8m0_half(row_bytes(blocks[..., :head], 1)), None)
+        return _nibble_pairs(quants, fmt, e8m0_half(row_bytes(blocks[..., :sb], 1)), None)
     if fmt in (Q4_K, Q6_K):
-        scales = row_bytes(blocks[..., :head], 4).view(torch.float32)  # [n, nb, 2]
-    else:
-        scales = row_bytes(blocks[..., :head], 2).view(torch.float16).float()  # [n, nb, 1|2]
+        # Per block its rows' integer scales (Q4_K: scale then min, unsigned; Q6_K: its two
+        # halves', int8), times the unit's float32 d (and Q4_K's -dmin): the kernel's product.
+        ints = row_bytes(blocks[..., :sb], 1)  # [n, nb, 2]
+        ints = ints.to(torch.int32) if fmt == Q4_K else ints.view(torch.int8).to(torch.int32)
+        super_ = row_bytes(units[..., :head], 4).view(torch.float32)  # [n, units, 1 or 2]
+        super_ = super_.repeat_interleave(per_unit, dim=1)  # [n, nb, 1 or 2]
+        if fmt == Q6_K:
+            top = row_bytes(blocks[..., sb + 128:sb + 192], 4)  # [n, nb, 8]: step s at s // 4
+            high = torch.stack([(top.reshape(n, nb, 2, 4) >> (2 * k)) & 3
+                                for k in range(4)], dim=3).reshape(n, nb, QK)
+            q, _, _ = _nibble_pairs(quants, Q4_K, super_, None)
+            q = ((q.to(torch.int16) | (high.to(torch.int16) << 4)) - 32).to(torch.int8)
+            return q, super_[..., 0:1] * ints.float(), torch.zeros(n, nb)
+        return _nibble_pairs(quants, fmt, super_[..., 0:1] * ints[..., 0:1].float(),
+                             super_[..., 1] * ints[..., 1].float())
+    scales = row_bytes(blocks[..., :sb], 2).view(torch.float16).float()  # [n, nb, 1|2]
     if fmt == Q8_0:
         return quants.view(torch.int8), scales, torch.zeros(n, nb)
-    if fmt == Q6_K:
-        return (quants.to(torch.int16) - 32).to(torch.int8), scales, torch.zeros(n, nb)
     offset = scales[..., 1] if fmt in WITH_OFFSET else None
     return _nibble_pairs(quants, fmt, scales[..., 0:1], offset)
 

@@ -78,8 +78,19 @@ def test_a_packed_weight_gives_the_reference_bit_for_bit(module, fmt, shape):
     if module.quant_matmul_path() == "portable":
         assert packed is weight  # nothing to gain one row at a time: the rows as they are
     else:
-        assert packed.shape == (n // 8, k // qr.QK, packed.shape[2])
+        unit = qr.QK * qr.PACKED_UNIT_BLOCKS[fmt]
+        assert packed.shape == (n // 8, k // unit, packed.shape[2])
     assert torch.equal(module.quant_matmul(x, packed, fmt), qr.quant_matmul(x, weight, fmt))
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=[qr.NAMES[f] for f in FORMATS])
+def test_a_packed_weight_reads_at_most_6_percent_more_bytes_than_its_rows(module, fmt):
+    """One row of x (a user typing) is bound by the bytes a matmul reads: the packed layout
+    may not cost many more than GGUF's rows (the K-quants' float super-block scales)."""
+    if module.quant_matmul_path() == "portable":
+        pytest.skip("the portable build packs nothing")
+    weight = random_blocks(16, _in_features(fmt, 2), fmt, torch.Generator().manual_seed(fmt))
+    assert module.quant_pack(weight, fmt).numel() <= 1.06 * weight.numel()
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=[qr.NAMES[f] for f in FORMATS])
