@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
+from pathlib import Path
 
 import torch
 
+from officellm.engine.measured_choice import machine_key, remembered
 from officellm.kernels.cpu_features import cpu_features
 
 logger = logging.getLogger("officellm.engine.dtype_choice")
+
+BF16_FROM = 1.25  # bf16's speed over fp32's from which auto picks bf16
 
 NAMES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
@@ -35,21 +38,33 @@ def _time_linear(dtype: torch.dtype, m: int, k: int, n: int, repeats: int = 7) -
     return best
 
 
-@functools.cache
-def _measured_speeds(shape: tuple[int, int, int]) -> tuple[float, float]:
-    """fp32's and bf16's time for a matmul of `shape`, measured once per process: a model
-    loaded again (a wake from idle sleep, a reload in the model pool) gets the dtype it got
-    at first, not a new draw of the timing noise."""
-    return _time_linear(torch.float32, *shape), _time_linear(torch.bfloat16, *shape)
+# _measured_speedup's answers, by matmul shape and machine (engine/measured_choice.py): two
+# starts of one model on one machine choose the same dtype, so give the same answers.
+CHOICES_FILE = "dtype_choices.json"
+
+
+def _measured_speedup(shape: tuple[int, int, int], cache_dir: Path | None = None
+                      ) -> tuple[float, Path | None]:
+    """bf16's speed over fp32's for a matmul of `shape`, as first measured on this machine,
+    and the file it was kept in (None: measured now)."""
+
+    def measure() -> float:
+        fp32, bf16 = _time_linear(torch.float32, *shape), _time_linear(torch.bfloat16, *shape)
+        return fp32 / max(bf16, 1e-9)
+
+    key = "|".join(["x".join(map(str, shape)), *machine_key()])
+    return remembered(CHOICES_FILE, key, measure, cache_dir)
 
 
 def resolve_dtype(requested: str, device: torch.device, config_dtype: str | None,
-                  hidden_size: int = 1024, intermediate_size: int = 4096) -> torch.dtype:
+                  hidden_size: int = 1024, intermediate_size: int = 4096,
+                  cache_dir: Path | None = None) -> torch.dtype:
     """Map a --dtype value to a torch dtype.
 
     auto on CUDA: the checkpoint's half type (bf16 when it says float32). auto on the CPU:
     bf16 when the CPU has bf16 matrix instructions and a matmul of the model's shape
-    actually runs faster in bf16 than fp32 (measured here in ~tens of ms); else fp32.
+    actually runs faster in bf16 than fp32 (measured in ~tens of ms at the first start on
+    this machine, then kept in `cache_dir`: engine/measured_choice.py); else fp32.
     """
     if requested != "auto":
         try:
@@ -65,10 +80,13 @@ def resolve_dtype(requested: str, device: torch.device, config_dtype: str | None
                     "(AVX512-BF16 or AMX), so bf16 would be emulated", features.describe())
         return torch.float32
     shape = (32, hidden_size, 2 * intermediate_size)
-    fp32, bf16 = _measured_speeds(shape)
-    choice = torch.bfloat16 if bf16 < 0.8 * fp32 else torch.float32
+    speedup, kept_in = _measured_speedup(shape, cache_dir)
+    choice = torch.bfloat16 if speedup > BF16_FROM else torch.float32
     logger.info("dtype auto -> %s: this CPU (%s) has bf16 matrix instructions, and a "
-                "%dx%dx%d matmul measured here runs in bf16 at %.1fx the speed of fp32 "
-                "(bf16 is chosen from 1.25x)", str(choice).removeprefix("torch."),
-                features.describe(), *shape, fp32 / max(bf16, 1e-9))
+                "%dx%dx%d matmul runs in bf16 at %.1fx the speed of fp32 (bf16 is chosen "
+                "from %.2fx); %s", str(choice).removeprefix("torch."), features.describe(),
+                *shape, speedup, BF16_FROM,
+                "measured now" if kept_in is None else
+                f"as measured at the first start on this machine (delete {kept_in} to "
+                f"measure again)")
     return choice

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from officellm.engine.embedding.locked_tokenizer import LockedTokenizer
+from officellm.engine.loading.transformers_lock import TRANSFORMERS
 
 
 @dataclass(frozen=True)
@@ -44,26 +45,27 @@ class SentenceEncoder:
     if torch sees one, else the CPU)."""
 
     def __init__(self, model_dir: str | Path, device: str | None = None) -> None:
-        from sentence_transformers import SentenceTransformer
-        from sentence_transformers.models import Normalize
+        with TRANSFORMERS:
+            from sentence_transformers import SentenceTransformer
+            from sentence_transformers.models import Normalize
 
-        self.model_dir = Path(model_dir)
-        if not (self.model_dir / "modules.json").is_file():
-            raise FileNotFoundError(f"{self.model_dir} is not an embedding model officellm "
-                                    "runs: no sentence-transformers modules.json, and not a "
-                                    "decoder architecture that pools its last token")
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.model = SentenceTransformer(str(self.model_dir), device=device)
-        self.model.eval()
-        self.tokenizer = LockedTokenizer(self.model.tokenizer)
-        dimensions = int(self.model.get_embedding_dimension())
-        self.info = EncoderInfo(
-            dimensions=dimensions,
-            max_input_tokens=int(self.model.max_seq_length),
-            matryoshka_dimensions=matryoshka_dimensions(self.model_dir, dimensions),
-            normalized=any(isinstance(m, Normalize) for m in self.model),
-            vocab_size=len(self.tokenizer))
+            self.model_dir = Path(model_dir)
+            if not (self.model_dir / "modules.json").is_file():
+                raise FileNotFoundError(f"{self.model_dir} is not an embedding model officellm "
+                                        "runs: no sentence-transformers modules.json, and not a "
+                                        "decoder architecture that pools its last token")
+            if device is None:
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+            self.model = SentenceTransformer(str(self.model_dir), device=device)
+            self.model.eval()
+            self.tokenizer = LockedTokenizer(self.model.tokenizer)
+            dimensions = int(self.model.get_embedding_dimension())
+            self.info = EncoderInfo(
+                dimensions=dimensions,
+                max_input_tokens=int(self.model.max_seq_length),
+                matryoshka_dimensions=matryoshka_dimensions(self.model_dir, dimensions),
+                normalized=any(isinstance(m, Normalize) for m in self.model),
+                vocab_size=len(self.tokenizer))
 
     def tokenize(self, text: str, max_length: int | None = None) -> list[int]:
         """The ids sentence-transformers would encode for `text` (LockedTokenizer.tokenize)."""

@@ -29,6 +29,7 @@ from officellm.engine.loading.gguf_names import (
     unpermute_rows,
 )
 from officellm.engine.loading.gguf_tensors import expert_layers_in_blocks
+from officellm.engine.loading.transformers_lock import TRANSFORMERS
 
 logger = logging.getLogger("officellm.engine.loading.gguf_checkpoint")
 
@@ -175,9 +176,10 @@ def gguf_tokenizer(path: Path) -> Any:
     tokenizers (byte-level BPE, SentencePiece, Gemma's and Phi-3's), built without the
     model's config (which transformers cannot read for every architecture) and without the
     files beside it (from_pretrained would prefer a tokenizer.json in the same folder)."""
-    from transformers import PreTrainedTokenizerFast
+    with TRANSFORMERS:
+        from transformers import PreTrainedTokenizerFast
 
-    return PreTrainedTokenizerFast(name_or_path=str(path.parent), gguf_file=path.name)
+        return PreTrainedTokenizerFast(name_or_path=str(path.parent), gguf_file=path.name)
 
 
 def _generation_config(layout: GgufLayout, tokenizer: Any) -> dict[str, Any]:

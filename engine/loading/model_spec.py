@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from officellm.engine.loading.transformers_lock import TRANSFORMERS
+
 FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
 
@@ -344,25 +346,27 @@ def _expert_format(cfg: dict[str, Any]) -> str | None:
 def _text_config(wrapper: str, cfg: dict[str, Any]) -> dict[str, Any]:
     """The language model's config of a multimodal checkpoint, with transformers' defaults
     for what it leaves out."""
-    from transformers import AutoConfig
+    with TRANSFORMERS:
+        from transformers import AutoConfig
 
-    raw = {k: v for k, v in cfg.items() if k not in ("model_type", "transformers_version")}
-    text = AutoConfig.for_model(wrapper, **raw).text_config.to_dict()
-    for key in ("torch_dtype", "dtype", "tie_word_embeddings"):
-        if key in cfg and key not in text:
-            text[key] = cfg[key]
-    return text
+        raw = {k: v for k, v in cfg.items() if k not in ("model_type", "transformers_version")}
+        text = AutoConfig.for_model(wrapper, **raw).text_config.to_dict()
+        for key in ("torch_dtype", "dtype", "tie_word_embeddings"):
+            if key in cfg and key not in text:
+                text[key] = cfg[key]
+        return text
 
 
 def _with_defaults(model_type: str, cfg: dict[str, Any]) -> dict[str, Any]:
     """cfg as transformers' config class for model_type reads it: its defaults for the fields
     the file leaves out, rope settings in `rope_parameters`, `layer_types` where the family
     has them. The file's own values win where both are given."""
-    from transformers import AutoConfig
+    with TRANSFORMERS:
+        from transformers import AutoConfig
 
-    raw = {k: v for k, v in cfg.items() if k not in ("model_type", "transformers_version")}
-    normalized = AutoConfig.for_model(model_type, **raw).to_dict()
-    return {**normalized, **{k: v for k, v in cfg.items() if k not in normalized}}
+        raw = {k: v for k, v in cfg.items() if k not in ("model_type", "transformers_version")}
+        normalized = AutoConfig.for_model(model_type, **raw).to_dict()
+        return {**normalized, **{k: v for k, v in cfg.items() if k not in normalized}}
 
 
 def _rope_settings(cfg: dict[str, Any]) -> dict[str, RopeSpec]:

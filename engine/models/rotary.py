@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from officellm.engine.loading.model_spec import ModelSpec, RopeSpec
+from officellm.engine.loading.transformers_lock import TRANSFORMERS
 
 
 def rotary_dim(spec: ModelSpec) -> int:
@@ -22,22 +23,23 @@ def _scaled_inv_freq(spec: ModelSpec, rope: RopeSpec, layer_type: str | None,
                      seq_len: int | None = None) -> tuple[torch.Tensor, float]:
     """inv_freq and attention scaling through transformers' own rope functions (seq_len:
     LongRoPE's long factors past the original window)."""
-    from transformers import AutoConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    with TRANSFORMERS:
+        from transformers import AutoConfig
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    rtype = rope.scaling["rope_type"]  # type: ignore[index]
-    if rtype not in ROPE_INIT_FUNCTIONS:
-        raise ValueError(
-            f"Unsupported rope_scaling type {rtype!r}; supported: "
-            f"{', '.join(sorted(ROPE_INIT_FUNCTIONS))}."
-        )
-    # The model family's own config class normalizes rope settings across transformers versions.
-    raw = {k: v for k, v in spec.raw.items() if k not in ("model_type", "transformers_version")}
-    cfg = AutoConfig.for_model(spec.model_type, **raw)
-    kwargs = {"layer_type": layer_type} if layer_type else {}
-    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rtype](cfg, torch.device("cpu"), seq_len=seq_len,
-                                                   **kwargs)
-    return inv_freq.float(), float(scaling)
+        rtype = rope.scaling["rope_type"]  # type: ignore[index]
+        if rtype not in ROPE_INIT_FUNCTIONS:
+            raise ValueError(
+                f"Unsupported rope_scaling type {rtype!r}; supported: "
+                f"{', '.join(sorted(ROPE_INIT_FUNCTIONS))}."
+            )
+        # The model family's own config class normalizes rope settings across transformers versions.
+        raw = {k: v for k, v in spec.raw.items() if k not in ("model_type", "transformers_version")}
+        cfg = AutoConfig.for_model(spec.model_type, **raw)
+        kwargs = {"layer_type": layer_type} if layer_type else {}
+        inv_freq, scaling = ROPE_INIT_FUNCTIONS[rtype](cfg, torch.device("cpu"), seq_len=seq_len,
+                                                       **kwargs)
+        return inv_freq.float(), float(scaling)
 
 
 def _table(inv_freq: torch.Tensor, scaling: float, max_positions: int,

@@ -14,10 +14,7 @@ kept, blocks for batches up to that size. Never clearly faster: `none`.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import platform
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -26,11 +23,10 @@ from pathlib import Path
 import torch
 
 from officellm.engine.loading.gguf_tensors import QuantizedTensor
-from officellm.engine.loading.model_loader import default_cache_dir
+from officellm.engine.measured_choice import machine_key, remembered
 from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
 from officellm.engine.models.quantized_linear import QuantizedWeight
-from officellm.kernels.cpu_features import cpu_features
 
 logger = logging.getLogger("officellm.engine.quantization_choice")
 
@@ -128,19 +124,15 @@ def rows_in_words(n: int) -> str:
     return f"{n} row{'s' if n != 1 else ''}"
 
 
-# blocks_reach's answers, kept in the cache directory (CHOICES_FILE) by model file, dtype,
-# packing, threads, CPU and torch: the same model on the same machine starts with the same
-# weights every time (a wake from idle sleep, a reload in the model pool, a restart), instead
-# of a new draw of the timing noise near the margin, and starts without the timing.
+# blocks_reach's answers, kept in the cache directory (engine/measured_choice.py) by model
+# file, dtype, packing and machine.
 CHOICES_FILE = "quantization_choices.json"
 
 
 def _choice_key(source: str, dtype: torch.dtype, packs: bool) -> str:
     path = Path(source)
     stamp = f"{path.stat().st_size}:{path.stat().st_mtime_ns}" if path.exists() else "-"
-    return "|".join([str(path.resolve()), stamp, str(dtype), str(packs),
-                     str(torch.get_num_threads()), platform.processor() or platform.machine(),
-                     cpu_features().describe(), torch.__version__])
+    return "|".join([str(path.resolve()), stamp, str(dtype), str(packs), *machine_key()])
 
 
 def remembered_reach(source: str, dtype: torch.dtype, packs: bool,
@@ -148,27 +140,12 @@ def remembered_reach(source: str, dtype: torch.dtype, packs: bool,
                      cache_dir: Path | None = None) -> int | None:
     """blocks_reach for `source` as first measured on this machine (`measure` runs once;
     the answer is kept in `cache_dir`, default the engine's cache directory)."""
-    path = (cache_dir or default_cache_dir()) / CHOICES_FILE
-    key = _choice_key(source, dtype, packs)
-    try:
-        choices = json.loads(path.read_text())
-    except (OSError, ValueError):
-        choices = {}
-    if key in choices:
-        reach = choices[key]
+    reach, kept_in = remembered(CHOICES_FILE, _choice_key(source, dtype, packs), measure,
+                                cache_dir)
+    if kept_in is not None:
         logger.info("quantization auto: the choice measured at this model's first start on "
                     "this machine (%s; delete %s to measure again)",
-                    "every batch" if reach is None else rows_in_words(reach), path)
-        return reach
-    reach = measure()
-    choices[key] = reach
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(choices, indent=1))
-        tmp.replace(path)  # whole or not at all, whoever else writes it
-    except OSError as exc:  # a read-only cache: measured again at the next start
-        logger.warning("Cannot keep the quantization choice in %s: %s", path, exc)
+                    "every batch" if reach is None else rows_in_words(reach), kept_in)
     return reach
 
 
