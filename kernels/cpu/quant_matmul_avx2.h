@@ -654,6 +654,9 @@ inline __m256 packed_scales(const uint8_t* grp, int64_t b, int at) {
   }
 }
 
+// How far ahead of the block it reads a tile asks for the group's bytes: one row of x is
+// bound by memory, and the hardware prefetcher alone left the 2-core VM at ~12 GB/s of
+// its ~21. 1, 2 and 4 KB measured within this VM's noise of each other.
 constexpr int64_t PREFETCH_BYTES = 1024;
 
 // tile() over one packed group: the same operations in the same order.
