@@ -27,6 +27,7 @@ from officellm.engine.kv_plan import (
     KVPlan,
     dtype_bytes,
     format_plan,
+    gguf_weight_bytes,
     load_spec,
     make_plan,
 )
@@ -57,7 +58,7 @@ __all__ = [
     "EngineState", "LoadFailure", "EngineDeadError", "RequestAborted",
     # Configuration and the KV-cache plan (`officellm plan`, the CLI's knobs)
     "EngineConfig", "engine_knobs", "parse_memory",
-    "load_spec", "make_plan", "format_plan", "KVPlan", "KVCacheTooSmallError", "dtype_bytes",
+    "load_spec", "gguf_weight_bytes", "make_plan", "format_plan", "KVPlan", "KVCacheTooSmallError", "dtype_bytes",
     "check_kv_cache_dtype", "check_architecture", "UnsupportedModelError",
     # Several models in one memory budget (the server's model pool)
     "ModelFootprint", "estimate_footprint", "default_memory_budget",

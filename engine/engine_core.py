@@ -119,6 +119,7 @@ class EngineCore:
         self.spec, self.dtype, self.device = worker.spec, worker.dtype, worker.device
         self.kv_dtype = worker.kv_dtype
         self.weight_format = worker.weight_format  # dense, in blocks, or both (in words)
+        self.weight_bytes = worker.weight_bytes
         self.backend, self.model = worker.backend, worker.model
         # A block's bytes per token it holds: pool bytes = blocks x block_size x this (every
         # layer's KV for a model of one attention type).
@@ -268,6 +269,7 @@ class EngineCore:
             kv_cache_groups=self.kv.groups,
             bytes_per_token=self.bytes_per_token,
             kv_cache_dtype=kv_dtype_name(self.kv_dtype),
+            weight_bytes=self.weight_bytes,
             max_model_len=self.max_model_len,
             num_requests_finished_total=sched.num_finished_total,
             num_steps_total=self.num_steps_total,

@@ -128,20 +128,23 @@ def make_plan(
     tensor_parallel_size: int = 1,
     overhead_bytes: int = 0,
     kv_cache_dtype: str = "auto",
+    held_weight_bytes: int | None = None,
 ) -> KVPlan:
     """Size the KV pool that fits beside the weights in `memory_bytes` (per GPU under TP:
     the largest rank's share of the weights and of the KV heads; raises
     TensorParallelSplitError for a split the engine cannot run). The KV cache is stored in
     `kv_cache_dtype` (`--kv-cache-dtype`: auto is `dtype`; fp8 halves a 16-bit cache). A
     model with sliding-window layers is counted per KV cache group: its sliding layers hold a
-    window's tokens whatever the request's length."""
+    window's tokens whatever the request's length. `held_weight_bytes`: the weights as the
+    engine will hold them, where that is not the parameters in `dtype` (a GGUF's blocks on
+    the CPU: gguf_weight_bytes)."""
     nbytes = dtype_bytes(dtype)
     kv_nbytes, scale_bytes = kv_dtype_bytes(kv_cache_dtype, nbytes)
     tp = tensor_parallel_size
     per_token = spec.kv_bytes_per_token(kv_nbytes, tp, scale_bytes)
     groups = KVCacheGroups.for_windows(spec.layer_windows)
     block = kv_block_bytes(spec, groups, kv_nbytes, scale_bytes, block_size, tp)
-    weights = weight_bytes(spec, nbytes, tp)
+    weights = weight_bytes(spec, nbytes, tp) if held_weight_bytes is None else held_weight_bytes
     pool = max(0, memory_bytes - weights - overhead_bytes)
     num_blocks = pool // block
     mml = max_model_len or spec.max_position_embeddings
@@ -163,6 +166,19 @@ def make_plan(
 
 # Bytes per weight of a format experts are kept in: MXFP4's 17-byte blocks of 32.
 EXPERT_FORMAT_BYTES = {"mxfp4": 17 / 32}
+
+
+def gguf_weight_bytes(model: str, dtype: str, device: str, tensor_parallel_size: int = 1
+                      ) -> int | None:
+    """For a .gguf served on the CPU by one rank, the bytes its weights are held in there
+    (the file's blocks, read in place; the rest at `dtype`); None for anything else, whose
+    weights are the parameters in `dtype` (a GPU's Triton matmuls read dense weights)."""
+    path = Path(model).expanduser()
+    if path.suffix != ".gguf" or not path.is_file() or device != "cpu" or tensor_parallel_size != 1:
+        return None
+    from officellm.engine.loading.gguf_tensors import held_weight_bytes
+
+    return held_weight_bytes(path, dtype_bytes(dtype))
 
 
 def weight_bytes(spec: ModelSpec, nbytes: int, tensor_parallel_size: int = 1) -> int:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from officellm.engine.config import EngineConfig
-from officellm.engine.kv_plan import load_spec, make_plan
+from officellm.engine.kv_plan import gguf_weight_bytes, load_spec, make_plan
 from officellm.engine.loading.model_loader import bundled_model_path
 from officellm.engine.worker.worker import (
     CPU_KV_CAP,
@@ -24,7 +24,8 @@ DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 @dataclass(frozen=True)
 class ModelFootprint:
-    """A model's planned memory: dense weights in its dtype, plus its KV pool."""
+    """A model's memory: its weights as held (dense in its dtype, or a GGUF's blocks), plus
+    its KV pool."""
 
     weight_bytes: int
     kv_cache_bytes: int
@@ -40,8 +41,10 @@ def default_cpu_kv_bytes() -> int:
 
 
 def estimate_footprint(config: EngineConfig, kv_cache_bytes: int | None = None) -> ModelFootprint:
-    """The planned footprint of `config`'s model: weights by the parameter count (dense:
-    GGUF blocks kept quantized take less) and the KV pool `kv_cache_bytes`, else
+    """The planned footprint of `config`'s model: weights by the parameter count in its
+    dtype, or for a .gguf on the CPU its blocks as the file holds them (kv_plan's
+    gguf_weight_bytes: --quantization auto's dense copy for large batches, where it keeps
+    one, is counted once the model has loaded and says what it holds), and the KV pool `kv_cache_bytes`, else
     config.kv_cache_memory, else the CPU default (on CUDA: ValueError, saying to give one).
     Reads only the model's config."""
     source = bundled_model_path() if config.model is None else Path(config.model).expanduser()
@@ -51,7 +54,10 @@ def estimate_footprint(config: EngineConfig, kv_cache_bytes: int | None = None) 
         dtype = "fp32" if AUTO_DTYPE_BYTES.get(device, 4) == 4 else "bf16"
     else:
         dtype = DTYPE_NAMES[config.dtype.lower()]
-    plan = make_plan(spec, name, 0, dtype, tensor_parallel_size=config.tensor_parallel_size)
+    held = (gguf_weight_bytes(str(source), dtype, device, config.tensor_parallel_size)
+            if config.quantization in ("auto", "gguf") else None)
+    plan = make_plan(spec, name, 0, dtype, tensor_parallel_size=config.tensor_parallel_size,
+                     held_weight_bytes=held)
     weights = plan.weight_bytes * config.tensor_parallel_size
     kv = kv_cache_bytes if kv_cache_bytes is not None else config.kv_cache_memory
     if kv is None and device == "cuda":

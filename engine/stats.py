@@ -36,6 +36,8 @@ class EngineStats:
     # A block's bytes per token slot: the pool is num_blocks_total x block_size x this.
     bytes_per_token: int = 0
     kv_cache_dtype: str = ""  # the KV cache's storage dtype, e.g. "float16"
+    # The weights' bytes as this rank holds them (GGUF blocks, dense, or both).
+    weight_bytes: int = 0
     max_model_len: int = 0
     num_requests_finished_total: int = 0
     num_steps_total: int = 0

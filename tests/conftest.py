@@ -159,10 +159,32 @@ def postgres() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
-    """The bundled SmolLM2-135M-Instruct as a Hugging Face directory (GGUF converted once)."""
+    """The bundled SmolLM2-135M-Instruct as the engine serves it: the GGUF's description in
+    the cache (config, tokenizer), its weights read from the file."""
     from officellm.engine.loading.model_loader import resolve_model_dir
 
     return resolve_model_dir(None)
+
+
+@pytest.fixture(scope="session")
+def smollm2_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled GGUF as a whole float32 Hugging Face checkpoint, for transformers (the
+    model as written); written once per run and shared by pytest-xdist's workers."""
+    from filelock import FileLock
+
+    from officellm.engine.loading.gguf_checkpoint import write_hf_checkpoint
+    from officellm.engine.loading.model_loader import bundled_model_path
+
+    root = (tmp_path_factory.getbasetemp().parent if "PYTEST_XDIST_WORKER" in os.environ
+            else tmp_path_factory.getbasetemp())
+    target = root / "smollm2-checkpoint"
+    with FileLock(f"{target}.lock"):
+        if not (target / "model.safetensors.index.json").is_file():
+            partial = root / f"smollm2-checkpoint.partial{os.getpid()}"
+            partial.mkdir(parents=True, exist_ok=True)
+            write_hf_checkpoint(bundled_model_path(), partial)
+            partial.rename(target)
+    return target
 
 
 @pytest.fixture(scope="session")

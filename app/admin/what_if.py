@@ -9,6 +9,8 @@ this boundary, so a bad value is a 400 naming its field rather than a 500 from d
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
@@ -18,6 +20,7 @@ from officellm.engine import (
     check_kv_cache_dtype,
     dtype_bytes,
     format_plan,
+    gguf_weight_bytes,
     load_spec,
     make_plan,
     parse_memory,
@@ -40,6 +43,8 @@ class WhatIf(BaseModel):
     max_model_len: int | None = Field(None, ge=1, description=(
         "The longest request; null: the model's own maximum."))
     avg_tokens: int = Field(4000, ge=1, description="A typical thread's length, in tokens.")
+    device: Literal["cuda", "cpu"] = Field("cuda", description=(
+        "Where the model runs: on the cpu a .gguf's weights are held in its blocks."))
 
 
 def _bad(param: str, message: str) -> APIError:
@@ -71,5 +76,6 @@ def post_plan(body: WhatIf) -> WhatIfPlan:
         raise _bad("model", f"Cannot read a model config from {body.model!r}: it has no "
                             f"{exc}.") from exc
     plan = make_plan(spec, name, memory_bytes, body.dtype, body.max_model_len, body.avg_tokens,
-                     kv_cache_dtype=body.kv_cache_dtype)
+                     kv_cache_dtype=body.kv_cache_dtype,
+                     held_weight_bytes=gguf_weight_bytes(body.model, body.dtype, body.device))
     return WhatIfPlan(plan=plan, text=format_plan(plan))

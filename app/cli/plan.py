@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from officellm.engine import format_plan, load_spec, make_plan, parse_memory
+from officellm.engine import format_plan, gguf_weight_bytes, load_spec, make_plan, parse_memory
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--avg-tokens", type=int, default=4000, help="a typical chat's length")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="where the model runs (default cuda): on the cpu a .gguf's weights "
+                        "are held in its blocks, as the file stores them")
     p.add_argument("--fit-lengths", default="8192,32768",
                    help="the chat lengths of the table's columns (default 8192,32768)")
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
@@ -38,8 +41,11 @@ def run(args: argparse.Namespace) -> int:
     memories = [m.strip() for m in args.memory.split(",") if m.strip()]
     plans = [make_plan(spec, name, parse_memory(memory), args.dtype, args.max_model_len,
                        args.avg_tokens, args.block_size, args.tensor_parallel_size,
-                       kv_cache_dtype=args.kv_cache_dtype)
-             for spec, name in map(load_spec, args.model) for memory in memories]
+                       kv_cache_dtype=args.kv_cache_dtype,
+                       held_weight_bytes=gguf_weight_bytes(model, args.dtype, args.device,
+                                                           args.tensor_parallel_size))
+             for model in args.model for spec, name in [load_spec(model)]
+             for memory in memories]
     if args.json:
         out = [p.to_dict() for p in plans]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))

@@ -254,17 +254,16 @@ class ModelPool:
         return model.footprint
 
     async def _measure(self, model: ServedModel) -> None:
-        """A loaded model's footprint with the KV pool it actually has."""
+        """A loaded model's footprint as it holds it: weights and KV pool."""
         stats = model.async_engine.stats()
         if stats is None or not stats.bytes_per_token:
             await self.footprint(model)
             return
-        kv = stats.kv_cache_bytes
-        if model.footprint is None:
-            config = engine_config(self.settings, model.entry)
-            model.footprint = await asyncio.to_thread(estimate_footprint, config, kv)
-        elif model.footprint.kv_cache_bytes != kv:
-            model.footprint = ModelFootprint(model.footprint.weight_bytes, kv)
+        # What the engine holds replaces the plan: the weights as loaded (a GGUF's blocks,
+        # and the dense copy --quantization auto keeps for large batches where it measured
+        # one faster) and the pool it sized.
+        ranks = engine_config(self.settings, model.entry).tensor_parallel_size
+        model.footprint = ModelFootprint(stats.weight_bytes * ranks, stats.kv_cache_bytes * ranks)
 
     def estimate_in_background(self) -> None:
         """Estimate the footprints not known yet (reading a .gguf's config takes seconds),

@@ -77,13 +77,13 @@ def weights_from(model: torch.nn.Module):
     """While active, the engine loads its weights from `model` instead of safetensors."""
     import officellm.engine.worker.worker as worker  # where the engine (each rank's Worker) loads weights
 
-    original = worker.iter_safetensors
-    worker.iter_safetensors = lambda _dir: (
+    original = worker.iter_weights
+    worker.iter_weights = lambda _dir: (
         (k, v) for k, v in model.state_dict().items() if "rotary_emb" not in k)
     try:
         yield
     finally:
-        worker.iter_safetensors = original
+        worker.iter_weights = original
 
 
 def build_engine(model: torch.nn.Module, model_dir: Path, **config: Any):

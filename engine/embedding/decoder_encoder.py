@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from officellm.engine.attention import selection
 from officellm.engine.embedding.locked_tokenizer import LockedTokenizer
 from officellm.engine.embedding.sentence_encoder import EncoderInfo, matryoshka_dimensions
-from officellm.engine.loading.model_loader import iter_safetensors, load_config_dict
+from officellm.engine.loading.model_loader import iter_weights, load_config_dict
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.loading.tokenizer import load_tokenizer
 from officellm.engine.models.decoder import DecoderModel
@@ -87,7 +87,7 @@ class DecoderEncoder:
         model = DecoderModel(spec, dtype, selection.ops_for(self.device))
         model.lm_head.weight = None  # an embedder reads hidden states, never logits
         model.to(self.device)
-        model.load_weights(iter_safetensors(self.model_dir))
+        model.load_weights(iter_weights(self.model_dir))
         limit = min(spec.max_position_embeddings, MAX_INPUT_TOKENS)
         model.init_rotary(limit + 1)
         model.eval()

@@ -1,6 +1,8 @@
-"""A GGUF file as a Hugging Face checkpoint: its config (gguf_config.py) and its tensors,
+"""A GGUF file as a Hugging Face model: its config (gguf_config.py), tokenizer and tensors,
 dequantized, under the names and in the layout of the family's own checkpoints, with what
-llama.cpp's converter did undone (gguf_names.py says what).
+llama.cpp's converter did undone (gguf_names.py says what). The engine reads the tensors
+as it loads (model_loader.iter_weights); a whole checkpoint on disk is written only for
+transformers (write_hf_checkpoint: tests and benchmarks).
 
 Stacked experts are laid out as each family's checkpoints hold them: Qwen3-MoE's and
 Mixtral's one tensor per expert and projection, gpt-oss's fused gate_up_proj [E, H, 2I] with
@@ -130,15 +132,28 @@ class _FusedExperts:
                              f"{sorted(k for k, _ in self.pending)}")
 
 
-def write_hf_checkpoint(path: Path, target: Path) -> None:
-    """Write the GGUF at `path` into the empty directory `target` as a Hugging Face model:
-    config.json, float32 safetensors, the tokenizer (with the file's chat template) and
-    generation_config.json."""
-    from safetensors.torch import save_file
-
+def write_hf_description(path: Path, target: Path) -> None:
+    """Describe the GGUF at `path` in the empty directory `target` as a Hugging Face model
+    without its weights (the engine reads them from the file): config.json, the tokenizer
+    (with the file's chat template) and generation_config.json."""
     layout = read_layout(path)
     model_type_of(layout)  # an unsupported architecture is refused before any work
-    config = hf_config(layout)
+    (target / "config.json").write_text(json.dumps(hf_config(layout), indent=2))
+    tokenizer = gguf_tokenizer(path)
+    tokenizer.save_pretrained(str(target))
+    (target / "generation_config.json").write_text(json.dumps(
+        _generation_config(layout, tokenizer), indent=2))
+
+
+def write_hf_checkpoint(path: Path, target: Path) -> None:
+    """Write the GGUF at `path` into the empty directory `target` as a whole Hugging Face
+    checkpoint: its description and every weight as float32 safetensors (the model as
+    written, for transformers: the parity tests' and the fidelity benchmark's reference;
+    the engine never needs it)."""
+    from safetensors.torch import save_file
+
+    write_hf_description(path, target)
+    layout = read_layout(path)
     shard: dict[str, torch.Tensor] = {}
     weight_map: dict[str, str] = {}
     files: list[str] = []
@@ -151,9 +166,7 @@ def write_hf_checkpoint(path: Path, target: Path) -> None:
         shard.clear()
 
     size = 0
-    # A mixture's experts in blocks are read from the file itself when the model loads
-    # (engine/worker/worker.py): most of its bytes, never through a dense float32 copy.
-    for name, tensor in hf_tensors(layout, config, skip_block_experts=True):
+    for name, tensor in hf_tensors(layout, hf_config(layout)):
         if shard and size + tensor.numel() * 4 > SHARD_BYTES:
             flush()
             size = 0
@@ -164,11 +177,6 @@ def write_hf_checkpoint(path: Path, target: Path) -> None:
     (target / "model.safetensors.index.json").write_text(json.dumps(
         {"metadata": {"total_size": sum(t.stat().st_size for t in target.glob("*.safetensors"))},
          "weight_map": weight_map}, indent=2))
-    (target / "config.json").write_text(json.dumps(config, indent=2))
-    tokenizer = gguf_tokenizer(path)
-    tokenizer.save_pretrained(str(target))
-    (target / "generation_config.json").write_text(json.dumps(
-        _generation_config(layout, tokenizer), indent=2))
 
 
 def gguf_tokenizer(path: Path) -> Any:

@@ -136,3 +136,18 @@ def _expert_weights(stacks: dict[int, dict[str, QuantizedTensor]]
         w13 = torch.cat([gate.data, up.data], dim=1)
         experts[layer] = ExpertWeights(w13, down.data, fmt13=gate.fmt, fmt2=down.fmt)
     return experts, mixed
+
+
+def held_weight_bytes(path: Path, dense_nbytes: int) -> int:
+    """The bytes a CPU engine holds for the GGUF at `path` when its matmuls read the file's
+    blocks (--quantization gguf, and auto where blocks serve every batch size): every tensor
+    of a type with a kernel as stored, the rest (norms, biases, types without a kernel)
+    dequantized at `dense_nbytes` a value. Read from the file's header only."""
+    layout = read_layout(path)
+    total = 0
+    for t in layout.tensors:
+        if int(t.tensor_type) in quant_reference.GROUP_BYTES and len(t.shape) >= 2:
+            total += int(layout.tensor_bytes(t).nbytes)
+        else:
+            total += dense_nbytes * int(torch.Size(t.shape).numel())
+    return total

@@ -1,4 +1,10 @@
-"""Find a model's files, turn a GGUF into a cached Hugging Face directory, load weights."""
+"""Find a model's files, describe a GGUF as a small Hugging Face directory, load weights.
+
+A GGUF is served from where it lies: the cache holds only its description (config.json,
+the tokenizer and chat template, generation_config.json, SOURCE naming the file), a few
+MB; its weights are read from the file at every load (iter_weights), the matmuls' blocks
+as stored and anything else dequantized into memory. A dense copy on disk would have been
+~6x the file's size in float32: 4 GB for a 1B Q4_K_M, ~32 GB for an 8B."""
 
 from __future__ import annotations
 
@@ -9,9 +15,14 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safetensors import safe_open
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger("officellm.engine.loading.model_loader")
 
@@ -38,7 +49,8 @@ def bundled_model_path() -> Path:
 
 
 def default_cache_dir() -> Path:
-    """Where dequantized GGUF weights are cached (OFFICELLM_CACHE_DIR overrides)."""
+    """officellm's cache: GGUF descriptions, compiled CPU kernels, measured choices
+    (OFFICELLM_CACHE_DIR overrides)."""
     env = os.environ.get("OFFICELLM_CACHE_DIR")
     if env:
         return Path(env)
@@ -50,9 +62,9 @@ def default_cache_dir() -> Path:
 def resolve_model_dir(model: str | os.PathLike | None, cache_dir: Path | None = None) -> Path:
     """Return a Hugging Face model directory for `model`.
 
-    None means the bundled SmolLM2. A `.gguf` file is dequantized once (engine/loading/
-    gguf_checkpoint.py) and cached as safetensors, keyed by the file's path, size and mtime
-    and the reader's version, so later starts read safetensors.
+    None means the bundled SmolLM2. A `.gguf` file is described once (its config and
+    tokenizer, engine/loading/gguf_checkpoint.py) in the cache, keyed by the file's path,
+    size and mtime and the reader's version; its weights stay in the file.
     """
     path = bundled_model_path() if model is None else Path(model).expanduser()
     if path.is_dir():
@@ -71,8 +83,8 @@ def resolve_model_dir(model: str | os.PathLike | None, cache_dir: Path | None = 
 
 # Part of every cache key: a new GGUF reader (names, config, layout) never reuses a
 # directory an older one wrote. 2: officellm's own reader replaced transformers'; 3: experts
-# in blocks left out (read from the file).
-GGUF_READER_VERSION = 3
+# in blocks left out (read from the file); 4: no weights at all (all read from the file).
+GGUF_READER_VERSION = 4
 
 
 def _gguf_cache_key(path: Path) -> str:
@@ -82,8 +94,8 @@ def _gguf_cache_key(path: Path) -> str:
 
 
 def _complete(model_dir: Path) -> bool:
-    # A conversion is renamed into place whole: its config.json says it finished.
-    return (model_dir / "config.json").is_file() and any(model_dir.glob("*.safetensors"))
+    # A description is renamed into place whole: its SOURCE says it finished.
+    return (model_dir / "config.json").is_file() and (model_dir / "SOURCE").is_file()
 
 
 def _gguf_to_cached_dir(path: Path, cache_root: Path) -> Path:
@@ -99,19 +111,20 @@ def _gguf_to_cached_dir(path: Path, cache_root: Path) -> Path:
     with FileLock(f"{target}.lock"):
         if _complete(target):
             return target
-        return _convert_gguf(path, target)
+        described = _describe_gguf(path, target)
+        _remove_stale(path, target)
+        return described
 
 
-def _convert_gguf(path: Path, target: Path) -> Path:
-    from officellm.engine.loading.gguf_checkpoint import write_hf_checkpoint
+def _describe_gguf(path: Path, target: Path) -> Path:
+    from officellm.engine.loading.gguf_checkpoint import write_hf_description
 
     t0 = time.monotonic()
-    logger.info("Dequantizing %s once (cached in %s)...", path.name, target)
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        write_hf_checkpoint(path, tmp)
+        write_hf_description(path, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -119,8 +132,24 @@ def _convert_gguf(path: Path, target: Path) -> Path:
     if target.exists():
         shutil.rmtree(target)
     tmp.rename(target)
-    logger.info("Dequantized %s in %.1f s", path.name, time.monotonic() - t0)
+    logger.info("Described %s in %.1f s (in %s; its weights are read from the file)",
+                path.name, time.monotonic() - t0, target)
     return target
+
+
+def _remove_stale(path: Path, keep: Path) -> None:
+    """Remove the cache's other directories for the same file: an older reader's (which
+    held a dense float32 copy of the weights, ~6x the file) or the file's before it changed.
+    Only directories naming it in SOURCE, under its own stem, are touched."""
+    resolved = str(path.resolve())
+    for other in keep.parent.glob(f"{path.stem}-*"):
+        source = other / "SOURCE"
+        if other == keep or not other.is_dir() or not source.is_file():
+            continue
+        if source.read_text().strip() == resolved:
+            logger.info("Removing %s: an earlier description of %s", other, path.name)
+            shutil.rmtree(other, ignore_errors=True)
+            Path(f"{other}.lock").unlink(missing_ok=True)
 
 
 def _as_list(x: object) -> list[int]:
@@ -135,7 +164,27 @@ def load_config_dict(model_dir: Path) -> dict:
     return json.loads((model_dir / "config.json").read_text())
 
 
-def iter_safetensors(model_dir: Path):
+def iter_weights(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (Hugging Face name, tensor) for every weight of the model in `model_dir`: its
+    *.safetensors, or for a GGUF's description the file's tensors dequantized to float32 as
+    they are read (a mixture's experts in blocks left out: the engine reads them from the
+    file, engine/worker/worker.py)."""
+    if not (model_dir / "SOURCE").is_file():
+        yield from iter_safetensors(model_dir)
+        return
+    source = gguf_source(model_dir)
+    if source is None:
+        raise FileNotFoundError(
+            f"{model_dir} describes {(model_dir / 'SOURCE').read_text().strip()}, which is "
+            "gone: give the .gguf file's new path.")
+    from officellm.engine.loading.gguf_checkpoint import hf_tensors
+    from officellm.engine.loading.gguf_layout import read_layout
+
+    yield from hf_tensors(read_layout(source), load_config_dict(model_dir),
+                          skip_block_experts=True)
+
+
+def iter_safetensors(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield (name, tensor) for every tensor in the directory's *.safetensors files."""
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
@@ -147,7 +196,7 @@ def iter_safetensors(model_dir: Path):
 
 
 def gguf_source(model_dir: Path) -> Path | None:
-    """The GGUF file a cached directory was converted from, if it was one and still exists."""
+    """The GGUF file a cached directory describes, if it is one and the file still exists."""
     source = model_dir / "SOURCE"
     if not source.is_file():
         return None
@@ -156,7 +205,7 @@ def gguf_source(model_dir: Path) -> Path | None:
 
 
 def model_display_name(model_dir: Path) -> str:
-    """A readable name: the directory's, or the GGUF file's stem for a converted GGUF."""
+    """A readable name: the directory's, or the GGUF file's stem for a GGUF."""
     source = model_dir / "SOURCE"
     if source.is_file():
         return Path(source.read_text().strip()).stem

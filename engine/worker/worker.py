@@ -22,7 +22,7 @@ from officellm.engine.dtype_choice import resolve_dtype
 from officellm.engine.kv_cache_dtype import resolve_kv_cache_dtype, scale_bytes
 from officellm.engine.kv_plan import KVCacheTooSmallError, kv_block_bytes, size_pool
 from officellm.engine.loading.gguf_tensors import GgufWeights
-from officellm.engine.loading.model_loader import gguf_source, iter_safetensors, load_config_dict
+from officellm.engine.loading.model_loader import gguf_source, iter_weights, load_config_dict
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
@@ -128,7 +128,7 @@ class Worker:
         holding = expert_holding(config.quantization, self.backend, parallel.world_size,
                                  self.model.ops.moe_pack)
         moe_kept = self.model.hold_experts(gguf.experts, holding) if gguf is not None else 0
-        self.model.load_weights(iter_safetensors(model_dir), holding)
+        self.model.load_weights(iter_weights(model_dir), holding)
         moe_kept += sum(1 for layer in self.model.layers
                         if layer.moe is not None and layer.moe.quantized is not None
                         and gguf is None)
@@ -171,7 +171,7 @@ class Worker:
             assert gguf is not None
             blocks = gguf.tensors
         else:
-            blocks = quantize_at_load(iter_safetensors(model_dir), method)
+            blocks = quantize_at_load(iter_weights(model_dir), method)
         matmul, pack = self.model.ops.quant_matmul, self.model.ops.quant_pack
         # Batch-invariant: one kernel for every batch size, so the blocks for all of them.
         max_rows = (remembered_reach(str(source or model_dir), self.dtype, packs,

@@ -38,8 +38,8 @@ def chat_prompt_ids(smollm2_tokenizer) -> list[list[int]]:
 
 
 @pytest.fixture(scope="session")
-def smollm2_hf(smollm2_dir: Path):
-    return load_hf_model(smollm2_dir)
+def smollm2_hf(smollm2_checkpoint: Path):
+    return load_hf_model(smollm2_checkpoint)
 
 
 @pytest.fixture(scope="session")

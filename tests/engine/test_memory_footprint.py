@@ -1,6 +1,6 @@
 """The planned footprint of a model (engine/memory_footprint.py), which the server's model
 pool plans loads against its memory budget with: weights by the parameter count in the
-model's dtype, plus its KV pool."""
+model's dtype (a GGUF on the CPU: its blocks, as held), plus its KV pool."""
 
 from __future__ import annotations
 
@@ -54,3 +54,24 @@ def test_a_gpu_model_without_a_kv_size_cannot_be_planned_and_says_what_to_give(
         tiny_llama) -> None:
     with pytest.raises(ValueError, match="give it a kv_cache_memory"):
         estimate_footprint(EngineConfig(model=str(tiny_llama), device="cuda"))
+
+
+def test_a_gguf_on_the_cpu_is_planned_as_its_blocks_not_dense_weights() -> None:
+    from officellm.engine.loading.model_loader import bundled_model_path
+
+    gguf = bundled_model_path()
+    planned = estimate_footprint(EngineConfig(model=str(gguf), kv_cache_memory="32MiB"))
+    dense = estimate_footprint(EngineConfig(model=str(gguf), kv_cache_memory="32MiB",
+                                            quantization="none"))
+    file_bytes = gguf.stat().st_size
+    # The file's blocks and its few float32 norms; the vocabulary in the header is not held.
+    assert 0.9 * file_bytes < planned.weight_bytes < 1.05 * file_bytes
+    assert dense.weight_bytes > 4 * planned.weight_bytes  # 135M parameters in float32
+
+
+def test_a_loaded_engine_reports_the_weight_bytes_it_holds(smollm2_dir: Path) -> None:
+    from officellm.engine import LLM
+
+    llm = LLM(str(smollm2_dir), quantization="gguf", kv_cache_memory="32MiB")
+    core = llm.llm_engine.engine_core
+    assert llm.llm_engine.stats().weight_bytes == core.model.weight_bytes() > 0

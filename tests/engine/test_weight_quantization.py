@@ -15,7 +15,7 @@ import torch
 
 from officellm.engine import SamplingParams
 from officellm.engine.loading.gguf_tensors import QuantizedTensor, read_quantized
-from officellm.engine.loading.model_loader import bundled_model_path, iter_safetensors
+from officellm.engine.loading.model_loader import bundled_model_path, iter_weights
 from officellm.engine.models.parallel_linear import ColumnParallelLinear
 from officellm.engine.models.quantized_linear import QuantizedWeight
 from officellm.engine.weight_quantization import gguf_blocks, resolve_quantization
@@ -62,11 +62,11 @@ def k_quant_gguf(tmp_path_factory) -> Path:
 
 
 def test_the_gguf_blocks_dequantize_to_the_converted_checkpoint(smollm2_dir):
-    """Our reader (names, q/k row order, blocks) against transformers' dequantized copy."""
+    """Our reader (names, q/k row order, blocks) against the file dequantized by gguf-py."""
     spec_heads = (9, 3)  # SmolLM2-135M: 9 query heads, 3 KV heads
     blocks = read_quantized(bundled_model_path(), *spec_heads)
     assert len(blocks.tensors) == 30 * 7 + 1 and not blocks.unsupported
-    dense = dict(iter_safetensors(smollm2_dir))
+    dense = dict(iter_weights(smollm2_dir))
     for name, q in blocks.tensors.items():
         assert torch.equal(quant_reference.dequantize(q.data, q.fmt), dense[name]), name
 
@@ -81,7 +81,7 @@ def test_k_quant_blocks_dequantize_as_transformers_converts_them(k_quant_gguf):
     assert not blocks.unsupported
     assert {q.fmt for q in blocks.tensors.values()} == {
         quant_reference.Q4_K, quant_reference.Q6_K, quant_reference.Q8_0}
-    dense = dict(iter_safetensors(resolve_model_dir(k_quant_gguf)))
+    dense = dict(iter_weights(resolve_model_dir(k_quant_gguf)))
     assert len(blocks.tensors) == 2 * 7 + 1
     for name, q in blocks.tensors.items():
         assert torch.equal(quant_reference.dequantize(q.data, q.fmt), dense[name]), name

@@ -55,6 +55,19 @@ def test_an_fp8_cache_halves_the_bytes_per_token(admin) -> None:
     assert "28,672" in r.json()["text"]
 
 
+def test_a_gguf_on_the_cpu_is_planned_as_its_blocks(admin) -> None:
+    from officellm.engine.loading.model_loader import bundled_model_path
+
+    client, headers = admin
+    gguf = {"model": str(bundled_model_path()), "memory": "4GiB", "dtype": "fp32"}
+    on_cpu = client.post("/admin/plan", json=dict(gguf, device="cpu"), headers=headers)
+    on_gpu = client.post("/admin/plan", json=gguf, headers=headers)
+    assert on_cpu.status_code == on_gpu.status_code == 200, on_cpu.text
+    held = on_cpu.json()["plan"]["weight_bytes"]
+    assert held < 1.05 * bundled_model_path().stat().st_size  # the file's blocks
+    assert on_gpu.json()["plan"]["weight_bytes"] > 4 * held  # dense float32 on a GPU
+
+
 def test_the_what_if_answers_while_the_loaded_model_has_no_plan(admin) -> None:
     client, headers = admin
     assert client.get("/admin/plan", headers=headers).status_code == 503  # no model loaded
