@@ -7,7 +7,11 @@
 // of x are therefore quantized first, per 32-value block, to int8 with one float scale
 // (d = max|x| / 127, q = round(x / d)), as llama.cpp does; each (weight block, x block) pair
 // is then an exact integer dot times the two scales. The unsigned formats' offset term (Q4_1,
-// Q4_K) uses the block's float sum of x.
+// Q4_K: w = d q + m) multiplies the sum of the quantized block (d_x times its integer sum), as
+// llama.cpp's q8_1 does, not x's float sum: the whole dot then reads one x, and the rounding
+// of x meets the centred weights d q + m, not the all-positive d q. With x's float sum a Q4_1
+// matmul's error was 2.5x that of rounding x alone, and the model's KL divergence from its
+// float32 self 5x llama.cpp's (docs/performance.md, fidelity).
 //
 // Every format is read as 32-weight blocks (kernels/quant_reference.py's header has the
 // layouts): a K-quant's 256 weights are eight such blocks whose scales d * sc are exact in
@@ -29,7 +33,7 @@
 // order: for each block in turn, and each of its segments, acc = acc + dot * (d_w * d_x),
 // dot the segment's exact integer dot converted to float, rounding after each product and
 // sum (no fused multiply-add); Q4_1/Q4_K then add the offset term, summed over blocks in
-// block order, of m * sum(x block), each block's sum in quantize_block's order. This file is
+// block order, of m * sum(x block), each block's sum d_x * (its integer sum). This file is
 // compiled without -ffast-math (kernels/build/cpu_kernels.py gives it no reassociation, no
 // reciprocal approximations and no fused multiply-adds, whatever the other kernels get).
 //

@@ -43,10 +43,7 @@ inline QuantizedBlock quantize_block(const float* src, int8_t* q) {
     s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
     out.halves[h] = _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_srli_si128(s4, 4)));
   }
-  const __m256 lanes = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), v[2]), v[3]);
-  __m128 t = _mm_add_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps(lanes, 1));
-  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  out.sum = _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+  out.sum = out.d * static_cast<float>(out.halves[0] + out.halves[1]);
   return out;
 }
 

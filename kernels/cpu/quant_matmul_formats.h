@@ -109,8 +109,8 @@ alignas(16) constexpr uint8_t MXFP4_BIASED[16] = {12, 13, 14, 15, 16, 18, 20, 24
                                                   12, 11, 10, 9,  8,  6,  4,  0};
 
 // The rows of x a matmul reads, quantized per block (QuantizedRows below, or a share of the
-// rows the MoE kernel gathered for one expert): int8 values, the block's scale, its exact
-// float sum (Q4_1's offset) and the integer sums of its two halves (Q4_0's, Q6_K's and
+// rows the MoE kernel gathered for one expert): int8 values, the block's scale, the sum of
+// the quantized block (Q4_1's and Q4_K's offset) and the integer sums of its two halves (Q4_0's, Q6_K's and
 // MXFP4's unsigned storage). Scales and sums are block-major so a tile's x rows are
 // neighbours. Raw pointers: a tile reads them per block (a tensor's data_ptr is an
 // out-of-line call with checks, and was being made per tile).
@@ -131,10 +131,9 @@ struct QuantizedRows {
   XBlocks view() const { return {q.data(), d.data(), sum.data(), isum.data()}; }
 };
 
-// One 32-value block of x quantized: its int8 values, scale d, float sum and the integer
-// sums of its two halves. The float sum's order (the contract with the reference): the four
-// 8-value runs added lane by lane, ((r0 + r1) + r2) + r3, then the eight lanes folded in
-// halves, l + l[4:], then l + l[2:], then l[0] + l[1], the order one vector's adds give.
+// One 32-value block of x quantized: its int8 values, scale d, sum and the integer sums of
+// its two halves. The sum is the quantized block's, d * (halves[0] + halves[1]): one
+// rounding, the same in the reference (quant_matmul.cpp says why not x's float sum).
 struct QuantizedBlock {
   float d, sum;
   int32_t halves[2];

@@ -50,11 +50,7 @@ inline QuantizedBlock quantize_block(const float* src, int8_t* q) {
     q[j] = static_cast<int8_t>(__builtin_rintf(src[j] * id));
     out.halves[j / (QK / 2)] += q[j];
   }
-  float lanes[8];
-  for (int l = 0; l < 8; ++l) lanes[l] = ((src[l] + src[8 + l]) + src[16 + l]) + src[24 + l];
-  for (int l = 0; l < 4; ++l) lanes[l] = lanes[l] + lanes[l + 4];
-  for (int l = 0; l < 2; ++l) lanes[l] = lanes[l] + lanes[l + 2];
-  out.sum = lanes[0] + lanes[1];
+  out.sum = out.d * static_cast<float>(out.halves[0] + out.halves[1]);
   return out;
 }
 

@@ -207,19 +207,15 @@ def dequantize(weight: torch.Tensor, fmt: int, ids: torch.Tensor | None = None) 
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """x float32 [M, K] -> (int8 [M, nb, 32], scales [M, nb], float sums [M, nb]); each
-    block's sum in one vector's order: its four runs of 8 added lane by lane, then the 8
-    lanes folded in halves (4, 2, 1)."""
+    """x float32 [M, K] -> (int8 [M, nb, 32], scales [M, nb], sums [M, nb]); each block's
+    sum is the quantized block's, d times its integer sum (the offset term of Q4_1 and
+    Q4_K then reads the same x as the rest of the dot: kernels/cpu/quant_matmul.cpp says
+    why)."""
     blocks = x.float().reshape(x.shape[0], -1, QK)
     d = blocks.abs().amax(-1) * INV127
     inv = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
     q = torch.round(blocks * inv.unsqueeze(-1)).to(torch.int8)
-    lanes = blocks[..., 0:8] + blocks[..., 8:16]
-    lanes = lanes + blocks[..., 16:24]
-    lanes = lanes + blocks[..., 24:32]
-    for width in (4, 2, 1):
-        lanes = lanes[..., :width] + lanes[..., width:2 * width]
-    return q, d, lanes[..., 0]
+    return q, d, d * q.sum(-1, dtype=torch.int32).float()
 
 
 def _levels(weight: torch.Tensor, fmt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
