@@ -41,7 +41,7 @@ from officellm.engine.memory_footprint import (
     estimate_footprint,
 )
 from officellm.engine.output_processor import IterationStats, OutputKind
-from officellm.engine.outputs import CompletionOutput, RequestOutput
+from officellm.engine.outputs import CompletionOutput, PromptLogprobs, RequestOutput
 from officellm.engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output import StructuredOutputError, StructuredOutputsParams
@@ -67,7 +67,7 @@ __all__ = [
     "StructuredOutputsParams", "StructuredOutputError", "check_json_schema",
     "InputProcessor", "PromptTooLongError", "apply_chat_template", "load_tokenizer",
     # Results out
-    "RequestOutput", "CompletionOutput", "Logprob", "OutputKind",
+    "RequestOutput", "CompletionOutput", "Logprob", "PromptLogprobs", "OutputKind",
     # Observability
     "EngineStats", "IterationStats",
     # Failures

@@ -18,7 +18,13 @@ from typing import Any
 from officellm.engine.core.request import EngineCoreRequest
 from officellm.engine.core.scheduler_output import EngineCoreOutput
 from officellm.engine.detokenizer import IncrementalDetokenizer
-from officellm.engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, SampleLogprobs
+from officellm.engine.outputs import (
+    CompletionOutput,
+    PromptLogprobs,
+    RequestMetrics,
+    RequestOutput,
+    SampleLogprobs,
+)
 
 logger = logging.getLogger("officellm.engine.output_processor")
 
@@ -58,6 +64,10 @@ class _Request:
     seqs: list[_Sequence]
     metrics: RequestMetrics
     error: str | None = None
+    # The first sequence's prompt logprobs to arrive (every sequence computes the same), and
+    # whether a streamed request has yet to be sent them.
+    prompt_logprobs: PromptLogprobs | None = None
+    prompt_logprobs_due: bool = False
 
     @property
     def finished(self) -> bool:
@@ -185,6 +195,8 @@ class OutputProcessor:
         text = seq.detok.take_delta(finished=finish is not None)
         seq.finish_reason, seq.stop_reason = finish, stop_reason
         seq.num_cached_tokens = out.num_cached_tokens
+        if out.prompt_logprobs is not None and req.prompt_logprobs is None:
+            req.prompt_logprobs, req.prompt_logprobs_due = out.prompt_logprobs, True
         if out.new_token_ids:
             if req.metrics.first_token_time is None:
                 req.metrics.first_token_time = now
@@ -216,5 +228,9 @@ class OutputProcessor:
             deltas = [CompletionOutput(s.index, "".join(s.text), s.token_ids, s.finish_reason,
                                        s.stop_reason, s.logprobs, s.num_output_tokens)
                       for s in req.seqs]
+        prompt_logprobs = None
+        if req.kind is OutputKind.FINAL or req.prompt_logprobs_due:
+            prompt_logprobs, req.prompt_logprobs_due = req.prompt_logprobs, False
         return RequestOutput(req.request_id, req.prompt, req.prompt_token_ids, deltas, finished,
-                             req.seqs[0].num_cached_tokens, req.metrics, req.error)
+                             req.seqs[0].num_cached_tokens, req.metrics, req.error,
+                             prompt_logprobs)

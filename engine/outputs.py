@@ -8,6 +8,8 @@ from officellm.engine.core.scheduler_output import Logprob
 
 # One entry per generated token: token id -> Logprob (the chosen token plus the top-k).
 SampleLogprobs = list[dict[int, Logprob]]
+# One entry per prompt token, the same shape; None for the first (nothing comes before it).
+PromptLogprobs = list[dict[int, Logprob] | None]
 
 
 @dataclass
@@ -54,3 +56,6 @@ class RequestOutput:
     num_cached_tokens: int = 0
     metrics: RequestMetrics | None = None
     error: str | None = None  # set when the engine failed this request alone
+    # SamplingParams.prompt_logprobs' entries: on the request's first output with a token
+    # (streamed, DELTA) or on its one output (FINAL); None otherwise.
+    prompt_logprobs: PromptLogprobs | None = None

@@ -104,6 +104,7 @@ BOUNDS: dict[str, Bound] = {
     "max_tokens": Bound(minimum=1),
     "min_tokens": Bound(minimum=0),
     "logprobs": Bound(0, MAX_TOP_LOGPROBS),
+    "prompt_logprobs": Bound(0, MAX_TOP_LOGPROBS),
 }
 # Float fields: NaN and infinities are refused before any bound is looked at.
 FINITE_FIELDS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty",
@@ -141,6 +142,9 @@ class SamplingParams:
     temperature == 0 means greedy. `stop` strings are matched on the detokenized text and cut
     from the output; `stop_token_ids` end generation like EOS does. `logprobs=k` returns the
     chosen token's log-probability plus the top k alternatives (of the raw model distribution).
+    `prompt_logprobs=k` does the same for each prompt token from the second on, given the
+    tokens before it (vLLM's field: RequestOutput.prompt_logprobs, None for the first token);
+    a request asking for them computes its whole prompt, taking nothing from the prefix cache.
     `structured_outputs` constrains the output to a schema, regex, choice or grammar
     (engine/structured_output/); logprobs stay those of the unconstrained distribution.
     """
@@ -160,6 +164,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     structured_outputs: StructuredOutputsParams | None = None

@@ -87,9 +87,12 @@ class ChatLogprobs(WireModel):
 
 
 class CompletionLogprobs(WireModel):
+    """Per token; with echo the prompt's tokens come first, the first of them with null
+    token_logprobs and top_logprobs (nothing comes before it)."""
+
     tokens: list[str]
     token_logprobs: list[float | None]
-    top_logprobs: list[dict[str, float]]
+    top_logprobs: list[dict[str, float] | None]
     text_offset: list[int]
 
 

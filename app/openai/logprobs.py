@@ -27,20 +27,34 @@ def chat_logprobs(token_ids: list[int], entries: list[dict[int, Logprob]], k: in
     return content
 
 
-def completion_logprobs(token_ids: list[int], entries: list[dict[int, Logprob]], k: int,
+def completion_logprobs(token_ids: list[int], entries: list[dict[int, Logprob] | None], k: int,
                         texts: TokenText, offset: int) -> CompletionLogprobs:
-    """A completions `logprobs` object; text offsets count from `offset` characters."""
-    tokens, token_lps, tops, offsets = [], [], [], []
+    """A completions `logprobs` object; text offsets count from `offset` characters. An
+    entry of None (an echoed prompt's first token) gives null logprobs."""
+    tokens, token_lps, offsets = [], [], []
+    tops: list[dict[str, float] | None] = []
     for tid, entry in zip(token_ids, entries, strict=False):
         text, _ = texts.get(tid)
-        chosen = entry.get(tid)
         tokens.append(text)
+        offsets.append(offset)
+        offset += len(text)
+        if entry is None:
+            token_lps.append(None)
+            tops.append(None)
+            continue
+        chosen = entry.get(tid)
         token_lps.append(chosen.logprob if chosen else None)
         top = {texts.get(t)[0]: lp.logprob for t, lp in _top(entry, k)}
         if chosen is not None:
             top.setdefault(text, chosen.logprob)
         tops.append(top)
-        offsets.append(offset)
-        offset += len(text)
     return CompletionLogprobs(tokens=tokens, token_logprobs=token_lps, top_logprobs=tops,
                               text_offset=offsets)
+
+
+def joined(first: CompletionLogprobs, then: CompletionLogprobs) -> CompletionLogprobs:
+    """`first`'s tokens, then `then`'s: an echoed prompt's logprobs, then the answer's."""
+    return CompletionLogprobs(tokens=first.tokens + then.tokens,
+                              token_logprobs=first.token_logprobs + then.token_logprobs,
+                              top_logprobs=first.top_logprobs + then.top_logprobs,
+                              text_offset=first.text_offset + then.text_offset)

@@ -118,17 +118,19 @@ class _SamplingFields(BaseModel):
 
     def _sampling_params(self, max_tokens: int | None, logprobs: int | None,
                          constraint: StructuredOutputsParams | None,
-                         names: dict[str, str] | None = None) -> SamplingParams:
+                         names: dict[str, str] | None = None,
+                         prompt_logprobs: int | None = None) -> SamplingParams:
         """SamplingParams from the request; a SamplingParamsError (-> 400) for a value it
         refuses, naming the request's field (`names`: SamplingParams' field -> the request's,
         where they differ)."""
         try:
-            return self._build(max_tokens, logprobs, constraint)
+            return self._build(max_tokens, logprobs, constraint, prompt_logprobs)
         except SamplingParamsError as exc:
             raise exc.renamed((names or {}).get(exc.field, exc.field)) from None
 
     def _build(self, max_tokens: int | None, logprobs: int | None,
-               constraint: StructuredOutputsParams | None) -> SamplingParams:
+               constraint: StructuredOutputsParams | None,
+               prompt_logprobs: int | None) -> SamplingParams:
         return SamplingParams(
             n=self.n,
             temperature=1.0 if self.temperature is None else self.temperature,
@@ -145,6 +147,7 @@ class _SamplingFields(BaseModel):
             stop_token_ids=list(self.stop_token_ids or []),
             ignore_eos=self.ignore_eos,
             logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
             skip_special_tokens=self.skip_special_tokens,
             include_stop_str_in_output=self.include_stop_str_in_output,
             structured_outputs=constraint,
@@ -240,13 +243,22 @@ class ChatCompletionRequest(_SamplingFields):
 
 
 class CompletionRequest(_SamplingFields):
-    """POST /v1/completions. `prompt` is a string, token ids, or a batch of either."""
+    """POST /v1/completions. `prompt` is a string, token ids, or a batch of either.
+
+    OpenAI's legacy scoring: with `echo` and `logprobs` the prompt's tokens come back first,
+    with their logprobs (null for the first token), then the generated ones; `max_tokens: 0`
+    with `echo` scores the prompt alone.
+    """
 
     prompt: str | list[str] | list[int] | list[list[int]]
-    # OpenAI's default for completions
-    max_tokens: int | None = Field(16, json_schema_extra=bounded("max_tokens"))
+    # OpenAI's default for completions. The schema shows SamplingParams' bound (at least 1):
+    # 0 is the one exception, with echo, and is told in the description.
+    max_tokens: int | None = Field(
+        16, json_schema_extra=bounded("max_tokens"),
+        description="Tokens to generate; 0 is allowed with echo: the prompt is scored alone.")
     logprobs: int | None = Field(None, json_schema_extra=bounded("logprobs"))
-    echo: bool = False
+    echo: bool = Field(False, description="Return the prompt before the completion; with "
+                                          "logprobs, the prompt tokens' logprobs too.")
 
     def prompts(self) -> list[str | list[int]]:
         """The batch of prompts (one element for a single prompt)."""
@@ -259,8 +271,31 @@ class CompletionRequest(_SamplingFields):
             return [list(p)]  # type: ignore[arg-type]
         return list(p)  # type: ignore[arg-type]
 
+    @property
+    def scores_prompt_only(self) -> bool:
+        """echo with max_tokens 0: the answer is the prompt and its logprobs, nothing
+        generated."""
+        return self.echo and self.max_tokens == 0
+
     def sampling_params(self, constraint: StructuredOutputsParams | None = None) -> SamplingParams:
-        return self._sampling_params(self.max_tokens, self.logprobs, constraint)
+        """SamplingParams for the request: prompt logprobs when echo asks for logprobs, and
+        one token generated for max_tokens 0 (the engine always samples one; the route
+        leaves it out of the answer)."""
+        max_tokens = self.max_tokens
+        if max_tokens == 0:
+            if not self.echo:
+                raise SamplingParamsError(
+                    "max_tokens", "max_tokens must be at least 1, got 0 (0 is allowed only "
+                    "with echo: true, to score the prompt without generating).",
+                    BOUNDS["max_tokens"], 0)
+            if self.min_tokens:
+                raise SamplingParamsError(
+                    "min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens "
+                    "(0).", value=self.min_tokens)
+            max_tokens = 1
+        prompt_logprobs = self.logprobs if self.echo else None
+        return self._sampling_params(max_tokens, self.logprobs, constraint,
+                                     prompt_logprobs=prompt_logprobs)
 
 
 # -- vLLM's /tokenize and /detokenize --------------------------------------------------------

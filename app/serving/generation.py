@@ -26,6 +26,7 @@ from officellm.engine import (
     CompletionOutput,
     EngineDeadError,
     OutputKind,
+    PromptLogprobs,
     RequestAborted,
     RequestOutput,
     SamplingParams,
@@ -43,11 +44,14 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Choice:
     """One sequence's output (a delta while streaming, the whole output otherwise), under
-    its OpenAI choice index."""
+    its OpenAI choice index; `prompt_logprobs` (SamplingParams.prompt_logprobs) on the
+    choices of the engine output that brought them (streaming: the prompt's first output
+    with a token)."""
 
     index: int
     prompt_index: int
     output: CompletionOutput
+    prompt_logprobs: PromptLogprobs | None = None
 
 
 class ClientGone(Exception):
@@ -154,7 +158,7 @@ class Generation:
                 self._finish_reasons[index] = o.finish_reason
                 if o.token_ids and self._first_token is None:
                     self._first_token = time.monotonic()
-                out.append(Choice(index, prompt_index, o))
+                out.append(Choice(index, prompt_index, o, item.prompt_logprobs))
             if item.finished:
                 self._unfinished.discard(item.request_id)
             yield out

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import xgrammar as xgr
 
+    from officellm.engine.core.scheduler_output import Logprob
+
 
 class RequestParams(Protocol):
     """A sequence's sampling parameters as the engine behind the front end reads them: the
@@ -37,6 +39,7 @@ class RequestParams(Protocol):
     presence_penalty: float
     frequency_penalty: float
     logprobs: int | None
+    prompt_logprobs: int | None
 
     @property
     def greedy(self) -> bool: ...
@@ -171,6 +174,10 @@ class Request:
     draft_acceptance: float = 0.5  # a prior: a sequence must earn a better one
     draft_pause: int = 0
     draft_pauses: int = 0
+    # params.prompt_logprobs: the entries computed so far, entry j for prompt token j + 1
+    # (what position j's logits say of it), until they go out with the first sampled token.
+    prompt_logprobs: list[dict[int, Logprob]] = field(default_factory=list)
+    prompt_logprobs_sent: bool = False
 
     def __post_init__(self) -> None:
         self.all_token_ids: list[int] = list(self.prompt_token_ids)
@@ -209,6 +216,20 @@ class Request:
     def num_tokens_to_compute(self) -> int:
         """Tokens not yet scheduled through the model: known ones and one in flight."""
         return len(self.all_token_ids) + self.num_in_flight - self.num_computed_tokens
+
+    @property
+    def owes_prompt_logprobs(self) -> bool:
+        """Asked for prompt logprobs that have not gone out yet: its prompt's logits must be
+        computed, not taken from the prefix cache."""
+        return self.params.prompt_logprobs is not None and not self.prompt_logprobs_sent
+
+    def prompt_logprob_positions(self, start: int, num_new: int) -> range:
+        """The positions of a chunk of `num_new` tokens from `start` whose logits give prompt
+        logprobs still missing (the last prompt position's give the first sampled token)."""
+        if not self.owes_prompt_logprobs:
+            return range(0)
+        first = max(start, len(self.prompt_logprobs))
+        return range(first, max(first, min(start + num_new, self.num_prompt_tokens - 1)))
 
     @property
     def is_finished(self) -> bool:

@@ -9,11 +9,12 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 
-from officellm.engine.core.kv_cache_manager import KVCacheManager
+from officellm.engine.core.kv_cache_manager import GroupBlocks, KVCacheManager
 from officellm.engine.core.prefill_pacer import PrefillPacer
 from officellm.engine.core.request import Request, RequestStatus
 from officellm.engine.core.scheduler_output import (
     EngineCoreOutput,
+    Logprob,
     SamplerOutput,
     ScheduledChunk,
     SchedulerOutput,
@@ -143,8 +144,13 @@ class Scheduler:
             order = [r for r in order if r not in long_prompts] + [
                 r for r in order if r in long_prompts]
         first_words: Counter[str] = Counter()  # keys of the prompts this step finishes
+        # A prompt that owes prompt logprobs has logits computed at every position of its
+        # chunk: at most max_num_seqs such rows a step, the logits rows start-up profiling
+        # sizes the sampler for (engine/worker/memory_profiling.py), so a long one is
+        # chunked rather than holding a chunk-by-vocabulary tensor no profile counted.
+        logprob_rows = self.max_num_seqs
 
-        def prefill_room(req: Request, context: int) -> int:
+        def paced_room(req: Request, context: int) -> int:
             if pacer is None:
                 return budget
             waiters = decodes_by_key + first_words if req in long_prompts else decodes_by_key
@@ -154,6 +160,10 @@ class Scheduler:
             num_decodes, slowdown = pace
             return pacer.prefill_cap(num_decodes, context, slowdown, prefill_spent,
                                      decode_context)
+
+        def prefill_room(req: Request, context: int) -> int:
+            room = paced_room(req, context)
+            return min(room, logprob_rows) if req.owes_prompt_logprobs else room
 
         allocate = self.kv.allocate_slots
 
@@ -214,6 +224,8 @@ class Scheduler:
                 break
             if prompt_keys and policy.held_back(req) and prompt_keys != {req.fairness_key}:
                 continue
+            if req.owes_prompt_logprobs and not logprob_rows:
+                continue  # not a request that does not fit: admission goes on after it
             if req.status is RequestStatus.RUNNING:
                 room = prefill_room(req, req.num_computed_tokens)
                 if room <= 0:
@@ -238,6 +250,8 @@ class Scheduler:
                     prefill_spent += pacer.chunk_cost(num_new, req.num_computed_tokens)
                 if num_new == req.num_tokens_to_compute:
                     first_words[req.fairness_key] += 1
+                if req.owes_prompt_logprobs:
+                    logprob_rows -= num_new
                 prompt_keys.add(req.fairness_key)
 
         policy.charge(chosen)
@@ -250,7 +264,8 @@ class Scheduler:
         for req, n in sorted(chosen.items(), key=lambda item: order_of.get(item[0], 2)):
             start = req.num_computed_tokens
             samples = req in drafts or start + n == len(req.all_token_ids) + req.num_in_flight
-            chunks.append(ScheduledChunk(req, start, n, samples, drafts.get(req, ())))
+            chunks.append(ScheduledChunk(req, start, n, samples, drafts.get(req, ()),
+                                         req.prompt_logprob_positions(start, n)))
             # Advanced now, not when the results come back, so the next step can be scheduled
             # while this one runs (async scheduling); a chunk that samples puts a token in
             # flight.
@@ -270,7 +285,7 @@ class Scheduler:
             if req.status is RequestStatus.RUNNING:
                 left = req.num_tokens_to_compute
             elif req.status is RequestStatus.WAITING and req.num_tokens > limit:
-                left = req.num_tokens - self.kv.get_computed_blocks(req)[1]
+                left = req.num_tokens - self._cached_prefix(req)[1]
             else:
                 continue
             if left > limit:
@@ -283,7 +298,7 @@ class Scheduler:
         """Admit a waiting request with its first chunk if the pacer's room and the blocks
         allow (the policy may preempt a heavier key's request to make the room); the chunk's
         tokens, or 0 (it stays waiting)."""
-        hits, num_hit = self.kv.get_computed_blocks(req)
+        hits, num_hit = self._cached_prefix(req)
         room = prefill_room(req, num_hit)  # a cached history is context the chunk attends to
         if room <= 0:
             return 0
@@ -305,6 +320,14 @@ class Scheduler:
         req.status = RequestStatus.RUNNING
         self.running.append(req)
         return num_new
+
+    def _cached_prefix(self, req: Request) -> tuple[GroupBlocks, int]:
+        """The request's prefix in the prefix cache (blocks per group, tokens), or none for a
+        request that owes prompt logprobs: the cached positions' logits were never computed
+        (vLLM's rule too). Its own blocks still go to the cache as they fill."""
+        if req.owes_prompt_logprobs:
+            return tuple([] for _ in self.kv.windows), 0
+        return self.kv.get_computed_blocks(req)
 
     def _enter_long_context(self) -> None:
         """Running requests that have grown past long_context_after start over in the long
@@ -362,9 +385,13 @@ class Scheduler:
                                so.prefill_context, so.decode_context, so.chunk_context)
         outputs: list[EngineCoreOutput] = []
         tokens, logprobs, invalid = sampled.token_ids, sampled.logprobs, sampled.invalid
+        prompt_entries = iter(sampled.prompt_logprobs)
         row = 0
         for chunk in so.chunks:
             req = chunk.request
+            if chunk.prompt_logprob_positions:
+                self._add_prompt_logprobs(req, chunk.prompt_logprob_positions,
+                                          next(prompt_entries))
             if not chunk.samples:
                 continue
             req.num_in_flight -= 1
@@ -403,7 +430,8 @@ class Scheduler:
             outputs.append(EngineCoreOutput(
                 req.request_id, [token], None if lp is None else [lp],
                 status.finish_reason if status is not None else None, req.stop_reason,
-                req.num_cached_tokens, queue_time=queue_time))
+                req.num_cached_tokens, queue_time=queue_time,
+                prompt_logprobs=self._take_prompt_logprobs(req)))
         if self.speculation is not None:
             for req in self.running:  # the drafts each next decode verifies
                 if req.num_tokens_to_compute == 1:
@@ -445,7 +473,32 @@ class Scheduler:
         lps = None if logprobs[0] is None else list(logprobs[:len(kept)])
         return EngineCoreOutput(req.request_id, kept, lps,
                                 status.finish_reason if status is not None else None,
-                                req.stop_reason, req.num_cached_tokens, queue_time=queue_time)
+                                req.stop_reason, req.num_cached_tokens, queue_time=queue_time,
+                                prompt_logprobs=self._take_prompt_logprobs(req))
+
+    @staticmethod
+    def _add_prompt_logprobs(req: Request, positions: range,
+                             entries: list[dict[int, Logprob]]) -> None:
+        """Keep a chunk's prompt logprobs. Positions computed twice (the request was
+        preempted and recomputed while a step holding them was in flight) are kept once."""
+        if req.is_finished or not req.owes_prompt_logprobs:
+            return
+        have = len(req.prompt_logprobs)
+        if positions.start > have:  # never: each chunk starts where the last one's entries end
+            logger.error("Request %s: prompt logprobs for positions %d.. arrived before those "
+                         "from %d; dropped", req.request_id, positions.start, have)
+            return
+        req.prompt_logprobs.extend(entries[have - positions.start:])
+
+    @staticmethod
+    def _take_prompt_logprobs(req: Request) -> list[dict[int, Logprob] | None] | None:
+        """The prompt logprobs owed, with None for the first prompt token, once: they go
+        out with the request's first sampled token, and a recompute never sends them again."""
+        if not req.owes_prompt_logprobs:
+            return None
+        req.prompt_logprobs_sent = True
+        entries, req.prompt_logprobs = req.prompt_logprobs, []
+        return [None, *entries]
 
     def _grammar_dead_end(self, req: Request, token: int) -> EngineCoreOutput:
         """The grammar allowed no token at this step (the sampled one is then outside it):

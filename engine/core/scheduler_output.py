@@ -3,7 +3,7 @@ produced per request: plain data, no tensors."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from officellm.engine.core.request import Request
@@ -29,6 +29,9 @@ class ScheduledChunk(NamedTuple):
     # A decode's drafts (speculation): run after its last known token, each position
     # sampled; num_new_tokens counts them too.
     draft: tuple[int, ...] = ()
+    # Prompt logprobs (SamplingParams.prompt_logprobs): the chunk's positions whose logits
+    # are computed for them too, position j's giving prompt token j + 1's entry.
+    prompt_logprob_positions: range = range(0)
 
     @property
     def is_decode(self) -> bool:
@@ -102,6 +105,8 @@ class SamplerOutput:
     token_ids: list[int]
     logprobs: list[dict[int, Logprob] | None]
     invalid: list[bool]  # rows whose logits held NaN: those requests fail, the rest go on
+    # One list per chunk with prompt_logprob_positions, in batch order: an entry a position.
+    prompt_logprobs: list[list[dict[int, Logprob]]] = field(default_factory=list)
 
     @classmethod
     def empty(cls) -> SamplerOutput:
@@ -126,6 +131,9 @@ class EngineCoreOutput:
     # Seconds the request waited in the core before its first admission; on its first
     # output only (vllm:request_queue_time_seconds).
     queue_time: float | None = None
+    # SamplingParams.prompt_logprobs' entries, None for the first prompt token; on the
+    # output of the first sampled token only.
+    prompt_logprobs: list[dict[int, Logprob] | None] | None = None
 
     @property
     def finished(self) -> bool:

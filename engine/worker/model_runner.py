@@ -18,7 +18,11 @@ from officellm.engine.structured_output.bitmask import GrammarBitmask
 from officellm.engine.worker.host_to_device import stage_int64, to_device
 from officellm.engine.worker.pending_samples import PendingSamples
 from officellm.engine.worker.sampler import Sampler
-from officellm.engine.worker.sampling_metadata import SamplingMetadata, SamplingRow
+from officellm.engine.worker.sampling_metadata import (
+    PromptLogprobRows,
+    SamplingMetadata,
+    SamplingRow,
+)
 from officellm.kernels.reference.reference import cache_row_width
 
 if TYPE_CHECKING:
@@ -129,6 +133,10 @@ class ModelRunner:
         tables: list[list[list[int]]] = [[] for _ in range(num_groups)]
         from_previous: list[int] = []
         previous_rows: list[int] = []
+        # Prompt logprobs' rows go after every sampled row: the sampler reads the sampled
+        # ones as the logits' leading rows, and their order stays the one they had.
+        prompt_idx: list[int] = []
+        prompt_rows: list[PromptLogprobRows] = []
         offset = 0
         for chunk in so.chunks:
             req, start, n = chunk.request, chunk.start, chunk.num_new_tokens
@@ -161,14 +169,23 @@ class ModelRunner:
             elif chunk.samples:
                 logits_idx.append(offset - 1)
                 sampling.append(SamplingRow.of(req))
+            lp_positions = chunk.prompt_logprob_positions
+            if lp_positions:
+                first = offset - n - start  # the batch row of the request's position 0
+                prompt_idx.extend(range(first + lp_positions.start, first + lp_positions.stop))
+                prompt_rows.append(PromptLogprobRows(
+                    req.request_id,
+                    req.prompt_token_ids[lp_positions.start + 1:lp_positions.stop + 1],
+                    req.params.prompt_logprobs or 0))
             q_lens.append(n)
             ctx_lens.append(start + n)
             for g, blocks in enumerate(req.block_ids):
                 tables[g].append(blocks)
         batch = StepBatch(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64),
                           np.asarray(slots, dtype=np.int64).reshape(num_groups, -1), q_lens,
-                          ctx_lens, tables, logits_idx, from_previous, previous_rows)
-        return batch, SamplingMetadata(sampling)
+                          ctx_lens, tables, logits_idx + prompt_idx, from_previous,
+                          previous_rows)
+        return batch, SamplingMetadata(sampling, prompt_rows)
 
     def inputs_for(self, batch: StepBatch, sampling: SamplingMetadata) -> StepInputs:
         """The tensors of one forward pass (on any rank): staged in one host buffer and copied
@@ -258,8 +275,9 @@ class ModelRunner:
         nothing samples). The requests' penalties, min_tokens and grammar masks are read
         now, so under async scheduling they already count the previous step's tokens."""
         pending = None
-        if queued.sampling.rows and queued.logits is not None:
-            pending = self.sampler.sample(queued.logits, queued.sampling, grammar)
+        sampling = queued.sampling
+        if (sampling.rows or sampling.prompt_rows) and queued.logits is not None:
+            pending = self.sampler.sample(queued.logits, sampling, grammar)
         self._previous, self._previous_so, self._previous_rows = pending, queued.so, None
         return pending
 
@@ -283,7 +301,7 @@ class ModelRunner:
         """Run one built step (every rank runs this; only rank 0 has logits to sample, and
         so only rank 0 has grammar masks)."""
         logits = self.forward(batch, sampling)
-        if not sampling.rows or logits is None:
+        if not (sampling.rows or sampling.prompt_rows) or logits is None:
             return SamplerOutput.empty()
         return self.sampler.sample(logits, sampling, grammar).result()
 
@@ -293,8 +311,11 @@ class ModelRunner:
         inputs = self.inputs_for(batch, sampling)
         n = inputs.input_ids.shape[0]
         graphs = self.decode_graphs
+        # The graphs return each token's logits in batch order: right only when every token
+        # is a sampled row (a one-token prompt chunk looks like a decode, but its prompt
+        # logprobs' row comes after the sampled rows).
         if graphs is not None and graphs.can_run(n, inputs.metadata) and \
-                inputs.logits_indices.shape[0] == n:
+                inputs.logits_indices.shape[0] == n and not sampling.prompt_rows:
             return graphs.run(inputs.input_ids, inputs.positions, inputs.metadata)
         self.attention.set_metadata(inputs.metadata)
         return self.model(inputs.input_ids, inputs.positions, self.attention,

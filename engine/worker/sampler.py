@@ -9,7 +9,7 @@ import torch
 from officellm.engine.core.scheduler_output import SamplerOutput
 from officellm.engine.structured_output.bitmask import GrammarBitmask
 from officellm.engine.worker.host_to_device import to_device
-from officellm.engine.worker.pending_samples import PendingSamples
+from officellm.engine.worker.pending_samples import PendingSamples, RowLogprobs
 from officellm.engine.worker.sampling_metadata import SamplingMetadata, SamplingRow
 
 
@@ -18,7 +18,9 @@ class Sampler:
 
     Each seeded request owns a torch.Generator, and draws its noise from it alone, so its
     tokens are the same whatever else shares the batch. Logprobs are those of the raw model
-    distribution (before penalties and temperature), as vLLM returns by default.
+    distribution (before penalties and temperature), as vLLM returns by default. Rows past
+    the sampled ones are prompt logprobs' rows (SamplingMetadata.prompt_rows): each scored at
+    the prompt token that follows its position, never sampled.
 
     On a GPU the host reads the device once per step, for the sampled tokens and the rows
     that held NaN together (plus the logprobs' values when asked for): every decision taken
@@ -55,6 +57,11 @@ class Sampler:
         the constrained rows (after the raw logprobs are taken, so those stay the model's
         own)."""
         requests = sampling.rows
+        prompt_logprobs = None
+        if sampling.prompt_rows:
+            # The rows after the sampled ones: their raw logprobs are all they are for.
+            prompt_logprobs = self._prompt_logprobs(logits[len(requests):], sampling)
+            logits = logits[:len(requests)]
         # A row holding NaN fails its request. Its max is NaN exactly then: one reduction,
         # 4-16x cheaper on a CPU than isnan().any() (8.4 -> 1.7 ms at 64 x 49k).
         nan_rows = logits.amax(dim=-1).isnan()
@@ -85,8 +92,9 @@ class Sampler:
         if raw_logprobs is not None:
             logprobs = self._logprobs_of(raw_logprobs, tokens, max(k or 0 for k in want_logprobs))
         # The step's one read of the device, when the result is read: the tokens, the NaN
-        # flags and any logprobs come back together.
-        return PendingSamples(tokens, nan_rows, logprobs, want_logprobs)
+        # flags and any logprobs, prompt logprobs too, come back together.
+        return PendingSamples(tokens, nan_rows, logprobs, want_logprobs, prompt_logprobs,
+                              sampling.prompt_rows)
 
     # -- logits processing -------------------------------------------------------------
     @staticmethod
@@ -218,6 +226,16 @@ class Sampler:
         remove |= mass_before >= top_p.unsqueeze(1)
         sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
         return torch.empty_like(scaled).scatter_(1, sorted_idx, sorted_logits)
+
+    @classmethod
+    def _prompt_logprobs(cls, logits: torch.Tensor, sampling: SamplingMetadata) -> RowLogprobs:
+        """On the device, for the prompt logprobs' rows: the raw logprob (float32, before
+        any penalty or temperature, as the sampled rows') and rank of the prompt token each
+        row is scored at, and the rows' best logprobs and their ids."""
+        raw = torch.log_softmax(logits.float(), dim=-1)
+        targets = to_device([t for rows in sampling.prompt_rows for t in rows.next_token_ids],
+                            torch.long, logits.device)
+        return cls._logprobs_of(raw, targets, max(r.num_top for r in sampling.prompt_rows))
 
     @staticmethod
     def _logprobs_of(raw: torch.Tensor, tokens: torch.Tensor,

@@ -51,10 +51,26 @@ class SamplingRow:
 
 
 @dataclass(frozen=True)
+class PromptLogprobRows:
+    """One chunk's rows of prompt logprobs: a logits row per position of its
+    prompt_logprob_positions, each scored at the prompt token that follows it."""
+
+    request_id: str
+    next_token_ids: list[int]  # per row, the prompt token its entry is for
+    num_top: int  # SamplingParams.prompt_logprobs: the top alternatives each entry holds
+
+
+@dataclass(frozen=True)
 class SamplingMetadata:
-    """A row per request that samples this step, in logits-row order."""
+    """A row per request that samples this step, in logits-row order; then the rows of
+    prompt logprobs, which follow the sampled rows in the logits."""
 
     rows: list[SamplingRow] = field(default_factory=list)
+    prompt_rows: list[PromptLogprobRows] = field(default_factory=list)
+
+    @property
+    def num_prompt_rows(self) -> int:
+        return sum(len(p.next_token_ids) for p in self.prompt_rows)
 
     @classmethod
     def from_requests(cls, requests: Iterable[Request]) -> SamplingMetadata:

@@ -63,6 +63,20 @@ def test_grammar_masks_on_rank_0_constrain_a_tensor_parallel_engine(tiny_pair, c
     assert ours == [o.outputs[0].text for o in tp1.generate(chat_prompt_ids[:3], params)]
 
 
+def test_two_ranks_give_the_prompt_logprobs_of_one(tiny_pair, chat_prompt_ids):
+    """Every rank computes the logits of the scored prompt positions (the LM head's gather
+    is a collective); rank 0 scores them."""
+    tp2, tp1 = tiny_pair
+    params = SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=1)
+    prompts = chat_prompt_ids[:2]
+    for ours, ref, prompt in zip(tp2.generate(prompts, params), tp1.generate(prompts, params),
+                                 prompts):
+        assert len(ours.prompt_logprobs) == len(prompt) and ours.prompt_logprobs[0] is None
+        for token, a, b in zip(prompt[1:], ours.prompt_logprobs[1:],
+                               ref.prompt_logprobs[1:]):
+            assert a[token].logprob == pytest.approx(b[token].logprob, abs=1e-4)
+
+
 def test_two_ranks_give_the_tokens_of_one_on_prefix_cache_hits(tiny_pair, chat_prompt_ids):
     tp2, tp1 = tiny_pair
     first = chat_prompt_ids[5]

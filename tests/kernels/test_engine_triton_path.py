@@ -84,6 +84,36 @@ def test_padded_decode_graph_path_matches(tiny_qwen3, prompts, torch_tokens, gra
     assert tokens == torch_tokens[: len(prompts)]
 
 
+def test_prompt_logprobs_on_the_triton_path_match_the_torch_backend(tiny_qwen3, prompts,
+                                                                    graph_runs):
+    """Prompt logprobs (SamplingParams.prompt_logprobs) through the Triton kernels, the
+    prompts chunked beside decodes and the decode-only steps through the graph runner
+    (eagerly): the torch backend's numbers."""
+    params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True,
+                            prompt_logprobs=2)
+
+    def scored(backend: str, graphs: bool) -> list:
+        # A float32 KV cache on both: the backends' defaults differ under a float32 model,
+        # and a 16-bit cache's rounding shows (~1e-3) in every chunk that reads it.
+        llm = LLM(str(tiny_qwen3), dtype="float32", kv_cache_dtype="float32",
+                  kv_cache_memory="4MiB", attention_backend=backend, max_num_batched_tokens=8)
+        if graphs:
+            engine = llm.llm_engine
+            engine.engine_core.runner.capture_decode_graphs(4, engine.max_model_len,
+                                                            use_graphs=False)
+        return [o.prompt_logprobs for o in llm.generate(prompts, params)]
+
+    expected = scored("torch", graphs=False)
+    got = scored("triton", graphs=True)
+    assert graph_runs, "no decode step went through the graph runner"
+    for prompt, ours, theirs in zip(prompts, got, expected):
+        assert len(ours) == len(theirs) == len(prompt) and ours[0] is theirs[0] is None
+        for token, a, b in zip(prompt[1:], ours[1:], theirs[1:]):
+            assert a[token].logprob == pytest.approx(b[token].logprob, abs=1e-4)
+            best = [sorted(e.values(), key=lambda lp: lp.rank)[0].logprob for e in (a, b)]
+            assert best[0] == pytest.approx(best[1], abs=1e-4)
+
+
 @pytest.mark.slow  # CI budget: docs/testing.md
 def test_async_scheduling_through_the_graph_runner_matches(tiny_qwen3, prompts, torch_tokens,
                                                            graph_runs):

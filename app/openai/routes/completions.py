@@ -20,7 +20,7 @@ from officellm.app.openai.answers import (
     error_response,
     sse_description,
 )
-from officellm.app.openai.logprobs import completion_logprobs
+from officellm.app.openai.logprobs import completion_logprobs, joined
 from officellm.app.openai.protocol import CompletionRequest
 from officellm.app.openai.sse import DONE, SSEResponse, sse
 from officellm.app.principal import Principal
@@ -33,7 +33,7 @@ from officellm.app.serving.generation import (
 )
 from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState, admitted_server
-from officellm.engine import EngineDeadError
+from officellm.engine import EngineDeadError, PromptLogprobs
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
@@ -91,17 +91,45 @@ def _logprobs(gen: Generation, c: Choice, body: CompletionRequest,
                                gen.model.token_text, offset)
 
 
+def _prompt_logprobs(gen: Generation, prompt_index: int, entries: PromptLogprobs | None,
+                     body: CompletionRequest) -> CompletionLogprobs | None:
+    """An echoed prompt's tokens and logprobs (text offsets from 0), when asked for."""
+    if entries is None or body.logprobs is None:
+        return None
+    return completion_logprobs(gen.prompt_token_ids[prompt_index], entries, body.logprobs,
+                               gen.model.token_text, 0)
+
+
+def _scored_finish(finish: str | None) -> str | None:
+    """A prompt scored alone (max_tokens 0) ends by length, whatever ended the one token
+    the engine sampled to score it; an abort stays one."""
+    return "length" if finish in ("stop", "length") else finish
+
+
+def _usage(gen: Generation, body: CompletionRequest) -> Usage:
+    usage = gen.usage()
+    if body.scores_prompt_only:  # the token sampled to score the prompt is not the answer's
+        usage.update(completion_tokens=0, total_tokens=usage["prompt_tokens"])
+    return Usage(**usage)
+
+
 def _response(gen: Generation, choices: list[Choice], body: CompletionRequest, model: str,
               echo: list[str] | None) -> Completion:
     out = []
     for c in choices:
         prefix = echo[c.prompt_index] if echo else ""
-        out.append(CompletionChoice(index=c.index, text=prefix + c.output.text,
-                                    logprobs=_logprobs(gen, c, body, len(prefix)),
-                                    finish_reason=c.output.finish_reason,
-                                    stop_reason=c.output.stop_reason))
+        text, finish, stop_reason = c.output.text, c.output.finish_reason, c.output.stop_reason
+        lps = _logprobs(gen, c, body, len(prefix))
+        if body.scores_prompt_only:
+            text, lps, finish, stop_reason = "", None, _scored_finish(finish), None
+        if echo:
+            prompt_lps = _prompt_logprobs(gen, c.prompt_index, c.prompt_logprobs, body)
+            if prompt_lps is not None:
+                lps = prompt_lps if lps is None else joined(prompt_lps, lps)
+        out.append(CompletionChoice(index=c.index, text=prefix + text, logprobs=lps,
+                                    finish_reason=finish, stop_reason=stop_reason))
     return Completion(id=gen.request_id, created=gen.created, model=model, choices=out,
-                      usage=Usage(**gen.usage()))
+                      usage=_usage(gen, body))
 
 
 async def _stream(gen: Generation, body: CompletionRequest, model: str,
@@ -109,6 +137,11 @@ async def _stream(gen: Generation, body: CompletionRequest, model: str,
     include_usage = body.include_usage
     offsets = [0] * gen.num_choices  # characters sent so far, for logprobs' text_offset
     n = gen.params.n
+    # An echo asked for with logprobs waits for its prompt's logprobs, which come with the
+    # prompt's first output; it still goes before anything its choice generates.
+    echo_waits = echo is not None and body.logprobs is not None
+    echoed = [not echo_waits] * gen.num_choices
+    prompt_entries: dict[int, PromptLogprobs] = {}
 
     def chunk(index: int, text: str, logprobs: CompletionLogprobs | None, finish: str | None,
               stop_reason: int | str | None = None) -> str:
@@ -120,15 +153,30 @@ async def _stream(gen: Generation, body: CompletionRequest, model: str,
             payload.usage = None  # set, so it is sent (as OpenAI: null until the last chunk)
         return sse(payload)
 
-    if echo:
+    def echo_chunk(index: int, prompt_index: int) -> str:
+        assert echo is not None
+        text = echo[prompt_index]
+        offsets[index] = len(text)
+        return chunk(index, text, _prompt_logprobs(gen, prompt_index,
+                                                   prompt_entries.get(prompt_index), body),
+                     None)
+
+    if echo and not echo_waits:
         for index in range(gen.num_choices):
-            text = echo[index // n]
-            offsets[index] = len(text)
-            yield chunk(index, text, None, None)
+            yield echo_chunk(index, index // n)
     try:
         async for step in gen.choices():
             for c in step:
+                if c.prompt_logprobs is not None:
+                    prompt_entries[c.prompt_index] = c.prompt_logprobs
+                if not echoed[c.index]:
+                    echoed[c.index] = True
+                    yield echo_chunk(c.index, c.prompt_index)
                 o = c.output
+                if body.scores_prompt_only:
+                    if o.finish_reason:
+                        yield chunk(c.index, "", None, _scored_finish(o.finish_reason))
+                    continue
                 if not (o.text or o.logprobs or o.finish_reason):
                     continue
                 lps = _logprobs(gen, c, body, offsets[c.index])
@@ -140,5 +188,5 @@ async def _stream(gen: Generation, body: CompletionRequest, model: str,
         return
     if include_usage:
         yield sse(CompletionChunk(id=gen.request_id, created=gen.created, model=model,
-                                  choices=[], usage=Usage(**gen.usage())))
+                                  choices=[], usage=_usage(gen, body)))
     yield DONE
