@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build llama.cpp's llama-server (and llama-quantize, for benchmarks/real_shape_gguf.py) for
+# Build llama.cpp's llama-server (and llama-quantize, for benchmarks/real_shape_gguf.py, and
+# llama-perplexity, for benchmarks/fidelity.py) for
 # THIS CPU, from the llama.cpp sources vendored in the llama-cpp-python sdist on PyPI (this
 # machine reaches package registries, not GitHub).
 #
@@ -58,6 +59,7 @@ fi
 # A build made with other flags (before this check, say) is rebuilt.
 stamp="$root/build/officellm-extra-flags"
 if [ -x "$binary" ] && [ -x "$root/build/bin/llama-quantize" ] &&
+        [ -x "$root/build/bin/llama-perplexity" ] &&
         [ "$(cat "$stamp" 2>/dev/null)" = "$extra_flags" ]; then
     echo "$binary"
     exit 0
@@ -79,6 +81,6 @@ cmake -S src/vendor/llama.cpp -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Rele
     -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF \
     "-DCMAKE_C_FLAGS=$extra_flags" "-DCMAKE_CXX_FLAGS=$extra_flags" >build.log 2>&1
-cmake --build build --target llama-server llama-quantize -j "$(nproc)" >>build.log 2>&1
+cmake --build build --target llama-server llama-quantize llama-perplexity -j "$(nproc)" >>build.log 2>&1
 printf '%s' "$extra_flags" >"$stamp"
 echo "$binary"

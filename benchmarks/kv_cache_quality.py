@@ -28,31 +28,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.machine import cpu_description  # noqa: E402
+from benchmarks.teacher_forcing import as_decodes  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TEXT = Path(__file__).parent / "data" / "kv_quality_text.txt"
-
-
-@torch.inference_mode()
-def teacher_forced_logprobs(llm, token_ids: list[int]) -> torch.Tensor:
-    """[len - 1, vocab] log-probabilities of each next token, the text fed as decodes."""
-    from officellm.engine.attention.backend import AttentionMetadata
-
-    core = llm.llm_engine.engine_core
-    runner, model = core.runner, core.model
-    bs = runner.block_size
-    blocks = torch.arange(-(-len(token_ids) // bs), dtype=torch.long).unsqueeze(0)
-    rows = torch.zeros(1, dtype=torch.long)
-    out = []
-    for t, tok in enumerate(token_ids[:-1]):
-        runner.attention.set_metadata(AttentionMetadata(
-            slot_mapping=torch.tensor([[t]]), block_tables=blocks.unsqueeze(0),
-            seq_lens=torch.tensor([t + 1], dtype=torch.int32),
-            query_start_loc=torch.tensor([0, 1], dtype=torch.int32), num_decodes=1,
-            max_query_len=1, seq_lens_host=[t + 1], query_start_loc_host=[0, 1]))
-        logits = model(torch.tensor([tok]), torch.tensor([t]), runner.attention, rows)
-        out.append(torch.log_softmax(logits.float(), -1)[0])
-    return torch.stack(out)
 
 
 def decode_attention_ms(cache_dtype: torch.dtype, spec, chats: int = 16, tokens: int = 1024,
@@ -110,7 +89,7 @@ def main() -> None:
         core = llm.llm_engine.engine_core
         ids = llm.get_tokenizer().encode(TEXT.read_text())[: args.max_tokens]
         t0 = time.perf_counter()
-        lp = teacher_forced_logprobs(llm, ids)
+        lp = as_decodes(llm, ids)
         target = torch.tensor(ids[1:])
         nll = -lp.gather(1, target[:, None]).mean().item()
         seconds = time.perf_counter() - t0

@@ -59,7 +59,7 @@ GLOBAL_ROPE, LOCAL_ROPE = "global", "local"
 
 class DecoderLayer(nn.Module):
     def __init__(self, spec: ModelSpec, index: int, dtype: torch.dtype, plan: ShardPlan,
-                 parallel: ParallelState) -> None:
+                 parallel: ParallelState, matmul_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         h, d = spec.hidden_size, spec.head_dim
         self.num_heads = plan.num_q_heads
@@ -69,6 +69,7 @@ class DecoderLayer(nn.Module):
         self.window = spec.layer_window(index)
         self.rope = LOCAL_ROPE if spec.local_rope is not None and self.window else GLOBAL_ROPE
         e = dict(dtype=dtype)
+        md = matmul_dtype or dtype
 
         def norm(size: int) -> nn.Parameter:
             return nn.Parameter(torch.ones(size, **e), requires_grad=False)
@@ -79,8 +80,8 @@ class DecoderLayer(nn.Module):
         # the MLP's input and output.
         self.pre_ff_norm = norm(h) if spec.sandwich_norms else None
         self.post_ff_norm = norm(h) if spec.sandwich_norms else None
-        self.qkv = ColumnParallelLinear(h, self.q_size + 2 * self.kv_size, spec.qkv_bias, dtype)
-        self.o_proj = RowParallelLinear(self.q_size, h, spec.o_bias, dtype, parallel)
+        self.qkv = ColumnParallelLinear(h, self.q_size + 2 * self.kv_size, spec.qkv_bias, md)
+        self.o_proj = RowParallelLinear(self.q_size, h, spec.o_bias, md, parallel)
         if spec.qk_norm:
             self.q_norm = norm(d)
             self.k_norm = norm(d)
@@ -96,8 +97,8 @@ class DecoderLayer(nn.Module):
             self.moe = MixtureOfExperts(spec.moe, h, dtype, plan, parallel)
         else:
             inter = len(plan.intermediate)
-            self.gate_up = ColumnParallelLinear(h, 2 * inter, spec.mlp_bias, dtype)
-            self.down = RowParallelLinear(inter, h, spec.mlp_bias, dtype, parallel)
+            self.gate_up = ColumnParallelLinear(h, 2 * inter, spec.mlp_bias, md)
+            self.down = RowParallelLinear(inter, h, spec.mlp_bias, md, parallel)
 
     def dense_matmuls(self) -> list[ColumnParallelLinear | RowParallelLinear]:
         mlp = [self.gate_up, self.down] if self.moe is None else []
@@ -113,7 +114,12 @@ class DecoderModel(nn.Module):
     """The whole model: embeddings, layers, final norm, LM head."""
 
     def __init__(self, spec: ModelSpec, dtype: torch.dtype, ops: Any,
-                 parallel: ParallelState | None = None) -> None:
+                 parallel: ParallelState | None = None,
+                 matmul_dtype: torch.dtype | None = None) -> None:
+        """`dtype`: the activations' (and norms'); `matmul_dtype`: the dense matmul weights'
+        and the embedding table's, where they differ (a GGUF on the CPU: activations in
+        float32 between matmuls that read blocks, large batches on bf16 dense weights; the
+        matmuls cast their input, packed_linear.linear)."""
         super().__init__()
         parallel = parallel or ParallelState()
         self.spec = spec
@@ -121,11 +127,12 @@ class DecoderModel(nn.Module):
         self.parallel = parallel
         self.plan = ShardPlan.for_rank(spec, parallel.rank, parallel.world_size)
         h = spec.hidden_size
-        self.embed = VocabParallelEmbedding(self.plan, h, dtype, parallel)
-        self.layers = nn.ModuleList(DecoderLayer(spec, i, dtype, self.plan, parallel)
+        md = matmul_dtype or dtype
+        self.embed = VocabParallelEmbedding(self.plan, h, md, parallel, out_dtype=dtype)
+        self.layers = nn.ModuleList(DecoderLayer(spec, i, dtype, self.plan, parallel, md)
                                     for i in range(spec.num_layers))
         self.norm = nn.Parameter(torch.ones(h, dtype=dtype), requires_grad=False)
-        self.lm_head = ParallelLMHead(self.plan, h, spec.vocab_size, dtype, parallel,
+        self.lm_head = ParallelLMHead(self.plan, h, spec.vocab_size, md, parallel,
                                       tied=self.embed if spec.tie_word_embeddings else None)
         # Gemma scales the embeddings by sqrt(hidden) rounded to the model's dtype first;
         # Granite multiplies by its config's float.

@@ -44,7 +44,12 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
            packed: torch.Tensor | FixedOrderWeight | None) -> torch.Tensor:
     """F.linear, through the prepared weight when there is one: oneDNN's packed layout, or
-    the batch-invariant kernel's (engine/models/fixed_order_linear.py)."""
+    the batch-invariant kernel's (engine/models/fixed_order_linear.py). A weight held in
+    another dtype than x (bf16 dense weights under float32 activations) is run in the
+    weight's dtype, the result returned in x's."""
+    held = packed.dtype if isinstance(packed, torch.Tensor) else weight.dtype
+    if x.dtype != held and not isinstance(packed, FixedOrderWeight):
+        return linear(x.to(held), weight, bias, packed).to(x.dtype)
     if packed is None:
         return F.linear(x, weight, bias)
     if isinstance(packed, FixedOrderWeight):

@@ -24,10 +24,13 @@ class VocabParallelEmbedding(nn.Module):
     """Token embeddings, this rank's vocabulary rows only."""
 
     def __init__(self, plan: ShardPlan, hidden_size: int, dtype: torch.dtype,
-                 parallel: ParallelState) -> None:
+                 parallel: ParallelState, out_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.plan = plan
         self.parallel = parallel
+        # The table is held in `dtype` (a tied head's matmul dtype); rows come out in
+        # `out_dtype`, the model's activations'.
+        self.out_dtype = out_dtype or dtype
         self.weight = nn.Parameter(torch.empty(plan.vocab_shard, hidden_size, dtype=dtype),
                                    requires_grad=False)
         # The table in blocks, when kept so (one rank only): a lookup dequantizes its rows.
@@ -35,15 +38,15 @@ class VocabParallelEmbedding(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.quantized is not None:
-            return self.quantized.rows(input_ids, self.weight.dtype)
+            return self.quantized.rows(input_ids, self.out_dtype)
         if self.parallel.world_size == 1:
-            return F.embedding(input_ids, self.weight)
+            return F.embedding(input_ids, self.weight).to(self.out_dtype)
         start = self.plan.rank * self.plan.vocab_shard
         local = input_ids - start
         outside = (local < 0) | (local >= self.plan.vocab_shard)
         x = F.embedding(local.masked_fill(outside, 0), self.weight)
         x.masked_fill_(outside.unsqueeze(-1), 0)
-        return self.parallel.all_reduce(x)
+        return self.parallel.all_reduce(x.to(self.out_dtype))
 
 
 class ParallelLMHead(nn.Module):

@@ -108,19 +108,36 @@ class Worker:
         self.dtype = resolve_dtype(config.dtype, self.device, self.spec.torch_dtype,
                                    self.spec.hidden_size, self.spec.intermediate_size)
         self.backend = selection.backend_for(self.device, config.attention_backend)
+        source = gguf_source(model_dir)
+        self.matmul_dtype = self.dtype
+        split = self._float32_between_blocks(source)
+        if split:
+            # Between matmuls that read a GGUF's blocks, activations stay float32, as
+            # llama.cpp keeps them: rounding each one to bf16 made the bundled model's KL
+            # divergence from its float32 self 1.3x llama.cpp's (benchmarks/fidelity.py).
+            # Large batches still run bf16 dense weights where auto keeps them.
+            self.dtype = torch.float32
+            logger.info("Activations float32 between the GGUF's matmuls, dense weights "
+                        "(for large batches) %s, KV cache float16 unless --kv-cache-dtype "
+                        "says otherwise", str(self.matmul_dtype).removeprefix("torch."))
         if config.batch_invariant:
             selection.check_batch_invariant(self.backend)
             if self.backend == "cpu" and self.dtype not in (torch.float32, torch.bfloat16):
                 raise ValueError(f"--batch-invariant on the CPU runs float32 or bfloat16 "
                                  f"matmuls, not {self.dtype}: use --dtype float32, bfloat16 "
                                  f"or auto.")
+        # With float32 between a GGUF's matmuls, auto's KV cache is float16 (llama.cpp's
+        # default for the same file): 3 more mantissa bits than bf16 in the same bytes took
+        # the bundled model's KL divergence from 1.02x llama.cpp's to 0.97x.
+        kv_requested = ("float16" if split and config.kv_cache_dtype == "auto"
+                        else config.kv_cache_dtype)
         self.kv_dtype = resolve_kv_cache_dtype(
-            config.kv_cache_dtype, self.dtype, self.backend,
+            kv_requested, self.dtype, self.backend,
             torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None)
         self.model = DecoderModel(self.spec, self.dtype,
-                                  selection.ops_for(self.device, self.backend), parallel)
+                                  selection.ops_for(self.device, self.backend), parallel,
+                                  self.matmul_dtype)
         self.model.to(self.device)
-        source = gguf_source(model_dir)
         # A GGUF's blocks, read once: a mixture's experts are held before the dense weights
         # load (they are not in the dense copy), the matmuls' blocks after.
         gguf = (gguf_blocks(source, self.spec.num_heads, self.spec.num_kv_heads)
@@ -132,8 +149,8 @@ class Worker:
         moe_kept += sum(1 for layer in self.model.layers
                         if layer.moe is not None and layer.moe.quantized is not None
                         and gguf is None)
-        packs = (self.backend == "cpu" and self.dtype == torch.bfloat16
-                 and packed_linear.can_pack(self.device, self.dtype)
+        packs = (self.backend == "cpu" and self.matmul_dtype == torch.bfloat16
+                 and packed_linear.can_pack(self.device, self.matmul_dtype)
                  and not config.batch_invariant)
         self.weight_format = self._keep_quantized(model_dir, source, gguf, packs, moe_kept)
         self.weight_bytes = self.model.weight_bytes()
@@ -145,7 +162,7 @@ class Worker:
             logger.info("Batch-invariant: every attention row through the decode kernel, %d "
                         "dense matmuls in fixed order, weights %s (docs/batch_invariance.md)",
                         dense, self.weight_format)
-        elif self.backend == "cpu" and self.dtype == torch.bfloat16:
+        elif self.backend == "cpu" and self.matmul_dtype == torch.bfloat16:
             features = cpu_features()
             if packs:
                 self.model.pack_linears()
@@ -155,6 +172,16 @@ class Worker:
                             features.describe())
         self.load_seconds = time.monotonic() - t0
         self.runner: ModelRunner | None = None
+
+    def _float32_between_blocks(self, source: Path | None) -> bool:
+        """--dtype auto chose bf16 for a GGUF whose matmuls read blocks on this CPU: then
+        the activations are float32 and only the dense weights bf16 (and packed)."""
+        cfg = self.config
+        return (cfg.dtype == "auto" and source is not None and self.backend == "cpu"
+                and self.dtype == torch.bfloat16 and not cfg.batch_invariant
+                and packed_linear.can_pack(self.device, torch.bfloat16)
+                and resolve_quantization(cfg.quantization, source, self.backend,
+                                         self.parallel.world_size) == "gguf")
 
     def _keep_quantized(self, model_dir: Path, source: Path | None, gguf: GgufWeights | None,
                         packs: bool, moe_kept: int) -> str:
@@ -174,7 +201,7 @@ class Worker:
             blocks = quantize_at_load(iter_weights(model_dir), method)
         matmul, pack = self.model.ops.quant_matmul, self.model.ops.quant_pack
         # Batch-invariant: one kernel for every batch size, so the blocks for all of them.
-        max_rows = (remembered_reach(str(source or model_dir), self.dtype, packs,
+        max_rows = (remembered_reach(str(source or model_dir), self.matmul_dtype, packs,
                                      lambda: blocks_reach(self.model, blocks, matmul, pack,
                                                           packs, self.dtype))
                     if self.config.quantization == "auto" and not self.config.batch_invariant
