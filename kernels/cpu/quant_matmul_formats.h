@@ -110,10 +110,10 @@ alignas(16) constexpr uint8_t MXFP4_BIASED[16] = {12, 13, 14, 15, 16, 18, 20, 24
 
 // The rows of x a matmul reads, quantized per block (QuantizedRows below, or a share of the
 // rows the MoE kernel gathered for one expert): int8 values, the block's scale, the sum of
-// the quantized block (Q4_1's and Q4_K's offset) and the integer sums of its two halves (Q4_0's, Q6_K's and
-// MXFP4's unsigned storage). Scales and sums are block-major so a tile's x rows are
-// neighbours. Raw pointers: a tile reads them per block (a tensor's data_ptr is an
-// out-of-line call with checks, and was being made per tile).
+// the quantized block (Q4_1's and Q4_K's offset) and the integer sums of its two halves
+// (Q4_0's, Q6_K's and MXFP4's unsigned storage). Scales and sums are block-major so a
+// tile's x rows are neighbours. Raw pointers: a tile reads them per block (a tensor's
+// data_ptr is an out-of-line call with checks, and was being made per tile).
 struct XBlocks {
   const int8_t* q;      // [M, K]
   const float* d;       // [nb * M]: block b's scale of row m at b * M + m
