@@ -14,9 +14,7 @@ no CPU.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import enum
-import gc
 import logging
 import queue
 import threading
@@ -25,10 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
-
 from officellm.engine.core.request import EngineCoreRequest
 from officellm.engine.core.scheduler_output import EngineCoreOutput
+from officellm.engine.host_memory import release_freed_memory
 from officellm.engine.input_processor import InputProcessor
 from officellm.engine.kv_plan import KVCacheTooSmallError
 from officellm.engine.llm_engine import LLMEngine
@@ -124,19 +121,6 @@ class _Stop:
 
 class _Sleep:
     pass
-
-
-def release_freed_memory() -> None:
-    """Hand what Python and torch freed back to the system: the GPU's cached blocks to the
-    device, and on Linux the heap's free pages (glibc keeps them otherwise, and the
-    process's resident memory would not drop)."""
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: its allocator returns what it returns
-        pass
 
 
 class AsyncLLM:

@@ -8,13 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from officellm.engine.config import EngineConfig
+from officellm.engine.host_memory import available_memory_bytes
 from officellm.engine.kv_plan import gguf_weight_bytes, load_spec, make_plan
 from officellm.engine.loading.model_loader import bundled_model_path
-from officellm.engine.worker.worker import (
-    CPU_KV_CAP,
-    CPU_KV_FRACTION,
-    available_memory_bytes,
-)
+from officellm.engine.worker.worker import CPU_KV_CAP, CPU_KV_FRACTION
 
 # Bytes per weight for --dtype auto: the CPU may choose float32 (an upper bound; it picks
 # bf16 only where that measures faster), CUDA a 16-bit type.

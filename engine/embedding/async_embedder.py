@@ -22,11 +22,11 @@ from officellm.engine.async_llm import (
     EngineDeadError,
     EngineState,
     LoadFailure,
-    release_freed_memory,
     report_load_failure,
 )
 from officellm.engine.embedding.encoders import Encoder
 from officellm.engine.embedding.sentence_encoder import EncoderInfo
+from officellm.engine.host_memory import release_freed_memory
 
 logger = logging.getLogger("officellm.embedder")
 

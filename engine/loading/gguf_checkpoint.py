@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,12 +54,13 @@ def dequantized(layout: GgufLayout, info: GgufTensorInfo) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).reshape(shape)
 
 
-def hf_tensors(layout: GgufLayout, config: dict[str, Any], skip_block_experts: bool = False
-               ) -> Iterator[tuple[str, torch.Tensor]]:
+def hf_tensors(layout: GgufLayout, config: dict[str, Any], skip_block_experts: bool = False,
+               skip: Collection[str] = frozenset()) -> Iterator[tuple[str, torch.Tensor]]:
     """(Hugging Face name, float32 tensor) for every weight of the GGUF, in `config`'s family's
     checkpoint layout (config: hf_config's). `skip_block_experts`: leave out the experts
     the engine reads from the file's blocks (gguf_tensors.expert_layers_in_blocks; their
-    biases stay)."""
+    biases stay); `skip`: leave out these (non-expert) names, neither read nor
+    dequantized."""
     model_type = config["model_type"]
     arch = str(layout.metadata["general.architecture"])
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
@@ -70,6 +71,8 @@ def hf_tensors(layout: GgufLayout, config: dict[str, Any], skip_block_experts: b
         if place is None:
             continue
         if place.is_experts and place.kind == "weight" and place.layer in skipped:
+            continue
+        if not place.is_experts and place.name in skip:
             continue
         tensor = dequantized(layout, info)
         if place.is_experts:

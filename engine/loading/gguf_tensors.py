@@ -147,7 +147,7 @@ def held_weight_bytes(path: Path, dense_nbytes: int) -> int:
     total = 0
     for t in layout.tensors:
         if int(t.tensor_type) in quant_reference.GROUP_BYTES and len(t.shape) >= 2:
-            total += int(layout.tensor_bytes(t).nbytes)
+            total += t.nbytes
         else:
             total += dense_nbytes * int(torch.Size(t.shape).numel())
     return total

@@ -15,7 +15,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -164,13 +164,15 @@ def load_config_dict(model_dir: Path) -> dict:
     return json.loads((model_dir / "config.json").read_text())
 
 
-def iter_weights(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (Hugging Face name, tensor) for every weight of the model in `model_dir`: its
-    *.safetensors, or for a GGUF's description the file's tensors dequantized to float32 as
-    they are read (a mixture's experts in blocks left out: the engine reads them from the
-    file, engine/worker/worker.py)."""
+def iter_weights(model_dir: Path, skip: Collection[str] = frozenset()
+                 ) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (Hugging Face name, tensor) for every weight of the model in `model_dir` but
+    those named in `skip` (the engine holds them in blocks): its *.safetensors, or for a
+    GGUF's description the file's tensors dequantized to float32 as they are read (a
+    mixture's experts in blocks left out: the engine reads them from the file,
+    engine/worker/worker.py); a skipped tensor is not read at all."""
     if not (model_dir / "SOURCE").is_file():
-        yield from iter_safetensors(model_dir)
+        yield from ((name, t) for name, t in iter_safetensors(model_dir) if name not in skip)
         return
     source = gguf_source(model_dir)
     if source is None:
@@ -181,7 +183,7 @@ def iter_weights(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
     from officellm.engine.loading.gguf_layout import read_layout
 
     yield from hf_tensors(read_layout(source), load_config_dict(model_dir),
-                          skip_block_experts=True)
+                          skip_block_experts=True, skip=skip)
 
 
 def iter_safetensors(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:

@@ -22,7 +22,8 @@ its intermediate range (every expert's), its vocabulary rows, and loads only tho
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -105,8 +106,19 @@ class DecoderLayer(nn.Module):
         return [m for m in (self.qkv, self.o_proj, *mlp) if m is not None]
 
 
-def runs_dense(module: ColumnParallelLinear | RowParallelLinear | ParallelLMHead) -> bool:
-    """Whether some batch runs a layer over its dense weight (so it is worth packing)."""
+@dataclass(frozen=True)
+class KeptInBlocks:
+    """What DecoderModel.keep_quantized did: how many modules read blocks, and the Hugging
+    Face names of the weights released (served by blocks for every batch)."""
+
+    modules: int
+    released: frozenset[str]
+
+
+def runs_dense(module: ColumnParallelLinear | RowParallelLinear | ParallelLMHead
+               | VocabParallelEmbedding) -> bool:
+    """Whether some batch reads a module's dense weight (so it is loaded, and worth
+    packing)."""
     return module.quantized is None or module.quantized.max_rows is not None
 
 
@@ -218,39 +230,46 @@ class DecoderModel(nn.Module):
                 yield module, tuple(f"model.layers.{i}.{n}.weight" for n in names)
 
     def keep_quantized(self, tensors: dict[str, QuantizedTensor], matmul: QuantMatmul,
-                       max_rows: int | None = None, pack: QuantPack | None = None) -> int:
+                       max_rows: int | None = None, pack: QuantPack | None = None
+                       ) -> KeptInBlocks:
         """Run the matmuls whose weights `tensors` hold (Hugging Face names) over their
-        blocks, and release those dense weights; one rank only. A fused weight is kept in
-        blocks only when all its parts are. `max_rows`: blocks only for batches of up to
-        that many rows, the dense weights kept for larger ones (the embedding lookup then
-        reads the dense table). `pack`: the matmuls' layout (a tied table is packed once
-        and read by both the head and the lookup). Call after load_weights; returns how many modules now read blocks."""
+        blocks; one rank only. A fused weight is kept in blocks only when all its parts are.
+        `max_rows`: blocks only for batches of up to that many rows, the dense weights kept
+        for larger ones (the embedding lookup then reads the dense table); None: blocks for
+        every batch, and those dense weights released. `pack`: the matmuls' layout (a tied
+        table is packed once and read by both the head and the lookup).
+
+        Call before load_weights, and give it the checkpoint without the weights this
+        returns as released (nothing reads them: not dequantizing them is most of a GGUF's
+        load time), or after it."""
         assert self.parallel.world_size == 1, "blocks are not split across ranks"
-        kept = 0
+        kept, released = 0, set()
+
+        def put(module: Any, names: Sequence[str], parts: list[QuantizedTensor],
+                rows: int | None, layout: QuantPack | None) -> None:
+            nonlocal kept
+            module.quantized = QuantizedWeight.fuse(parts, matmul, rows, layout)
+            if rows is None and module.weight is not None:
+                module.weight.data = torch.empty(0, dtype=module.weight.dtype)
+                released.update(names)
+            kept += 1
+
         for module, names in self.layer_matmuls():
             found = [tensors.get(n) for n in names]
             if all(t is not None for t in found):
-                module.quantized = QuantizedWeight.fuse(
-                    found, matmul, max_rows, pack)  # type: ignore[arg-type]
-                if max_rows is None:
-                    module.weight.data = torch.empty(0, dtype=module.weight.dtype)
-                kept += 1
-        table = tensors.get("model.embed_tokens.weight")
+                put(module, names, found, max_rows, pack)  # type: ignore[arg-type]
+        table_name = "model.embed_tokens.weight"
+        table = tensors.get(table_name)
         if table is not None and pack is not None and self.lm_head.tied is not None:
             # The tied head and the lookup share one copy, in the matmul's layout.
             table = QuantizedTensor(table.fmt, pack(table.data, table.fmt), table.in_features)
             pack = None
         head = tensors.get("lm_head.weight") if self.lm_head.tied is None else table
         if head is not None:
-            self.lm_head.quantized = QuantizedWeight.fuse([head], matmul, max_rows, pack)
-            if self.lm_head.weight is not None and max_rows is None:
-                self.lm_head.weight.data = torch.empty(0, dtype=self.lm_head.weight.dtype)
-            kept += 1
+            put(self.lm_head, ["lm_head.weight"], [head], max_rows, pack)
         if table is not None and max_rows is None:
-            self.embed.quantized = QuantizedWeight.fuse([table], matmul)
-            self.embed.weight.data = torch.empty(0, dtype=self.embed.weight.dtype)
-            kept += 1
-        return kept
+            put(self.embed, [table_name], [table], None, None)
+        return KeptInBlocks(kept, frozenset(released))
 
     def hold_experts(self, experts: dict[int, ExpertWeights], holding: ExpertBlocks) -> int:
         """Give the MoE layers in `experts` (layer -> GGUF block rows) their experts before
@@ -589,12 +608,15 @@ class _WeightLoader:
     def expected(self) -> list[str]:
         """Every name `seen` must hold once the checkpoint is loaded (experts apart)."""
         model, spec = self.model, self.spec
-        names = ["embed_tokens.weight", "norm.weight"]
-        if model.lm_head.weight is not None:
+        names = ["norm.weight"]
+        if runs_dense(model.embed):
+            names.append("embed_tokens.weight")
+        if model.lm_head.weight is not None and runs_dense(model.lm_head):
             names.append("lm_head.weight")
         for i, layer in enumerate(model.layers):
             p = f"layers.{i}."
-            names += [p + "qkv.weight", p + "self_attn.o_proj.weight"]
+            names += [p + "qkv.weight"] if runs_dense(layer.qkv) else []
+            names += [p + "self_attn.o_proj.weight"] if runs_dense(layer.o_proj) else []
             names += [p + f"{n}.weight" for n, attr in self.NORMS.items()
                       if getattr(layer, attr) is not None]
             if spec.qkv_bias:
@@ -611,7 +633,9 @@ class _WeightLoader:
                     names += [p + "mlp.experts.gate_up_proj_bias",
                               p + "mlp.experts.down_proj_bias"]
             else:
-                names += [p + "gate_up.weight", p + "mlp.down_proj.weight"]
+                assert layer.gate_up is not None and layer.down is not None
+                names += [p + "gate_up.weight"] if runs_dense(layer.gate_up) else []
+                names += [p + "mlp.down_proj.weight"] if runs_dense(layer.down) else []
                 if spec.mlp_bias:
                     names += [p + "gate_up.bias", p + "mlp.down_proj.bias"]
         return names

@@ -27,6 +27,7 @@ from officellm.engine.measured_choice import machine_key, remembered
 from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
 from officellm.engine.models.quantized_linear import QuantizedWeight
+from officellm.kernels.reference import quant_reference
 
 logger = logging.getLogger("officellm.engine.quantization_choice")
 
@@ -169,13 +170,33 @@ def blocks_reach(model: DecoderModel, blocks: dict[str, QuantizedTensor], matmul
     return max_rows
 
 
+def dense_copy_bytes(model: DecoderModel, blocks: dict[str, QuantizedTensor]) -> int:
+    """The bytes of the dense weights that blocks could serve instead (the layers' matmuls
+    whose parts are all in `blocks`, the head, the embedding table), as the model holds them:
+    what keeping both costs over blocks alone."""
+    total = 0
+    for module, names in model.layer_matmuls():
+        if all(n in blocks for n in names):
+            total += module.weight.numel() * module.weight.element_size()
+    table = model.embed.weight
+    if "model.embed_tokens.weight" in blocks:
+        total += table.numel() * table.element_size()
+    head = model.lm_head.weight
+    if head is not None and "lm_head.weight" in blocks:
+        total += head.numel() * head.element_size()
+    return total
+
+
 def _matmul_pairs(model: DecoderModel, blocks: dict[str, QuantizedTensor], matmul, pack,
                   packs: bool) -> Iterator[MatmulPair]:
-    """Each layer's matmuls whose weights are all in `blocks`, in layer order."""
+    """Each layer's matmuls whose weights are all in `blocks`, in layer order: the dense
+    side dequantized from the blocks here (as loading would), so that the choice is made
+    before the model loads, and a dense copy is only ever loaded where it is kept."""
     for module, names in model.layer_matmuls():
         found = [blocks.get(n) for n in names]
         if all(t is not None for t in found):
-            weight = module.weight
+            weight = torch.cat([quant_reference.dequantize(t.data, t.fmt)  # type: ignore[union-attr]
+                                for t in found]).to(module.weight.dtype)
             packed = packed_linear.pack(weight) if packs else None
             yield MatmulPair(
                 weight.shape[1],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,9 +20,10 @@ from officellm.engine.attention import selection
 from officellm.engine.config import EngineConfig, format_gib
 from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.dtype_choice import resolve_dtype
+from officellm.engine.host_memory import available_memory_bytes
 from officellm.engine.kv_cache_dtype import resolve_kv_cache_dtype, scale_bytes
 from officellm.engine.kv_plan import KVCacheTooSmallError, kv_block_bytes, size_pool
-from officellm.engine.loading.gguf_tensors import GgufWeights
+from officellm.engine.loading.gguf_tensors import GgufWeights, QuantizedTensor
 from officellm.engine.loading.model_loader import gguf_source, iter_weights, load_config_dict
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models import packed_linear
@@ -36,6 +38,7 @@ from officellm.engine.weight_quantization import (
 from officellm.engine.worker.model_runner import ModelRunner, kv_cache_groups
 from officellm.engine.worker.quantization_choice import (
     blocks_reach,
+    dense_copy_bytes,
     remembered_reach,
     rows_in_words,
 )
@@ -48,6 +51,20 @@ logger = logging.getLogger("engine")
 # capped, so that a desk machine keeps room for everything else it runs.
 CPU_KV_FRACTION = 0.2
 CPU_KV_CAP = 8 * 1024**3
+# `--quantization auto` keeps a dense copy of a GGUF's matmuls for large batches only where
+# it takes at most this share of the memory available after the blocks are read: the rest
+# is the KV pool's and everything else the machine runs. An 8B model's bf16 copy (14 GiB)
+# beside its blocks was killed for memory at load on a 23 GiB desktop.
+DENSE_COPY_FRACTION = 0.5
+
+
+@dataclass(frozen=True)
+class WeightsHeld:
+    """How a worker holds its weights, in words for the log and the console, and the
+    Hugging Face names of the weights it does not load (blocks serve every batch)."""
+
+    words: str
+    released: frozenset[str]
 
 
 def cpu_threads(requested: int | None, world_size: int = 1) -> int:
@@ -59,22 +76,6 @@ def cpu_threads(requested: int | None, world_size: int = 1) -> int:
     if env.isdigit() and int(env) > 0:
         return int(env)
     return max(1, (os.cpu_count() or 1) // world_size)
-
-
-def available_memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return 4 * 1024**3
-
-
-def resident_memory_bytes() -> int | None:
-    """This process's resident set size now (Linux /proc/self/statm); None where unknown."""
-    try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def rank_device(device: str, rank: int) -> torch.device:
@@ -139,20 +140,23 @@ class Worker:
                                   self.matmul_dtype)
         self.model.to(self.device)
         # A GGUF's blocks, read once: a mixture's experts are held before the dense weights
-        # load (they are not in the dense copy), the matmuls' blocks after.
+        # load (they are not in the dense copy), and so are the matmuls' blocks, so that
+        # what only blocks serve is neither read nor dequantized.
         gguf = (gguf_blocks(source, self.spec.num_heads, self.spec.num_kv_heads)
                 if source is not None else None)
         holding = expert_holding(config.quantization, self.backend, parallel.world_size,
                                  self.model.ops.moe_pack)
         moe_kept = self.model.hold_experts(gguf.experts, holding) if gguf is not None else 0
-        self.model.load_weights(iter_weights(model_dir), holding)
-        moe_kept += sum(1 for layer in self.model.layers
-                        if layer.moe is not None and layer.moe.quantized is not None
-                        and gguf is None)
         packs = (self.backend == "cpu" and self.matmul_dtype == torch.bfloat16
                  and packed_linear.can_pack(self.device, self.matmul_dtype)
                  and not config.batch_invariant)
-        self.weight_format = self._keep_quantized(model_dir, source, gguf, packs, moe_kept)
+        kept = self._keep_quantized(model_dir, source, gguf, packs)
+        self.model.load_weights(iter_weights(model_dir, skip=kept.released), holding)
+        moe_kept += sum(1 for layer in self.model.layers
+                        if layer.moe is not None and layer.moe.quantized is not None
+                        and gguf is None)
+        self.weight_format = kept.words + (f", {moe_kept} MoE layers' experts in blocks"
+                                           if moe_kept else "")
         self.weight_bytes = self.model.weight_bytes()
         if config.batch_invariant:
             ops = self.model.ops
@@ -184,16 +188,14 @@ class Worker:
                                          self.parallel.world_size) == "gguf")
 
     def _keep_quantized(self, model_dir: Path, source: Path | None, gguf: GgufWeights | None,
-                        packs: bool, moe_kept: int) -> str:
-        """Put the matmuls that `--quantization` keeps in blocks on them; returns how the
-        weights are held, in words. `source`/`gguf`: the GGUF the model came from and its
-        blocks; `packs`: the dense weights would be packed for oneDNN (what auto measures
-        against); `moe_kept`: the MoE layers whose experts are held in blocks already."""
-        experts = (f", {moe_kept} MoE layers' experts in blocks" if moe_kept else "")
+                        packs: bool) -> WeightsHeld:
+        """Put the matmuls that `--quantization` keeps in blocks on them, before the model
+        loads. `source`/`gguf`: the GGUF the model came from and its blocks; `packs`: the
+        dense weights would be packed for oneDNN (what auto measures against)."""
         method = resolve_quantization(self.config.quantization, source, self.backend,
                                       self.parallel.world_size)
         if method == "none":
-            return "dense" + experts
+            return WeightsHeld("dense", frozenset())
         if method == "gguf":
             assert gguf is not None
             blocks = gguf.tensors
@@ -201,22 +203,39 @@ class Worker:
             blocks = quantize_at_load(iter_weights(model_dir), method)
         matmul, pack = self.model.ops.quant_matmul, self.model.ops.quant_pack
         # Batch-invariant: one kernel for every batch size, so the blocks for all of them.
-        max_rows = (remembered_reach(str(source or model_dir), self.matmul_dtype, packs,
-                                     lambda: blocks_reach(self.model, blocks, matmul, pack,
-                                                          packs, self.dtype))
+        max_rows = (self._auto_reach(source or model_dir, blocks, packs)
                     if self.config.quantization == "auto" and not self.config.batch_invariant
                     else None)
         if max_rows == 0:
-            return "dense" + experts
+            return WeightsHeld("dense", frozenset())
         kept = self.model.keep_quantized(blocks, matmul, max_rows, pack)
         formats = ", ".join(sorted({quant_reference.NAMES.get(b.fmt, str(b.fmt))
                                     for b in blocks.values()}))
         reach = rows_in_words(max_rows) if max_rows is not None else ""
-        logger.info("Weights kept quantized (%s): %d matmuls read GGUF blocks (%s)%s%s",
-                    method, kept, formats, "" if max_rows is None else
-                    f" for batches of up to {reach}, their dense weights for larger", experts)
-        return (f"in blocks ({method})" if max_rows is None else
-                f"dense, and in blocks ({method}) up to {reach}") + experts
+        logger.info("Weights kept quantized (%s): %d matmuls read GGUF blocks (%s)%s", method,
+                    kept.modules, formats, "" if max_rows is None else
+                    f" for batches of up to {reach}, their dense weights for larger")
+        return WeightsHeld(f"in blocks ({method})" if max_rows is None else
+                           f"dense, and in blocks ({method}) up to {reach}", kept.released)
+
+    def _auto_reach(self, source: Path, blocks: dict[str, QuantizedTensor], packs: bool
+                    ) -> int | None:
+        """`--quantization auto`'s largest batch over blocks (None: every batch; 0: none):
+        as measured at this model's first start on this machine, unless the dense copy it
+        would keep for larger batches does not fit in DENSE_COPY_FRACTION of the memory
+        available now (then blocks for every batch, without measuring)."""
+        dense = dense_copy_bytes(self.model, blocks)
+        room = available_memory_bytes()
+        if dense > DENSE_COPY_FRACTION * room:
+            logger.info("quantization auto -> gguf for every batch: a dense copy of the "
+                        "matmuls for large batches would take %s, more than %d%% of the %s "
+                        "of memory available", format_gib(dense),
+                        round(100 * DENSE_COPY_FRACTION), format_gib(room))
+            return None
+        matmul, pack = self.model.ops.quant_matmul, self.model.ops.quant_pack
+        return remembered_reach(str(source), self.matmul_dtype, packs,
+                                lambda: blocks_reach(self.model, blocks, matmul, pack, packs,
+                                                     self.dtype))
 
     def kv_budget(self) -> tuple[int, str]:
         """Bytes this rank can give its KV pool, and the flag that sets it."""

@@ -110,6 +110,57 @@ def test_every_matmul_of_the_bundled_model_reads_blocks(gguf_llm):
     assert model.layers[0].qkv.weight.numel() == 0  # the dense copy is released
 
 
+def test_weights_only_blocks_serve_are_not_dequantized_at_load(smollm2_dir, monkeypatch):
+    """With every matmul in blocks, loading dequantizes the norms only: reading and
+    dequantizing the matrices blocks serve was most of an 8B GGUF's 92 s load."""
+    from officellm.engine.loading import gguf_checkpoint
+
+    read: list[tuple[str, int]] = []
+    dequantized = gguf_checkpoint.dequantized
+
+    def spy(layout, info):
+        read.append((info.name, len(info.shape)))
+        return dequantized(layout, info)
+
+    monkeypatch.setattr(gguf_checkpoint, "dequantized", spy)
+    make_llm(smollm2_dir, quantization="gguf")
+    assert read and all(dims == 1 for _, dims in read), [n for n, d in read if d > 1]
+
+
+def test_auto_keeps_no_dense_copy_that_would_not_fit_in_memory(smollm2_dir, monkeypatch,
+                                                               caplog):
+    """An 8B GGUF's bf16 dense copy (14 GiB) beside its blocks was killed for memory on a
+    23 GiB desktop: where the copy would take over half the memory available, auto serves
+    every batch from blocks without measuring, and says why."""
+    from officellm.engine.worker import worker
+
+    room = 100 * 2**20  # the bundled model's dense matmuls alone are ~500 MiB in float32
+    monkeypatch.setattr(worker, "available_memory_bytes", lambda: room)
+    monkeypatch.setattr(worker, "remembered_reach", lambda *a, **k: pytest.fail("measured"))
+    with caplog.at_level(logging.INFO, logger="engine"):
+        llm = make_llm(smollm2_dir, quantization="auto")
+    model = llm.llm_engine.engine_core.model
+    assert all(w.max_rows is None for w in _quantized_weights(llm))
+    assert model.layers[0].qkv.weight.numel() == 0
+    assert any("would take" in r.getMessage() for r in caplog.records)
+
+
+def test_auto_keeps_the_dense_copy_it_measured_faster_for_large_batches(smollm2_dir,
+                                                                        monkeypatch):
+    from officellm.engine.worker import worker
+
+    monkeypatch.setattr(worker, "remembered_reach", lambda *a, **k: 8)
+    llm = make_llm(smollm2_dir, quantization="auto")
+    model = llm.llm_engine.engine_core.model
+    qkv = model.layers[0].qkv
+    assert qkv.quantized is not None and qkv.quantized.max_rows == 8
+    spec = model.spec
+    blocks = read_quantized(bundled_model_path(), spec.num_heads, spec.num_kv_heads).tensors
+    parts = [blocks[f"model.layers.0.self_attn.{p}_proj.weight"] for p in "qkv"]
+    dense = torch.cat([quant_reference.dequantize(t.data, t.fmt) for t in parts])
+    torch.testing.assert_close(qkv.weight, dense, rtol=0, atol=0)  # loaded beside the blocks
+
+
 def test_weights_in_blocks_take_about_the_file_size(gguf_llm):
     engine = gguf_llm.llm_engine.engine_core
     file_size = bundled_model_path().stat().st_size
