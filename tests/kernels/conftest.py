@@ -77,3 +77,15 @@ def close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> N
 @pytest.fixture
 def device() -> torch.device:
     return DEVICE
+
+
+@pytest.fixture(scope="session")
+def cpu_kernels_module():
+    """The compiled CPU kernels (kernels/cpu/), built for this CPU; a failure if they did
+    not build."""
+    from officellm.kernels.build import cpu_kernels
+
+    module = cpu_kernels.load()
+    if module is None:
+        pytest.fail("the CPU kernels did not build (is a C++ compiler installed?)")
+    return module

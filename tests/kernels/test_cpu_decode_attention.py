@@ -17,11 +17,8 @@ DECODE_LENS = [17, 1, 32, 45, 300]
 
 
 @pytest.fixture(scope="module")
-def kernel():
-    module = cpu_kernels.load()
-    if module is None:
-        pytest.fail("the CPU attention kernel did not build (is a C++ compiler installed?)")
-    return module
+def kernel(cpu_kernels_module):
+    return cpu_kernels_module
 
 
 LEVELS = cpu_build_levels()

@@ -13,10 +13,7 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
 @pytest.fixture(scope="module")
-def ops():
-    module = cpu_kernels.load()
-    if module is None:
-        pytest.fail("the CPU kernels did not build (is a C++ compiler installed?)")
+def ops(cpu_kernels_module):
     return kernel_ops("cpu")
 
 

@@ -5,18 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from officellm.kernels.build import cpu_kernels
 from officellm.kernels.reference import reference
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
 @pytest.fixture(scope="module")
-def module():
-    compiled = cpu_kernels.load()
-    if compiled is None:
-        pytest.fail("the CPU kernels did not build (is a C++ compiler installed?)")
-    return compiled
+def module(cpu_kernels_module):
+    return cpu_kernels_module
 
 
 def _step(dtype: torch.dtype, tokens: int = 5, heads: int = 2, dim: int = 64):
