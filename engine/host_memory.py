@@ -12,14 +12,7 @@ import torch
 
 
 def available_memory_bytes() -> int:
-    """What can still be allocated without swapping: Linux's MemAvailable (free memory
-    plus the page cache and buffers it can drop), else the free pages, else 4 GiB."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    """The machine's free memory now (the page cache not counted), else 4 GiB."""
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError):
