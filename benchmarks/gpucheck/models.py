@@ -78,8 +78,8 @@ def weights_from(model: torch.nn.Module):
     import officellm.engine.worker.worker as worker  # where the engine (each rank's Worker) loads weights
 
     original = worker.iter_weights
-    worker.iter_weights = lambda _dir: (
-        (k, v) for k, v in model.state_dict().items() if "rotary_emb" not in k)
+    worker.iter_weights = lambda _dir, skip=frozenset(): (
+        (k, v) for k, v in model.state_dict().items() if "rotary_emb" not in k and k not in skip)
     try:
         yield
     finally:

@@ -22,7 +22,6 @@ from officellm.engine.attention.backend import AttentionMetadata, LayerAttention
 from officellm.engine.attention.torch_backend import PrefillPlan, TorchAttention
 from officellm.kernels.ops import ApplyRotary
 
-_FLOAT_CACHES = (torch.float32, torch.bfloat16, torch.float16)
 # Up to this many query rows a cached-history chunk runs through the chunk kernel.
 CHUNK_KERNEL_MAX_ROWS = 32
 
@@ -37,16 +36,6 @@ class CpuAttention(TorchAttention):
         self.kernel = kernel
         self._decode_tables: dict[int, torch.Tensor] = {}
         self._decode_lens = torch.empty(0, dtype=torch.long)
-
-    def write_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-        """One compiled call for a float cache (kernels/cpu/kv_cache_write.cpp: the same
-        bits as the reference's six dispatches); an int8 or fp8 cache's rows through the
-        reference, which quantizes them."""
-        if k_cache.dtype in _FLOAT_CACHES and k.dtype in _FLOAT_CACHES:
-            self.kernel.write_kv_cache(k, v, k_cache, v_cache, slot_mapping)
-        else:
-            super().write_kv(k, v, k_cache, v_cache, slot_mapping)
 
     def _plan_decodes(self, md: AttentionMetadata, group: int, window: int | None) -> None:
         # The kernel takes int64 lengths; converted once per step rather than once per layer.

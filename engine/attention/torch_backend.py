@@ -136,7 +136,7 @@ class TorchAttention:
         info = self.layers[layer]
         kc, vc = self.k_caches[layer], self.v_caches[layer]
         q, k = self.rotary(q, k, cos, sin)
-        self.write_kv(k, v, kc, vc, md.slot_mapping[info.group])
+        reference.write_kv_cache(k, v, kc, vc, md.slot_mapping[info.group])
         nd = md.num_decodes
         if nd and nd == q.shape[0]:
             return self._decode(layer, q)
@@ -147,11 +147,6 @@ class TorchAttention:
             rows = slice(p.q_start, p.q_start + p.q_len)
             out[rows] = self._prefill(layer, p, q[rows], k[rows], v[rows])
         return out
-
-    def write_kv(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-        """Store a layer's k/v [T, Hk, D] at the step's flat slots (-1: not stored)."""
-        reference.write_kv_cache(k, v, k_cache, v_cache, slot_mapping)
 
     def _prefill(self, layer: int, p: PrefillPlan, q: torch.Tensor, k: torch.Tensor,
                  v: torch.Tensor) -> torch.Tensor:

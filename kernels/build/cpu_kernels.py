@@ -1,9 +1,8 @@
 """The CPU's C++ kernels (kernels/cpu/), built on first use: paged decode and chunk attention
 (decode_attention.cpp, chunk_attention.cpp), the fused per-layer ops (fused_ops.cpp), the
-KV cache write (kv_cache_write.cpp), the quantized matmul (quant_matmul.cpp and its ISA
-paths), the mixture-of-experts layer's experts (moe.cpp, on the quantized matmul's tiles) and
-the batch-invariant dense matmul (fixed_order_matmul.cpp), one module exposed by
-bindings.cpp.
+quantized matmul (quant_matmul.cpp and its ISA paths), the mixture-of-experts layer's experts
+(moe.cpp, on the quantized matmul's tiles) and the batch-invariant dense matmul
+(fixed_order_matmul.cpp), one module exposed by bindings.cpp.
 
 The instruction set is chosen at run time, never by `-march=native`: `build_level()` reads
 this CPU's flags (kernels.cpu_features, so OFFICELLM_CPU_ISA=avx2 makes an AVX-512 machine
@@ -44,7 +43,6 @@ FAST_MATH = ("-ffast-math", "-ffp-contract=off")  # -ffast-math alone would turn
 SOURCES = (SourceFile(SOURCE_DIR / "decode_attention.cpp", FAST_MATH),
            SourceFile(SOURCE_DIR / "chunk_attention.cpp", FAST_MATH),
            SourceFile(SOURCE_DIR / "fused_ops.cpp", FAST_MATH),
-           SourceFile(SOURCE_DIR / "kv_cache_write.cpp"),
            SourceFile(SOURCE_DIR / "quant_matmul.cpp"),
            SourceFile(SOURCE_DIR / "fixed_order_matmul.cpp"),
            SourceFile(SOURCE_DIR / "moe.cpp"),

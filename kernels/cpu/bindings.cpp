@@ -27,9 +27,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("apply_rotary", &apply_rotary, "neox rotary embedding of q and k");
   m.def("silu_and_mul", &silu_and_mul, "silu(gate) * up");
   m.def("gelu_tanh_and_mul", &gelu_tanh_and_mul, "gelu(gate, tanh approximation) * up");
-  // Held: a few microseconds a layer, where letting the server's thread take the GIL only
-  // made the engine's thread wait for it back.
-  m.def("write_kv_cache", &write_kv_cache, "k and v stored into the paged caches at flat slots");
   m.def("fixed_order_pack", &fixed_order_pack,
         "float32/bf16 [N, K] weights in fixed_order_matmul's panels");
   m.def("fixed_order_matmul", &fixed_order_matmul,

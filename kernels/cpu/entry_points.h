@@ -46,11 +46,6 @@ std::tuple<at::Tensor, at::Tensor> apply_rotary(at::Tensor q, at::Tensor k,
                                                       at::Tensor cos, at::Tensor sin);
 at::Tensor silu_and_mul(at::Tensor x);
 at::Tensor gelu_tanh_and_mul(at::Tensor x);
-// kv_cache_write.cpp: k and v [T, Hk, D] (float32, bf16 or fp16, unit stride along D)
-// stored at flat slots (-1: not stored) of caches [num_blocks, block_size, Hk, D] (float32,
-// bf16 or fp16), converted as torch casts.
-void write_kv_cache(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache,
-                    at::Tensor slot_mapping);
 // fixed_order_matmul.cpp
 at::Tensor fixed_order_pack(at::Tensor weight);
 at::Tensor fixed_order_matmul(at::Tensor x, at::Tensor panels, int64_t n);
