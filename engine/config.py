@@ -35,6 +35,31 @@ def format_gib(num_bytes: float) -> str:
     return f"{num_bytes / 1024**3:.2f} GiB"
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Seconds from 90, 90s, 30m, 12h or 7d."""
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = value.strip().lower()
+        unit = _DURATION_UNITS.get(text[-1:]) if text else None
+        try:
+            seconds = float(text[:-1] if unit else text) * (unit or 1)
+        except ValueError:
+            raise ValueError(f"not a duration: {value!r} (e.g. 3600, 30m, 12h, 7d)") from None
+    if seconds <= 0:
+        raise ValueError(f"a duration must be positive, got {value!r}")
+    return seconds
+
+
+# Why the KV cache's lower tiers run on one rank only (the config's refusal, and the
+# tensor-parallel executor's).
+LOWER_TIER_NEEDS_ONE_RANK = ("the KV disk tier needs tensor_parallel_size 1: each rank "
+                             "would keep its own shard of every block")
+
+
 def knob(default: Any, help: str, parse: Callable[[str], Any] | None = None,
          alias: str | None = None) -> Any:
     """An EngineConfig field that is also a command-line flag: `help` is its one sentence,
@@ -88,6 +113,19 @@ class EngineConfig:
               "(its decodes read the tokens it sampled on the device): the GPU never waits "
               "for the host's scheduling; default: on for one CUDA GPU without speculation "
               "(a CPU runs the forward on the scheduling thread, so gains nothing)")
+    kv_disk_dir: str | None = knob(
+        None, "a directory for the KV cache's disk tier: full blocks of the prefix cache are "
+              "also written there, sealed, and a prompt whose prefix is there is read back "
+              "instead of computed, after a restart, an idle sleep or a reload too "
+              "(docs/kv_tiers.md); default: no disk tier", str)
+    kv_disk_size: int | str = knob("20GiB", "the disk tier's budget, e.g. 20GiB: the least "
+                                            "recently used blocks go first", str)
+    kv_disk_ttl: float | str = knob("7d", "how long a block unused stays in the disk tier, "
+                                          "e.g. 12h or 7d", str)
+    # The disk tier's secret (at least 16 bytes): the server derives it from its install
+    # key; an LLM user passes their own. Never a flag: a secret on a command line is seen by
+    # every process on the machine.
+    kv_disk_key: bytes | None = None
     stats_log_interval: float = 5.0  # seconds between periodic stats lines while busy
     # While decodes run, size prefill chunks so a step costs about this many decode-only
     # steps (engine/core/prefill_pacer.py); None = the token budget alone decides.
@@ -150,6 +188,18 @@ class EngineConfig:
                              "draft follows the last token, which must be read first.")
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_memory(self.kv_cache_memory)
+        self.kv_disk_size = parse_memory(self.kv_disk_size)
+        self.kv_disk_ttl = parse_duration(self.kv_disk_ttl)
+        if self.kv_disk_dir is not None:
+            if self.tensor_parallel_size > 1:
+                raise ValueError(LOWER_TIER_NEEDS_ONE_RANK + ".")
+            if not self.enable_prefix_caching:
+                raise ValueError("the KV disk tier keeps the prefix cache's blocks: it needs "
+                                 "enable_prefix_caching.")
+            if self.kv_disk_key is None or len(self.kv_disk_key) < 16:
+                raise ValueError("the KV disk tier seals every block: give kv_disk_key, a "
+                                 "secret of at least 16 bytes that you keep (the server "
+                                 "derives its own from the install key).")
 
 
 def engine_knobs() -> list[Any]:

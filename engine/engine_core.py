@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Iterable
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from officellm.engine.config import EngineConfig, format_gib
 from officellm.engine.core.kv_cache_manager import KVCacheManager
+from officellm.engine.core.lower_tier import BlockSave
 from officellm.engine.core.prefill_pacer import PrefillPacer
 from officellm.engine.core.request import EngineCoreRequest, Request, RequestStatus
 from officellm.engine.core.scheduler import Scheduler
@@ -20,9 +22,12 @@ from officellm.engine.cpu_caches import bound_cpu_kernel_caches
 from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.host_memory import release_freed_memory, resident_memory_bytes
 from officellm.engine.kv_cache_dtype import kv_dtype_name, scale_bytes
+from officellm.engine.kv_offload.disk_tier import DiskTier
+from officellm.engine.kv_offload.kv_identity import kv_identity
 from officellm.engine.kv_plan import kv_block_bytes
 from officellm.engine.loading.model_loader import load_config_dict, model_display_name
 from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.measured_choice import machine_key
 from officellm.engine.models.shard_plan import ShardPlan
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output.bitmask import grammar_bitmask
@@ -33,6 +38,7 @@ from officellm.engine.worker.executor import (
     StepResult,
     UniprocExecutor,
 )
+from officellm.engine.worker.model_runner import BlocksOnHost, ModelRunner
 from officellm.engine.worker.multiproc_executor import MultiprocExecutor, WorkerDiedError
 from officellm.engine.worker.worker import Worker, check_devices
 
@@ -41,11 +47,13 @@ logger = logging.getLogger("engine")
 
 @dataclass(frozen=True)
 class LaunchedForward:
-    """A step whose forward is queued: what was scheduled, when it was launched."""
+    """A step whose forward is queued: what was scheduled, when it was launched, and the
+    blocks it fills for the lower tier, copied out after it."""
 
     so: SchedulerOutput
     step: LaunchedStep
     started: float
+    saved: BlocksOnHost | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,7 @@ class InFlightStep:
     so: SchedulerOutput
     result: StepResult
     started: float
+    saved: BlocksOnHost | None = None
 
 
 def uses_async_scheduling(config: EngineConfig) -> bool:
@@ -130,8 +139,11 @@ class EngineCore:
         self.bytes_per_token = kv_block_bytes(
             self.spec, runner.groups, self.kv_dtype.itemsize, scale_bytes(self.kv_dtype), 1,
             config.tensor_parallel_size)
+        self.disk_tier = (self._open_disk_tier(config, model_dir, worker, runner)
+                          if config.kv_disk_dir is not None else None)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
-                                 config.scheduling_policy in EVICTS_BY_OWNER, runner.groups)
+                                 config.scheduling_policy in EVICTS_BY_OWNER, runner.groups,
+                                 self.disk_tier)
         pacer = PrefillPacer(config.prefill_pacing) if config.prefill_pacing else None
         speculation = (Speculation(config.speculative_config, self.max_model_len)
                        if config.speculative_config is not None else None)
@@ -147,9 +159,40 @@ class EngineCore:
         self.num_steps_total = 0
         self._log_state = (time.monotonic(), 0, 0)
 
+    @staticmethod
+    def _open_disk_tier(config: EngineConfig, model_dir: Path, worker: Worker,
+                        runner: ModelRunner) -> DiskTier:
+        """The KV disk tier, under this model's identity as loaded here."""
+        import officellm
+
+        code = Path(officellm.__file__).parent
+        loaded_as = [*machine_key(), str(worker.dtype), kv_dtype_name(worker.kv_dtype),
+                     str(config.block_size), repr(runner.groups), str(worker.weight_format),
+                     type(runner.attention).__name__, str(config.batch_invariant),
+                     _source_digest(code / "engine", code / "kernels")]
+        assert config.kv_disk_key is not None  # EngineConfig checked it
+        tier = DiskTier(Path(config.kv_disk_dir or ""), kv_identity(model_dir, loaded_as),
+                        config.kv_disk_key, int(config.kv_disk_size), runner.block_bytes,
+                        float(config.kv_disk_ttl))
+        logger.info("KV disk tier: %s, up to %s, blocks unused for %.0f h removed",
+                    tier.model_dir, format_gib(tier.capacity_bytes),
+                    float(config.kv_disk_ttl) / 3600)
+        return tier
+
     def close(self) -> None:
-        """Stop the tensor-parallel worker processes, if any (idempotent)."""
+        """Write what the disk tier has queued and stop the tensor-parallel worker
+        processes, if any (idempotent)."""
+        if self.disk_tier is not None:
+            self.disk_tier.close()
         self.executor.close()
+
+    def purge_cache_salt(self, cache_salt: str | None) -> int:
+        """Forget every cached block computed under this prefix-cache salt, in the pool and
+        in the disk tier (every model's folder there); the blocks dropped."""
+        dropped = self.kv.uncache_salt(cache_salt)
+        if self.disk_tier is not None:
+            dropped += self.disk_tier.purge(cache_salt)
+        return dropped
 
     # -- requests ------------------------------------------------------------------------
     def add_request(self, request: EngineCoreRequest) -> None:
@@ -190,6 +233,8 @@ class EngineCore:
         if not so.is_empty:
             self.num_steps_total += 1
             launched = self._launch(so, outputs)
+        elif self.disk_tier is not None and previous is None and self.disk_tier.reading():
+            self.disk_tier.wait_for_reads(0.05)  # nothing to run until a prefix is read
         if previous is not None:
             outputs += self._finish_step(previous)
         if launched is not None:
@@ -208,7 +253,14 @@ class EngineCore:
         `outputs`)."""
         started = time.perf_counter()
         try:
-            return LaunchedForward(so, self.executor.launch(so), started)
+            if so.kv_loads:
+                self.executor.write_blocks([load.block_id for load in so.kv_loads],
+                                           [load.payload for load in so.kv_loads])
+            step = self.executor.launch(so)
+            # Queued after the forward that fills them; kept once the step is known good.
+            saved = (self.executor.read_blocks([save.block_id for save in so.kv_saves])
+                     if so.kv_saves else None)
+            return LaunchedForward(so, step, started, saved)
         except Exception as exc:  # noqa: BLE001 - isolate the failure to this batch
             outputs += self._fail(so, exc)
             return None
@@ -220,7 +272,8 @@ class EngineCore:
         so = launched.so
         try:
             grammar = grammar_bitmask(so.sampling_requests, self.spec.vocab_size)
-            return InFlightStep(so, launched.step.sample(grammar), launched.started)
+            return InFlightStep(so, launched.step.sample(grammar), launched.started,
+                                launched.saved)
         except Exception as exc:  # noqa: BLE001 - isolate the failure to this batch
             outputs += self._fail(so, exc)
             return None
@@ -231,8 +284,20 @@ class EngineCore:
             sampled = step.result.result()
         except Exception as exc:  # noqa: BLE001 - a failure surfaced at the read
             return self._fail(step.so, exc)
-        return self.scheduler.update_from_output(step.so, sampled,
-                                                 time.perf_counter() - step.started)
+        outputs = self.scheduler.update_from_output(step.so, sampled,
+                                                    time.perf_counter() - step.started)
+        if step.saved is not None:
+            self._save_blocks(step.so.kv_saves, step.saved)
+        return outputs
+
+    def _save_blocks(self, saves: tuple[BlockSave, ...], saved: BlocksOnHost) -> None:
+        """Hand the disk tier the blocks a step filled that still hold what it computed: a
+        request that failed in the step (NaN, an error) has had its blocks uncached."""
+        assert self.disk_tier is not None
+        blocks = self.kv.pool.blocks
+        for save, payload in zip(saves, saved.payloads(), strict=True):
+            if blocks[save.block_id].block_hash == save.key:
+                self.disk_tier.put(save.key, save.cache_salt, payload)
 
     def _fail(self, so: SchedulerOutput, exc: Exception) -> list[EngineCoreOutput]:
         logger.error("Engine step failed; failing the %d requests of this batch",
@@ -285,6 +350,8 @@ class EngineCore:
             kv_blocks_by_key=dict(self.kv.blocks_by_key),
             preemptions_by_key=dict(sched.preemptions_by_key),
             running_by_key=running_by_key,
+            kv_disk_hit_tokens=self.kv.lower_tier_hit_tokens,
+            kv_disk=self.disk_tier.stats() if self.disk_tier is not None else None,
         )
 
     def _maybe_log_stats(self) -> None:
@@ -302,3 +369,15 @@ class EngineCore:
             (s.prompt_tokens_total - p0) / dt, (s.generation_tokens_total - g0) / dt,
             s.num_running, s.num_waiting, 100.0 * s.kv_cache_usage, hit)
         self._log_state = (now, s.prompt_tokens_total, s.generation_tokens_total)
+
+
+def _source_digest(*folders: Path) -> str:
+    """A digest of the code that computes KV (engine/ and kernels/ sources): a block from
+    another build of it is not read as this one's."""
+    h = hashlib.blake2b(digest_size=16)
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            if path.suffix in {".py", ".cpp", ".h"}:
+                h.update(path.relative_to(folder.parent).as_posix().encode() + b"\0")
+                h.update(path.read_bytes())
+    return h.hexdigest()

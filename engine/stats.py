@@ -8,6 +8,20 @@ from officellm.engine.core.kv_cache_groups import KVCacheGroups
 
 
 @dataclass(frozen=True)
+class DiskTierStats:
+    """What the disk tier holds and has done since the engine started."""
+
+    files: int
+    bytes_used: int
+    capacity_bytes: int
+    blocks_written: int
+    blocks_read: int
+    blocks_unreadable: int  # damaged, foreign or vanished files (each a miss)
+    writes_dropped: int  # blocks not saved: the write queue was full
+    writable: bool
+
+
+@dataclass(frozen=True)
 class EngineStats:
     """A snapshot of the engine.
 
@@ -50,6 +64,10 @@ class EngineStats:
     kv_blocks_by_key: dict[str, int] = field(default_factory=dict)
     preemptions_by_key: dict[str, int] = field(default_factory=dict)
     running_by_key: dict[str, int] = field(default_factory=dict)
+    # Prompt tokens whose KV was read from the disk tier instead of computed (also counted
+    # in prefix_cache_hits), and the tier itself (None: no disk tier).
+    kv_disk_hit_tokens: int = 0
+    kv_disk: DiskTierStats | None = None
     # The layers' KV cache groups: what a request of n tokens holds (sliding windows).
     kv_cache_groups: KVCacheGroups = field(default_factory=lambda: KVCacheGroups.for_windows(
         [None]))

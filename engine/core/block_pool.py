@@ -29,6 +29,7 @@ class KVBlock:
     block_id: int
     ref_count: int = 0
     block_hash: bytes | None = None
+    cache_salt: str | None = None  # whose prefix cache the hash is in (with block_hash)
 
 
 class BlockPool:
@@ -136,14 +137,23 @@ class BlockPool:
         if not self._free[queue] and queue is not self.EMPTY:
             del self._free[queue]
 
-    def cache_block(self, block: KVBlock, block_hash: bytes) -> None:
-        """Register a full block's hash; the first block to hold some content stays the one hit."""
+    def cache_block(self, block: KVBlock, block_hash: bytes, cache_salt: str | None = None) -> None:
+        """Register a full block's hash (computed under `cache_salt`); the first block to
+        hold some content stays the one hit."""
         if not self.enable_caching or block.block_hash is not None:
             return
         if block_hash in self._cached:
             return
         block.block_hash = block_hash
+        block.cache_salt = cache_salt
         self._cached[block_hash] = block
+
+    def uncache_salt(self, cache_salt: str | None) -> int:
+        """Forget every cached block computed under `cache_salt`; how many."""
+        blocks = [b for b in self._cached.values() if b.cache_salt == cache_salt]
+        for block in blocks:
+            self._evict(block)
+        return len(blocks)
 
     def uncache(self, block: KVBlock) -> None:
         """Forget a block's content (a free one stays where it is in the eviction order)."""
@@ -154,3 +164,4 @@ class BlockPool:
             if self._cached.get(block.block_hash) is block:
                 del self._cached[block.block_hash]
             block.block_hash = None
+            block.cache_salt = None

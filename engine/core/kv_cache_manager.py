@@ -12,12 +12,14 @@ import struct
 
 from officellm.engine.core.block_pool import BlockPool, KVBlock, hash_block_tokens
 from officellm.engine.core.kv_cache_groups import KVCacheGroups, first_needed_block
+from officellm.engine.core.lower_tier import BlockLoad, BlockSave, LowerTier, StagedBlock
 from officellm.engine.core.request import Request
 
 # What a long-context request's salt ends with (Request.long_context).
 LONG_CONTEXT_SALT = "\x00long-context"
-# Blocks per group of a prefix-cache hit; None where a sliding group needs no block.
-GroupBlocks = tuple[list[KVBlock | None], ...]
+# Blocks per group of a prefix-cache hit: in the pool, or read from the lower tier and yet to
+# be copied in; None where a sliding group needs no block.
+GroupBlocks = tuple[list[KVBlock | StagedBlock | None], ...]
 
 
 def _cache_key(block_hash: bytes, group: int) -> bytes:
@@ -29,7 +31,8 @@ class KVCacheManager:
     """Allocates the slots a request needs, finds its cached prefix, frees its blocks."""
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
-                 evict_by_owner: bool = False, groups: KVCacheGroups | None = None):
+                 evict_by_owner: bool = False, groups: KVCacheGroups | None = None,
+                 lower_tier: LowerTier | None = None):
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.groups = groups or KVCacheGroups.for_windows([None])
@@ -52,6 +55,14 @@ class KVCacheManager:
         # the scheduling policy reads a key's holding in O(1) (a block two requests share
         # counts for each). Keys holding none are absent.
         self.blocks_by_key: dict[str, int] = {}
+        # The tier below the pool (engine/kv_offload/), if any: a prefix hit may come from
+        # it, and every block the prefix cache registers is copied to it. The copies each
+        # step owes: taken by the scheduler into its SchedulerOutput (take_transfers).
+        self.lower_tier = lower_tier if enable_prefix_caching else None
+        self._loads: list[BlockLoad] = []
+        self._saves: list[BlockSave] = []
+        self._loading: set[str] = set()  # waiting requests whose hit is being read
+        self.lower_tier_hit_tokens = 0  # prompt tokens read from the lower tier
 
     # -- hashing -------------------------------------------------------------------------
     def _update_block_hashes(self, request: Request) -> None:
@@ -81,10 +92,51 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return empty, 0
         self._update_block_hashes(request)
+        while True:  # again only when a block read from the lower tier turned out damaged
+            found = self._find_blocks(request)
+            num = self._longest_common_hit(found)
+            if not num:
+                self._loading.discard(request.request_id)
+                return empty, 0
+            hit_tokens = num * self.block_size
+            hits: list[list] = []
+            for g, window in enumerate(self.windows):
+                first = first_needed_block(window, hit_tokens, self.block_size)
+                hits.append([None] * first + found[g][first:num])
+            below = [b for blocks in hits for b in blocks if isinstance(b, bytes)]
+            if not below:
+                self._loading.discard(request.request_id)
+                return tuple(hits), hit_tokens
+            assert self.lower_tier is not None
+            payloads = self.lower_tier.fetch(request.request_id, below)
+            if payloads is None:  # still being read: the request waits, others go on
+                self._loading.add(request.request_id)
+                return empty, 0
+            if any(p is None for p in payloads):
+                continue  # the tier dropped what it could not read: a shorter hit
+            self._loading.discard(request.request_id)
+            read = dict(zip(below, payloads, strict=True))
+            return tuple([StagedBlock(b, read[b]) if isinstance(b, bytes) else b
+                          for b in blocks] for blocks in hits), hit_tokens
+
+    def _find_blocks(self, request: Request) -> list[list[KVBlock | bytes | None]]:
+        """Per group, each leading full block of the prompt (one token always left to
+        compute): the pool's block, the key of one the lower tier holds, or None."""
         num = (request.num_tokens - 1) // self.block_size
-        hashes = request.block_hashes[:num]
-        found = [[self.pool.lookup(_cache_key(h, g)) for h in hashes]
-                 for g in range(len(self.windows))]
+        found: list[list[KVBlock | bytes | None]] = []
+        for g in range(len(self.windows)):
+            keys = [_cache_key(h, g) for h in request.block_hashes[:num]]
+            blocks: list[KVBlock | bytes | None] = [self.pool.lookup(k) for k in keys]
+            if self.lower_tier is not None:
+                for i, key in enumerate(keys):
+                    if blocks[i] is None and self.lower_tier.holds(key):
+                        blocks[i] = key
+            found.append(blocks)
+        return found
+
+    def _longest_common_hit(self, found: list[list[KVBlock | bytes | None]]) -> int:
+        """The most leading blocks every group can serve a hit of."""
+        num = len(found[0]) if found else 0
         changed = True
         while changed and num:  # each pass can only shorten the hit
             changed = False
@@ -92,16 +144,23 @@ class KVCacheManager:
                 fit = self._longest_hit(found[g], num, window)
                 if fit < num:
                     num, changed = fit, True
-        if not num:
-            return empty, 0
-        hit_tokens = num * self.block_size
-        hits = []
-        for g, window in enumerate(self.windows):
-            first = first_needed_block(window, hit_tokens, self.block_size)
-            hits.append([None] * first + found[g][first:num])
-        return tuple(hits), hit_tokens
+        return num
 
-    def _longest_hit(self, found: list[KVBlock | None], num: int, window: int | None) -> int:
+    def is_loading(self, request: Request) -> bool:
+        """Whether the request's prefix hit is being read from the lower tier: it waits
+        for it, and admission goes on past it."""
+        return request.request_id in self._loading
+
+    def take_transfers(self) -> tuple[tuple[BlockLoad, ...], tuple[BlockSave, ...]]:
+        """The copies between the pool and the lower tier that the allocations since the
+        last call owe (loads before the step's forward, saves after it)."""
+        loads, saves = tuple(self._loads), tuple(self._saves)
+        self._loads.clear()
+        self._saves.clear()
+        return loads, saves
+
+    def _longest_hit(self, found: list[KVBlock | bytes | None], num: int,
+                     window: int | None) -> int:
         """The most leading blocks (<= num) this group can serve a hit of."""
         if window is None:
             for i in range(num):
@@ -167,9 +226,11 @@ class KVCacheManager:
             needed.append(max(0, total_blocks - base))
         if sum(needed) or computed is not None:
             # Hit blocks that nobody holds sit in the free queue: taking them uses free
-            # capacity. Blocks this request gives back first (behind a window) add to it.
+            # capacity, as does each block read from the lower tier. Blocks this request
+            # gives back first (behind a window) add to it.
             evictable_hits = sum(1 for blocks in (computed or ()) for b in blocks
-                                 if b is not None and b.ref_count == 0)
+                                 if isinstance(b, StagedBlock)
+                                 or (b is not None and b.ref_count == 0))
             released = self._releasable(request, tables, start)
             if sum(needed) + evictable_hits > self.pool.num_free_blocks + released:
                 return False
@@ -180,12 +241,18 @@ class KVCacheManager:
         self._slide(request, tables, start)
         gained = 0
         key = request.fairness_key
+        if computed is not None:
+            # Every group's pool hits are taken before any block is allocated, so that no
+            # allocation evicts a hit of a later group.
+            self.pool.touch([b for blocks in computed for b in blocks if isinstance(b, KVBlock)])
+            computed = tuple(self._place_staged(blocks, request) for blocks in computed)
+            self._loading.discard(rid)
+            if self.lower_tier is not None:
+                self.lower_tier.release(rid)
         for g, window in enumerate(self.windows):
             table, ids = tables[g], request.block_ids[g]
             if computed is not None and computed[g]:
-                live = [b for b in computed[g] if b is not None]
-                self.pool.touch(live)
-                gained += len(live)
+                gained += sum(1 for b in computed[g] if b is not None)
                 table.extend(computed[g])
                 ids.extend(self.null_block_id if b is None else b.block_id for b in computed[g])
                 self._first_live[rid][g] = first_needed_block(window, start, bs)
@@ -205,6 +272,30 @@ class KVCacheManager:
         if self.enable_prefix_caching:
             self._register_full_blocks(request, tables, total_tokens)
         return True
+
+    def uncache_salt(self, cache_salt: str | None) -> int:
+        """Forget the pool's cached blocks computed under this salt (a person's cache
+        purged); the blocks forgotten."""
+        return self.pool.uncache_salt(cache_salt)
+
+    def _place_staged(self, blocks: list[KVBlock | StagedBlock | None],
+                      request: Request) -> list[KVBlock | None]:
+        """A group's hit with each block read from the lower tier given a pool block,
+        registered under its key, and its copy into the pool owed to the next step."""
+        staged = [b for b in blocks if isinstance(b, StagedBlock)]
+        if not staged:
+            return blocks  # type: ignore[return-value]
+        fresh = iter(self.pool.allocate(len(staged), request.fairness_key, self.blocks_by_key))
+        placed: list[KVBlock | None] = []
+        for b in blocks:
+            if isinstance(b, StagedBlock):
+                block = next(fresh)
+                self.pool.cache_block(block, b.key, request.cache_salt)
+                self._loads.append(BlockLoad(block.block_id, b.payload))
+                self.lower_tier_hit_tokens += self.block_size
+                b = block
+            placed.append(b)
+        return placed
 
     def _releasable(self, request: Request, tables: list[list[KVBlock | None]] | None,
                     start: int) -> int:
@@ -255,11 +346,15 @@ class KVCacheManager:
             return
         self._update_block_hashes(request)
         num_full = min(num_full, len(request.block_hashes))
+        tier = self.lower_tier
         for g, table in enumerate(tables):
             for i in range(done, num_full):
                 block = table[i]
                 if block is not None and block.block_hash is None:
-                    self.pool.cache_block(block, _cache_key(request.block_hashes[i], g))
+                    key = _cache_key(request.block_hashes[i], g)
+                    self.pool.cache_block(block, key, request.cache_salt)
+                    if tier is not None and block.block_hash == key and not tier.holds(key):
+                        self._saves.append(BlockSave(block.block_id, key, request.cache_salt))
         self._num_registered[rid] = num_full
 
     # -- release -------------------------------------------------------------------------
@@ -270,6 +365,10 @@ class KVCacheManager:
         their hash so they are never hit again; their ids are returned for scrubbing.
         """
         tables = self.req_blocks.pop(request.request_id, [])
+        if request.request_id in self._loading:
+            self._loading.discard(request.request_id)
+            if self.lower_tier is not None:
+                self.lower_tier.release(request.request_id)
         self._first_live.pop(request.request_id, None)
         self._num_registered.pop(request.request_id, None)
         blocks = [b for table in tables for b in reversed(table) if b is not None]

@@ -241,7 +241,9 @@ class Scheduler:
                     continue
                 num_new = self._admit(req, budget, prefill_room, make_room)
                 if not num_new:
-                    admitting = False
+                    # A prefix being read from the lower tier holds back its own request
+                    # only; one that does not fit ends admission.
+                    admitting = self.kv.is_loading(req)
                     continue
             if num_new:
                 chosen[req] = num_new
@@ -273,7 +275,8 @@ class Scheduler:
             if samples:
                 req.num_in_flight += 1
         finished, self._finished_ids = frozenset(self._finished_ids), set()
-        return SchedulerOutput(tuple(chunks), finished, num_preempted)
+        loads, saves = self.kv.take_transfers()
+        return SchedulerOutput(tuple(chunks), finished, num_preempted, loads, saves)
 
     def _long_prompts(self, order: list[Request]) -> set[Request]:
         """The prompts in `order` with more tokens left to compute than a step's budget
@@ -299,6 +302,8 @@ class Scheduler:
         allow (the policy may preempt a heavier key's request to make the room); the chunk's
         tokens, or 0 (it stays waiting)."""
         hits, num_hit = self._cached_prefix(req)
+        if self.kv.is_loading(req):
+            return 0
         room = prefill_room(req, num_hit)  # a cached history is context the chunk attends to
         if room <= 0:
             return 0

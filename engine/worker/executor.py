@@ -12,7 +12,7 @@ from typing import Protocol
 
 from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 from officellm.engine.structured_output.bitmask import GrammarBitmask
-from officellm.engine.worker.model_runner import ModelRunner, QueuedForward
+from officellm.engine.worker.model_runner import BlocksOnHost, ModelRunner, QueuedForward
 
 
 class StepResult(Protocol):
@@ -64,6 +64,14 @@ class Executor(Protocol):
         """Zero these KV blocks on every rank (a failed request may have written NaN)."""
         ...
 
+    def read_blocks(self, block_ids: list[int]) -> BlocksOnHost:
+        """Copy KV blocks to the host, after the work queued so far (a lower tier's save)."""
+        ...
+
+    def write_blocks(self, block_ids: list[int], payloads: list[bytes]) -> None:
+        """Copy KV blocks in from the host (a lower tier's load), before the next forward."""
+        ...
+
     def close(self) -> None:
         """Stop whatever the executor started (idempotent)."""
         ...
@@ -92,6 +100,12 @@ class UniprocExecutor:
 
     def scrub(self, block_ids: list[int]) -> None:
         self.runner.scrub_blocks(block_ids)
+
+    def read_blocks(self, block_ids: list[int]) -> BlocksOnHost:
+        return self.runner.read_blocks(block_ids)
+
+    def write_blocks(self, block_ids: list[int], payloads: list[bytes]) -> None:
+        self.runner.write_blocks(block_ids, payloads)
 
     def close(self) -> None:
         pass

@@ -57,6 +57,21 @@ class QueuedForward:
     sampling: SamplingMetadata
 
 
+@dataclass(frozen=True)
+class BlocksOnHost:
+    """KV blocks copied to the host: row i is block i's bytes, once `ready` (a CUDA event;
+    None: already there)."""
+
+    rows: torch.Tensor  # [blocks, block bytes] uint8
+    ready: Any = None
+
+    def payloads(self) -> list[bytes]:
+        """Each block's bytes (waits for the copy)."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        return [row.numpy().tobytes() for row in self.rows]
+
+
 @dataclass
 class StepInputs:
     """One forward pass's tensors on this rank's device, and who samples from it."""
@@ -231,6 +246,37 @@ class ModelRunner:
             # Through the bytes: torch has no fp8 index_fill_, and zero is all-zero bytes in
             # every cache dtype.
             cache.view(torch.uint8).index_fill_(0, idx, 0)
+
+    @property
+    def block_bytes(self) -> int:
+        """A block's bytes: its page in each of the pool's cache tensors, K then V."""
+        return sum(cache[0].numel() * cache.element_size() for cache in self.k_pool + self.v_pool)
+
+    def read_blocks(self, block_ids: list[int]) -> BlocksOnHost:
+        """Copy blocks out to the host (for a lower tier), queued after the work already
+        queued on the device: a step's forward writes them first."""
+        idx = to_device(block_ids, torch.long, self.device)
+        pages = torch.cat([cache.view(torch.uint8).index_select(0, idx).flatten(1)
+                           for cache in self.k_pool + self.v_pool], dim=1)
+        if self.device.type != "cuda":
+            return BlocksOnHost(pages, None)
+        host = torch.empty(pages.shape, dtype=torch.uint8, pin_memory=True)
+        host.copy_(pages, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return BlocksOnHost(host, done)
+
+    def write_blocks(self, block_ids: list[int], payloads: list[bytes]) -> None:
+        """Copy blocks in from the host (a lower tier's), each laid out as read_blocks'."""
+        idx = to_device(block_ids, torch.long, self.device)
+        data = torch.frombuffer(bytearray(b"".join(payloads)), dtype=torch.uint8)
+        data = data.view(len(payloads), -1).to(self.device)
+        offset = 0
+        for cache in self.k_pool + self.v_pool:
+            pages = cache.view(torch.uint8)
+            size = pages[0].numel()
+            pages.index_copy_(0, idx, data[:, offset:offset + size].reshape(-1, *pages.shape[1:]))
+            offset += size
 
     def _pad_tables(self, tables: list[list[list[int]]]) -> np.ndarray:
         """[G, B, longest table] int64, padded with the null block (a request's tables are

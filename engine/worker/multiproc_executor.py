@@ -22,7 +22,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from officellm.engine.config import EngineConfig
+from officellm.engine.config import LOWER_TIER_NEEDS_ONE_RANK, EngineConfig
 from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 from officellm.engine.distributed.parallel_state import (
     ParallelState,
@@ -31,7 +31,7 @@ from officellm.engine.distributed.parallel_state import (
 )
 from officellm.engine.structured_output.bitmask import GrammarBitmask
 from officellm.engine.worker.executor import LaunchedStep, RunWhenSampled
-from officellm.engine.worker.model_runner import ModelRunner, StepBatch
+from officellm.engine.worker.model_runner import BlocksOnHost, ModelRunner, StepBatch
 from officellm.engine.worker.tp_worker import (
     SCRUB,
     SHUTDOWN,
@@ -154,6 +154,12 @@ class MultiprocExecutor:
             self._send((SCRUB, block_ids))
         if self.runner is not None:
             self.runner.scrub_blocks(block_ids)
+
+    def read_blocks(self, block_ids: list[int]) -> BlocksOnHost:
+        raise NotImplementedError(LOWER_TIER_NEEDS_ONE_RANK)
+
+    def write_blocks(self, block_ids: list[int], payloads: list[bytes]) -> None:
+        raise NotImplementedError(LOWER_TIER_NEEDS_ONE_RANK)
 
     def mark_broken(self, reason: str) -> None:
         """A step failed part-way: the ranks may be out of step, so run no more (and stop

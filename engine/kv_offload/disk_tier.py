@@ -1,0 +1,425 @@
+"""The disk tier: KV blocks as sealed files in a directory, within a byte budget, least
+recently used out first, each kept at most a retention time.
+
+Layout: `<dir>/<model>/<owner>/<block>.kv`. `<model>` names the model's identity (its files,
+dtype, KV layout: engine/kv_offload/kv_identity.py), `<owner>` the requests' prefix-cache
+salt (a person, under the server's policies), `<block>` the block's prefix-cache key; all
+three are keyed hashes (block_cipher.py), so a listing reveals no prompt and no person.
+A file holds one block's pages of every cache tensor, sealed (AES-GCM) and bound to its
+model and key: one from another install, model or block, or cut short, is a miss.
+
+Writes and reads run on two threads of their own; the engine's thread only queues them.
+A write goes to a temporary name and is renamed into place, so a reader (or a second
+process on the same directory) never sees half a file. A full disk or a directory that
+cannot be written turns writing off with one WARNING; serving goes on, reading what is
+there.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import queue
+import shutil
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from officellm.engine.kv_offload.block_cipher import BlockCipher, SealBroken
+from officellm.engine.stats import DiskTierStats
+
+logger = logging.getLogger(__name__)
+
+SUFFIX = ".kv"
+# Writes queued but not yet on disk, at most: past it a block is not saved (it stays in the
+# pool as before), so a burst of prefill never grows the engine's memory.
+MAX_PENDING_WRITE_BYTES = 256 << 20
+# How often the writer looks for files past the retention time.
+EXPIRY_INTERVAL_S = 60.0
+# A temporary file older than this is a crashed writer's, and removed at start.
+STALE_TEMPORARY_S = 600.0
+
+
+@dataclass
+class _File:
+    owner: str  # the owner folder's name
+    size: int
+
+
+@dataclass
+class _Reads:
+    """What has been read for one waiting request."""
+
+    wanted: set[bytes] = field(default_factory=set)
+    pending: set[bytes] = field(default_factory=set)
+    payloads: dict[bytes, bytes | None] = field(default_factory=dict)
+
+
+class DiskTier:
+    """A LowerTier (engine/core/lower_tier.py) on a directory."""
+
+    def __init__(self, root: Path, identity: bytes, secret: bytes, capacity_bytes: int,
+                 block_bytes: int, ttl_seconds: float | None = None) -> None:
+        self.root = Path(root)
+        self.identity = identity
+        self.capacity_bytes = capacity_bytes
+        self.block_bytes = block_bytes
+        self.ttl_seconds = ttl_seconds
+        self._cipher = BlockCipher(secret)
+        self.model_dir = self.root / self._cipher.name(b"model", identity)
+        self._lock = threading.Lock()
+        self._files: OrderedDict[str, _File] = OrderedDict()  # least recently used first
+        self._bytes_used = 0
+        self._names: dict[bytes, str] = {}
+        self._queued: set[str] = set()
+        self._pending_bytes = 0
+        # Writes are numbered as queued; a purge drops its owner's writes queued before it.
+        self._sequence = 0
+        self._purged_through: dict[str, int] = {}
+        self._writing = threading.Lock()  # held through each write, and through a purge
+        self._reads: dict[str, _Reads] = {}
+        self._read_done = threading.Event()
+        self._writable = True
+        self.blocks_written = self.blocks_read = self.blocks_unreadable = 0
+        self.writes_dropped = 0
+        self._closed = False
+        self._scan()
+        self._expire()
+        self._write_queue: queue.Queue[tuple[int, str, str, bytes, bytes] | None] = queue.Queue()
+        self._read_queue: queue.Queue[tuple[str, bytes] | None] = queue.Queue()
+        self._writer = threading.Thread(target=self._write_loop, name="kv-disk-writer",
+                                        daemon=True)
+        self._reader = threading.Thread(target=self._read_loop, name="kv-disk-reader",
+                                        daemon=True)
+        self._writer.start()
+        self._reader.start()
+
+    # -- what is there -------------------------------------------------------------------
+    def _scan(self) -> None:
+        """Index the files a previous run left, oldest use first (their mtimes)."""
+        try:
+            self.model_dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.root, 0o700)
+        except OSError as exc:
+            self._turn_off_writes(exc)
+            return
+        found: list[tuple[float, str, _File]] = []
+        now = time.time()
+        for owner in _subdirs(self.model_dir):
+            for entry in _entries(owner):
+                try:
+                    st = entry.stat()
+                except OSError:
+                    continue
+                if not entry.name.endswith(SUFFIX):
+                    if now - st.st_mtime > STALE_TEMPORARY_S:
+                        _unlink(Path(entry.path))
+                    continue
+                found.append((st.st_mtime, entry.name[:-len(SUFFIX)],
+                              _File(owner.name, st.st_size)))
+        for _, name, file in sorted(found, key=lambda f: f[0]):
+            self._files[name] = file
+            self._bytes_used += file.size
+        if found:
+            logger.info("KV disk tier: %d blocks (%.1f MiB) kept from earlier runs in %s",
+                        len(found), self._bytes_used / 2**20, self.model_dir)
+        self._enforce_budget()
+
+    def holds(self, key: bytes) -> bool:
+        """See LowerTier."""
+        return self._name(key) in self._files
+
+    def stats(self) -> DiskTierStats:
+        with self._lock:
+            return DiskTierStats(len(self._files), self._bytes_used, self.capacity_bytes,
+                                 self.blocks_written, self.blocks_read, self.blocks_unreadable,
+                                 self.writes_dropped, self._writable)
+
+    def _name(self, key: bytes) -> str:
+        name = self._names.get(key)
+        if name is None:
+            if len(self._names) > 1 << 20:  # a bound on the memo, not on the tier
+                self._names.clear()
+            name = self._names[key] = self._cipher.name(b"block", self.identity, key)
+        return name
+
+    def _owner(self, cache_salt: str | None) -> str:
+        return owner_folder(self._cipher, cache_salt)
+
+    def _path(self, owner: str, name: str) -> Path:
+        return self.model_dir / owner / (name + SUFFIX)
+
+    # -- writing -------------------------------------------------------------------------
+    def put(self, key: bytes, cache_salt: str | None, payload: bytes) -> None:
+        """Queue one block's bytes to be sealed and written (not if it is there already,
+        writing is off, or the queue is full)."""
+        if len(payload) != self.block_bytes:
+            raise ValueError(f"a block is {self.block_bytes} bytes, not {len(payload)}")
+        name = self._name(key)
+        with self._lock:
+            if not self._writable or name in self._files or name in self._queued:
+                return
+            if self._pending_bytes + len(payload) > MAX_PENDING_WRITE_BYTES:
+                self.writes_dropped += 1
+                return
+            self._queued.add(name)
+            self._pending_bytes += len(payload)
+            self._sequence += 1
+            sequence = self._sequence
+        self._write_queue.put((sequence, name, self._owner(cache_salt), key, payload))
+
+    def _write_loop(self) -> None:
+        next_expiry = time.monotonic() + EXPIRY_INTERVAL_S
+        while True:
+            try:
+                job = self._write_queue.get(timeout=EXPIRY_INTERVAL_S)
+            except queue.Empty:
+                job = ...
+            if job is None:
+                return
+            if job is not ...:
+                sequence, name, owner, key, payload = job
+                try:
+                    with self._writing:
+                        if sequence > self._purged_through.get(owner, 0):
+                            self._write(name, owner, key, payload)
+                finally:
+                    with self._lock:
+                        self._queued.discard(name)
+                        self._pending_bytes -= len(payload)
+            if time.monotonic() >= next_expiry:
+                self._expire()
+                next_expiry = time.monotonic() + EXPIRY_INTERVAL_S
+
+    def _write(self, name: str, owner: str, key: bytes, payload: bytes) -> None:
+        if not self._writable:
+            return
+        sealed = self._cipher.seal(payload, self.identity + key)
+        path = self._path(owner, name)
+        temporary = path.with_name(f"{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        for attempt in range(2):
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(temporary, "wb") as f:
+                    f.write(sealed)
+                os.replace(temporary, path)
+                break
+            except FileNotFoundError as exc:  # the directory went away: make it once more
+                if attempt:
+                    self._turn_off_writes(exc)
+                    return
+            except OSError as exc:
+                _unlink(temporary)
+                self._turn_off_writes(exc)
+                return
+        with self._lock:
+            previous = self._files.pop(name, None)
+            self._bytes_used += len(sealed) - (previous.size if previous else 0)
+            self._files[name] = _File(owner, len(sealed))
+            self.blocks_written += 1
+            evicted = self._over_budget()
+        for path in evicted:
+            _unlink(path)
+
+    def _turn_off_writes(self, exc: OSError) -> None:
+        with self._lock:
+            if not self._writable:
+                return
+            self._writable = False
+        why = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
+        logger.warning("KV disk tier: writing to %s failed (%s%s); no more blocks are saved "
+                       "this run, the ones there are still read, and serving goes on",
+                       self.root, exc.strerror or exc, f", {why}" if why else "")
+
+    def _over_budget(self) -> list[Path]:
+        """Drop least recently used files until the tier fits its budget (lock held); the
+        paths to unlink."""
+        paths = []
+        while self._bytes_used > self.capacity_bytes and self._files:
+            name, file = self._files.popitem(last=False)
+            self._bytes_used -= file.size
+            paths.append(self._path(file.owner, name))
+        return paths
+
+    def _enforce_budget(self) -> None:
+        with self._lock:
+            evicted = self._over_budget()
+        for path in evicted:
+            _unlink(path)
+
+    def _expire(self) -> None:
+        """Remove the files not used within the retention time."""
+        if self.ttl_seconds is None:
+            return
+        cutoff = time.time() - self.ttl_seconds
+        gone = 0
+        for owner in _subdirs(self.model_dir):
+            for entry in _entries(owner):
+                try:
+                    old = entry.stat().st_mtime < cutoff
+                except OSError:
+                    continue
+                if old and entry.name.endswith(SUFFIX):
+                    self._forget(entry.name[:-len(SUFFIX)])
+                    _unlink(Path(entry.path))
+                    gone += 1
+        if gone:
+            logger.info("KV disk tier: %d blocks past the retention time (%.0f s) removed",
+                        gone, self.ttl_seconds)
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            file = self._files.pop(name, None)
+            if file is not None:
+                self._bytes_used -= file.size
+
+    # -- reading -------------------------------------------------------------------------
+    def fetch(self, request_id: str, keys: Sequence[bytes]) -> list[bytes | None] | None:
+        """See LowerTier."""
+        new = []
+        with self._lock:
+            reads = self._reads.setdefault(request_id, _Reads())
+            for key in keys:
+                if key not in reads.wanted:
+                    reads.wanted.add(key)
+                    reads.pending.add(key)
+                    new.append(key)
+            if not new and not reads.pending:
+                return [reads.payloads.get(key) for key in keys]
+        for key in new:
+            self._read_queue.put((request_id, key))
+        return None
+
+    def release(self, request_id: str) -> None:
+        """See LowerTier."""
+        with self._lock:
+            self._reads.pop(request_id, None)
+
+    def reading(self) -> bool:
+        """Whether some request's blocks are still being read."""
+        with self._lock:
+            return any(r.pending for r in self._reads.values())
+
+    def wait_for_reads(self, timeout: float) -> None:
+        """Block until a read finishes (or `timeout` seconds pass)."""
+        self._read_done.wait(timeout)
+        self._read_done.clear()
+
+    def _read_loop(self) -> None:
+        while True:
+            job = self._read_queue.get()
+            if job is None:
+                return
+            request_id, key = job
+            with self._lock:
+                reads = self._reads.get(request_id)
+                if reads is None or key not in reads.pending:
+                    continue  # the request went meanwhile
+            payload = self._read(key)
+            with self._lock:
+                reads = self._reads.get(request_id)
+                if reads is not None:
+                    reads.pending.discard(key)
+                    reads.payloads[key] = payload
+            self._read_done.set()
+
+    def _read(self, key: bytes) -> bytes | None:
+        name = self._name(key)
+        with self._lock:
+            file = self._files.get(name)
+        if file is None:
+            return None
+        path = self._path(file.owner, name)
+        try:
+            payload = self._cipher.open(path.read_bytes(), self.identity + key)
+            if len(payload) != self.block_bytes:
+                raise SealBroken(f"{len(payload)} bytes, not a block's {self.block_bytes}")
+        except (OSError, SealBroken) as exc:
+            logger.warning("KV disk tier: block file %s unreadable (%s): a cache miss; "
+                           "removed", path.name, exc)
+            self._forget(name)
+            _unlink(path)
+            with self._lock:
+                self.blocks_unreadable += 1
+            return None
+        with self._lock:
+            if name in self._files:
+                self._files.move_to_end(name)
+            self.blocks_read += 1
+        try:  # the use outlives a restart: the next run's order comes from the mtimes
+            os.utime(path)
+        except OSError:
+            pass
+        return payload
+
+    # -- privacy -------------------------------------------------------------------------
+    def purge(self, cache_salt: str | None) -> int:
+        """Remove every block saved under this prefix-cache salt (of every model in the
+        directory); the number of this model's blocks removed."""
+        owner = self._owner(cache_salt)
+        with self._writing:
+            with self._lock:
+                self._purged_through[owner] = self._sequence
+                mine = [n for n, f in self._files.items() if f.owner == owner]
+                for name in mine:
+                    self._bytes_used -= self._files.pop(name).size
+            purge_owner(self.root, self._cipher, cache_salt)
+        return len(mine)
+
+    # -- lifetime ------------------------------------------------------------------------
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every queued write is on disk (or `timeout` seconds); whether it is."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._queued:
+                    return True
+            time.sleep(0.005)
+        return False
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Write what is queued (up to `timeout` seconds), then stop both threads."""
+        if self._closed:
+            return
+        self._closed = True
+        self._write_queue.put(None)
+        self._read_queue.put(None)
+        self._writer.join(timeout)
+        self._reader.join(timeout)
+
+
+def owner_folder(cipher: BlockCipher, cache_salt: str | None) -> str:
+    """The folder a prefix-cache salt's blocks are written under, in every model's."""
+    return cipher.name(b"owner", (cache_salt or "").encode())
+
+
+def purge_owner(root: Path, cipher: BlockCipher, cache_salt: str | None) -> None:
+    """Remove a salt's blocks from every model's folder under `root`."""
+    owner = owner_folder(cipher, cache_salt)
+    for model in _subdirs(Path(root)):
+        shutil.rmtree(model / owner, ignore_errors=True)
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _entries(path: Path) -> list[os.DirEntry]:
+    try:
+        return [e for e in os.scandir(path) if e.is_file(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass

@@ -1,0 +1,281 @@
+"""The KV cache's disk tier: a prompt's prefix computed once is read back after a restart
+instead of computed again, with the same answer; per salt, sealed, and a miss (never a wrong
+answer) when a file is damaged, foreign or gone."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import shutil
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from officellm.engine import OutputKind, SamplingParams
+from officellm.engine.kv_offload.disk_tier import SUFFIX, DiskTier
+from tests.engine.conftest import make_llm
+from tests.support.tiny_models import shared_tiny_model
+
+KEY = bytes(range(32))
+BLOCK = 16
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory, smollm2_dir) -> Path:
+    return shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
+
+
+def _prompt(seed: int, length: int = 5 * BLOCK + 3) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(100, 40000, (length,), generator=g).tolist()
+
+
+def _llm(model: Path, disk: Path, **kwargs):
+    kwargs.setdefault("kv_disk_key", KEY)
+    return make_llm(model, kv_disk_dir=str(disk), **kwargs)
+
+
+def _greedy(llm, prompt: list[int], salt: str | None = None, max_tokens: int = 8):
+    """The request's output (token ids and logprobs), run alone."""
+    engine = llm.llm_engine
+    rid = f"disk-{next(_ids)}"
+    engine.add_request(rid, prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens,
+                                                   logprobs=1),
+                       cache_salt=salt, output_kind=OutputKind.FINAL)
+    done = None
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                done = out
+    assert done is not None
+    return done.outputs[0]
+
+
+def _block_files(disk: Path) -> list[Path]:
+    return sorted(disk.rglob(f"*{SUFFIX}"))
+
+
+def test_a_restarted_engine_reads_the_prompt_from_disk_and_answers_the_same(tiny_llama,
+                                                                              tmp_path):
+    prompt = _prompt(1)
+    with _llm(tiny_llama, tmp_path) as first:
+        cold = _greedy(first, prompt)
+        assert first.llm_engine.stats().kv_disk_hit_tokens == 0
+    assert len(_block_files(tmp_path)) >= 5  # the prompt's five full blocks, at least
+    with _llm(tiny_llama, tmp_path) as second:
+        warm = _greedy(second, prompt)
+        stats = second.llm_engine.stats()
+    assert warm.token_ids == cold.token_ids
+    assert stats.kv_disk_hit_tokens == 5 * BLOCK
+    assert stats.prefix_cache_hits == 5 * BLOCK
+    assert stats.kv_disk is not None and stats.kv_disk.blocks_read == 5
+
+
+def test_under_batch_invariance_a_prefix_read_from_disk_gives_bit_identical_logprobs(
+        tiny_llama, tmp_path):
+    prompt = _prompt(2)
+    with _llm(tiny_llama, tmp_path, batch_invariant=True) as first:
+        cold = _greedy(first, prompt)
+    with _llm(tiny_llama, tmp_path, batch_invariant=True) as second:
+        warm = _greedy(second, prompt)
+        assert second.llm_engine.stats().kv_disk_hit_tokens == 5 * BLOCK
+    assert warm.token_ids == cold.token_ids
+    assert [lp[t].logprob for lp, t in zip(warm.logprobs, warm.token_ids)] == \
+        [lp[t].logprob for lp, t in zip(cold.logprobs, cold.token_ids)]
+
+
+def test_a_hybrid_models_sliding_layers_are_read_back_too(tmp_path_factory, smollm2_dir,
+                                                           tmp_path):
+    model = shared_tiny_model("gemma3_text", tmp_path_factory, smollm2_dir)
+    prompt = _prompt(3, 6 * BLOCK + 5)
+    with _llm(model, tmp_path) as first:
+        cold = _greedy(first, prompt)
+    with _llm(model, tmp_path) as second:
+        warm = _greedy(second, prompt)
+        assert second.llm_engine.stats().kv_disk_hit_tokens > 0
+    assert warm.token_ids == cold.token_ids
+
+
+def test_another_salt_never_reads_a_persons_blocks(tiny_llama, tmp_path):
+    prompt = _prompt(4)
+    with _llm(tiny_llama, tmp_path) as first:
+        _greedy(first, prompt, salt="alice")
+    with _llm(tiny_llama, tmp_path) as second:
+        _greedy(second, prompt, salt="bob")
+        assert second.llm_engine.stats().kv_disk_hit_tokens == 0
+        _greedy(second, prompt, salt="alice")
+        assert second.llm_engine.stats().kv_disk_hit_tokens == 5 * BLOCK
+
+
+def test_blocks_sealed_under_another_key_are_never_read(tiny_llama, tmp_path):
+    prompt = _prompt(5)
+    with _llm(tiny_llama, tmp_path) as first:
+        cold = _greedy(first, prompt)
+    with _llm(tiny_llama, tmp_path, kv_disk_key=b"another install's secret") as second:
+        assert _greedy(second, prompt).token_ids == cold.token_ids
+        assert second.llm_engine.stats().kv_disk_hit_tokens == 0
+
+
+def test_no_file_holds_the_prompts_tokens_text_or_kv_in_clear(tiny_llama, tmp_path,
+                                                              smollm2_tokenizer):
+    text = "Quarterly figures for the Rotterdam office, strictly confidential. " * 4
+    prompt = smollm2_tokenizer(text)["input_ids"]
+    with _llm(tiny_llama, tmp_path) as llm:
+        _greedy(llm, prompt, salt="alice")
+        core = llm.llm_engine.engine_core
+        blocks = [b.block_id for b in core.kv.pool.blocks if b.block_hash is not None]
+        kv_in_clear = core.runner.read_blocks(blocks).payloads()
+    files = _block_files(tmp_path)
+    assert files
+    names = " ".join(str(p.relative_to(tmp_path)) for p in files)
+    assert "alice" not in names
+    for path in files:
+        data = path.read_bytes()
+        assert text[:20].encode() not in data
+        assert struct.pack(f"<{BLOCK}q", *prompt[:BLOCK]) not in data
+        assert struct.pack(f"<{BLOCK}i", *prompt[:BLOCK]) not in data
+        assert not any(kv[:64] in data for kv in kv_in_clear)
+
+
+@pytest.mark.parametrize("damage", ["flipped", "truncated", "empty", "foreign"])
+def test_a_damaged_block_file_is_a_miss_and_changes_no_answer(tiny_llama, tmp_path, damage,
+                                                               caplog):
+    prompt = _prompt(6)
+    with _llm(tiny_llama, tmp_path) as first:
+        cold = _greedy(first, prompt)
+    files = _block_files(tmp_path)
+    victim = files[len(files) // 2]
+    data = victim.read_bytes()
+    if damage == "flipped":
+        victim.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    elif damage == "truncated":
+        victim.write_bytes(data[: len(data) // 2])
+    elif damage == "empty":
+        victim.write_bytes(b"")
+    else:  # another block's file under this one's name
+        other = next(p for p in files if p != victim)
+        shutil.copy(other, victim)
+    with caplog.at_level(logging.WARNING), _llm(tiny_llama, tmp_path) as second:
+        warm = _greedy(second, prompt)
+        stats = second.llm_engine.stats()
+    assert warm.token_ids == cold.token_ids
+    assert stats.kv_disk is not None and stats.kv_disk.blocks_unreadable == 1
+    assert stats.kv_disk_hit_tokens < 5 * BLOCK
+    assert "unreadable" in caplog.text
+    with _llm(tiny_llama, tmp_path) as third:  # the damaged block was computed and saved anew
+        assert _greedy(third, prompt).token_ids == cold.token_ids
+        assert third.llm_engine.stats().kv_disk_hit_tokens == 5 * BLOCK
+
+
+def test_an_unwritable_directory_turns_writing_off_and_serving_goes_on(tiny_llama, tmp_path,
+                                                                      caplog):
+    not_a_dir = tmp_path / "a file"
+    not_a_dir.write_text("in the way")
+    prompt = _prompt(7)
+    with caplog.at_level(logging.WARNING), _llm(tiny_llama, not_a_dir) as llm:
+        first = _greedy(llm, prompt)
+        again = _greedy(llm, prompt)  # the pool's prefix cache still serves
+        stats = llm.llm_engine.stats()
+    assert first.token_ids == again.token_ids
+    assert stats.kv_disk is not None and not stats.kv_disk.writable
+    assert stats.prefix_cache_hits == 5 * BLOCK
+    assert "no more blocks are saved" in caplog.text
+
+
+def test_a_directory_removed_while_serving_is_made_again(tiny_llama, tmp_path):
+    with _llm(tiny_llama, tmp_path) as llm:
+        _greedy(llm, _prompt(8))
+    with _llm(tiny_llama, tmp_path) as llm:
+        shutil.rmtree(tmp_path)
+        _greedy(llm, _prompt(9))
+        tier = llm.llm_engine.engine_core.disk_tier
+    assert tier.stats().writable
+    assert len(_block_files(tmp_path)) == 5
+
+
+def test_purging_a_salt_forgets_its_blocks_in_the_pool_and_on_disk(tiny_llama, tmp_path):
+    prompt = _prompt(10)
+    with _llm(tiny_llama, tmp_path) as llm:
+        _greedy(llm, prompt, salt="alice")
+        _greedy(llm, _prompt(11), salt="bob")
+        core = llm.llm_engine.engine_core
+        assert core.disk_tier.flush()  # every write on disk before the purge
+        bobs = len(_block_files(tmp_path)) - 5
+        assert core.purge_cache_salt("alice") >= 5
+        hits = llm.llm_engine.stats().prefix_cache_hits
+        _greedy(llm, prompt, salt="alice")
+        assert llm.llm_engine.stats().prefix_cache_hits == hits
+    assert len(_block_files(tmp_path)) == bobs + 5  # bob's, and alice's prompt written again
+
+
+# -- the tier alone ----------------------------------------------------------------------
+
+def _tier(root: Path, capacity: int = 1 << 30, ttl: float | None = None) -> DiskTier:
+    return DiskTier(root, b"model", KEY, capacity, block_bytes=1000, ttl_seconds=ttl)
+
+
+def _put_all(tier: DiskTier, keys: list[bytes]) -> None:
+    for key in keys:
+        tier.put(key, None, key * (1000 // len(key)))
+    tier.close()
+
+
+def _read(tier: DiskTier, keys: list[bytes]) -> list[bytes | None]:
+    while (got := tier.fetch("r", keys)) is None:
+        tier.wait_for_reads(0.05)
+    tier.release("r")
+    return got
+
+
+def test_the_tier_keeps_within_its_budget_least_recently_used_out_first(tmp_path):
+    keys = [bytes([i]) * 10 for i in range(6)]
+    _put_all(_tier(tmp_path), keys[:3])
+    now = time.time()
+    for age, key in zip((30, 20, 10), keys):  # written in this order
+        os.utime(_file_of(tmp_path, key), (now - age, now - age))
+    size = _block_files(tmp_path)[0].stat().st_size
+    reread = _tier(tmp_path, capacity=4 * size)
+    assert _read(reread, [keys[0]]) == [keys[0] * 100]  # key 0 used after 1 and 2
+    _put_all(reread, keys[3:5])
+    kept = _tier(tmp_path, capacity=4 * size)
+    assert [kept.holds(k) for k in keys] == [True, False, True, True, True, False]
+    assert kept.stats().bytes_used == sum(p.stat().st_size for p in _block_files(tmp_path))
+    kept.close()
+
+
+def test_blocks_unused_past_the_retention_time_are_removed(tmp_path):
+    keys = [b"old block.", b"new block."]
+    _put_all(_tier(tmp_path), keys)
+    week_ago = time.time() - 8 * 86400
+    old = _file_of(tmp_path, keys[0])
+    os.utime(old, (week_ago, week_ago))
+    tier = _tier(tmp_path, ttl=7 * 86400)
+    assert not tier.holds(keys[0]) and tier.holds(keys[1])
+    assert not old.exists()
+    tier.close()
+
+
+def _file_of(root: Path, key: bytes) -> Path:
+    tier = _tier(root)
+    name = tier._name(key)
+    tier.close()
+    return next(p for p in _block_files(root) if p.name == name + SUFFIX)
+
+
+def test_two_processes_writing_one_block_leave_one_whole_file(tmp_path):
+    payload = os.urandom(1000)
+    tiers = [_tier(tmp_path) for _ in range(4)]
+    threads = [threading.Thread(target=lambda t=t: (t.put(b"k" * 8, None, payload), t.close()))
+               for t in tiers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(list(tmp_path.rglob("*"))) == 3  # model folder, owner folder, one file
+    assert _read(_tier(tmp_path), [b"k" * 8]) == [payload]
