@@ -18,21 +18,28 @@ class Profile:
     reasons: dict[str, str]
 
 
+# Why the office and personal profiles keep the prefix cache on disk too.
+KV_DISK_REASON = ("the prefix cache on disk too (kv-cache/ in the data directory, sealed, per "
+                  "person, 20 GiB, 7 days): a coding agent's instructions (~9-21k tokens, "
+                  "minutes of prefill on a CPU) are read back after a restart, an idle sleep "
+                  "or a model swap instead of computed again")
+
 PROFILES: dict[str, Profile] = {
     "personal": Profile(
         "personal", "one user; batching hardly matters",
         {"max_num_batched_tokens": 8192, "max_num_seqs": 16, "max_context_tokens": None,
-         "prefill_pacing": None, "scheduling_policy": "fcfs"},
+         "prefill_pacing": None, "scheduling_policy": "fcfs", "kv_disk_dir": "auto"},
         {"max_num_batched_tokens": "a large token budget brings the first word sooner",
          "scheduling_policy": "fcfs: one person, nothing to share",
          "prefill_pacing": "off: with one person typing nobody else waits on a prompt",
          "max_num_seqs": "one person rarely runs more than a few requests",
-         "max_context_tokens": "no context cap: long context is affordable for one user"},
+         "max_context_tokens": "no context cap: long context is affordable for one user",
+         "kv_disk_dir": KV_DISK_REASON},
     ),
     "office": Profile(
         "office", "5-30 people; steady typing speed matters more than the first word",
         {"max_num_batched_tokens": 1024, "max_num_seqs": 64, "max_context_tokens": 16384,
-         "prefill_pacing": 2.0, "scheduling_policy": "fair"},
+         "prefill_pacing": 2.0, "scheduling_policy": "fair", "kv_disk_dir": "auto"},
         {"max_num_batched_tokens": "chunked prefill with a small budget, so a pasted document "
                                    "does not freeze everyone's typing",
          "scheduling_policy": "fair: prompt work goes to the user served least recently, and "
@@ -41,18 +48,21 @@ PROFILES: dict[str, Profile] = {
                            "step (measured: a CPU needs far smaller chunks than a GPU)",
          "max_num_seqs": "room for a busy office",
          "max_context_tokens": "per-user context cap: longer chats are asked to start anew "
-                               "(watch vllm:num_preemptions_total as the early warning)"},
+                               "(watch vllm:num_preemptions_total as the early warning)",
+         "kv_disk_dir": KV_DISK_REASON},
     ),
     "product": Profile(
         "product", "customer-facing; tail latency targets",
         {"max_num_batched_tokens": 512, "max_num_seqs": 128, "max_context_tokens": 8192,
-         "gpu_memory_utilization": 0.8, "prefill_pacing": 1.5, "scheduling_policy": "fair"},
+         "gpu_memory_utilization": 0.8, "prefill_pacing": 1.5, "scheduling_policy": "fair",
+         "kv_disk_dir": "off"},
         {"max_num_batched_tokens": "a small budget keeps inter-token latency's tail short",
          "scheduling_policy": "fair: one customer's burst does not queue the others",
          "prefill_pacing": "tail latency first: a prompt's chunk costs half a decode step",
          "max_num_seqs": "many short customer requests",
          "max_context_tokens": "hard context cap: no request beyond it is admitted",
-         "gpu_memory_utilization": "memory headroom kept free for spikes"},
+         "gpu_memory_utilization": "memory headroom kept free for spikes",
+         "kv_disk_dir": "off: customers' conversations are not kept on disk, even sealed"},
     ),
 }
 

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from officellm.app.admission.body_limit import BodySizeLimit
 from officellm.app.anthropic.routes import router as anthropic_router
 from officellm.app.db import Database, prepare_database
 from officellm.app.db.column_types import utcnow
+from officellm.app.db.paths import kv_disk_dir
 from officellm.app.db.registered_models import list_entries
 from officellm.app.db.threads import active_thread_counts
 from officellm.app.db.users import user_names
@@ -49,6 +51,8 @@ from officellm.app.serving.replica_heartbeat import ReplicaIdentity, run_heartbe
 from officellm.app.serving.state import ServerState
 from officellm.engine import (
     BUNDLED_EMBEDDER,
+    KV_DISK_AUTO,
+    EngineConfig,
     LLMEngine,
 )
 
@@ -87,6 +91,19 @@ def command_line_embedder(settings: ServerSettings) -> ModelEntry | None:
     return ModelEntry(name=name, source=source, kind=EMBED, pinned=True)
 
 
+def kv_disk_settings(engine: EngineConfig, db: Database) -> EngineConfig:
+    """The engine's disk tier as the server runs it: `auto` in the data directory (beside
+    the database, or the shared one's files), sealed under a key derived from the install
+    key (docs/kv_tiers.md)."""
+    if engine.kv_disk_dir is None:
+        return engine
+    folder = engine.kv_disk_dir
+    if folder == KV_DISK_AUTO:
+        folder = str(kv_disk_dir(db.files_dir))
+    key = engine.kv_disk_key or db.kv_disk_key()
+    return replace(engine, kv_disk_dir=folder, kv_disk_key=key)
+
+
 def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = None,
                db: Database | None = None) -> FastAPI:
     """The OpenAI-compatible app and the admin API. The engine loads in the background once
@@ -100,6 +117,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         db, token_file = prepare_database(settings.database)
         if token_file is not None:
             logger.info("Admin token written to %s (readable by this user only)", token_file)
+    settings.engine = kv_disk_settings(settings.engine, db)
     factory = engine_factory or default_engine_factory(settings)
     window = StatsWindow(settings.stats_window_s)
     # `state` is bound below, before any scrape.

@@ -13,7 +13,7 @@ from officellm.engine.async_llm import (
     LoadFailure,
     RequestAborted,
 )
-from officellm.engine.config import EngineConfig, engine_knobs, parse_memory
+from officellm.engine.config import KV_DISK_AUTO, EngineConfig, engine_knobs, parse_memory
 from officellm.engine.core.scheduler_output import Logprob
 from officellm.engine.embedding.async_embedder import AsyncEmbedder, EmbedderStats
 from officellm.engine.embedding.bundled import BUNDLED_EMBEDDER, bundled_embedder_dir
@@ -22,6 +22,7 @@ from officellm.engine.embedding.encoders import Encoder, load_encoder
 from officellm.engine.embedding.sentence_encoder import EncoderInfo, SentenceEncoder
 from officellm.engine.input_processor import InputProcessor, PromptTooLongError
 from officellm.engine.kv_cache_dtype import check_kv_cache_dtype
+from officellm.engine.kv_offload.disk_tier import purge_kv_disk
 from officellm.engine.kv_plan import (
     KVCacheTooSmallError,
     KVPlan,
@@ -43,7 +44,7 @@ from officellm.engine.memory_footprint import (
 from officellm.engine.output_processor import IterationStats, OutputKind
 from officellm.engine.outputs import CompletionOutput, PromptLogprobs, RequestOutput
 from officellm.engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
-from officellm.engine.stats import EngineStats
+from officellm.engine.stats import DiskTierStats, EngineStats
 from officellm.engine.structured_output import StructuredOutputError, StructuredOutputsParams
 from officellm.engine.structured_output.json_schema_support import check_json_schema
 from officellm.engine.worker.multiproc_executor import WorkerDiedError
@@ -57,7 +58,7 @@ __all__ = [
     "BUNDLED_EMBEDDER", "bundled_embedder_dir",
     "EngineState", "LoadFailure", "EngineDeadError", "RequestAborted",
     # Configuration and the KV-cache plan (`officellm plan`, the CLI's knobs)
-    "EngineConfig", "engine_knobs", "parse_memory",
+    "EngineConfig", "engine_knobs", "parse_memory", "KV_DISK_AUTO",
     "load_spec", "gguf_weight_bytes", "make_plan", "format_plan", "KVPlan", "KVCacheTooSmallError", "dtype_bytes",
     "check_kv_cache_dtype", "check_architecture", "UnsupportedModelError",
     # Several models in one memory budget (the server's model pool)
@@ -68,8 +69,10 @@ __all__ = [
     "InputProcessor", "PromptTooLongError", "apply_chat_template", "load_tokenizer",
     # Results out
     "RequestOutput", "CompletionOutput", "Logprob", "PromptLogprobs", "OutputKind",
+    # The KV cache's disk tier: a person's blocks purged, running or not
+    "purge_kv_disk",
     # Observability
-    "EngineStats", "IterationStats",
+    "EngineStats", "IterationStats", "DiskTierStats",
     # Failures
     "WorkerDiedError",
 ]

@@ -14,6 +14,7 @@ no CPU.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import enum
 import logging
 import queue
@@ -113,6 +114,12 @@ class _Add:
 @dataclass
 class _Abort:
     core_ids: list[str]
+
+
+@dataclass
+class _Purge:
+    cache_salt: str | None
+    done: concurrent.futures.Future
 
 
 class _Stop:
@@ -279,6 +286,16 @@ class AsyncLLM:
             if core_ids:
                 self._commands.put(_Abort(core_ids))
 
+    async def purge_cache_salt(self, cache_salt: str | None) -> int:
+        """Forget the cached blocks computed under this prefix-cache salt, in the pool and
+        the disk tier (before the engine's next step); how many. 0 for an engine not
+        running: its pool is gone, and its disk tier's files are kv_disk's to purge."""
+        if self.state is not EngineState.READY:
+            return 0
+        done: concurrent.futures.Future[int] = concurrent.futures.Future()
+        self._commands.put(_Purge(cache_salt, done))
+        return await asyncio.wrap_future(done)
+
     def abort_all(self) -> None:
         """Abort every request; each reader gets RequestAborted (used at shutdown)."""
         for rid, sink in list(self._sinks.items()):
@@ -383,6 +400,17 @@ class AsyncLLM:
             else:
                 self._to_event_loop(self._on_step, [], core.stats())
 
+    def _answer_purges_left(self) -> None:
+        """Answer the purges queued behind a stop or sleep (the pool goes with the engine);
+        nothing else queued then matters (adds are refused once stopping or asleep)."""
+        while True:
+            try:
+                cmd = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(cmd, _Purge):
+                cmd.done.set_result(0)
+
     def _process_commands(self, core: Any, block: bool) -> bool:
         """Run queued commands; False when told to stop (or to sleep)."""
         try:
@@ -391,12 +419,18 @@ class AsyncLLM:
             return True
         while True:
             if isinstance(cmd, (_Stop, _Sleep)):
+                self._answer_purges_left()
                 return False
             if isinstance(cmd, _Add):
                 for request in cmd.requests:
                     core.add_request(request)
             elif isinstance(cmd, _Abort):
                 core.abort_requests(cmd.core_ids)
+            elif isinstance(cmd, _Purge):
+                try:
+                    cmd.done.set_result(core.purge_cache_salt(cmd.cache_salt))
+                except Exception as exc:  # noqa: BLE001 - the caller hears of it
+                    cmd.done.set_exception(exc)
             try:
                 cmd = self._commands.get_nowait()
             except queue.Empty:

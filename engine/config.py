@@ -54,6 +54,9 @@ def parse_duration(value: str | int | float) -> float:
     return seconds
 
 
+# kv_disk_dir's "the server's data directory" (resolved by officellm serve).
+KV_DISK_AUTO = "auto"
+
 # Why the KV cache's lower tiers run on one rank only (the config's refusal, and the
 # tensor-parallel executor's).
 LOWER_TIER_NEEDS_ONE_RANK = ("the KV disk tier needs tensor_parallel_size 1: each rank "
@@ -117,7 +120,8 @@ class EngineConfig:
         None, "a directory for the KV cache's disk tier: full blocks of the prefix cache are "
               "also written there, sealed, and a prompt whose prefix is there is read back "
               "instead of computed, after a restart, an idle sleep or a reload too "
-              "(docs/kv_tiers.md); default: no disk tier", str)
+              "(docs/kv_tiers.md); off: none; auto (officellm serve's office and personal "
+              "profiles): kv-cache/ in the server's data directory", str)
     kv_disk_size: int | str = knob("20GiB", "the disk tier's budget, e.g. 20GiB: the least "
                                             "recently used blocks go first", str)
     kv_disk_ttl: float | str = knob("7d", "how long a block unused stays in the disk tier, "
@@ -188,18 +192,19 @@ class EngineConfig:
                              "draft follows the last token, which must be read first.")
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_memory(self.kv_cache_memory)
+        if self.kv_disk_dir in ("", "off", "none"):
+            self.kv_disk_dir = None
         self.kv_disk_size = parse_memory(self.kv_disk_size)
         self.kv_disk_ttl = parse_duration(self.kv_disk_ttl)
+        if self.kv_disk_dir == KV_DISK_AUTO and (self.tensor_parallel_size > 1
+                                                 or not self.enable_prefix_caching):
+            self.kv_disk_dir = None  # the server's default, where it cannot apply
         if self.kv_disk_dir is not None:
             if self.tensor_parallel_size > 1:
                 raise ValueError(LOWER_TIER_NEEDS_ONE_RANK + ".")
             if not self.enable_prefix_caching:
                 raise ValueError("the KV disk tier keeps the prefix cache's blocks: it needs "
                                  "enable_prefix_caching.")
-            if self.kv_disk_key is None or len(self.kv_disk_key) < 16:
-                raise ValueError("the KV disk tier seals every block: give kv_disk_key, a "
-                                 "secret of at least 16 bytes that you keep (the server "
-                                 "derives its own from the install key).")
 
 
 def engine_knobs() -> list[Any]:

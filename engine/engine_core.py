@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from officellm.engine.config import EngineConfig, format_gib
+from officellm.engine.config import KV_DISK_AUTO, EngineConfig, format_gib
 from officellm.engine.core.kv_cache_manager import KVCacheManager
 from officellm.engine.core.lower_tier import BlockSave
 from officellm.engine.core.prefill_pacer import PrefillPacer
@@ -170,7 +170,13 @@ class EngineCore:
                      str(config.block_size), repr(runner.groups), str(worker.weight_format),
                      type(runner.attention).__name__, str(config.batch_invariant),
                      _source_digest(code / "engine", code / "kernels")]
-        assert config.kv_disk_key is not None  # EngineConfig checked it
+        if config.kv_disk_dir == KV_DISK_AUTO:
+            raise ValueError(f"kv_disk_dir {KV_DISK_AUTO!r} is officellm serve's (its data "
+                             "directory); give a directory")
+        if config.kv_disk_key is None or len(config.kv_disk_key) < 16:
+            raise ValueError("the KV disk tier seals every block: give kv_disk_key, a secret "
+                             "of at least 16 bytes that you keep (officellm serve derives its "
+                             "own from the install key)")
         tier = DiskTier(Path(config.kv_disk_dir or ""), kv_identity(model_dir, loaded_as),
                         config.kv_disk_key, int(config.kv_disk_size), runner.block_bytes,
                         float(config.kv_disk_ttl))
@@ -350,7 +356,8 @@ class EngineCore:
             kv_blocks_by_key=dict(self.kv.blocks_by_key),
             preemptions_by_key=dict(sched.preemptions_by_key),
             running_by_key=running_by_key,
-            kv_disk_hit_tokens=self.kv.lower_tier_hit_tokens,
+            kv_disk_queries=self.kv.lower_tier_queries,
+            kv_disk_hits=self.kv.lower_tier_hits,
             kv_disk=self.disk_tier.stats() if self.disk_tier is not None else None,
         )
 

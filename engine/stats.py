@@ -64,9 +64,11 @@ class EngineStats:
     kv_blocks_by_key: dict[str, int] = field(default_factory=dict)
     preemptions_by_key: dict[str, int] = field(default_factory=dict)
     running_by_key: dict[str, int] = field(default_factory=dict)
-    # Prompt tokens whose KV was read from the disk tier instead of computed (also counted
-    # in prefix_cache_hits), and the tier itself (None: no disk tier).
-    kv_disk_hit_tokens: int = 0
+    # Prompt tokens looked up at admission with a disk tier, and those whose KV was read from
+    # it instead of computed (vLLM's external prefix cache; not in prefix_cache_hits), and the
+    # tier itself (None: no disk tier).
+    kv_disk_queries: int = 0
+    kv_disk_hits: int = 0
     kv_disk: DiskTierStats | None = None
     # The layers' KV cache groups: what a request of n tokens holds (sliding windows).
     kv_cache_groups: KVCacheGroups = field(default_factory=lambda: KVCacheGroups.for_windows(

@@ -69,7 +69,9 @@ def _model_stats(model: ServedModel) -> ModelStats:
         num_blocks_total=stats.num_blocks_total if stats is not None else None,
         num_blocks_used=stats.num_blocks_used if stats is not None else None,
         num_running=stats.num_running if stats is not None else 0,
-        num_waiting=stats.num_waiting if stats is not None else 0)
+        num_waiting=stats.num_waiting if stats is not None else 0,
+        kv_disk=stats.kv_disk if stats is not None else None,
+        kv_disk_hits=stats.kv_disk_hits if stats is not None else 0)
 
 
 def _embedding_stats(server: ServerState) -> EmbeddingStats | None:

@@ -1,6 +1,10 @@
-"""/admin/users: list (with today's usage), create, disable or re-enable."""
+"""/admin/users: list (with today's usage), create, disable or re-enable, and forget a
+person's cached context (their prefix-cache blocks in every model's pool and on disk)."""
 
 from __future__ import annotations
+
+import asyncio
+from pathlib import Path
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
@@ -9,13 +13,16 @@ from officellm.app.admin.errors import answered_errors
 from officellm.app.admin.views import UserView, user_view
 from officellm.app.db import (
     create_user,
+    get_user,
     list_usage,
     list_users,
     set_user_disabled,
     usage_today,
     utc_today,
 )
+from officellm.app.policy import prefix_cache_salt
 from officellm.app.serving.state import ServerState
+from officellm.engine import purge_kv_disk
 
 router = APIRouter()
 
@@ -56,3 +63,33 @@ def patch_user(name: str, body: UserChange, request: Request) -> UserView:
         user = set_user_disabled(session, name, body.disabled)
         today = usage_today(session, user.id)
     return user_view(user, today)
+
+
+class CachePurged(BaseModel):
+    """What a purge of a person's cached context removed."""
+
+    user: str
+    pool_blocks: int  # cached blocks dropped from the running models' KV pools
+    disk_tier: bool  # whether a disk tier's files were removed too (every model's)
+
+
+@router.post("/users/{name}/purge-cache")
+async def purge_user_cache(name: str, request: Request) -> CachePurged:
+    """Forget everything cached from this person's prompts: their blocks in every running
+    model's prefix cache and in the disk tier (sleeping and unloaded models' too). Blocks of
+    prompts sent under a policy that shares the prefix cache are everyone's, and age out."""
+    server = _server(request)
+    with answered_errors("name"), server.accounts.db.session() as session:
+        user = get_user(session, name)
+        user_id, user_name = user.id, user.name
+    salt = prefix_cache_salt(user_id, share_prefix_cache=False)
+    dropped = 0
+    for model in server.models.models:
+        dropped += await model.async_engine.purge_cache_salt(salt)
+    engine = server.settings.engine
+    on_disk = engine.kv_disk_dir is not None and engine.kv_disk_key is not None
+    if on_disk:
+        await asyncio.to_thread(purge_kv_disk, Path(str(engine.kv_disk_dir)),
+                                bytes(engine.kv_disk_key or b""), salt)
+    server.accounts.record_event("cache_purged", user_id, {"pool_blocks": dropped})
+    return CachePurged(user=user_name, pool_blocks=dropped, disk_tier=on_disk)

@@ -12,7 +12,7 @@ from officellm.app.db import EventInfo, KeyInfo, ThreadInfo, UsageDay, UserInfo
 from officellm.app.db.policies import StoredPolicy
 from officellm.app.db.records import IssuedKey
 from officellm.app.policy.types import EffectivePolicy
-from officellm.engine import EngineStats, KVPlan
+from officellm.engine import DiskTierStats, EngineStats, KVPlan
 
 Timestamp = str  # ISO 8601, e.g. 2025-01-11T09:00:00+00:00
 
@@ -161,6 +161,11 @@ class ModelStats(BaseModel):
     num_blocks_used: int | None
     num_running: int
     num_waiting: int
+    kv_disk: DiskTierStats | None = Field(
+        None, description="The model's KV disk tier (docs/kv_tiers.md); null without one or "
+                          "while out of memory.")
+    kv_disk_hits: int = Field(0, description="Prompt tokens read from the disk tier instead "
+                                             "of computed, since the model loaded.")
 
 
 class Stats(BaseModel):

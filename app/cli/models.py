@@ -13,8 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from officellm.app.cli.db import add_db_argument, database_target, open_db
-from officellm.app.db.database import Database
+from officellm.app.cli.admin_call import (
+    NoServer,
+    add_server_arguments,
+    admin_post,
+    report_failure,
+)
+from officellm.app.cli.db import add_db_argument, open_db
 from officellm.app.db.errors import NotFound
 from officellm.app.db.registered_models import (
     add_entry,
@@ -33,7 +38,6 @@ from officellm.app.registry.entry import (
     ModelEntry,
 )
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 # The engine's own flag help, shown for the options an entry may set (a copy, so that
 # `officellm models --help` does not import the engine and torch).
 ENGINE_OPTION_HELP = {
@@ -118,11 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name in ("load", "unload"):
         c = msub.add_parser(name, help=f"ask the running server to {name} a registered model")
         c.add_argument("name")
-        c.add_argument("--url", default=DEFAULT_URL,
-                       help=f"the server's address (default {DEFAULT_URL})")
-        c.add_argument("--token-file", type=Path, default=None,
-                       help="the admin token's file (default: admin_token beside the database)")
-        add_db_argument(c, help_suffix="; its admin token is used")
+        add_server_arguments(c)
         c.set_defaults(func=run_server_action, action=name)
 
 
@@ -272,43 +272,13 @@ def run_pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def _admin_token(args: argparse.Namespace) -> str:
-    path = args.token_file
-    if path is None:
-        db = Database(database_target(args))
-        path = db.admin_token_path
-        db.close()
-    try:
-        return Path(path).read_text().strip()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"No admin token at {path}; give --token-file (the server "
-                                f"writes it at its first start).") from None
-
-
 def run_server_action(args: argparse.Namespace) -> int:
-    import httpx
-
-    token = _admin_token(args)
-    url = f"{args.url.rstrip('/')}/admin/models/{args.name}/{args.action}"
     try:
-        # No read timeout: loading a large model takes as long as it takes.
-        r = httpx.post(url, headers={"Authorization": f"Bearer {token}"},
-                       timeout=httpx.Timeout(10.0, read=None))
-    except httpx.TransportError as exc:
-        print(f"officellm models {args.action}: no server answers at {args.url} ({exc}); is "
-              f"it running (officellm serve)?", file=sys.stderr)
+        r = admin_post(args, f"models/{args.name}/{args.action}")
+    except NoServer as exc:
+        print(f"officellm models {args.action}: {exc}", file=sys.stderr)
         return 1
     if r.is_success:
         print(f"{args.name}: {args.action}ed")
         return 0
-    print(f"officellm models {args.action}: the server answered {r.status_code}: "
-          f"{_error_message(r)}", file=sys.stderr)
-    return 1
-
-
-def _error_message(r: Any) -> str:
-    """The message of the server's OpenAI-shaped error, else the body as text."""
-    try:
-        return str(r.json()["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return r.text.strip() or r.reason_phrase
+    return report_failure(f"models {args.action}", r)

@@ -1,12 +1,16 @@
-"""`officellm users add|list|disable|enable`."""
+"""`officellm users add|list|disable|enable|purge-cache`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
+from officellm.app.cli.admin_call import NoServer, add_server_arguments, admin_post, report_failure
 from officellm.app.cli.db import add_db_argument, format_time, open_db
-from officellm.app.db.users import create_user, list_users, set_user_disabled
+from officellm.app.db.paths import kv_disk_dir
+from officellm.app.db.users import create_user, get_user, list_users, set_user_disabled
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +31,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         d.add_argument("name")
         add_db_argument(d)
         d.set_defaults(func=run_set_disabled, disabled=disabled)
+    purge = usub.add_parser(
+        "purge-cache", help="forget everything cached from a user's prompts",
+        description="Drop the user's prefix-cache blocks from every running model's KV pool "
+                    "and from the KV disk tier (every model's). With no server running, the "
+                    "disk tier's files are removed directly.")
+    purge.add_argument("name")
+    add_server_arguments(purge)
+    purge.add_argument("--kv-disk-dir", type=Path, default=None,
+                       help="with no server running: the disk tier's directory (default: "
+                            "kv-cache/ beside the database)")
+    purge.set_defaults(func=run_purge_cache)
 
 
 def run_add(args: argparse.Namespace) -> int:
@@ -70,4 +85,38 @@ def run_set_disabled(args: argparse.Namespace) -> int:
     finally:
         db.close()
     print(f"user {user.name} {'disabled' if user.disabled else 'enabled'}")
+    return 0
+
+
+def run_purge_cache(args: argparse.Namespace) -> int:
+    try:
+        r = admin_post(args, f"users/{args.name}/purge-cache")
+    except NoServer:
+        return _purge_disk_directly(args)
+    if not r.is_success:
+        return report_failure("users purge-cache", r)
+    done = r.json()
+    where = " and the KV disk tier" if done["disk_tier"] else ""
+    print(f"{done['user']}: cached context forgotten ({done['pool_blocks']} blocks in the "
+          f"running models' pools{where})")
+    return 0
+
+
+def _purge_disk_directly(args: argparse.Namespace) -> int:
+    """No server: remove the user's files from the disk tier's directory."""
+    from officellm.app.policy import prefix_cache_salt
+    from officellm.engine import purge_kv_disk
+
+    db = open_db(args)
+    try:
+        with db.session() as s:
+            user = get_user(s, args.name)
+            user_id, name = user.id, user.name
+        folder = args.kv_disk_dir or kv_disk_dir(db.files_dir)
+        key = db.kv_disk_key()
+    finally:
+        db.close()
+    purge_kv_disk(folder, key, prefix_cache_salt(user_id, share_prefix_cache=False))
+    print(f"{name}: no server answers at {args.url}; removed their blocks from the KV disk "
+          f"tier in {folder}", file=sys.stderr)
     return 0

@@ -55,6 +55,11 @@ class Database:
         """Where the raw admin token is written at first start."""
         return admin_token_path(self.files_dir)
 
+    def kv_disk_key(self) -> bytes:
+        """The KV disk tier's secret: derived from this machine's install key, so the
+        tier's files are unreadable without the key file (docs/security.md)."""
+        return self.jwt_secrets.install_key.derive("kv disk tier")
+
     def session(self) -> Session:
         """A new session; use as a context manager. Nothing is committed unless you commit."""
         return self.sessionmaker()

@@ -9,6 +9,7 @@ shared one (Database.files_dir)."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import threading
 from pathlib import Path
@@ -64,6 +65,17 @@ class InstallKey:
                 return Fernet(key)
             except ValueError as exc:
                 raise SealError(f"the install key file {self.path} holds no Fernet key") from exc
+
+    def derive(self, purpose: str) -> bytes:
+        """A 32-byte key for `purpose` (e.g. the KV disk tier's), derived from the install
+        key (made if missing): the same on every start, and useless without the file."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+        self._load(create=True)  # made if missing; then read as it is on disk
+        secret = base64.urlsafe_b64decode(self.path.read_bytes().strip())
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                    info=f"officellm {purpose}".encode()).derive(secret)
 
     def seal(self, secret: str) -> str:
         """`secret`, encrypted and authenticated under the install key (made if missing)."""

@@ -28,3 +28,9 @@ def admin_token_path(files_dir: Path) -> Path:
 def jwt_secrets_dir(files_dir: Path) -> Path:
     """Front-end keys' JWT secrets, in the same directory (app/db/jwt_secrets.py)."""
     return Path(files_dir) / JWT_SECRETS_DIRNAME
+
+
+def kv_disk_dir(files_dir: Path) -> Path:
+    """The KV cache's disk tier under `--kv-disk-dir auto`, in the same directory: its
+    blocks are sealed under the install key beside it (docs/kv_tiers.md)."""
+    return Path(files_dir) / "kv-cache"

@@ -51,7 +51,8 @@ class EngineCollector:
                       stats.generation_tokens_total, stats.prefix_cache_queries,
                       stats.prefix_cache_hits, stats.spec_decode_num_drafts,
                       stats.spec_decode_num_draft_tokens,
-                      stats.spec_decode_num_accepted_tokens]
+                      stats.spec_decode_num_accepted_tokens, stats.kv_disk_queries,
+                      stats.kv_disk_hits]
             for family, value in zip(families, values, strict=True):
                 family.add_metric([name], value)
         return iter(families)
@@ -85,6 +86,57 @@ class EngineCollector:
                                 "Number of draft tokens.", labels=labels),
             CounterMetricFamily("vllm:spec_decode_num_accepted_tokens",
                                 "Number of accepted tokens.", labels=labels),
+            CounterMetricFamily("vllm:external_prefix_cache_queries",
+                                "External prefix cache queries (the KV disk tier), in terms "
+                                "of number of queried tokens.", labels=labels),
+            CounterMetricFamily("vllm:external_prefix_cache_hits",
+                                "External prefix cache hits (the KV disk tier), in terms of "
+                                "number of cached tokens.", labels=labels),
+        ]
+
+
+class KVDiskCollector:
+    """officellm:kv_disk_*{model_name}: each engine's disk tier (docs/kv_tiers.md), from its
+    latest snapshot at scrape time; engines without one are left out."""
+
+    def __init__(self, engines: Engines) -> None:
+        self._engines = engines
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        families = self._families()
+        for name, engine in self._engines():
+            stats = engine.stats()
+            if stats is None or stats.kv_disk is None:
+                continue
+            disk = stats.kv_disk
+            values = [disk.bytes_used, disk.capacity_bytes, disk.files, disk.blocks_written,
+                      disk.blocks_read, disk.blocks_unreadable, disk.writes_dropped]
+            for family, value in zip(families, values, strict=True):
+                family.add_metric([name], value)
+        return iter(families)
+
+    @staticmethod
+    def _families() -> list[Metric]:
+        labels = ["model_name"]
+        return [
+            GaugeMetricFamily("officellm:kv_disk_bytes", "Bytes of KV blocks in the disk "
+                              "tier.", labels=labels),
+            GaugeMetricFamily("officellm:kv_disk_capacity_bytes", "The disk tier's budget.",
+                              labels=labels),
+            GaugeMetricFamily("officellm:kv_disk_blocks", "KV blocks in the disk tier.",
+                              labels=labels),
+            CounterMetricFamily("officellm:kv_disk_blocks_written", "KV blocks written to "
+                                "the disk tier.", labels=labels),
+            CounterMetricFamily("officellm:kv_disk_blocks_read", "KV blocks read back from "
+                                "the disk tier instead of computed.", labels=labels),
+            CounterMetricFamily("officellm:kv_disk_blocks_unreadable", "Disk tier files "
+                                "found damaged, foreign or gone (each a miss, removed).",
+                                labels=labels),
+            CounterMetricFamily("officellm:kv_disk_writes_dropped", "KV blocks not saved: "
+                                "the disk tier's write queue was full.", labels=labels),
         ]
 
 
@@ -159,6 +211,7 @@ class ServerMetrics:
         self._model_name = model_name
         self.window = window
         self.registry.register(EngineCollector(engines))
+        self.registry.register(KVDiskCollector(engines))
         r, m = self.registry, ["model_name"]
         self.ttft = Histogram("vllm:time_to_first_token_seconds",
                               "Histogram of time to first token in seconds.", m,

@@ -62,7 +62,11 @@ class KVCacheManager:
         self._loads: list[BlockLoad] = []
         self._saves: list[BlockSave] = []
         self._loading: set[str] = set()  # waiting requests whose hit is being read
-        self.lower_tier_hit_tokens = 0  # prompt tokens read from the lower tier
+        # Prompt tokens admissions looked up, and found in the lower tier (vLLM's external
+        # prefix cache counters); prefix_cache_hits counts the pool's hits alone.
+        self.lower_tier_queries = 0
+        self.lower_tier_hits = 0
+        self._admitted_from_tier = 0  # the last allocation's tokens read from the tier
 
     # -- hashing -------------------------------------------------------------------------
     def _update_block_hashes(self, request: Request) -> None:
@@ -179,8 +183,12 @@ class KVCacheManager:
 
     def record_prefix_lookup(self, num_queried_tokens: int, num_hit_tokens: int) -> None:
         """Count one admission's lookup (called only when the request is admitted)."""
+        from_tier, self._admitted_from_tier = self._admitted_from_tier, 0
         self.prefix_cache_queries += num_queried_tokens
-        self.prefix_cache_hits += num_hit_tokens
+        self.prefix_cache_hits += num_hit_tokens - from_tier
+        if self.lower_tier is not None:
+            self.lower_tier_queries += num_queried_tokens
+            self.lower_tier_hits += from_tier
 
     def num_blocks_after(self, request: Request, num_new_tokens: int,
                          num_computed_tokens: int | None = None) -> int:
@@ -245,6 +253,9 @@ class KVCacheManager:
             # Every group's pool hits are taken before any block is allocated, so that no
             # allocation evicts a hit of a later group.
             self.pool.touch([b for blocks in computed for b in blocks if isinstance(b, KVBlock)])
+            self._admitted_from_tier = bs * len({i for blocks in computed
+                                                 for i, b in enumerate(blocks)
+                                                 if isinstance(b, StagedBlock)})
             computed = tuple(self._place_staged(blocks, request) for blocks in computed)
             self._loading.discard(rid)
             if self.lower_tier is not None:
@@ -292,7 +303,6 @@ class KVCacheManager:
                 block = next(fresh)
                 self.pool.cache_block(block, b.key, request.cache_salt)
                 self._loads.append(BlockLoad(block.block_id, b.payload))
-                self.lower_tier_hit_tokens += self.block_size
                 b = block
             placed.append(b)
         return placed

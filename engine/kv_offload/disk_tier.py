@@ -397,6 +397,13 @@ def owner_folder(cipher: BlockCipher, cache_salt: str | None) -> str:
     return cipher.name(b"owner", (cache_salt or "").encode())
 
 
+def purge_kv_disk(root: Path, secret: bytes, cache_salt: str | None) -> None:
+    """Remove a prefix-cache salt's blocks from every model's folder of the disk tier in
+    `root`, whether or not an engine runs on it (one that does still lists the files, and
+    finds each gone: a miss)."""
+    purge_owner(Path(root), BlockCipher(secret), cache_salt)
+
+
 def purge_owner(root: Path, cipher: BlockCipher, cache_salt: str | None) -> None:
     """Remove a salt's blocks from every model's folder under `root`."""
     owner = owner_folder(cipher, cache_salt)

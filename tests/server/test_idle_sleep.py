@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.server_api import TIMEOUT
+from tests.support.server_api import TIMEOUT, model_state, wait_for_state
 from tests.support.server_process import API_KEY, ServerProcess
 
 IDLE_S = 3  # longer than a busy CI machine takes from the load to the first request
@@ -28,19 +28,6 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise AssertionError("no VmRSS")
-
-
-def state(server: ServerProcess) -> str:
-    r = httpx.get(f"{server.base_url}/v1/models", headers=HEADERS, timeout=TIMEOUT)
-    assert r.status_code == 200, r.text
-    return r.json()["data"][0]["state"]
-
-
-def wait_for(server: ServerProcess, wanted: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while state(server) != wanted:
-        assert time.monotonic() < deadline, f"the model is not {wanted}"
-        time.sleep(0.2)
 
 
 def chat(server: ServerProcess) -> httpx.Response:
@@ -66,7 +53,7 @@ class Slept:
         self.first_answer = first.json()["choices"][0]["message"]["content"]
         self.wakes_before_sleeping = wakes(server)
         self.rss_awake = rss_bytes(server.proc.pid)
-        wait_for(server, "sleeping")
+        wait_for_state(server, "sleeping")
         # The loop thread frees the model after the state changes: give it a few seconds.
         deadline = time.monotonic() + 15
         while True:
@@ -105,9 +92,9 @@ def test_a_sleeping_server_is_healthy_and_says_so(slept: Slept) -> None:
 
 
 def test_listing_the_models_does_not_wake_it(slept: Slept) -> None:
-    assert state(slept.server) == "sleeping"
+    assert model_state(slept.server) == "sleeping"
     time.sleep(IDLE_S)
-    assert state(slept.server) == "sleeping"
+    assert model_state(slept.server) == "sleeping"
 
 
 def test_the_next_request_wakes_it_and_gets_the_same_answer(slept: Slept) -> None:
@@ -115,5 +102,5 @@ def test_the_next_request_wakes_it_and_gets_the_same_answer(slept: Slept) -> Non
     r = chat(slept.server)
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == slept.first_answer
-    assert state(slept.server) == "ready"
+    assert model_state(slept.server) == "ready"
     assert wakes(slept.server) == 1

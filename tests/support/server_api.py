@@ -40,3 +40,17 @@ def scrape_idle(server: ServerProcess, timeout: float = 10.0) -> dict[tuple[str,
         if busy == 0 or time.monotonic() > deadline:
             return metrics
         time.sleep(0.05)
+
+
+def model_state(server: ServerProcess) -> str:
+    """The default model's state as /v1/models lists it (ready, sleeping, ...)."""
+    r = httpx.get(f"{server.base_url}/v1/models", headers=server.headers, timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    return r.json()["data"][0]["state"]
+
+
+def wait_for_state(server: ServerProcess, wanted: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while model_state(server) != wanted:
+        assert time.monotonic() < deadline, f"the model is not {wanted}"
+        time.sleep(0.2)
