@@ -9,6 +9,7 @@ zero block after the pool that the runner keeps), which no kernel reads.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from officellm.engine.core.block_pool import BlockPool, KVBlock, hash_block_tokens
 from officellm.engine.core.kv_cache_groups import KVCacheGroups, first_needed_block
@@ -67,6 +68,9 @@ class KVCacheManager:
         self.lower_tier_queries = 0
         self.lower_tier_hits = 0
         self._admitted_from_tier = 0  # the last allocation's tokens read from the tier
+        # What computing a prompt's tokens costs, in seconds, once measured (the scheduler's
+        # prefill pacer): a prefix is read from the lower tier only where that is cheaper.
+        self.prefill_seconds: Callable[[int], float | None] | None = None
 
     # -- hashing -------------------------------------------------------------------------
     def _update_block_hashes(self, request: Request) -> None:
@@ -96,8 +100,9 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return empty, 0
         self._update_block_hashes(request)
-        while True:  # again only when a block read from the lower tier turned out damaged
-            found = self._find_blocks(request)
+        use_tier = True
+        while True:  # again when a block read turned out damaged, or reading costs more
+            found = self._find_blocks(request, use_tier)
             num = self._longest_common_hit(found)
             if not num:
                 self._loading.discard(request.request_id)
@@ -112,6 +117,9 @@ class KVCacheManager:
                 self._loading.discard(request.request_id)
                 return tuple(hits), hit_tokens
             assert self.lower_tier is not None
+            if not self._cheaper_to_read(below, hits):
+                use_tier = False
+                continue
             payloads = self.lower_tier.fetch(request.request_id, below)
             if payloads is None:  # still being read: the request waits, others go on
                 self._loading.add(request.request_id)
@@ -123,15 +131,36 @@ class KVCacheManager:
             return tuple([StagedBlock(b, read[b]) if isinstance(b, bytes) else b
                           for b in blocks] for blocks in hits), hit_tokens
 
-    def _find_blocks(self, request: Request) -> list[list[KVBlock | bytes | None]]:
+    def cached_prefix_tokens(self, request: Request) -> int:
+        """The tokens get_computed_blocks would find cached (in the pool or the lower tier),
+        without reading anything: how much of a waiting prompt is work left."""
+        if not self.enable_prefix_caching:
+            return 0
+        self._update_block_hashes(request)
+        return self._longest_common_hit(self._find_blocks(request)) * self.block_size
+
+    def _cheaper_to_read(self, below: list[bytes], hits: list[list]) -> bool:
+        """Whether reading these blocks from the lower tier is expected to take less than
+        computing their tokens (true until both are measured: a CPU computes a prompt at
+        hundreds of tokens a second and reads its KV at hundreds of MB)."""
+        assert self.lower_tier is not None
+        read = self.lower_tier.read_seconds(len(below))
+        tokens = self.block_size * len({i for blocks in hits for i, b in enumerate(blocks)
+                                        if isinstance(b, bytes)})
+        compute = self.prefill_seconds(tokens) if self.prefill_seconds is not None else None
+        return read is None or compute is None or read <= compute
+
+    def _find_blocks(self, request: Request,
+                     use_tier: bool = True) -> list[list[KVBlock | bytes | None]]:
         """Per group, each leading full block of the prompt (one token always left to
-        compute): the pool's block, the key of one the lower tier holds, or None."""
+        compute): the pool's block, the key of one the lower tier holds (`use_tier`), or
+        None."""
         num = (request.num_tokens - 1) // self.block_size
         found: list[list[KVBlock | bytes | None]] = []
         for g in range(len(self.windows)):
             keys = [_cache_key(h, g) for h in request.block_hashes[:num]]
             blocks: list[KVBlock | bytes | None] = [self.pool.lookup(k) for k in keys]
-            if self.lower_tier is not None:
+            if self.lower_tier is not None and use_tier:
                 for i, key in enumerate(keys):
                     if blocks[i] is None and self.lower_tier.holds(key):
                         blocks[i] = key

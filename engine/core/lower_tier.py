@@ -23,6 +23,11 @@ class LowerTier(Protocol):
         block that could not be read (the tier has dropped it, so `holds` says so now)."""
         ...
 
+    def read_seconds(self, num_blocks: int) -> float | None:
+        """What reading this many blocks is expected to take, as measured (None: nothing
+        read yet)."""
+        ...
+
     def release(self, request_id: str) -> None:
         """Forget what was read for this request (admitted, or gone)."""
         ...

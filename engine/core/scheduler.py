@@ -52,6 +52,9 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.pacer = pacer
+        if pacer is not None:  # a prefix comes from the lower tier where reading is cheaper
+            kv_cache_manager.prefill_seconds = lambda tokens: (
+                pacer.chunk_cost(tokens) if pacer.costs() is not None else None)
         self.policy: SchedulingPolicy = (make_policy(policy, kv_cache_manager,
                                                      max_num_batched_tokens)
                                          if isinstance(policy, str) else policy)
@@ -288,7 +291,8 @@ class Scheduler:
             if req.status is RequestStatus.RUNNING:
                 left = req.num_tokens_to_compute
             elif req.status is RequestStatus.WAITING and req.num_tokens > limit:
-                left = req.num_tokens - self._cached_prefix(req)[1]
+                left = req.num_tokens - (0 if req.owes_prompt_logprobs
+                                         else self.kv.cached_prefix_tokens(req))
             else:
                 continue
             if left > limit:

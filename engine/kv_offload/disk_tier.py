@@ -38,6 +38,9 @@ SUFFIX = ".kv"
 # Writes queued but not yet on disk, at most: past it a block is not saved (it stays in the
 # pool as before), so a burst of prefill never grows the engine's memory.
 MAX_PENDING_WRITE_BYTES = 256 << 20
+# Blocks read ahead for waiting requests, at most, besides one request's own prefix: they
+# sit in memory until each request is admitted.
+MAX_READ_AHEAD_BYTES = 1 << 30
 # How often the writer looks for files past the retention time.
 EXPIRY_INTERVAL_S = 60.0
 # A temporary file older than this is a crashed writer's, and removed at start.
@@ -83,6 +86,7 @@ class DiskTier:
         self._writing = threading.Lock()  # held through each write, and through a purge
         self._reads: dict[str, _Reads] = {}
         self._read_done = threading.Event()
+        self._seconds_per_read: float | None = None  # a block's read and open, averaged
         self._writable = True
         self.blocks_written = self.blocks_read = self.blocks_unreadable = 0
         self.writes_dropped = 0
@@ -279,11 +283,22 @@ class DiskTier:
 
     # -- reading -------------------------------------------------------------------------
     def fetch(self, request_id: str, keys: Sequence[bytes]) -> list[bytes | None] | None:
-        """See LowerTier."""
+        """See LowerTier. A request starts reading only while the blocks read ahead for
+        others stay within MAX_READ_AHEAD_BYTES (one request's own prefix may exceed it):
+        a queue of agents' long prompts is read as they are admitted, not all at once."""
         new = []
         with self._lock:
-            reads = self._reads.setdefault(request_id, _Reads())
+            reads = self._reads.get(request_id)
+            if reads is None:
+                held = sum(len(r.wanted) for r in self._reads.values()) * self.block_bytes
+                if self._reads and held + len(keys) * self.block_bytes > MAX_READ_AHEAD_BYTES:
+                    return None  # its turn comes as those are admitted
+                reads = self._reads[request_id] = _Reads()
             for key in keys:
+                if reads.payloads.get(key, b"") is None and self._name(key) in self._files:
+                    # Unreadable before, and written anew since (computed again): read it.
+                    del reads.payloads[key]
+                    reads.wanted.discard(key)
                 if key not in reads.wanted:
                     reads.wanted.add(key)
                     reads.pending.add(key)
@@ -298,6 +313,11 @@ class DiskTier:
         """See LowerTier."""
         with self._lock:
             self._reads.pop(request_id, None)
+
+    def read_seconds(self, num_blocks: int) -> float | None:
+        """See LowerTier: one reader thread reads block after block."""
+        per_block = self._seconds_per_read
+        return None if per_block is None else per_block * num_blocks
 
     def reading(self) -> bool:
         """Whether some request's blocks are still being read."""
@@ -334,6 +354,7 @@ class DiskTier:
         if file is None:
             return None
         path = self._path(file.owner, name)
+        started = time.perf_counter()
         try:
             payload = self._cipher.open(path.read_bytes(), self.identity + key)
             if len(payload) != self.block_bytes:
@@ -346,6 +367,9 @@ class DiskTier:
             with self._lock:
                 self.blocks_unreadable += 1
             return None
+        took = time.perf_counter() - started
+        previous = self._seconds_per_read
+        self._seconds_per_read = took if previous is None else 0.9 * previous + 0.1 * took
         with self._lock:
             if name in self._files:
                 self._files.move_to_end(name)

@@ -102,6 +102,39 @@ def test_a_hybrid_models_sliding_layers_are_read_back_too(tmp_path_factory, smol
     assert warm.token_ids == cold.token_ids
 
 
+def test_requests_preempting_each_other_resume_from_disk_with_the_same_answers(tiny_llama,
+                                                                            tmp_path):
+    prompts = [_prompt(20 + i, 3 * BLOCK + 4) for i in range(4)]
+    params = SamplingParams(temperature=0.0, max_tokens=3 * BLOCK, ignore_eos=True)
+    with make_llm(tiny_llama) as alone:
+        expected = [out.outputs[0].token_ids for out in alone.generate(prompts, params)]
+    per_token = 2 * 3 * 2 * 8 * 4  # K and V, 3 layers, 2 KV heads of 8, float32
+    # Room for every prompt at admission and a block more, not for all of them grown by
+    # three blocks: they preempt each other, and their blocks are evicted meanwhile.
+    blocks = 4 * 4 + 1
+    with _llm(tiny_llama, tmp_path, kv_cache_memory=blocks * BLOCK * per_token) as llm:
+        outputs = llm.generate(prompts, params)
+        stats = llm.llm_engine.stats()
+    assert [out.outputs[0].token_ids for out in outputs] == expected
+    assert stats.num_preemptions_total > 0
+    assert stats.kv_disk_hits > 0
+
+
+def test_a_prefix_is_computed_where_reading_it_is_measured_slower(tiny_llama, tmp_path):
+    first_prompt, second_prompt = _prompt(12), _prompt(13)
+    with _llm(tiny_llama, tmp_path) as first:
+        expected = _greedy(first, second_prompt).token_ids
+        _greedy(first, first_prompt)
+    with _llm(tiny_llama, tmp_path) as second:
+        _greedy(second, first_prompt)  # read from disk: the read is measured
+        core = second.llm_engine.engine_core
+        core.kv.prefill_seconds = lambda tokens: 0.0  # as if computing cost nothing
+        assert _greedy(second, second_prompt).token_ids == expected
+        stats = second.llm_engine.stats()
+    assert stats.kv_disk_hits == 5 * BLOCK  # the first prompt's, not the second's
+    assert stats.kv_disk is not None and stats.kv_disk.blocks_read == 5
+
+
 def test_another_salt_never_reads_a_persons_blocks(tiny_llama, tmp_path):
     prompt = _prompt(4)
     with _llm(tiny_llama, tmp_path) as first:
