@@ -356,6 +356,7 @@ class EngineCore:
             kv_blocks_by_key=dict(self.kv.blocks_by_key),
             preemptions_by_key=dict(sched.preemptions_by_key),
             running_by_key=running_by_key,
+            prompt_tokens_computed_total=sched.prompt_tokens_computed_total,
             kv_disk_queries=self.kv.lower_tier_queries,
             kv_disk_hits=self.kv.lower_tier_hits,
             kv_disk=self.disk_tier.stats() if self.disk_tier is not None else None,

@@ -67,6 +67,9 @@ class EngineStats:
     # Prompt tokens looked up at admission with a disk tier, and those whose KV was read from
     # it instead of computed (vLLM's external prefix cache; not in prefix_cache_hits), and the
     # tier itself (None: no disk tier).
+    # Prompt work run through the model: prompts' tokens past their prefix hits, and what
+    # preemption made them compute again (drafts' and decodes' tokens are not in it).
+    prompt_tokens_computed_total: int = 0
     kv_disk_queries: int = 0
     kv_disk_hits: int = 0
     kv_disk: DiskTierStats | None = None

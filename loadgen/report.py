@@ -80,7 +80,11 @@ def text_summary(doc: dict[str, Any]) -> str:
     if m["preemptions"] is not None:
         rate = m["prefix_cache_hit_rate"]
         lines.append(f"  server: {m['preemptions']:.0f} preemptions, prefix-cache hit rate "
-                     + ("-" if rate is None else f"{rate:.1%}"))
+                     + ("-" if rate is None else f"{rate:.1%}")
+                     + ("" if m.get("prompt_tokens_computed") is None else
+                        f", prompt tokens computed {m['prompt_tokens_computed']:.0f}")
+                     + ("" if not m.get("disk_hits") else
+                        f", read from disk {m['disk_hits']:.0f}"))
     if "long_doc" in doc:
         ld = doc["long_doc"]
         lines.append(f"  long-doc: chat ITL p99 during paste {_ms(ld['itl_during_paste_s']['p99'])}"

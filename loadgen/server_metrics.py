@@ -15,6 +15,8 @@ COUNTERS = {
     "prefix_cache_hits": "vllm:prefix_cache_hits_total",
     "prefix_cache_queries": "vllm:prefix_cache_queries_total",
     "prompt_tokens": "vllm:prompt_tokens_total",
+    "prompt_tokens_computed": "officellm:prompt_tokens_computed_total",
+    "disk_hits": "vllm:external_prefix_cache_hits_total",
     "generation_tokens": "vllm:generation_tokens_total",
     "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
     "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",

@@ -52,7 +52,7 @@ class EngineCollector:
                       stats.prefix_cache_hits, stats.spec_decode_num_drafts,
                       stats.spec_decode_num_draft_tokens,
                       stats.spec_decode_num_accepted_tokens, stats.kv_disk_queries,
-                      stats.kv_disk_hits]
+                      stats.kv_disk_hits, stats.prompt_tokens_computed_total]
             for family, value in zip(families, values, strict=True):
                 family.add_metric([name], value)
         return iter(families)
@@ -92,6 +92,9 @@ class EngineCollector:
             CounterMetricFamily("vllm:external_prefix_cache_hits",
                                 "External prefix cache hits (the KV disk tier), in terms of "
                                 "number of cached tokens.", labels=labels),
+            CounterMetricFamily("officellm:prompt_tokens_computed",
+                                "Prompt tokens run through the model: past their prefix hits, "
+                                "and again after a preemption.", labels=labels),
         ]
 
 

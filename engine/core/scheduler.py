@@ -68,6 +68,9 @@ class Scheduler:
         self.num_preemptions_total = 0
         self.preemptions_by_key: dict[str, int] = {}  # fairness key -> preemptions
         self.prompt_tokens_total = 0
+        # Tokens run through the model as prompt work (not decodes): a prompt's tokens minus
+        # its prefix hits, plus whatever preemption made it compute again.
+        self.prompt_tokens_computed_total = 0
         self.generation_tokens_total = 0
         self.num_finished_total = 0
 
@@ -269,8 +272,11 @@ class Scheduler:
         for req, n in sorted(chosen.items(), key=lambda item: order_of.get(item[0], 2)):
             start = req.num_computed_tokens
             samples = req in drafts or start + n == len(req.all_token_ids) + req.num_in_flight
-            chunks.append(ScheduledChunk(req, start, n, samples, drafts.get(req, ()),
-                                         req.prompt_logprob_positions(start, n)))
+            chunk = ScheduledChunk(req, start, n, samples, drafts.get(req, ()),
+                                   req.prompt_logprob_positions(start, n))
+            chunks.append(chunk)
+            if not chunk.is_decode:
+                self.prompt_tokens_computed_total += n
             # Advanced now, not when the results come back, so the next step can be scheduled
             # while this one runs (async scheduling); a chunk that samples puts a token in
             # flight.

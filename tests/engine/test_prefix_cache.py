@@ -57,3 +57,16 @@ def test_cache_salt_isolates_identical_prompts(smollm2_llm):
     assert run("alice-1", "alice") == 0
     assert run("bob-1", "bob") == 0
     assert run("alice-2", "alice") >= 64
+
+
+def test_a_resent_prompt_computes_only_the_tokens_past_its_cached_prefix(smollm2_llm):
+    prompt = list(range(31_000, 31_070))  # four full blocks and 6 tokens, sent nowhere else
+    params = SamplingParams(temperature=0, max_tokens=1)
+    before = smollm2_llm.llm_engine.stats()
+    smollm2_llm.generate([prompt], params)
+    smollm2_llm.generate([prompt], params)
+    after = smollm2_llm.llm_engine.stats()
+    computed = after.prompt_tokens_computed_total - before.prompt_tokens_computed_total
+    hits = after.prefix_cache_hits - before.prefix_cache_hits
+    assert hits == 64
+    assert computed == 70 + (70 - 64)
