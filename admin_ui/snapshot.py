@@ -22,6 +22,34 @@ def _opt(d: dict[str, Any], key: str) -> float | None:
 
 
 @dataclass
+class DiskTierNumbers:
+    """The engine's KV disk tier (docs/kv_tiers.md), when it has one."""
+
+    files: int = 0
+    bytes_used: int = 0
+    capacity_bytes: int = 0
+    blocks_written: int = 0
+    blocks_read: int = 0
+    blocks_unreadable: int = 0
+    writes_dropped: int = 0
+    writable: bool = True
+
+    @classmethod
+    def from_json(cls, d: Any) -> DiskTierNumbers | None:
+        if not isinstance(d, dict):
+            return None
+        out = cls(writable=d.get("writable") is not False)
+        for name in ("files", "bytes_used", "capacity_bytes", "blocks_written", "blocks_read",
+                     "blocks_unreadable", "writes_dropped"):
+            setattr(out, name, int(_f(d, name)))
+        return out
+
+    @property
+    def usage(self) -> float:
+        return self.bytes_used / self.capacity_bytes if self.capacity_bytes > 0 else 0.0
+
+
+@dataclass
 class EngineNumbers:
     """The engine block of the stats answer (mirrors engine.stats.EngineStats)."""
 
@@ -42,6 +70,9 @@ class EngineNumbers:
     max_model_len: int = 0
     spec_decode_num_draft_tokens: int = 0
     spec_decode_num_accepted_tokens: int = 0
+    kv_disk_queries: int = 0
+    kv_disk_hits: int = 0  # prompt tokens read from the disk tier instead of computed
+    kv_disk: DiskTierNumbers | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EngineNumbers:
@@ -49,8 +80,9 @@ class EngineNumbers:
         for name, default in vars(cls()).items():
             if isinstance(default, float):
                 setattr(out, name, _f(d, name, default))
-            else:
+            elif isinstance(default, int):
                 setattr(out, name, int(_f(d, name, default)))
+        out.kv_disk = DiskTierNumbers.from_json(d.get("kv_disk"))
         return out
 
     @property

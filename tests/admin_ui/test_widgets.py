@@ -81,6 +81,28 @@ def test_dashboard_shows_the_numbers(qtbot):
     assert list(xs) == [-2.0, -1.0, 0.0] and list(ys) == [10.0, 50.0, 93.0]
 
 
+def test_dashboard_shows_the_kv_disk_tier_under_the_pool(qtbot):
+    tab = DashboardTab()
+    qtbot.addWidget(tab)
+    stats = stats_json()
+    stats["engine"] |= {"kv_disk_hits": 4224, "kv_disk_queries": 8460, "kv_disk": {
+        "files": 1320, "bytes_used": 5 * 2**30, "capacity_bytes": 20 * 2**30,
+        "blocks_written": 1320, "blocks_read": 264, "blocks_unreadable": 0,
+        "writes_dropped": 0, "writable": True}}
+    tab.show_snapshot(StatsSnapshot.from_json(stats), StatsHistory())
+    assert tab.disk_gauge.isVisibleTo(tab)
+    assert tab.disk_gauge.value() == 250
+    assert tab.disk_gauge.format() == ("KV on disk 5.0 GiB of 20.0 GiB  (1,320 blocks)  · "
+                                       "4,224 prompt tokens read back")
+
+
+def test_dashboard_has_no_disk_gauge_without_a_disk_tier(qtbot):
+    tab = DashboardTab()
+    qtbot.addWidget(tab)
+    tab.show_snapshot(_snap(), StatsHistory())
+    assert not tab.disk_gauge.isVisibleTo(tab)
+
+
 def test_dashboard_counts_structured_and_tool_call_requests(qtbot):
     tab = DashboardTab()
     qtbot.addWidget(tab)
