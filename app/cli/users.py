@@ -91,8 +91,8 @@ def run_set_disabled(args: argparse.Namespace) -> int:
 def run_purge_cache(args: argparse.Namespace) -> int:
     try:
         r = admin_post(args, f"users/{args.name}/purge-cache")
-    except NoServer:
-        return _purge_disk_directly(args)
+    except (NoServer, FileNotFoundError) as exc:  # no server, or none ever started here
+        return _purge_disk_directly(args, str(exc))
     if not r.is_success:
         return report_failure("users purge-cache", r)
     done = r.json()
@@ -102,8 +102,9 @@ def run_purge_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _purge_disk_directly(args: argparse.Namespace) -> int:
-    """No server: remove the user's files from the disk tier's directory."""
+def _purge_disk_directly(args: argparse.Namespace, why: str) -> int:
+    """No server to ask (`why`): remove the user's files from the disk tier's directory
+    (a running server's pool would keep its copies: it must be asked)."""
     from officellm.app.policy import prefix_cache_salt
     from officellm.engine import purge_kv_disk
 
@@ -117,6 +118,6 @@ def _purge_disk_directly(args: argparse.Namespace) -> int:
     finally:
         db.close()
     purge_kv_disk(folder, key, prefix_cache_salt(user_id, share_prefix_cache=False))
-    print(f"{name}: no server answers at {args.url}; removed their blocks from the KV disk "
-          f"tier in {folder}", file=sys.stderr)
+    print(f"{name}: the server could not be asked ({why}); removed their blocks from the KV "
+          f"disk tier in {folder}", file=sys.stderr)
     return 0

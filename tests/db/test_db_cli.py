@@ -235,3 +235,34 @@ def test_a_url_given_to_db_is_refused_with_the_flag_that_takes_it(capsys, tmp_pa
         main(["users", "list", "--db", f"sqlite:///{tmp_path / 'x.db'}"])
     assert exc.value.code == 2
     assert "--database-url" in capsys.readouterr().err
+
+
+def test_purge_cache_with_no_server_removes_the_users_files_from_the_disk_tier(
+        capsys, tmp_path: Path) -> None:
+    from officellm.app.db.paths import kv_disk_dir
+    from officellm.app.policy import prefix_cache_salt
+    from officellm.engine.kv_offload.disk_tier import DiskTier
+    from tests.support.server_process import free_port
+
+    db_path = tmp_path / "officellm.db"
+    for name in ("alice", "bob"):
+        assert run(capsys, db_path, "users", "add", name)[0] == 0
+    db = Database(db_path)
+    with db.session() as s:
+        from officellm.app.db.users import get_user
+
+        ids = {name: get_user(s, name).id for name in ("alice", "bob")}
+    tier = DiskTier(kv_disk_dir(db.files_dir), b"a model", db.kv_disk_key(), 1 << 30, 8)
+    for name, user_id in ids.items():
+        tier.put(name.encode(), prefix_cache_salt(user_id, share_prefix_cache=False), b"kv bytes")
+    tier.close()
+    db.close()
+    assert len(list(kv_disk_dir(tmp_path).rglob("*.kv"))) == 2
+    code, _, err = run(capsys, db_path, "users", "purge-cache", "alice", "--url",
+                       f"http://127.0.0.1:{free_port()}")
+    assert code == 0
+    assert "removed their blocks" in err
+    left = DiskTier(kv_disk_dir(tmp_path), b"a model", Database(db_path).kv_disk_key(),
+                    1 << 30, 8)
+    assert (left.holds(b"alice"), left.holds(b"bob")) == (False, True)
+    left.close()
