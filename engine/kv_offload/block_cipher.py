@@ -56,6 +56,7 @@ class BlockCipher:
         if len(sealed) <= head or not sealed.startswith(MAGIC):
             raise SealBroken("not a sealed KV block of this version")
         try:
-            return self._aead.decrypt(sealed[len(MAGIC):head], sealed[head:], MAGIC + bound_to)
+            body = memoryview(sealed)[head:]  # not copied
+            return self._aead.decrypt(sealed[len(MAGIC):head], body, MAGIC + bound_to)
         except InvalidTag:
             raise SealBroken("the block does not open under this key as this block") from None

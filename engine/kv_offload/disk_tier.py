@@ -94,7 +94,7 @@ class DiskTier:
         self._scan()
         self._expire()
         self._write_queue: queue.Queue[tuple[int, str, str, bytes, bytes] | None] = queue.Queue()
-        self._read_queue: queue.Queue[tuple[str, bytes] | None] = queue.Queue()
+        self._read_queue: queue.Queue[tuple[str, list[bytes]] | None] = queue.Queue()
         self._writer = threading.Thread(target=self._write_loop, name="kv-disk-writer",
                                         daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name="kv-disk-reader",
@@ -305,8 +305,8 @@ class DiskTier:
                     new.append(key)
             if not new and not reads.pending:
                 return [reads.payloads.get(key) for key in keys]
-        for key in new:
-            self._read_queue.put((request_id, key))
+        if new:
+            self._read_queue.put((request_id, new))
         return None
 
     def release(self, request_id: str) -> None:
@@ -334,18 +334,19 @@ class DiskTier:
             job = self._read_queue.get()
             if job is None:
                 return
-            request_id, key = job
-            with self._lock:
-                reads = self._reads.get(request_id)
-                if reads is None or key not in reads.pending:
-                    continue  # the request went meanwhile
-            payload = self._read(key)
-            with self._lock:
-                reads = self._reads.get(request_id)
-                if reads is not None:
-                    reads.pending.discard(key)
-                    reads.payloads[key] = payload
-            self._read_done.set()
+            request_id, keys = job
+            for key in keys:
+                if self._reads.get(request_id) is None:
+                    break  # the request went meanwhile
+                payload = self._read(key)
+                with self._lock:
+                    reads = self._reads.get(request_id)
+                    if reads is not None:
+                        reads.pending.discard(key)
+                        reads.payloads[key] = payload
+                    done = reads is None or not reads.pending
+                if done:  # the engine waits for a request's whole prefix, not block by block
+                    self._read_done.set()
 
     def _read(self, key: bytes) -> bytes | None:
         name = self._name(key)

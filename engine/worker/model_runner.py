@@ -268,14 +268,30 @@ class ModelRunner:
 
     def write_blocks(self, block_ids: list[int], payloads: list[bytes]) -> None:
         """Copy blocks in from the host (a lower tier's), each laid out as read_blocks'."""
+        pools = [cache.view(torch.uint8) for cache in self.k_pool + self.v_pool]
+        if self.device.type == "cpu":
+            # Page by page from the bytes into the pool: no staging copy, whose fresh pages
+            # cost more than the copy (a 4k-token prefix is ~100 MB of page faults).
+            pages = [pool.numpy() for pool in pools]
+            for block_id, payload in zip(block_ids, payloads, strict=True):
+                src = np.frombuffer(payload, dtype=np.uint8)
+                offset = 0
+                for page in pages:
+                    flat = page[block_id].reshape(-1)
+                    flat[:] = src[offset:offset + flat.size]
+                    offset += flat.size
+            return
         idx = to_device(block_ids, torch.long, self.device)
-        data = torch.frombuffer(bytearray(b"".join(payloads)), dtype=torch.uint8)
-        data = data.view(len(payloads), -1).to(self.device)
+        rows = torch.empty((len(payloads), self.block_bytes), dtype=torch.uint8, pin_memory=True)
+        host = rows.numpy()
+        for i, payload in enumerate(payloads):
+            host[i] = np.frombuffer(payload, dtype=np.uint8)  # one copy, from read-only bytes
+        data = rows.to(self.device, non_blocking=True)
         offset = 0
-        for cache in self.k_pool + self.v_pool:
-            pages = cache.view(torch.uint8)
-            size = pages[0].numel()
-            pages.index_copy_(0, idx, data[:, offset:offset + size].reshape(-1, *pages.shape[1:]))
+        for pool in pools:
+            size = pool[0].numel()
+            # Each tensor's pages straight from their columns of the rows: no copy between.
+            pool.index_copy_(0, idx, data[:, offset:offset + size].unflatten(1, pool.shape[1:]))
             offset += size
 
     def _pad_tables(self, tables: list[list[list[int]]]) -> np.ndarray:
