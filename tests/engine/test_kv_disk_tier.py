@@ -5,10 +5,14 @@ answer) when a file is damaged, foreign or gone."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import shutil
 import struct
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -219,6 +223,36 @@ def test_an_unwritable_directory_turns_writing_off_and_serving_goes_on(tiny_llam
     assert stats.kv_disk is not None and not stats.kv_disk.writable
     assert stats.prefix_cache_hits == 5 * BLOCK
     assert "no more blocks are saved" in caplog.text
+
+
+def test_a_full_disk_turns_writing_off_leaves_no_partial_file_and_serving_goes_on(
+        tiny_llama, tmp_path):
+    """In a process of its own whose files may not grow past 1 KB (RLIMIT_FSIZE): each
+    block's write fails part-way, as on a full disk (EFBIG there, ENOSPC here)."""
+    child = textwrap.dedent(f"""
+        import json, resource, signal
+        from officellm.engine import LLM, SamplingParams
+        llm = LLM({str(tiny_llama)!r}, dtype="float32", quantization="none",
+                  kv_cache_dtype="float32", kv_cache_memory="64MiB",
+                  kv_disk_dir={str(tmp_path)!r}, kv_disk_key={KEY!r})
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE,
+                           (1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+        params = SamplingParams(temperature=0.0, max_tokens=8)
+        first = llm.generate([{_prompt(14)!r}], params)[0].outputs[0].token_ids
+        llm.llm_engine.engine_core.disk_tier.flush()
+        again = llm.generate([{_prompt(14)!r}], params)[0].outputs[0].token_ids
+        disk = llm.llm_engine.stats().kv_disk
+        print(json.dumps({{"same": first == again, "writable": disk.writable,
+                           "files": disk.files, "bytes": disk.bytes_used}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"same": True, "writable": False,
+                                                         "files": 0, "bytes": 0}
+    assert "no more blocks are saved" in done.stderr
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # no partial file left
 
 
 def test_a_directory_removed_while_serving_is_made_again(tiny_llama, tmp_path):

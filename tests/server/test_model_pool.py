@@ -290,3 +290,26 @@ def test_a_pinned_model_loads_without_a_request_and_deleting_it_frees_it(office)
     names = [m.id for m in office.client.models.list().data]
     assert "tiny-pinned" not in names
     assert "tiny-pinned" not in office.models()
+
+
+def test_a_model_unloaded_for_another_reads_its_prompt_back_from_disk_when_loaded_again(
+        office):
+    """The office profile's KV disk tier (docs/kv_tiers.md) outlives an unload."""
+    minutes = [{"role": "user", "content": "Summarise the minutes of Tuesday's meeting. " * 12}]
+
+    def ask(model: str) -> httpx.Response:
+        return httpx.post(f"{office.url}/v1/chat/completions", timeout=TIMEOUT,
+                          headers={"Authorization": f"Bearer {API_KEY}"},
+                          json={"model": model, "messages": minutes, "max_tokens": 4,
+                                "temperature": 0})
+
+    first = ask("tiny-llama")
+    assert first.status_code == 200, first.text
+    assert office.chat("tiny-qwen").status_code == 200  # the budget unloads tiny-llama
+    assert office.state("tiny-llama") == "unloaded"
+    again = ask("tiny-llama")
+    assert again.status_code == 200, again.text
+    assert again.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+    hits = sample(scrape(office.server), "vllm:external_prefix_cache_hits_total",
+                  model_name="tiny-llama")
+    assert hits >= 6 * 16  # the ~120-token prompt read back, all but its last blocks
