@@ -165,12 +165,14 @@ class UserShare:
     kv_share: float = 0.0
     running: int = 0
     preemptions_total: int = 0
+    kv_disk_bytes: int = 0  # their blocks in the KV disk tier
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> UserShare:
         return cls(user=str(d.get("user") or "(anonymous)"), kv_blocks=int(_f(d, "kv_blocks")),
                    kv_share=_f(d, "kv_share"), running=int(_f(d, "running")),
-                   preemptions_total=int(_f(d, "preemptions_total")))
+                   preemptions_total=int(_f(d, "preemptions_total")),
+                   kv_disk_bytes=int(_f(d, "kv_disk_bytes")))
 
 
 @dataclass

@@ -22,7 +22,7 @@ from officellm.engine.embedding.encoders import Encoder, load_encoder
 from officellm.engine.embedding.sentence_encoder import EncoderInfo, SentenceEncoder
 from officellm.engine.input_processor import InputProcessor, PromptTooLongError
 from officellm.engine.kv_cache_dtype import check_kv_cache_dtype
-from officellm.engine.kv_offload.disk_tier import purge_kv_disk
+from officellm.engine.kv_offload.disk_tier import kv_disk_owner, purge_kv_disk
 from officellm.engine.kv_plan import (
     KVCacheTooSmallError,
     KVPlan,
@@ -70,7 +70,7 @@ __all__ = [
     # Results out
     "RequestOutput", "CompletionOutput", "Logprob", "PromptLogprobs", "OutputKind",
     # The KV cache's disk tier: a person's blocks purged, running or not
-    "purge_kv_disk",
+    "purge_kv_disk", "kv_disk_owner",
     # Observability
     "EngineStats", "IterationStats", "DiskTierStats",
     # Failures

@@ -19,6 +19,8 @@ class DiskTierStats:
     blocks_unreadable: int  # damaged, foreign or vanished files (each a miss)
     writes_dropped: int  # blocks not saved: the write queue was full
     writable: bool
+    # Bytes per owner: a prefix-cache salt's folder name (kv_disk_owner names a salt's).
+    bytes_by_owner: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

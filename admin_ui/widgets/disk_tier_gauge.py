@@ -5,11 +5,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QProgressBar
 
+from officellm.admin_ui import format as fmt
 from officellm.admin_ui.snapshot import DiskTierNumbers
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB"
 
 
 class DiskTierGauge(QProgressBar):
@@ -29,6 +26,6 @@ class DiskTierGauge(QProgressBar):
             return
         self.setValue(int(min(1.0, tier.usage) * 1000))
         note = "" if tier.writable else "  · writing off (see the server log)"
-        self.setFormat(f"KV on disk {_gib(tier.bytes_used)} of {_gib(tier.capacity_bytes)}  "
+        self.setFormat(f"KV on disk {fmt.size_of(tier.bytes_used, tier.capacity_bytes)}  "
                        f"({tier.files:,} blocks)  · {tokens_read:,} prompt tokens read back"
                        + note)

@@ -1,9 +1,11 @@
-"""Who holds the KV cache right now: one bar per user, the heaviest first."""
+"""Who holds the KV cache right now: one bar per user, the heaviest first (and what of theirs
+the KV disk tier keeps)."""
 
 from __future__ import annotations
 
 from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QProgressBar
 
+from officellm.admin_ui import format as fmt
 from officellm.admin_ui.snapshot import UserShare
 
 MAX_ROWS = 8  # the heaviest holders; the rest are summed on one line
@@ -26,7 +28,8 @@ class UserSharesBox(QGroupBox):
         if rest:
             shown.append(UserShare(f"{len(rest)} others", sum(u.kv_blocks for u in rest),
                                    sum(u.kv_share for u in rest), sum(u.running for u in rest),
-                                   sum(u.preemptions_total for u in rest)))
+                                   sum(u.preemptions_total for u in rest),
+                                   sum(u.kv_disk_bytes for u in rest)))
         while len(self._rows) < len(shown):
             i = len(self._rows)
             name, bar, detail = QLabel(), QProgressBar(), QLabel()
@@ -47,7 +50,9 @@ class UserSharesBox(QGroupBox):
             bar.setValue(int(max(0.0, min(1.0, u.kv_share)) * 1000))
             bar.setFormat(f"{u.kv_share:.0%}")
             detail.setText(f"{u.running} running, {u.kv_blocks:,} blocks, "
-                           f"{u.preemptions_total:,} preempted")
+                           f"{u.preemptions_total:,} preempted"
+                           + (f", {fmt.size(u.kv_disk_bytes)} on disk" if u.kv_disk_bytes
+                              else ""))
         self.empty.setVisible(not shown)
 
     def rows(self) -> list[tuple[str, int, str]]:

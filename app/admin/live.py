@@ -4,6 +4,7 @@ POST /admin/plan, the same for a model of the asker's choice, is app/admin/what_
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 
 from fastapi import APIRouter, Request
@@ -22,9 +23,11 @@ from officellm.app.db.column_types import utcnow
 from officellm.app.db.users import user_names
 from officellm.app.errors import unavailable
 from officellm.app.observability.sharing import user_ids, user_shares
+from officellm.app.policy import prefix_cache_salt
 from officellm.app.server_settings import ACTIVE_THREAD_MINUTES
 from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState
+from officellm.engine import kv_disk_owner
 
 router = APIRouter()
 
@@ -41,8 +44,8 @@ def get_stats(request: Request) -> Stats:
     server.accounts.writer.flush()  # threads include the request answered a moment ago
     with server.accounts.db.session() as session:
         threads = threads_with_caps(server, session, active_minutes=ACTIVE_THREAD_MINUTES)
-        shares = (user_shares(stats, user_names(session, user_ids(stats)))
-                  if stats is not None else [])
+        shares = (user_shares(stats, user_names(session, user_ids(stats)),
+                              _disk_owner(server)) if stats is not None else [])
     return Stats(
         model=server.model_name,
         uptime_s=round(time.monotonic() - server.started_monotonic, 3),
@@ -58,6 +61,15 @@ def get_stats(request: Request) -> Stats:
         embeddings=_embedding_stats(server),
         models=[_model_stats(m) for m in server.models.models if m.name],
     )
+
+
+def _disk_owner(server: ServerState) -> Callable[[int], str] | None:
+    """A user id's folder in the KV disk tier (their own prefix-cache salt's), if there is a
+    tier."""
+    key = server.settings.engine.kv_disk_key
+    if key is None:
+        return None
+    return lambda user_id: kv_disk_owner(key, prefix_cache_salt(user_id, share_prefix_cache=False))
 
 
 def _model_stats(model: ServedModel) -> ModelStats:

@@ -137,6 +137,8 @@ class UserShareView(BaseModel):
     kv_share: float = Field(description="kv_blocks over the whole pool (0-1).")
     running: int = Field(description="Their requests in the running batch.")
     preemptions_total: int = Field(description="Preemptions of their requests since start.")
+    kv_disk_bytes: int = Field(0, description="Their blocks in the KV disk tier (0 without "
+                                              "one, or while their policy shares the cache).")
 
 
 class EmbeddingStats(BaseModel):

@@ -27,6 +27,7 @@ class UserShare:
     kv_share: float  # of the whole pool
     running: int  # their requests in the running batch
     preemptions_total: int
+    kv_disk_bytes: int = 0  # their blocks in the KV disk tier (docs/kv_tiers.md)
 
 
 def user_ids(stats: EngineStats) -> set[int]:
@@ -35,15 +36,21 @@ def user_ids(stats: EngineStats) -> set[int]:
     return {uid for uid in map(user_id_of_key, keys) if uid is not None}
 
 
-def user_shares(stats: EngineStats, names: Mapping[int, str]) -> list[UserShare]:
-    """Every user holding blocks, running or ever preempted, the heaviest holder first."""
+def user_shares(stats: EngineStats, names: Mapping[int, str],
+                disk_owner: Callable[[int], str] | None = None) -> list[UserShare]:
+    """Every user holding blocks, running or ever preempted, the heaviest holder first;
+    with `disk_owner` (a user id's folder in the KV disk tier), their bytes there too."""
     blocks = by_user_name(stats.kv_blocks_by_key, names)
     running = by_user_name(stats.running_by_key, names)
     preempted = by_user_name(stats.preemptions_by_key, names)
+    on_disk: dict[str, int] = {}
+    if disk_owner is not None and stats.kv_disk is not None:
+        by_owner = stats.kv_disk.bytes_by_owner
+        on_disk = {name: by_owner.get(disk_owner(uid), 0) for uid, name in names.items()}
     total = stats.num_blocks_total
     rows = [UserShare(user, blocks.get(user, 0),
                       round(blocks.get(user, 0) / total, 4) if total else 0.0,
-                      running.get(user, 0), preempted.get(user, 0))
+                      running.get(user, 0), preempted.get(user, 0), on_disk.get(user, 0))
             for user in {*blocks, *running, *preempted}]
     return sorted(rows, key=lambda r: (-r.kv_blocks, -r.running, r.user))
 

@@ -77,6 +77,7 @@ class DiskTier:
         self._lock = threading.Lock()
         self._files: OrderedDict[str, _File] = OrderedDict()  # least recently used first
         self._bytes_used = 0
+        self._owner_bytes: dict[str, int] = {}  # per owner folder (a person's salt)
         self._names: dict[bytes, str] = {}
         self._queued: set[str] = set()
         self._pending_bytes = 0
@@ -126,8 +127,7 @@ class DiskTier:
                 found.append((st.st_mtime, entry.name[:-len(SUFFIX)],
                               _File(owner.name, st.st_size)))
         for _, name, file in sorted(found, key=lambda f: f[0]):
-            self._files[name] = file
-            self._bytes_used += file.size
+            self._add(name, file)
         if found:
             logger.info("KV disk tier: %d blocks (%.1f MiB) kept from earlier runs in %s",
                         len(found), self._bytes_used / 2**20, self.model_dir)
@@ -141,7 +141,7 @@ class DiskTier:
         with self._lock:
             return DiskTierStats(len(self._files), self._bytes_used, self.capacity_bytes,
                                  self.blocks_written, self.blocks_read, self.blocks_unreadable,
-                                 self.writes_dropped, self._writable)
+                                 self.writes_dropped, self._writable, dict(self._owner_bytes))
 
     def _name(self, key: bytes) -> str:
         name = self._names.get(key)
@@ -221,9 +221,8 @@ class DiskTier:
                 self._turn_off_writes(exc)
                 return
         with self._lock:
-            previous = self._files.pop(name, None)
-            self._bytes_used += len(sealed) - (previous.size if previous else 0)
-            self._files[name] = _File(owner, len(sealed))
+            self._drop(name)
+            self._add(name, _File(owner, len(sealed)))
             self.blocks_written += 1
             evicted = self._over_budget()
         for path in evicted:
@@ -244,10 +243,29 @@ class DiskTier:
         paths to unlink."""
         paths = []
         while self._bytes_used > self.capacity_bytes and self._files:
-            name, file = self._files.popitem(last=False)
-            self._bytes_used -= file.size
+            name = next(iter(self._files))
+            file = self._drop(name)
+            assert file is not None
             paths.append(self._path(file.owner, name))
         return paths
+
+    def _add(self, name: str, file: _File) -> None:
+        """Index a file (lock held), most recently used."""
+        self._files[name] = file
+        self._bytes_used += file.size
+        self._owner_bytes[file.owner] = self._owner_bytes.get(file.owner, 0) + file.size
+
+    def _drop(self, name: str) -> _File | None:
+        """Unindex a file (lock held); the file, if it was there."""
+        file = self._files.pop(name, None)
+        if file is not None:
+            self._bytes_used -= file.size
+            left = self._owner_bytes[file.owner] - file.size
+            if left:
+                self._owner_bytes[file.owner] = left
+            else:
+                del self._owner_bytes[file.owner]
+        return file
 
     def _enforce_budget(self) -> None:
         with self._lock:
@@ -277,9 +295,7 @@ class DiskTier:
 
     def _forget(self, name: str) -> None:
         with self._lock:
-            file = self._files.pop(name, None)
-            if file is not None:
-                self._bytes_used -= file.size
+            self._drop(name)
 
     # -- reading -------------------------------------------------------------------------
     def fetch(self, request_id: str, keys: Sequence[bytes]) -> list[bytes | None] | None:
@@ -391,7 +407,7 @@ class DiskTier:
                 self._purged_through[owner] = self._sequence
                 mine = [n for n, f in self._files.items() if f.owner == owner]
                 for name in mine:
-                    self._bytes_used -= self._files.pop(name).size
+                    self._drop(name)
             purge_owner(self.root, self._cipher, cache_salt)
         return len(mine)
 
@@ -415,6 +431,12 @@ class DiskTier:
         self._read_queue.put(None)
         self._writer.join(timeout)
         self._reader.join(timeout)
+
+
+def kv_disk_owner(secret: bytes, cache_salt: str | None) -> str:
+    """The name DiskTierStats.bytes_by_owner gives a prefix-cache salt's blocks (its folder
+    in every model's), under the tier's secret."""
+    return owner_folder(BlockCipher(secret), cache_salt)
 
 
 def owner_folder(cipher: BlockCipher, cache_salt: str | None) -> str:

@@ -92,8 +92,20 @@ def test_dashboard_shows_the_kv_disk_tier_under_the_pool(qtbot):
     tab.show_snapshot(StatsSnapshot.from_json(stats), StatsHistory())
     assert tab.disk_gauge.isVisibleTo(tab)
     assert tab.disk_gauge.value() == 250
-    assert tab.disk_gauge.format() == ("KV on disk 5.0 GiB of 20.0 GiB  (1,320 blocks)  · "
+    assert tab.disk_gauge.format() == ("KV on disk 5.0 of 20.0 GiB  (1,320 blocks)  · "
                                        "4,224 prompt tokens read back")
+
+
+def test_dashboard_says_what_of_each_holders_the_disk_tier_keeps(qtbot):
+    tab = DashboardTab()
+    qtbot.addWidget(tab)
+    users = [user_json("alice", 71, 0.71, 6) | {"kv_disk_bytes": 48 * 2**20},
+             user_json("bob", 9, 0.09, 1)]
+    tab.show_snapshot(StatsSnapshot.from_json(stats_json(usage=0.8, users=users)),
+                      StatsHistory())
+    assert tab.shares.rows() == [
+        ("alice", 710, "6 running, 71 blocks, 0 preempted, 48.00 MiB on disk"),
+        ("bob", 90, "1 running, 9 blocks, 0 preempted")]
 
 
 def test_dashboard_has_no_disk_gauge_without_a_disk_tier(qtbot):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from officellm.engine import OutputKind, SamplingParams
+from officellm.engine import OutputKind, SamplingParams, kv_disk_owner
 from officellm.engine.kv_offload.disk_tier import SUFFIX, DiskTier
 from tests.engine.conftest import make_llm
 from tests.support.tiny_models import shared_tiny_model
@@ -274,7 +274,10 @@ def test_purging_a_salt_forgets_its_blocks_in_the_pool_and_on_disk(tiny_llama, t
         core = llm.llm_engine.engine_core
         assert core.disk_tier.flush()  # every write on disk before the purge
         bobs = len(_block_files(tmp_path)) - 5
+        owners = core.disk_tier.stats().bytes_by_owner
+        assert set(owners) == {kv_disk_owner(KEY, "alice"), kv_disk_owner(KEY, "bob")}
         assert core.purge_cache_salt("alice") >= 5
+        assert set(core.disk_tier.stats().bytes_by_owner) == {kv_disk_owner(KEY, "bob")}
         before = llm.llm_engine.stats()
         _greedy(llm, prompt, salt="alice")
         after = llm.llm_engine.stats()

@@ -10,9 +10,10 @@ from prometheus_client import generate_latest
 
 from officellm.app.observability.metrics import ServerMetrics
 from officellm.app.observability.sharing import preemptions_since, user_ids, user_shares
-from officellm.app.policy import EffectivePolicy, scheduling_tags
+from officellm.app.policy import EffectivePolicy, prefix_cache_salt, scheduling_tags
+from officellm.engine import kv_disk_owner
 from officellm.engine.output_processor import IterationStats
-from officellm.engine.stats import EngineStats
+from officellm.engine.stats import DiskTierStats, EngineStats
 
 STATS = EngineStats(
     num_blocks_total=100, num_blocks_used=80, num_blocks_cached=0, kv_cache_usage=0.8,
@@ -30,6 +31,19 @@ def test_user_shares_names_the_keys_heaviest_first():
     assert [(r.user, r.kv_blocks, r.kv_share, r.running, r.preemptions_total) for r in rows] == [
         ("alice", 71, 0.71, 6, 4), ("bob", 9, 0.09, 1, 0), ("(none)", 0, 0.0, 0, 0),
         ("user 9", 0, 0.0, 0, 1)]
+
+
+def test_user_shares_say_what_of_each_users_own_salt_the_disk_tier_keeps():
+    secret = bytes(range(32))
+    alice, shared = (kv_disk_owner(secret, prefix_cache_salt(3, share_prefix_cache=False)),
+                     kv_disk_owner(secret, None))
+    disk = DiskTierStats(files=3, bytes_used=3000, capacity_bytes=10**6, blocks_written=3,
+                         blocks_read=0, blocks_unreadable=0, writes_dropped=0, writable=True,
+                         bytes_by_owner={alice: 2000, shared: 1000})
+    rows = user_shares(replace(STATS, kv_disk=disk), NAMES,
+                       lambda uid: kv_disk_owner(secret, prefix_cache_salt(uid, False)))
+    assert {r.user: r.kv_disk_bytes for r in rows} == {"alice": 2000, "bob": 0, "(none)": 0,
+                                                        "user 9": 0}
 
 
 def test_preemptions_since_counts_only_the_new_ones_per_user():
