@@ -17,7 +17,7 @@ class LowerTier(Protocol):
         """Whether the tier has this block (a later read may still find it damaged)."""
         ...
 
-    def fetch(self, request_id: str, keys: Sequence[bytes]) -> list[bytes | None] | None:
+    def fetch(self, request_id: str, keys: Sequence[bytes]) -> list[memoryview | None] | None:
         """The blocks' bytes for a waiting request, read in the background: None while any
         is still being read (the first call starts it), then one entry per key, None for a
         block that could not be read (the tier has dropped it, so `holds` says so now)."""
@@ -39,7 +39,7 @@ class BlockLoad:
     step's forward reads it."""
 
     block_id: int
-    payload: bytes
+    payload: memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,4 +57,4 @@ class StagedBlock:
     """A prefix-cache hit read from a lower tier, not yet in the pool."""
 
     key: bytes
-    payload: bytes
+    payload: memoryview

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 # A file's first bytes: what it is and its layout's version (a stale version is a miss).
 MAGIC = b"OLKV\x01"
 NONCE_BYTES = 12
+TAG_BYTES = 16  # GCM's authentication tag, after the ciphertext
 
 
 class SealBroken(ValueError):
@@ -48,6 +49,19 @@ class BlockCipher:
         and the block's key: opening it as another block fails)."""
         nonce = os.urandom(NONCE_BYTES)
         return MAGIC + nonce + self._aead.encrypt(nonce, bytes(payload), MAGIC + bound_to)
+
+    def open_into(self, sealed: bytes | bytearray | memoryview, bound_to: bytes,
+                  out: memoryview) -> None:
+        """Open `sealed` (as `open`) into `out`, which must be exactly the payload's size."""
+        head = len(MAGIC) + NONCE_BYTES
+        view = memoryview(sealed)
+        if len(view) != head + len(out) + TAG_BYTES or view[:len(MAGIC)] != MAGIC:
+            raise SealBroken(f"{len(view)} bytes: not a sealed block of this size and version")
+        try:
+            self._aead.decrypt_into(bytes(view[len(MAGIC):head]), view[head:],
+                                    MAGIC + bound_to, out)
+        except InvalidTag:
+            raise SealBroken("the block does not open under this key as this block") from None
 
     def open(self, sealed: bytes, bound_to: bytes) -> bytes:
         """The payload `sealed` holds; SealBroken if it is not what `seal(_, bound_to)`

@@ -68,7 +68,7 @@ class Executor(Protocol):
         """Copy KV blocks to the host, after the work queued so far (a lower tier's save)."""
         ...
 
-    def write_blocks(self, block_ids: list[int], payloads: list[bytes]) -> None:
+    def write_blocks(self, block_ids: list[int], payloads: list[memoryview]) -> None:
         """Copy KV blocks in from the host (a lower tier's load), before the next forward."""
         ...
 
@@ -104,7 +104,7 @@ class UniprocExecutor:
     def read_blocks(self, block_ids: list[int]) -> BlocksOnHost:
         return self.runner.read_blocks(block_ids)
 
-    def write_blocks(self, block_ids: list[int], payloads: list[bytes]) -> None:
+    def write_blocks(self, block_ids: list[int], payloads: list[memoryview]) -> None:
         self.runner.write_blocks(block_ids, payloads)
 
     def close(self) -> None:

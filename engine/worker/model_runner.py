@@ -266,7 +266,7 @@ class ModelRunner:
         done.record()
         return BlocksOnHost(host, done)
 
-    def write_blocks(self, block_ids: list[int], payloads: list[bytes]) -> None:
+    def write_blocks(self, block_ids: list[int], payloads: list[memoryview]) -> None:
         """Copy blocks in from the host (a lower tier's), each laid out as read_blocks'."""
         pools = [cache.view(torch.uint8) for cache in self.k_pool + self.v_pool]
         if self.device.type == "cpu":
