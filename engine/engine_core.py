@@ -194,10 +194,10 @@ class EngineCore:
 
     def purge_cache_salt(self, cache_salt: str | None) -> int:
         """Forget every cached block computed under this prefix-cache salt, in the pool and
-        in the disk tier (every model's folder there); the blocks dropped."""
+        in the disk tier (every model's folder there); the pool's blocks dropped."""
         dropped = self.kv.uncache_salt(cache_salt)
         if self.disk_tier is not None:
-            dropped += self.disk_tier.purge(cache_salt)
+            self.disk_tier.purge(cache_salt)
         return dropped
 
     # -- requests ------------------------------------------------------------------------

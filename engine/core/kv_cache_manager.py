@@ -249,6 +249,7 @@ class KVCacheManager:
                         total_tokens // bs > self._num_registered.get(rid, 0):
                     self._register_full_blocks(request, tables, total_tokens)
                 return True
+        admission = tables is None  # a new or resumed request: no read ahead is needed now
         computed = new_computed_blocks if hit else None
         num_hit = len(computed[0]) * bs if computed is not None else 0
         start = request.num_computed_tokens + num_hit
@@ -286,6 +287,7 @@ class KVCacheManager:
                                                  for i, b in enumerate(blocks)
                                                  if isinstance(b, StagedBlock)})
             computed = tuple(self._place_staged(blocks, request) for blocks in computed)
+        if admission or computed is not None:
             self._loading.discard(rid)
             if self.lower_tier is not None:
                 self.lower_tier.release(rid)
@@ -404,10 +406,9 @@ class KVCacheManager:
         their hash so they are never hit again; their ids are returned for scrubbing.
         """
         tables = self.req_blocks.pop(request.request_id, [])
-        if request.request_id in self._loading:
-            self._loading.discard(request.request_id)
-            if self.lower_tier is not None:
-                self.lower_tier.release(request.request_id)
+        self._loading.discard(request.request_id)
+        if self.lower_tier is not None:  # whatever was read ahead for it, read or not
+            self.lower_tier.release(request.request_id)
         self._first_live.pop(request.request_id, None)
         self._num_registered.pop(request.request_id, None)
         blocks = [b for table in tables for b in reversed(table) if b is not None]

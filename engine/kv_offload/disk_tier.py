@@ -105,7 +105,7 @@ class DiskTier:
         self._scan()
         self._expire()
         self._write_queue: queue.Queue[tuple[int, str, str, bytes, bytes] | None] = queue.Queue()
-        self._read_queue: queue.Queue[tuple[str, list[bytes]] | None] = queue.Queue()
+        self._read_queue: queue.Queue[tuple[str, _Reads, list[bytes]] | None] = queue.Queue()
         self._writer = threading.Thread(target=self._write_loop, name="kv-disk-writer",
                                         daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name="kv-disk-reader",
@@ -201,6 +201,9 @@ class DiskTier:
                     with self._writing:
                         if sequence > self._purged_through.get(owner, 0):
                             self._write(name, owner, key, payload)
+                except Exception as exc:  # noqa: BLE001 - a bug: stop writing, keep serving
+                    logger.exception("KV disk tier: writing a block failed")
+                    self._turn_off_writes(exc)
                 finally:
                     with self._lock:
                         self._queued.discard(name)
@@ -238,15 +241,18 @@ class DiskTier:
         for path in evicted:
             _unlink(path)
 
-    def _turn_off_writes(self, exc: OSError) -> None:
+    def _turn_off_writes(self, exc: Exception) -> None:
         with self._lock:
             if not self._writable:
                 return
             self._writable = False
-        why = errno.errorcode.get(exc.errno or 0, "") if exc.errno else ""
-        logger.warning("KV disk tier: writing to %s failed (%s%s); no more blocks are saved "
+        what: object = exc
+        if isinstance(exc, OSError):
+            code = errno.errorcode.get(exc.errno or 0, "")
+            what = f"{exc.strerror or exc}{', ' + code if code else ''}"
+        logger.warning("KV disk tier: writing to %s failed (%s); no more blocks are saved "
                        "this run, the ones there are still read, and serving goes on",
-                       self.root, exc.strerror or exc, f", {why}" if why else "")
+                       self.root, what)
 
     def _over_budget(self) -> list[Path]:
         """Drop least recently used files until the tier fits its budget (lock held); the
@@ -316,7 +322,7 @@ class DiskTier:
         with self._lock:
             reads = self._reads.get(request_id)
             if reads is None:
-                held = sum(len(r.wanted) for r in self._reads.values()) * self.block_bytes
+                held = self._read_ahead_bytes()
                 if self._reads and held + len(keys) * self.block_bytes > MAX_READ_AHEAD_BYTES:
                     return None  # its turn comes as those are admitted
                 reads = self._reads[request_id] = _Reads()
@@ -336,8 +342,16 @@ class DiskTier:
                 for i, key in enumerate(new):
                     reads.slots[key] = arena[i * self.block_bytes:(i + 1) * self.block_bytes]
         if new:
-            self._read_queue.put((request_id, new))
+            self._read_queue.put((request_id, reads, new))
         return None
+
+    def read_ahead_bytes(self) -> int:
+        """The memory held by blocks read (or being read) for waiting requests."""
+        with self._lock:
+            return self._read_ahead_bytes()
+
+    def _read_ahead_bytes(self) -> int:
+        return sum(len(r.wanted) for r in self._reads.values()) * self.block_bytes
 
     def release(self, request_id: str) -> None:
         """See LowerTier."""
@@ -364,19 +378,23 @@ class DiskTier:
             job = self._read_queue.get()
             if job is None:
                 return
-            request_id, keys = job
+            request_id, reads, keys = job
             for key in keys:
-                reads = self._reads.get(request_id)
-                if reads is None:
-                    break  # the request went meanwhile
+                # The request went meanwhile, or went and came back (a preempted one) with
+                # reads of its own: these are nobody's now.
+                if self._reads.get(request_id) is not reads:
+                    break
                 slot = reads.slots[key]
-                payload = slot if self._read(key, slot) else None
+                try:
+                    payload = slot if self._read(key, slot) else None
+                except Exception:  # noqa: BLE001 - a bug here must not stop every read
+                    logger.exception("KV disk tier: reading a block failed: a cache miss")
+                    self._forget(self._name(key))
+                    payload = None
                 with self._lock:
-                    reads = self._reads.get(request_id)
-                    if reads is not None:
-                        reads.pending.discard(key)
-                        reads.payloads[key] = payload
-                    done = reads is None or not reads.pending
+                    reads.pending.discard(key)
+                    reads.payloads[key] = payload
+                    done = not reads.pending
                 if done:  # the engine waits for a request's whole prefix, not block by block
                     self._read_done.set()
 

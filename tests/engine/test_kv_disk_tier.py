@@ -139,6 +139,28 @@ def test_a_prefix_is_computed_where_reading_it_is_measured_slower(tiny_llama, tm
     assert stats.kv_disk is not None and stats.kv_disk.blocks_read == 5
 
 
+def test_a_request_gone_before_admission_leaves_nothing_read_ahead(tiny_llama, tmp_path):
+    prompt = _prompt(15)
+    with _llm(tiny_llama, tmp_path) as first:
+        _greedy(first, prompt)
+    per_block = 2 * 3 * BLOCK * 2 * 8 * 4  # K and V, 3 layers, 2 KV heads of 8, float32
+    with _llm(tiny_llama, tmp_path, kv_cache_memory=10 * per_block, max_model_len=128) as llm:
+        engine, tier = llm.llm_engine, llm.llm_engine.engine_core.disk_tier
+        greedy = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+        engine.add_request("busy", _prompt(16), greedy)  # holds most of the pool
+        engine.step()
+        engine.add_request("leaving", prompt, greedy)
+        engine.step()  # its prefix is being read from disk: it waits
+        assert tier.read_ahead_bytes() == 5 * tier.block_bytes
+        while tier.reading():
+            tier.wait_for_reads(0.05)
+        engine.step()  # read, but no room for it beside "busy": it waits with its blocks
+        assert tier.read_ahead_bytes() == 5 * tier.block_bytes
+        assert engine.abort_request("leaving")
+        assert tier.read_ahead_bytes() == 0
+        assert engine.abort_request("busy")
+
+
 def test_another_salt_never_reads_a_persons_blocks(tiny_llama, tmp_path):
     prompt = _prompt(4)
     with _llm(tiny_llama, tmp_path) as first:
