@@ -120,6 +120,16 @@ class AdminClient:
     def set_user_disabled(self, name: str, disabled: bool) -> dict:
         return self._request("PATCH", f"/admin/users/{name}", json={"disabled": disabled})
 
+    def delete_user(self, name: str) -> dict:
+        """Delete a user (keys, policy, threads, usage) and purge their cached context:
+        {"user", "pool_blocks", "disk_tier"}; a 409 while requests of theirs run."""
+        return self._request("DELETE", f"/admin/users/{name}")
+
+    def purge_user_cache(self, name: str) -> dict:
+        """Forget everything cached from a user's prompts: {"user", "pool_blocks",
+        "disk_tier"}."""
+        return self._request("POST", f"/admin/users/{name}/purge-cache")
+
     def keys(self, user: str | None = None) -> list[dict]:
         return self._request("GET", "/admin/keys", params={"user": user} if user else None)
 

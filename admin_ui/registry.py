@@ -60,6 +60,7 @@ class ModelRow:
     memory_bytes: int | None = None
     weight_bytes: int | None = None
     kv_cache_bytes: int | None = None
+    kv_tier_ram_bytes: int | None = None  # RAM of the KV tiers below the pool
     last_used: str | None = None
     fits: bool | None = None  # None: not estimated yet (the server plans in the background)
     error: str | None = None
@@ -79,6 +80,7 @@ class ModelRow:
             state=str(d.get("state") or "unloaded"),
             memory_bytes=_int(d.get("memory_bytes")), weight_bytes=_int(d.get("weight_bytes")),
             kv_cache_bytes=_int(d.get("kv_cache_bytes")),
+            kv_tier_ram_bytes=_int(d.get("kv_tier_ram_bytes")),
             last_used=str(d["last_used"]) if d.get("last_used") else None,
             # null: the server has not planned it yet; only an explicit False is a no.
             fits=d["fits"] if isinstance(d.get("fits"), bool) else None,

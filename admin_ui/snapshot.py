@@ -7,8 +7,8 @@ missing field reads as 0 / None rather than raising.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
 
 
 def _f(d: dict[str, Any], key: str, default: float = 0.0) -> float:
@@ -21,9 +21,63 @@ def _opt(d: dict[str, Any], key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def _with_counts(numbers: Any, d: dict[str, Any]) -> Any:
+    """A tier's numbers with each of its int fields read from `d` (0 where missing)."""
+    for f in fields(numbers):
+        if f.type == "int":
+            setattr(numbers, f.name, int(_f(d, f.name)))
+    return numbers
+
+
+class TierNumbers(Protocol):
+    """What a KV tier's gauge shows (admin_ui/widgets/kv_tier_gauge.py)."""
+
+    where: str
+    blocks: int
+    bytes_used: int
+    capacity_bytes: int
+    blocks_read: int
+
+    @property
+    def usage(self) -> float: ...
+
+    @property
+    def note(self) -> str: ...
+
+
+@dataclass
+class HostTierNumbers:
+    """The engine's KV host tier in RAM (docs/kv_tiers.md), when it has one."""
+
+    where = "in RAM"
+    blocks: int = 0
+    bytes_used: int = 0
+    capacity_bytes: int = 0
+    blocks_stored: int = 0
+    blocks_read: int = 0
+    blocks_evicted: int = 0
+    pinned: bool = False
+
+    @classmethod
+    def from_json(cls, d: Any) -> HostTierNumbers | None:
+        if not isinstance(d, dict):
+            return None
+        return _with_counts(cls(pinned=d.get("pinned") is True), d)
+
+    @property
+    def usage(self) -> float:
+        return self.bytes_used / self.capacity_bytes if self.capacity_bytes > 0 else 0.0
+
+    @property
+    def note(self) -> str:
+        return "pinned" if self.pinned else ""
+
+
 @dataclass
 class DiskTierNumbers:
     """The engine's KV disk tier (docs/kv_tiers.md), when it has one."""
+
+    where = "on disk"
 
     files: int = 0
     bytes_used: int = 0
@@ -38,15 +92,19 @@ class DiskTierNumbers:
     def from_json(cls, d: Any) -> DiskTierNumbers | None:
         if not isinstance(d, dict):
             return None
-        out = cls(writable=d.get("writable") is not False)
-        for name in ("files", "bytes_used", "capacity_bytes", "blocks_written", "blocks_read",
-                     "blocks_unreadable", "writes_dropped"):
-            setattr(out, name, int(_f(d, name)))
-        return out
+        return _with_counts(cls(writable=d.get("writable") is not False), d)
 
     @property
     def usage(self) -> float:
         return self.bytes_used / self.capacity_bytes if self.capacity_bytes > 0 else 0.0
+
+    @property
+    def blocks(self) -> int:
+        return self.files
+
+    @property
+    def note(self) -> str:
+        return "" if self.writable else "writing off (see the server log)"
 
 
 @dataclass
@@ -70,8 +128,9 @@ class EngineNumbers:
     max_model_len: int = 0
     spec_decode_num_draft_tokens: int = 0
     spec_decode_num_accepted_tokens: int = 0
-    kv_disk_queries: int = 0
-    kv_disk_hits: int = 0  # prompt tokens read from the disk tier instead of computed
+    kv_tier_queries: int = 0
+    kv_tier_hits: int = 0  # prompt tokens copied back from a tier instead of computed
+    kv_host: HostTierNumbers | None = None
     kv_disk: DiskTierNumbers | None = None
 
     @classmethod
@@ -82,6 +141,7 @@ class EngineNumbers:
                 setattr(out, name, _f(d, name, default))
             elif isinstance(default, int):
                 setattr(out, name, int(_f(d, name, default)))
+        out.kv_host = HostTierNumbers.from_json(d.get("kv_host"))
         out.kv_disk = DiskTierNumbers.from_json(d.get("kv_disk"))
         return out
 

@@ -24,22 +24,29 @@ KV_DISK_REASON = ("the prefix cache on disk too (kv-cache/ in the data directory
                   "minutes of prefill on a CPU) are read back after a restart, an idle sleep "
                   "or a model swap instead of computed again")
 
+# Why every profile keeps a host tier under a GPU's pool.
+KV_HOST_REASON = ("on a GPU, a quarter of the free RAM (up to 16 GiB, pinned) keeps the "
+                  "blocks that leave the GPU's pool: an evicted prefix or a preempted chat is "
+                  "copied back instead of computed; none on a CPU, whose pool is that RAM")
+
 PROFILES: dict[str, Profile] = {
     "personal": Profile(
         "personal", "one user; batching hardly matters",
         {"max_num_batched_tokens": 8192, "max_num_seqs": 16, "max_context_tokens": None,
-         "prefill_pacing": None, "scheduling_policy": "fcfs", "kv_disk_dir": "auto"},
+         "prefill_pacing": None, "scheduling_policy": "fcfs", "kv_disk_dir": "auto",
+         "kv_offloading_size": "auto"},
         {"max_num_batched_tokens": "a large token budget brings the first word sooner",
          "scheduling_policy": "fcfs: one person, nothing to share",
          "prefill_pacing": "off: with one person typing nobody else waits on a prompt",
          "max_num_seqs": "one person rarely runs more than a few requests",
          "max_context_tokens": "no context cap: long context is affordable for one user",
-         "kv_disk_dir": KV_DISK_REASON},
+         "kv_disk_dir": KV_DISK_REASON, "kv_offloading_size": KV_HOST_REASON},
     ),
     "office": Profile(
         "office", "5-30 people; steady typing speed matters more than the first word",
         {"max_num_batched_tokens": 1024, "max_num_seqs": 64, "max_context_tokens": 16384,
-         "prefill_pacing": 2.0, "scheduling_policy": "fair", "kv_disk_dir": "auto"},
+         "prefill_pacing": 2.0, "scheduling_policy": "fair", "kv_disk_dir": "auto",
+         "kv_offloading_size": "auto"},
         {"max_num_batched_tokens": "chunked prefill with a small budget, so a pasted document "
                                    "does not freeze everyone's typing",
          "scheduling_policy": "fair: prompt work goes to the user served least recently, and "
@@ -49,20 +56,21 @@ PROFILES: dict[str, Profile] = {
          "max_num_seqs": "room for a busy office",
          "max_context_tokens": "per-user context cap: longer chats are asked to start anew "
                                "(watch vllm:num_preemptions_total as the early warning)",
-         "kv_disk_dir": KV_DISK_REASON},
+         "kv_disk_dir": KV_DISK_REASON, "kv_offloading_size": KV_HOST_REASON},
     ),
     "product": Profile(
         "product", "customer-facing; tail latency targets",
         {"max_num_batched_tokens": 512, "max_num_seqs": 128, "max_context_tokens": 8192,
          "gpu_memory_utilization": 0.8, "prefill_pacing": 1.5, "scheduling_policy": "fair",
-         "kv_disk_dir": "off"},
+         "kv_disk_dir": "off", "kv_offloading_size": "auto"},
         {"max_num_batched_tokens": "a small budget keeps inter-token latency's tail short",
          "scheduling_policy": "fair: one customer's burst does not queue the others",
          "prefill_pacing": "tail latency first: a prompt's chunk costs half a decode step",
          "max_num_seqs": "many short customer requests",
          "max_context_tokens": "hard context cap: no request beyond it is admitted",
          "gpu_memory_utilization": "memory headroom kept free for spikes",
-         "kv_disk_dir": "off: customers' conversations are not kept on disk, even sealed"},
+         "kv_disk_dir": "off: customers' conversations are not kept on disk, even sealed",
+         "kv_offloading_size": KV_HOST_REASON},
     ),
 }
 

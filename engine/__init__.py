@@ -13,7 +13,13 @@ from officellm.engine.async_llm import (
     LoadFailure,
     RequestAborted,
 )
-from officellm.engine.config import KV_DISK_AUTO, EngineConfig, engine_knobs, parse_memory
+from officellm.engine.config import (
+    KV_DISK_AUTO,
+    EngineConfig,
+    engine_knobs,
+    parse_memory,
+    parse_offloading_size,
+)
 from officellm.engine.core.scheduler_output import Logprob
 from officellm.engine.embedding.async_embedder import AsyncEmbedder, EmbedderStats
 from officellm.engine.embedding.bundled import BUNDLED_EMBEDDER, bundled_embedder_dir
@@ -40,11 +46,12 @@ from officellm.engine.memory_footprint import (
     ModelFootprint,
     default_memory_budget,
     estimate_footprint,
+    tier_ram_bytes,
 )
 from officellm.engine.output_processor import IterationStats, OutputKind
 from officellm.engine.outputs import CompletionOutput, PromptLogprobs, RequestOutput
 from officellm.engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
-from officellm.engine.stats import DiskTierStats, EngineStats
+from officellm.engine.stats import DiskTierStats, EngineStats, HostTierStats
 from officellm.engine.structured_output import StructuredOutputError, StructuredOutputsParams
 from officellm.engine.structured_output.json_schema_support import check_json_schema
 from officellm.engine.worker.multiproc_executor import WorkerDiedError
@@ -58,7 +65,7 @@ __all__ = [
     "BUNDLED_EMBEDDER", "bundled_embedder_dir",
     "EngineState", "LoadFailure", "EngineDeadError", "RequestAborted",
     # Configuration and the KV-cache plan (`officellm plan`, the CLI's knobs)
-    "EngineConfig", "engine_knobs", "parse_memory", "KV_DISK_AUTO",
+    "EngineConfig", "engine_knobs", "parse_memory", "parse_offloading_size", "KV_DISK_AUTO",
     "load_spec", "gguf_weight_bytes", "make_plan", "format_plan", "KVPlan", "KVCacheTooSmallError", "dtype_bytes",
     "check_kv_cache_dtype", "check_architecture", "UnsupportedModelError",
     # Several models in one memory budget (the server's model pool)
@@ -72,7 +79,7 @@ __all__ = [
     # The KV cache's disk tier: a person's blocks purged, running or not
     "purge_kv_disk", "kv_disk_owner",
     # Observability
-    "EngineStats", "IterationStats", "DiskTierStats",
+    "EngineStats", "IterationStats", "DiskTierStats", "HostTierStats", "tier_ram_bytes",
     # Failures
     "WorkerDiedError",
 ]

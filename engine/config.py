@@ -56,11 +56,30 @@ def parse_duration(value: str | int | float) -> float:
 
 # kv_disk_dir's "the server's data directory" (resolved by officellm serve).
 KV_DISK_AUTO = "auto"
+# kv_offloading_size's "by device" (resolved by the engine as it starts: host_tier_bytes).
+KV_OFFLOADING_AUTO = "auto"
+
+
+def parse_offloading_size(value: str | int | float | None) -> int | str | None:
+    """kv_offloading_size in bytes: text of a plain number is GiB (vLLM's flag: 8), or a
+    size with its unit (8GiB); a number (not text) is bytes, as every size in EngineConfig;
+    auto stays auto; 0, off or none is None."""
+    if value is None or value == KV_OFFLOADING_AUTO:
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("", "0", "off", "none"):
+        return None
+    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]*\.?[0-9]+\s*", value):
+        size = int(float(value) * 1024**3)
+    else:
+        size = parse_memory(value)
+    if size < 0:
+        raise ValueError(f"kv_offloading_size must not be negative, got {value!r}")
+    return size or None
 
 # Why the KV cache's lower tiers run on one rank only (the config's refusal, and the
 # tensor-parallel executor's).
-LOWER_TIER_NEEDS_ONE_RANK = ("the KV disk tier needs tensor_parallel_size 1: each rank "
-                             "would keep its own shard of every block")
+LOWER_TIER_NEEDS_ONE_RANK = ("the KV cache's host and disk tiers need tensor_parallel_size "
+                             "1: each rank would keep its own shard of every block")
 
 
 def knob(default: Any, help: str, parse: Callable[[str], Any] | None = None,
@@ -116,6 +135,13 @@ class EngineConfig:
               "(its decodes read the tokens it sampled on the device): the GPU never waits "
               "for the host's scheduling; default: on for one CUDA GPU without speculation "
               "(a CPU runs the forward on the scheduling thread, so gains nothing)")
+    kv_offloading_size: int | str | None = knob(
+        None, "host RAM for the KV cache's tier below a GPU's pool, in GiB (vLLM's flag) or "
+              "with a unit (8GiB): full blocks of the prefix cache are also copied there, and "
+              "a prompt or a preempted sequence whose blocks left the pool is copied back "
+              "instead of computed (docs/kv_tiers.md); auto (officellm serve's office and "
+              "personal profiles): a quarter of the free RAM up to 16 GiB on CUDA, none on "
+              "the CPU, whose pool is that RAM; off: none", parse_offloading_size)
     kv_disk_dir: str | None = knob(
         None, "a directory for the KV cache's disk tier: full blocks of the prefix cache are "
               "also written there, sealed, and a prompt whose prefix is there is read back "
@@ -192,6 +218,16 @@ class EngineConfig:
                              "draft follows the last token, which must be read first.")
         if self.kv_cache_memory is not None:
             self.kv_cache_memory = parse_memory(self.kv_cache_memory)
+        self.kv_offloading_size = parse_offloading_size(self.kv_offloading_size)
+        if self.kv_offloading_size == KV_OFFLOADING_AUTO and (self.tensor_parallel_size > 1
+                                                              or not self.enable_prefix_caching):
+            self.kv_offloading_size = None  # the server's default, where it cannot apply
+        if self.kv_offloading_size is not None:
+            if self.tensor_parallel_size > 1:
+                raise ValueError(LOWER_TIER_NEEDS_ONE_RANK + ".")
+            if not self.enable_prefix_caching:
+                raise ValueError("the KV host tier keeps the prefix cache's blocks: it needs "
+                                 "enable_prefix_caching.")
         if self.kv_disk_dir in ("", "off", "none"):
             self.kv_disk_dir = None
         self.kv_disk_size = parse_memory(self.kv_disk_size)

@@ -23,7 +23,9 @@ from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.host_memory import release_freed_memory, resident_memory_bytes
 from officellm.engine.kv_cache_dtype import kv_dtype_name, scale_bytes
 from officellm.engine.kv_offload.disk_tier import DiskTier
+from officellm.engine.kv_offload.host_tier import HostTier, host_tier_bytes
 from officellm.engine.kv_offload.kv_identity import kv_identity
+from officellm.engine.kv_offload.kv_tiers import KVTiers
 from officellm.engine.kv_plan import kv_block_bytes
 from officellm.engine.loading.model_loader import load_config_dict, model_display_name
 from officellm.engine.loading.model_spec import ModelSpec
@@ -139,11 +141,10 @@ class EngineCore:
         self.bytes_per_token = kv_block_bytes(
             self.spec, runner.groups, self.kv_dtype.itemsize, scale_bytes(self.kv_dtype), 1,
             config.tensor_parallel_size)
-        self.disk_tier = (self._open_disk_tier(config, model_dir, worker, runner)
-                          if config.kv_disk_dir is not None else None)
+        self.kv_tiers = self._open_tiers(config, model_dir, worker, runner, num_blocks)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                  config.scheduling_policy in EVICTS_BY_OWNER, runner.groups,
-                                 self.disk_tier)
+                                 self.kv_tiers)
         pacer = PrefillPacer(config.prefill_pacing) if config.prefill_pacing else None
         speculation = (Speculation(config.speculative_config, self.max_model_len)
                        if config.speculative_config is not None else None)
@@ -159,9 +160,24 @@ class EngineCore:
         self.num_steps_total = 0
         self._log_state = (time.monotonic(), 0, 0)
 
+    @classmethod
+    def _open_tiers(cls, config: EngineConfig, model_dir: Path, worker: Worker,
+                    runner: ModelRunner, num_blocks: int) -> KVTiers | None:
+        """The KV cache's tiers below the pool that the config asks for (None: neither)."""
+        host_bytes = host_tier_bytes(config)
+        host = None
+        if host_bytes:
+            pinned = worker.device.type == "cuda"
+            host = HostTier(host_bytes, runner.block_bytes, pinned)
+            logger.info("KV host tier: %s of %sRAM, %d blocks", format_gib(host.capacity_bytes),
+                        "pinned " if pinned else "", host.num_slots)
+        disk = (cls._open_disk_tier(config, model_dir, worker, runner, num_blocks)
+                if config.kv_disk_dir is not None else None)
+        return KVTiers(host, disk) if host is not None or disk is not None else None
+
     @staticmethod
     def _open_disk_tier(config: EngineConfig, model_dir: Path, worker: Worker,
-                        runner: ModelRunner) -> DiskTier:
+                        runner: ModelRunner, num_blocks: int) -> DiskTier:
         """The KV disk tier, under this model's identity as loaded here."""
         import officellm
 
@@ -179,7 +195,7 @@ class EngineCore:
                              "own from the install key)")
         tier = DiskTier(Path(config.kv_disk_dir or ""), kv_identity(model_dir, loaded_as),
                         config.kv_disk_key, int(config.kv_disk_size), runner.block_bytes,
-                        float(config.kv_disk_ttl))
+                        float(config.kv_disk_ttl), runner.block_bytes * num_blocks)
         logger.info("KV disk tier: %s, up to %s, blocks unused for %.0f h removed",
                     tier.model_dir, format_gib(tier.capacity_bytes),
                     float(config.kv_disk_ttl) / 3600)
@@ -188,16 +204,17 @@ class EngineCore:
     def close(self) -> None:
         """Write what the disk tier has queued and stop the tensor-parallel worker
         processes, if any (idempotent)."""
-        if self.disk_tier is not None:
-            self.disk_tier.close()
+        if self.kv_tiers is not None:
+            self.kv_tiers.close()
         self.executor.close()
 
     def purge_cache_salt(self, cache_salt: str | None) -> int:
         """Forget every cached block computed under this prefix-cache salt, in the pool and
-        in the disk tier (every model's folder there); the pool's blocks dropped."""
+        in the tiers below it (the disk's: every model's folder there); the pool's blocks
+        dropped."""
         dropped = self.kv.uncache_salt(cache_salt)
-        if self.disk_tier is not None:
-            self.disk_tier.purge(cache_salt)
+        if self.kv_tiers is not None:
+            self.kv_tiers.purge(cache_salt)
         return dropped
 
     # -- requests ------------------------------------------------------------------------
@@ -239,8 +256,8 @@ class EngineCore:
         if not so.is_empty:
             self.num_steps_total += 1
             launched = self._launch(so, outputs)
-        elif self.disk_tier is not None and previous is None and self.disk_tier.reading():
-            self.disk_tier.wait_for_reads(0.05)  # nothing to run until a prefix is read
+        elif self.kv_tiers is not None and previous is None and self.kv_tiers.reading():
+            self.kv_tiers.wait_for_reads(0.05)  # nothing to run until a prefix is read
         if previous is not None:
             outputs += self._finish_step(previous)
         if launched is not None:
@@ -297,13 +314,14 @@ class EngineCore:
         return outputs
 
     def _save_blocks(self, saves: tuple[BlockSave, ...], saved: BlocksOnHost) -> None:
-        """Hand the disk tier the blocks a step filled that still hold what it computed: a
-        request that failed in the step (NaN, an error) has had its blocks uncached."""
-        assert self.disk_tier is not None
+        """Hand the tiers below the pool the blocks a step filled that still hold what it
+        computed: a request that failed in the step (NaN, an error) has had its blocks
+        uncached."""
+        assert self.kv_tiers is not None
         blocks = self.kv.pool.blocks
         for save, payload in zip(saves, saved.payloads(), strict=True):
             if blocks[save.block_id].block_hash == save.key:
-                self.disk_tier.put(save.key, save.cache_salt, payload)
+                self.kv_tiers.put(save.key, save.cache_salt, payload)
 
     def _fail(self, so: SchedulerOutput, exc: Exception) -> list[EngineCoreOutput]:
         logger.error("Engine step failed; failing the %d requests of this batch",
@@ -357,9 +375,12 @@ class EngineCore:
             preemptions_by_key=dict(sched.preemptions_by_key),
             running_by_key=running_by_key,
             prompt_tokens_computed_total=sched.prompt_tokens_computed_total,
-            kv_disk_queries=self.kv.lower_tier_queries,
-            kv_disk_hits=self.kv.lower_tier_hits,
-            kv_disk=self.disk_tier.stats() if self.disk_tier is not None else None,
+            kv_tier_queries=self.kv.lower_tier_queries,
+            kv_tier_hits=self.kv.lower_tier_hits,
+            kv_host=(self.kv_tiers.host.stats()
+                     if self.kv_tiers is not None and self.kv_tiers.host is not None else None),
+            kv_disk=(self.kv_tiers.disk.stats()
+                     if self.kv_tiers is not None and self.kv_tiers.disk is not None else None),
         )
 
     def _maybe_log_stats(self) -> None:

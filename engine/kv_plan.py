@@ -102,6 +102,7 @@ class KVPlan:
     sliding_window: int | None = None
     blocks_at_max_len: int = 0  # what one request of max_model_len tokens holds
     blocks_at_avg: int = 0  # what one request of avg_tokens holds
+    host_tier_bytes: int = 0  # --kv-offloading-size: RAM for blocks that left the pool
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -111,6 +112,12 @@ class KVPlan:
         full = self.num_layers - self.sliding_layers
         return KVCacheGroups.for_windows([None] * full
                                          + [self.sliding_window] * self.sliding_layers)
+
+    @property
+    def host_tier_tokens(self) -> int:
+        """The tokens of prefix cache the host tier keeps (blocks of every group alike)."""
+        blocks = self.host_tier_bytes // self.block_bytes if self.block_bytes else 0
+        return self.groups().max_tokens_in(blocks, self.block_size)
 
     def bytes_held(self, num_tokens: int) -> int:
         """What a request of `num_tokens` holds of the pool, in bytes."""
@@ -129,6 +136,7 @@ def make_plan(
     overhead_bytes: int = 0,
     kv_cache_dtype: str = "auto",
     held_weight_bytes: int | None = None,
+    host_tier_bytes: int = 0,
 ) -> KVPlan:
     """Size the KV pool that fits beside the weights in `memory_bytes` (per GPU under TP:
     the largest rank's share of the weights and of the KV heads; raises
@@ -137,7 +145,8 @@ def make_plan(
     model with sliding-window layers is counted per KV cache group: its sliding layers hold a
     window's tokens whatever the request's length. `held_weight_bytes`: the weights as the
     engine will hold them, where that is not the parameters in `dtype` (a GGUF's blocks on
-    the CPU: gguf_weight_bytes)."""
+    the CPU: gguf_weight_bytes). `host_tier_bytes`: RAM for a host tier below the pool
+    (--kv-offloading-size), reported beside it."""
     nbytes = dtype_bytes(dtype)
     kv_nbytes, scale_bytes = kv_dtype_bytes(kv_cache_dtype, nbytes)
     tp = tensor_parallel_size
@@ -160,7 +169,7 @@ def make_plan(
         tensor_parallel_size=tp, kv_cache_dtype=kv_cache_dtype, kv_dtype_bytes=kv_nbytes,
         kv_scale_bytes=scale_bytes, block_bytes=block, num_layers=spec.num_layers,
         sliding_layers=len(windows), sliding_window=spec.sliding_window if windows else None,
-        blocks_at_max_len=at_max, blocks_at_avg=at_avg,
+        blocks_at_max_len=at_max, blocks_at_avg=at_avg, host_tier_bytes=host_tier_bytes,
     )
 
 
@@ -222,6 +231,11 @@ def format_plan(plan: KVPlan) -> str:
         f"{plan.concurrency_at_max_len:.2f}x",
         f"Concurrency for {plan.avg_tokens:,}-token chats: {plan.concurrency_at_avg:.2f}x",
     ]
+    if plan.host_tier_bytes:
+        lines.append(
+            f"Host tier: {format_gib(plan.host_tier_bytes)} of RAM -> {plan.host_tier_tokens:,} "
+            f"more tokens of prefix cache ({plan.host_tier_tokens / plan.avg_tokens:.1f} "
+            f"{plan.avg_tokens:,}-token chats) copied back instead of computed")
     if plan.pool_tokens < plan.max_model_len:
         lines.append(
             f"WARNING: one request of {plan.max_model_len:,} tokens does not fit; the largest "

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from officellm.engine.config import EngineConfig
 from officellm.engine.host_memory import available_memory_bytes
+from officellm.engine.kv_offload.disk_tier import disk_tier_memory_bytes
+from officellm.engine.kv_offload.host_tier import host_tier_bytes
 from officellm.engine.kv_plan import gguf_weight_bytes, load_spec, make_plan
 from officellm.engine.loading.model_loader import bundled_model_path
 from officellm.engine.worker.worker import CPU_KV_CAP, CPU_KV_FRACTION
@@ -21,15 +23,28 @@ DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 @dataclass(frozen=True)
 class ModelFootprint:
-    """A model's memory: its weights as held (dense in its dtype, or a GGUF's blocks), plus
-    its KV pool."""
+    """A model's memory: its weights as held (dense in its dtype, or a GGUF's blocks), its KV
+    pool, and the host RAM its KV tiers below the pool take (tier_ram_bytes)."""
 
     weight_bytes: int
     kv_cache_bytes: int
+    tier_ram_bytes: int = 0
+    # Whether the weights and pool are in RAM too (the CPU): the tiers' RAM is then in the
+    # same budget; on a GPU the budget is the device's and the tiers' RAM is the host's.
+    pool_in_ram: bool = True
 
     @property
     def total_bytes(self) -> int:
-        return self.weight_bytes + self.kv_cache_bytes
+        """What counts against the memory budget."""
+        tiers = self.tier_ram_bytes if self.pool_in_ram else 0
+        return self.weight_bytes + self.kv_cache_bytes + tiers
+
+
+def tier_ram_bytes(config: EngineConfig, kv_cache_bytes: int) -> int:
+    """The RAM the config's KV tiers below a pool of this size take at most: the host tier,
+    and the disk tier's queued writes and read-ahead."""
+    disk = disk_tier_memory_bytes(kv_cache_bytes) if config.kv_disk_dir is not None else 0
+    return host_tier_bytes(config) + disk
 
 
 def default_cpu_kv_bytes() -> int:
@@ -38,7 +53,8 @@ def default_cpu_kv_bytes() -> int:
 
 
 def estimate_footprint(config: EngineConfig, kv_cache_bytes: int | None = None) -> ModelFootprint:
-    """The planned footprint of `config`'s model: weights by the parameter count in its
+    """The planned footprint of `config`'s model (its KV tiers' RAM included): weights by
+    the parameter count in its
     dtype, or for a .gguf on the CPU its blocks as the file holds them (kv_plan's
     gguf_weight_bytes: --quantization auto's dense copy for large batches, where it keeps
     one, is counted once the model has loaded and says what it holds), and the KV pool `kv_cache_bytes`, else
@@ -65,7 +81,8 @@ def estimate_footprint(config: EngineConfig, kv_cache_bytes: int | None = None) 
                          "models add ... --kv-cache-memory 8GiB`).")
     if kv is None:
         kv = default_cpu_kv_bytes()
-    return ModelFootprint(weights, int(kv) * config.tensor_parallel_size)
+    return ModelFootprint(weights, int(kv) * config.tensor_parallel_size,
+                          tier_ram_bytes(config, int(kv)), device != "cuda")
 
 
 # Of the RAM available when the server starts, the share its models may take together; the

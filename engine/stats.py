@@ -24,6 +24,19 @@ class DiskTierStats:
 
 
 @dataclass(frozen=True)
+class HostTierStats:
+    """What the host tier holds and has done since the engine started."""
+
+    blocks: int
+    bytes_used: int
+    capacity_bytes: int
+    blocks_stored: int
+    blocks_read: int
+    blocks_evicted: int  # the least recently used, to make room
+    pinned: bool
+
+
+@dataclass(frozen=True)
 class EngineStats:
     """A snapshot of the engine.
 
@@ -66,14 +79,15 @@ class EngineStats:
     kv_blocks_by_key: dict[str, int] = field(default_factory=dict)
     preemptions_by_key: dict[str, int] = field(default_factory=dict)
     running_by_key: dict[str, int] = field(default_factory=dict)
-    # Prompt tokens looked up at admission with a disk tier, and those whose KV was read from
-    # it instead of computed (vLLM's external prefix cache; not in prefix_cache_hits), and the
-    # tier itself (None: no disk tier).
     # Prompt work run through the model: prompts' tokens past their prefix hits, and what
     # preemption made them compute again (drafts' and decodes' tokens are not in it).
     prompt_tokens_computed_total: int = 0
-    kv_disk_queries: int = 0
-    kv_disk_hits: int = 0
+    # Prompt tokens looked up at admission with a tier below the pool, and those whose KV was
+    # copied back from one (host or disk) instead of computed (vLLM's external prefix cache;
+    # not in prefix_cache_hits); each tier's own numbers (None: that tier is off).
+    kv_tier_queries: int = 0
+    kv_tier_hits: int = 0
+    kv_host: HostTierStats | None = None
     kv_disk: DiskTierStats | None = None
     # The layers' KV cache groups: what a request of n tokens holds (sliding windows).
     kv_cache_groups: KVCacheGroups = field(default_factory=lambda: KVCacheGroups.for_windows(

@@ -31,12 +31,15 @@ def _name_tip(m: ModelRow) -> str:
 
 
 def _memory(m: ModelRow) -> str:
-    """What the plan puts in memory, weights and KV pool; the pool's use while it serves."""
+    """What the plan puts in memory, weights, KV pool and its tiers' RAM; the pool's use
+    while it serves."""
     if m.weight_bytes is None and m.kv_cache_bytes is None:
         return "—"
     parts = [f"{_size(m.weight_bytes)} weights"]
     if m.kv_cache_bytes is not None:  # an embedding model has no KV pool
         parts.append(f"{_size(m.kv_cache_bytes)} KV")
+    if m.kv_tier_ram_bytes:
+        parts.append(f"{_size(m.kv_tier_ram_bytes)} KV tiers in RAM")
     text = " + ".join(parts)
     if m.in_memory and m.kv_cache_usage is not None:
         text += f" ({m.kv_cache_usage:.0%} of KV used, {m.requests_running} running)"

@@ -1,5 +1,5 @@
-"""Dashboard: KV cache gauge (the disk tier's below it, when there is one; one small gauge per
-model when several are in memory), who
+"""Dashboard: KV cache gauge (the RAM and disk tiers' below it, where the model has them; one
+small gauge per model when several are in memory), who
 holds the cache (a bar per user), live chart, preemptions, prefix-cache hits, throughput and
 latency percentiles, refreshed from every stats snapshot."""
 
@@ -10,8 +10,8 @@ from PySide6.QtWidgets import QFormLayout, QGridLayout, QGroupBox, QLabel, QVBox
 from officellm.admin_ui import format as fmt
 from officellm.admin_ui.history import StatsHistory
 from officellm.admin_ui.snapshot import StatsSnapshot
-from officellm.admin_ui.widgets.disk_tier_gauge import DiskTierGauge
 from officellm.admin_ui.widgets.kv_gauge import KVGauge
+from officellm.admin_ui.widgets.kv_tier_gauge import KVTierGauge
 from officellm.admin_ui.widgets.live_chart import LiveChart
 from officellm.admin_ui.widgets.model_gauges import ModelGaugesBox
 from officellm.admin_ui.widgets.user_shares import UserSharesBox
@@ -26,7 +26,9 @@ class DashboardTab(QWidget):
         layout.addWidget(self.model_label)
         self.gauge = KVGauge()
         layout.addWidget(self.gauge)
-        self.disk_gauge = DiskTierGauge()  # hidden unless the model has a disk tier
+        # Each hidden unless the model has that tier.
+        self.host_gauge, self.disk_gauge = KVTierGauge(), KVTierGauge()
+        layout.addWidget(self.host_gauge)
         layout.addWidget(self.disk_gauge)
         self.model_gauges = ModelGaugesBox()  # hidden unless 2+ models are in memory
         layout.addWidget(self.model_gauges)
@@ -65,7 +67,8 @@ class DashboardTab(QWidget):
         self.model_label.setText(
             f"{snap.model or 'model'} — up {fmt.duration(snap.uptime_s)}" + snap.state_note)
         self.gauge.set_usage(e.kv_cache_usage, e.num_blocks_used, e.num_blocks_total)
-        self.disk_gauge.set_tier(e.kv_disk, e.kv_disk_hits)
+        self.host_gauge.set_tier(e.kv_host)
+        self.disk_gauge.set_tier(e.kv_disk)
         self.model_gauges.set_models(snap.models)
         self.shares.set_users(snap.users)
         v = self.values

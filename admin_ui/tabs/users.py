@@ -1,5 +1,5 @@
-"""Users & keys: add and disable users, issue a key (shown once), revoke keys, and see each
-user's usage today. A front-end key (Open WebUI, ...) speaks for other people, who then appear
+"""Users & keys: add, disable and delete users, forget what is cached from a user's prompts,
+issue a key (shown once), revoke keys, and see each user's usage today. A front-end key (Open WebUI, ...) speaks for other people, who then appear
 here as users of their own, "alice@example.com via open-webui" (docs/design.md §5)."""
 
 from __future__ import annotations
@@ -64,6 +64,16 @@ class UsersTab(QWidget):
         self.add_button.clicked.connect(self.add_user)
         self.toggle_button = QPushButton("Disable / enable")
         self.toggle_button.clicked.connect(self.toggle_selected_user)
+        self.delete_button = QPushButton("Delete…")
+        self.delete_button.setToolTip(
+            "Delete the user with their keys, policy, threads and usage, and forget everything "
+            "cached from their prompts (every model's KV cache, in memory and on disk).")
+        self.delete_button.clicked.connect(self.delete_selected_user)
+        self.purge_button = QPushButton("Forget cached context")
+        self.purge_button.setToolTip(
+            "Drop what every model has cached from this user's prompts, in memory and on "
+            "disk; their next request computes its prompt anew.")
+        self.purge_button.clicked.connect(self.purge_selected_user)
         self.issue_button = QPushButton("Issue key…")
         self.issue_button.clicked.connect(self.issue_key_for_selected)
         self.front_end_button = QPushButton("Issue front-end key…")
@@ -73,8 +83,8 @@ class UsersTab(QWidget):
             "front end signs its requests with (Open WebUI's "
             "FORWARD_USER_INFO_HEADER_JWT_SECRET); cancel to trust its plain headers.")
         self.front_end_button.clicked.connect(self.issue_front_end_key_for_selected)
-        for w in (self.name_edit, self.add_button, self.toggle_button, self.issue_button,
-                  self.front_end_button):
+        for w in (self.name_edit, self.add_button, self.toggle_button, self.delete_button,
+                  self.purge_button, self.issue_button, self.front_end_button):
             row.addWidget(w)
         ul.addLayout(row)
         self.users_model = UsersModel(self)
@@ -167,6 +177,30 @@ class UsersTab(QWidget):
                                              f"{'disabled' if u['disabled'] else 'active'}."),
                           self._error)
 
+    def delete_selected_user(self) -> None:
+        user = self.selected_user()
+        if user is None:
+            self._error(ValueError("Select a user first."))
+            return
+        if self.show_dialogs and QMessageBox.question(
+                self, "Delete user", f"Delete {user.name}, with their keys, policy, threads and "
+                "usage, and everything cached from their prompts? This cannot be undone."
+                ) != QMessageBox.StandardButton.Yes:
+            return
+        self.session.call(lambda c: c.delete_user(user.name),
+                          lambda done: self._ok(f"Deleted {done['user']}; "
+                                                f"{_forgotten(done)}."),
+                          self._error)
+
+    def purge_selected_user(self) -> None:
+        user = self.selected_user()
+        if user is None:
+            self._error(ValueError("Select a user first."))
+            return
+        self.session.call(lambda c: c.purge_user_cache(user.name),
+                          lambda done: self._ok(f"{done['user']}: {_forgotten(done)}."),
+                          self._error)
+
     def issue_key_for_selected(self) -> None:
         user = self.selected_user()
         if user is None:
@@ -228,3 +262,10 @@ class UsersTab(QWidget):
                           lambda k: self._ok(f"Revoked key {k.get('prefix', key.prefix)}…."),
                           self._error)
 
+
+
+def _forgotten(done: dict) -> str:
+    """What a purge of a user's cached context removed, in words."""
+    where = " and the KV disk tier" if done.get("disk_tier") else ""
+    return (f"cached context forgotten ({done.get('pool_blocks', 0)} blocks in the running "
+            f"models' memory{where})")

@@ -82,8 +82,9 @@ def _model_stats(model: ServedModel) -> ModelStats:
         num_blocks_used=stats.num_blocks_used if stats is not None else None,
         num_running=stats.num_running if stats is not None else 0,
         num_waiting=stats.num_waiting if stats is not None else 0,
+        kv_host=stats.kv_host if stats is not None else None,
         kv_disk=stats.kv_disk if stats is not None else None,
-        kv_disk_hits=stats.kv_disk_hits if stats is not None else 0)
+        kv_tier_hits=stats.kv_tier_hits if stats is not None else 0)
 
 
 def _embedding_stats(server: ServerState) -> EmbeddingStats | None:

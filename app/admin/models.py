@@ -52,10 +52,15 @@ class ModelRow(BaseModel):
     hub_repo: str | None
     state: str = Field(description="unloaded, loading, ready, sleeping, failed, stopped or "
                                    "downloading.")
-    memory_bytes: int | None = Field(description="Planned: weights plus KV pool (null until "
-                                                 "estimated).")
+    memory_bytes: int | None = Field(description="Planned, against the memory budget: weights "
+                                                 "plus KV pool, plus the KV tiers' RAM on the "
+                                                 "CPU (null until estimated).")
     weight_bytes: int | None
     kv_cache_bytes: int | None
+    kv_tier_ram_bytes: int | None = Field(None, description="The host RAM of its KV tiers "
+                                                            "below the pool: the host tier, "
+                                                            "the disk tier's buffers "
+                                                            "(docs/kv_tiers.md).")
     last_used: str | None = Field(description="ISO 8601, UTC; null if never used.")
     fits: bool | None = Field(description="Its planned memory is within the budget (null "
                                           "until estimated).")
@@ -119,6 +124,7 @@ def _row(server: ServerState, entry: ModelEntry, model: ServedModel | None = Non
         memory_bytes=footprint.total_bytes if footprint else None,
         weight_bytes=footprint.weight_bytes if footprint else None,
         kv_cache_bytes=footprint.kv_cache_bytes if footprint else None,
+        kv_tier_ram_bytes=footprint.tier_ram_bytes if footprint else None,
         last_used=last_used.isoformat() if last_used is not None else None,
         fits=(None if footprint is None else
               budget is None or footprint.total_bytes <= budget),

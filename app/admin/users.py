@@ -1,5 +1,6 @@
-"""/admin/users: list (with today's usage), create, disable or re-enable, and forget a
-person's cached context (their prefix-cache blocks in every model's pool and on disk)."""
+"""/admin/users: list (with today's usage), create, disable or re-enable, delete, and forget a
+person's cached context (their prefix-cache blocks in every model's pool, RAM tier and on
+disk)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from officellm.app.admin.errors import answered_errors
 from officellm.app.admin.views import UserView, user_view
 from officellm.app.db import (
     create_user,
+    delete_user,
     get_user,
     list_usage,
     list_users,
@@ -20,6 +22,7 @@ from officellm.app.db import (
     usage_today,
     utc_today,
 )
+from officellm.app.errors import APIError
 from officellm.app.policy import prefix_cache_salt
 from officellm.app.serving.state import ServerState
 from officellm.engine import purge_kv_disk
@@ -76,12 +79,39 @@ class CachePurged(BaseModel):
 @router.post("/users/{name}/purge-cache")
 async def purge_user_cache(name: str, request: Request) -> CachePurged:
     """Forget everything cached from this person's prompts: their blocks in every running
-    model's prefix cache and in the disk tier (sleeping and unloaded models' too). Blocks of
-    prompts sent under a policy that shares the prefix cache are everyone's, and age out."""
+    model's prefix cache (its pool and RAM tier) and in the disk tier (sleeping and unloaded
+    models' too). Blocks of prompts sent under a policy that shares the prefix cache are
+    everyone's, and age out."""
     server = _server(request)
     with answered_errors("name"), server.accounts.db.session() as session:
         user = get_user(session, name)
         user_id, user_name = user.id, user.name
+    return await _purge(server, user_id, user_name)
+
+
+@router.delete("/users/{name}")
+async def remove_user(name: str, request: Request) -> CachePurged:
+    """Delete a person: their keys, policy, threads and usage go with them, and everything
+    cached from their prompts is purged as by purge-cache. They are disabled first, so no
+    request of theirs starts meanwhile; while requests of theirs still run (in this server)
+    the answer is a 409, and they stay disabled: delete again once those have finished."""
+    server = _server(request)
+    with answered_errors("name"), server.accounts.db.transaction() as session:
+        user = set_user_disabled(session, name, True)
+    running = server.admission.concurrency.active(user.id)
+    if running:
+        raise APIError(409, f"user {user.name!r} has {running} request(s) running; they are "
+                            "disabled now (no new request starts): delete them again once "
+                            "those have finished", param="name", code="requests_running")
+    purged = await _purge(server, user.id, user.name)
+    with answered_errors("name"), server.accounts.db.transaction() as session:
+        delete_user(session, user.id)
+    return purged
+
+
+async def _purge(server: ServerState, user_id: int, user_name: str) -> CachePurged:
+    """Drop the person's cached blocks from every model's pool and RAM tier, and their
+    folder from the disk tier (every model's)."""
     salt = prefix_cache_salt(user_id, share_prefix_cache=False)
     dropped = 0
     for model in server.models.models:

@@ -12,7 +12,7 @@ from officellm.app.db import EventInfo, KeyInfo, ThreadInfo, UsageDay, UserInfo
 from officellm.app.db.policies import StoredPolicy
 from officellm.app.db.records import IssuedKey
 from officellm.app.policy.types import EffectivePolicy
-from officellm.engine import DiskTierStats, EngineStats, KVPlan
+from officellm.engine import DiskTierStats, EngineStats, HostTierStats, KVPlan
 
 Timestamp = str  # ISO 8601, e.g. 2025-01-11T09:00:00+00:00
 
@@ -163,11 +163,15 @@ class ModelStats(BaseModel):
     num_blocks_used: int | None
     num_running: int
     num_waiting: int
+    kv_host: HostTierStats | None = Field(
+        None, description="The model's KV host tier in RAM (docs/kv_tiers.md); null without "
+                          "one or while out of memory.")
     kv_disk: DiskTierStats | None = Field(
         None, description="The model's KV disk tier (docs/kv_tiers.md); null without one or "
                           "while out of memory.")
-    kv_disk_hits: int = Field(0, description="Prompt tokens read from the disk tier instead "
-                                             "of computed, since the model loaded.")
+    kv_tier_hits: int = Field(0, description="Prompt tokens copied back from its RAM or disk "
+                                             "tier instead of computed, since the model "
+                                             "loaded.")
 
 
 class Stats(BaseModel):

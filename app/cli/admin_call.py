@@ -1,5 +1,5 @@
 """Asking the running server's admin API from the command line: its address and admin token
-as arguments, one POST, the server's error said in one line."""
+as arguments, one call, the server's error said in one line."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def admin_token(args: argparse.Namespace) -> str:
                                 f"writes it at its first start).") from None
 
 
-def admin_post(args: argparse.Namespace, path: str) -> Any:
-    """POST to the admin API at `path` (under /admin); the httpx response. NoServer when
+def admin_call(args: argparse.Namespace, path: str, method: str = "POST") -> Any:
+    """Call the admin API at `path` (under /admin); the httpx response. NoServer when
     nothing answers."""
     import httpx
 
@@ -49,8 +49,8 @@ def admin_post(args: argparse.Namespace, path: str) -> Any:
     url = f"{args.url.rstrip('/')}/admin/{path}"
     try:
         # No read timeout: loading a large model takes as long as it takes.
-        return httpx.post(url, headers={"Authorization": f"Bearer {token}"},
-                          timeout=httpx.Timeout(10.0, read=None))
+        return httpx.request(method, url, headers={"Authorization": f"Bearer {token}"},
+                             timeout=httpx.Timeout(10.0, read=None))
     except httpx.TransportError as exc:
         raise NoServer(f"no server answers at {args.url} ({exc}); is it running "
                        "(officellm serve)?") from exc

@@ -16,7 +16,7 @@ from typing import Any
 from officellm.app.cli.admin_call import (
     NoServer,
     add_server_arguments,
-    admin_post,
+    admin_call,
     report_failure,
 )
 from officellm.app.cli.db import add_db_argument, open_db
@@ -274,7 +274,7 @@ def run_pull(args: argparse.Namespace) -> int:
 
 def run_server_action(args: argparse.Namespace) -> int:
     try:
-        r = admin_post(args, f"models/{args.name}/{args.action}")
+        r = admin_call(args, f"models/{args.name}/{args.action}")
     except NoServer as exc:
         print(f"officellm models {args.action}: {exc}", file=sys.stderr)
         return 1

@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from officellm.engine import format_plan, gguf_weight_bytes, load_spec, make_plan, parse_memory
+from officellm.engine import (
+    format_plan,
+    gguf_weight_bytes,
+    load_spec,
+    make_plan,
+    parse_memory,
+    parse_offloading_size,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="where the model runs (default cuda): on the cpu a .gguf's weights "
                         "are held in its blocks, as the file stores them")
+    p.add_argument("--kv-offloading-size", default=None,
+                   help="host RAM for the KV tier below the pool, in GiB or with a unit "
+                        "(8GiB): the tokens of prefix cache it keeps beside the pool's")
     p.add_argument("--fit-lengths", default="8192,32768",
                    help="the chat lengths of the table's columns (default 8192,32768)")
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
@@ -38,12 +48,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    host_tier = parse_offloading_size(args.kv_offloading_size)
+    if isinstance(host_tier, str):
+        raise SystemExit("officellm plan: give --kv-offloading-size a size (auto is the "
+                         "server's, by the machine it runs on)")
     memories = [m.strip() for m in args.memory.split(",") if m.strip()]
     plans = [make_plan(spec, name, parse_memory(memory), args.dtype, args.max_model_len,
                        args.avg_tokens, args.block_size, args.tensor_parallel_size,
                        kv_cache_dtype=args.kv_cache_dtype,
                        held_weight_bytes=gguf_weight_bytes(model, args.dtype, args.device,
-                                                           args.tensor_parallel_size))
+                                                           args.tensor_parallel_size),
+                       host_tier_bytes=host_tier or 0)
              for model in args.model for spec, name in [load_spec(model)]
              for memory in memories]
     if args.json:

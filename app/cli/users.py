@@ -1,4 +1,4 @@
-"""`officellm users add|list|disable|enable|purge-cache`."""
+"""`officellm users add|list|disable|enable|delete|purge-cache`."""
 
 from __future__ import annotations
 
@@ -7,14 +7,20 @@ import json
 import sys
 from pathlib import Path
 
-from officellm.app.cli.admin_call import NoServer, add_server_arguments, admin_post, report_failure
+from officellm.app.cli.admin_call import NoServer, add_server_arguments, admin_call, report_failure
 from officellm.app.cli.db import add_db_argument, format_time, open_db
 from officellm.app.db.paths import kv_disk_dir
-from officellm.app.db.users import create_user, get_user, list_users, set_user_disabled
+from officellm.app.db.users import (
+    create_user,
+    delete_user,
+    get_user,
+    list_users,
+    set_user_disabled,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("users", help="add, list, disable users",
+    p = sub.add_parser("users", help="add, list, disable, delete users",
                        description="The people who share this machine.")
     usub = p.add_subparsers(dest="users_command", required=True)
     add = usub.add_parser("add", help="add a user (then: officellm keys issue NAME)")
@@ -31,17 +37,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         d.add_argument("name")
         add_db_argument(d)
         d.set_defaults(func=run_set_disabled, disabled=disabled)
-    purge = usub.add_parser(
-        "purge-cache", help="forget everything cached from a user's prompts",
-        description="Drop the user's prefix-cache blocks from every running model's KV pool "
-                    "and from the KV disk tier (every model's). With no server running, the "
-                    "disk tier's files are removed directly.")
-    purge.add_argument("name")
-    add_server_arguments(purge)
-    purge.add_argument("--kv-disk-dir", type=Path, default=None,
+    for name, run, text, description in (
+            ("delete", run_delete, "delete a user, their keys, policy, threads and usage, "
+             "and purge their cached context",
+             "Delete a user: their keys, policy, threads and usage go with them, and their "
+             "cached context is purged as by purge-cache. A user with requests running is "
+             "disabled and left for a second try. With no server running, the database row "
+             "and the disk tier's files are removed directly."),
+            ("purge-cache", run_purge_cache, "forget everything cached from a user's prompts",
+             "Drop the user's prefix-cache blocks from every running model's KV pool and RAM "
+             "tier and from the KV disk tier (every model's). With no server running, the "
+             "disk tier's files are removed directly.")):
+        c = usub.add_parser(name, help=text, description=description)
+        c.add_argument("name")
+        add_server_arguments(c)
+        c.add_argument("--kv-disk-dir", type=Path, default=None,
                        help="with no server running: the disk tier's directory (default: "
                             "kv-cache/ beside the database)")
-    purge.set_defaults(func=run_purge_cache)
+        c.set_defaults(func=run)
 
 
 def run_add(args: argparse.Namespace) -> int:
@@ -90,7 +103,7 @@ def run_set_disabled(args: argparse.Namespace) -> int:
 
 def run_purge_cache(args: argparse.Namespace) -> int:
     try:
-        r = admin_post(args, f"users/{args.name}/purge-cache")
+        r = admin_call(args, f"users/{args.name}/purge-cache")
     except (NoServer, FileNotFoundError) as exc:  # no server, or none ever started here
         return _purge_disk_directly(args, str(exc))
     if not r.is_success:
@@ -102,9 +115,24 @@ def run_purge_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _purge_disk_directly(args: argparse.Namespace, why: str) -> int:
+def run_delete(args: argparse.Namespace) -> int:
+    try:
+        r = admin_call(args, f"users/{args.name}", method="DELETE")
+    except (NoServer, FileNotFoundError) as exc:  # no server, or none ever started here
+        return _purge_disk_directly(args, str(exc), delete=True)
+    if not r.is_success:
+        return report_failure("users delete", r)
+    done = r.json()
+    where = " and the KV disk tier" if done["disk_tier"] else ""
+    print(f"{done['user']}: deleted, with their keys, policy, threads and usage; cached context "
+          f"forgotten ({done['pool_blocks']} blocks in the running models' pools{where})")
+    return 0
+
+
+def _purge_disk_directly(args: argparse.Namespace, why: str, delete: bool = False) -> int:
     """No server to ask (`why`): remove the user's files from the disk tier's directory
-    (a running server's pool would keep its copies: it must be asked)."""
+    (a running server's pool would keep its copies: it must be asked), and with `delete`
+    the user's row after them."""
     from officellm.app.policy import prefix_cache_salt
     from officellm.engine import purge_kv_disk
 
@@ -114,10 +142,14 @@ def _purge_disk_directly(args: argparse.Namespace, why: str) -> int:
             user = get_user(s, args.name)
             user_id, name = user.id, user.name
         folder = args.kv_disk_dir or kv_disk_dir(db.files_dir)
-        key = db.kv_disk_key()
+        purge_kv_disk(folder, db.kv_disk_key(), prefix_cache_salt(user_id,
+                                                                  share_prefix_cache=False))
+        if delete:
+            with db.transaction() as s:
+                delete_user(s, user_id)
     finally:
         db.close()
-    purge_kv_disk(folder, key, prefix_cache_salt(user_id, share_prefix_cache=False))
     print(f"{name}: the server could not be asked ({why}); removed their blocks from the KV "
-          f"disk tier in {folder}", file=sys.stderr)
+          f"disk tier in {folder}" + ("; deleted them, with their keys, policy, threads and "
+                                      "usage" if delete else ""), file=sys.stderr)
     return 0

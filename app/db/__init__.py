@@ -35,6 +35,7 @@ from officellm.app.db.threads import get_thread_state, list_threads, record_thre
 from officellm.app.db.usage import add_usage, list_usage, usage_today, utc_today
 from officellm.app.db.users import (
     create_user,
+    delete_user,
     disable_user,
     ensure_user,
     get_user,
@@ -81,6 +82,7 @@ __all__ = [
     "set_policy",
     "set_setting",
     "set_user_disabled",
+    "delete_user",
     "usage_today",
     "utc_today",
     "verify_admin_token",

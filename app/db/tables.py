@@ -53,7 +53,10 @@ class User(Base):
     stable id for them (docs/design.md §5): found again by that pair, whatever their name."""
 
     __tablename__ = "users"
-    __table_args__ = (UniqueConstraint("via_user_id", "forwarded_id"),)
+    # AUTOINCREMENT on SQLite: a deleted user's id is never given to another (it names their
+    # prefix-cache salt; migrations/versions/0009).
+    __table_args__ = (UniqueConstraint("via_user_id", "forwarded_id"),
+                      {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)

@@ -1,4 +1,4 @@
-"""Users: create, list, disable, look up."""
+"""Users: create, list, disable, delete, look up."""
 
 from __future__ import annotations
 
@@ -76,6 +76,20 @@ def set_user_disabled(session: Session, ref: UserRef, disabled: bool = True) -> 
         record_event(session, "user_disabled" if disabled else "user_enabled", user.id)
     session.flush()
     return user_info(user)
+
+
+def delete_user(session: Session, ref: UserRef) -> UserInfo:
+    """Delete a user and, with them, their keys, policy, threads and usage (the schema's
+    ON DELETE CASCADE); events keep their rows without the id. The id is never given to
+    another user (migrations/versions/0009). Their cached context is the caller's to purge
+    first (app/admin/users.py): it is keyed by the id."""
+    user = get_user(session, ref)
+    info = user_info(user)
+    record_event(session, "user_deleted", user.id, {"name": user.name})
+    session.flush()  # the event first: the delete then clears its user_id (ON DELETE SET NULL)
+    session.delete(user)
+    session.flush()
+    return info
 
 
 def disable_user(session: Session, ref: UserRef) -> UserInfo:

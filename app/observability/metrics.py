@@ -9,13 +9,14 @@ are observed on the event loop as each step's outputs are processed (see Latency
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from officellm.app.observability.sharing import NameLookup, user_ids, user_shares
 from officellm.app.observability.stats_window import StatsWindow
-from officellm.engine import AsyncLLM, IterationStats
+from officellm.engine import AsyncLLM, EngineStats, IterationStats
 
 # vLLM's buckets, so that existing dashboards' quantiles mean the same thing.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
@@ -51,8 +52,8 @@ class EngineCollector:
                       stats.generation_tokens_total, stats.prefix_cache_queries,
                       stats.prefix_cache_hits, stats.spec_decode_num_drafts,
                       stats.spec_decode_num_draft_tokens,
-                      stats.spec_decode_num_accepted_tokens, stats.kv_disk_queries,
-                      stats.kv_disk_hits, stats.prompt_tokens_computed_total]
+                      stats.spec_decode_num_accepted_tokens, stats.kv_tier_queries,
+                      stats.kv_tier_hits, stats.prompt_tokens_computed_total]
             for family, value in zip(families, values, strict=True):
                 family.add_metric([name], value)
         return iter(families)
@@ -98,49 +99,70 @@ class EngineCollector:
         ]
 
 
-class KVDiskCollector:
-    """officellm:kv_disk_*{model_name}: each engine's disk tier (docs/kv_tiers.md), from its
-    latest snapshot at scrape time; engines without one are left out."""
+class KVTiersCollector:
+    """officellm:kv_host_* and officellm:kv_disk_*{model_name}: each engine's KV tiers below
+    the pool (docs/kv_tiers.md), from its latest snapshot at scrape time; an engine without
+    a tier is left out of that tier's families."""
+
+    # Per tier: (its stats in EngineStats, then each family's kind, name, help and value).
+    TIERS = (
+        (lambda s: s.kv_host, [
+            (GaugeMetricFamily, "officellm:kv_host_bytes", "Bytes of KV blocks in the host "
+             "tier (RAM).", lambda t: t.bytes_used),
+            (GaugeMetricFamily, "officellm:kv_host_capacity_bytes", "The host tier's size "
+             "(--kv-offloading-size).", lambda t: t.capacity_bytes),
+            (GaugeMetricFamily, "officellm:kv_host_blocks", "KV blocks in the host tier.",
+             lambda t: t.blocks),
+            (CounterMetricFamily, "officellm:kv_host_blocks_stored", "KV blocks copied to the "
+             "host tier.", lambda t: t.blocks_stored),
+            (CounterMetricFamily, "officellm:kv_host_blocks_read", "KV blocks copied back "
+             "from the host tier instead of computed.", lambda t: t.blocks_read),
+            (CounterMetricFamily, "officellm:kv_host_blocks_evicted", "KV blocks the host "
+             "tier let go, least recently used first, to make room.", lambda t: t.blocks_evicted),
+        ]),
+        (lambda s: s.kv_disk, [
+            (GaugeMetricFamily, "officellm:kv_disk_bytes", "Bytes of KV blocks in the disk "
+             "tier.", lambda t: t.bytes_used),
+            (GaugeMetricFamily, "officellm:kv_disk_capacity_bytes", "The disk tier's budget.",
+             lambda t: t.capacity_bytes),
+            (GaugeMetricFamily, "officellm:kv_disk_blocks", "KV blocks in the disk tier.",
+             lambda t: t.files),
+            (CounterMetricFamily, "officellm:kv_disk_blocks_written", "KV blocks written to "
+             "the disk tier.", lambda t: t.blocks_written),
+            (CounterMetricFamily, "officellm:kv_disk_blocks_read", "KV blocks read back from "
+             "the disk tier instead of computed.", lambda t: t.blocks_read),
+            (CounterMetricFamily, "officellm:kv_disk_blocks_unreadable", "Disk tier files "
+             "found damaged, foreign or gone (each a miss, removed).", lambda t: t.blocks_unreadable),
+            (CounterMetricFamily, "officellm:kv_disk_writes_dropped", "KV blocks not saved: "
+             "the disk tier's write queue was full.", lambda t: t.writes_dropped),
+        ]),
+    )
 
     def __init__(self, engines: Engines) -> None:
         self._engines = engines
 
     def describe(self) -> Iterator[Metric]:
-        return iter(self._families())
+        return iter(family for families in self._families() for family, _ in families[1])
 
     def collect(self) -> Iterator[Metric]:
-        families = self._families()
+        tiers = self._families()
         for name, engine in self._engines():
             stats = engine.stats()
-            if stats is None or stats.kv_disk is None:
+            if stats is None:
                 continue
-            disk = stats.kv_disk
-            values = [disk.bytes_used, disk.capacity_bytes, disk.files, disk.blocks_written,
-                      disk.blocks_read, disk.blocks_unreadable, disk.writes_dropped]
-            for family, value in zip(families, values, strict=True):
-                family.add_metric([name], value)
-        return iter(families)
+            for tier_of, families in tiers:
+                tier = tier_of(stats)
+                if tier is not None:
+                    for family, value in families:
+                        family.add_metric([name], value(tier))
+        return iter(family for _, families in tiers for family, _ in families)
 
-    @staticmethod
-    def _families() -> list[Metric]:
-        labels = ["model_name"]
-        return [
-            GaugeMetricFamily("officellm:kv_disk_bytes", "Bytes of KV blocks in the disk "
-                              "tier.", labels=labels),
-            GaugeMetricFamily("officellm:kv_disk_capacity_bytes", "The disk tier's budget.",
-                              labels=labels),
-            GaugeMetricFamily("officellm:kv_disk_blocks", "KV blocks in the disk tier.",
-                              labels=labels),
-            CounterMetricFamily("officellm:kv_disk_blocks_written", "KV blocks written to "
-                                "the disk tier.", labels=labels),
-            CounterMetricFamily("officellm:kv_disk_blocks_read", "KV blocks read back from "
-                                "the disk tier instead of computed.", labels=labels),
-            CounterMetricFamily("officellm:kv_disk_blocks_unreadable", "Disk tier files "
-                                "found damaged, foreign or gone (each a miss, removed).",
-                                labels=labels),
-            CounterMetricFamily("officellm:kv_disk_writes_dropped", "KV blocks not saved: "
-                                "the disk tier's write queue was full.", labels=labels),
-        ]
+    @classmethod
+    def _families(cls) -> list[tuple[Callable[[EngineStats], Any],
+                                     list[tuple[Metric, Callable[[Any], int]]]]]:
+        return [(tier_of, [(kind(name, text, labels=["model_name"]), value)
+                           for kind, name, text, value in families])
+                for tier_of, families in cls.TIERS]
 
 
 class SharingCollector:
@@ -214,7 +236,7 @@ class ServerMetrics:
         self._model_name = model_name
         self.window = window
         self.registry.register(EngineCollector(engines))
-        self.registry.register(KVDiskCollector(engines))
+        self.registry.register(KVTiersCollector(engines))
         r, m = self.registry, ["model_name"]
         self.ttft = Histogram("vllm:time_to_first_token_seconds",
                               "Histogram of time to first token in seconds.", m,

@@ -38,6 +38,7 @@ from officellm.engine import (
     default_memory_budget,
     estimate_footprint,
     load_encoder,
+    tier_ram_bytes,
 )
 
 if TYPE_CHECKING:
@@ -254,7 +255,7 @@ class ModelPool:
         return model.footprint
 
     async def _measure(self, model: ServedModel) -> None:
-        """A loaded model's footprint as it holds it: weights and KV pool."""
+        """A loaded model's footprint as it holds it: weights, KV pool, its tiers' RAM."""
         stats = model.async_engine.stats()
         if stats is None or not stats.bytes_per_token:
             await self.footprint(model)
@@ -262,8 +263,11 @@ class ModelPool:
         # What the engine holds replaces the plan: the weights as loaded (a GGUF's blocks,
         # and the dense copy --quantization auto keeps for large batches where it measured
         # one faster) and the pool it sized.
-        ranks = engine_config(self.settings, model.entry).tensor_parallel_size
-        model.footprint = ModelFootprint(stats.weight_bytes * ranks, stats.kv_cache_bytes * ranks)
+        config = engine_config(self.settings, model.entry)
+        ranks = config.tensor_parallel_size
+        model.footprint = ModelFootprint(stats.weight_bytes * ranks, stats.kv_cache_bytes * ranks,
+                                         tier_ram_bytes(config, stats.kv_cache_bytes),
+                                         not config.device.startswith("cuda"))
 
     def estimate_in_background(self) -> None:
         """Estimate the footprints not known yet (reading a .gguf's config takes seconds),
@@ -306,8 +310,8 @@ class ModelPool:
                 await self._measure(other)
         budget = self.budget_bytes
         if need > budget:
-            raise self._refusal(f"The model `{model.name}` needs {gib(need)} (weights and KV "
-                                f"pool), more than the memory budget of {gib(budget)} "
+            raise self._refusal(f"The model `{model.name}` needs {gib(need)} (weights, KV "
+                                f"pool and its tiers' RAM), more than the memory budget of {gib(budget)} "
                                 "(--memory-budget).")
         for victim in sorted((m for m in self.models if self._unloadable(m)),
                              key=lambda m: m.last_used):

@@ -144,7 +144,7 @@ class KVCacheManager:
         computing their tokens (true until both are measured: a CPU computes a prompt at
         hundreds of tokens a second and reads its KV at hundreds of MB)."""
         assert self.lower_tier is not None
-        read = self.lower_tier.read_seconds(len(below))
+        read = self.lower_tier.read_seconds(below)
         tokens = self.block_size * len({i for blocks in hits for i, b in enumerate(blocks)
                                         if isinstance(b, bytes)})
         compute = self.prefill_seconds(tokens) if self.prefill_seconds is not None else None

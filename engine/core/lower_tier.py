@@ -1,5 +1,6 @@
-"""What the KV manager asks of a tier below the pool (engine/kv_offload/disk_tier.py's
-DiskTier): which blocks it holds, and their bytes, read ahead while the request waits. The
+"""What the KV manager asks of the tiers below the pool (engine/kv_offload/kv_tiers.py:
+host RAM, disk): which blocks they hold, and their bytes, read ahead while the request
+waits. The
 manager does no I/O: copies between the pool and the tier are the step's (SchedulerOutput's
 kv_loads and kv_saves), run by the executor."""
 
@@ -23,9 +24,9 @@ class LowerTier(Protocol):
         block that could not be read (the tier has dropped it, so `holds` says so now)."""
         ...
 
-    def read_seconds(self, num_blocks: int) -> float | None:
-        """What reading this many blocks is expected to take, as measured (None: nothing
-        read yet)."""
+    def read_seconds(self, keys: Sequence[bytes]) -> float | None:
+        """What reading these blocks is expected to take, as measured (None: not measured
+        yet)."""
         ...
 
     def release(self, request_id: str) -> None:

@@ -42,12 +42,20 @@ from officellm.engine.stats import DiskTierStats
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".kv"
-# Writes queued but not yet on disk, at most: past it a block is not saved (it stays in the
-# pool as before), so a burst of prefill never grows the engine's memory.
+# Writes queued but not yet on disk, at most (and never more than the pool): past it a block
+# is not saved (it stays in the pool as before), so a burst of prefill never grows the
+# engine's memory.
 MAX_PENDING_WRITE_BYTES = 256 << 20
-# Blocks read ahead for waiting requests, at most, besides one request's own prefix: they
-# sit in memory until each request is admitted.
+# Blocks read ahead for waiting requests, at most (and never more than the pool, which they
+# must fit to be admitted), besides one request's own prefix: they sit in memory until each
+# request is admitted.
 MAX_READ_AHEAD_BYTES = 1 << 30
+
+
+def disk_tier_memory_bytes(pool_bytes: int) -> int:
+    """The RAM a disk tier under a pool of this size holds at most: queued writes and blocks
+    read ahead (one request's prefix beyond the bound is admitted into the pool at once)."""
+    return min(MAX_PENDING_WRITE_BYTES, pool_bytes) + min(MAX_READ_AHEAD_BYTES, pool_bytes)
 # How often the writer looks for files past the retention time.
 EXPIRY_INTERVAL_S = 60.0
 # A temporary file older than this is a crashed writer's, and removed at start.
@@ -71,11 +79,15 @@ class _Reads:
 
 
 class DiskTier:
-    """A LowerTier (engine/core/lower_tier.py) on a directory."""
+    """Blocks as files in a directory: the lower of KVTiers' two (engine/kv_offload/kv_tiers.py)."""
 
     def __init__(self, root: Path, identity: bytes, secret: bytes, capacity_bytes: int,
-                 block_bytes: int, ttl_seconds: float | None = None) -> None:
+                 block_bytes: int, ttl_seconds: float | None = None,
+                 pool_bytes: int | None = None) -> None:
         self.root = Path(root)
+        bound = pool_bytes if pool_bytes is not None else MAX_READ_AHEAD_BYTES
+        self.max_pending_bytes = min(MAX_PENDING_WRITE_BYTES, bound)
+        self.max_read_ahead_bytes = min(MAX_READ_AHEAD_BYTES, bound)
         self.identity = identity
         self.capacity_bytes = capacity_bytes
         self.block_bytes = block_bytes
@@ -177,7 +189,7 @@ class DiskTier:
         with self._lock:
             if not self._writable or name in self._files or name in self._queued:
                 return
-            if self._pending_bytes + len(payload) > MAX_PENDING_WRITE_BYTES:
+            if self._pending_bytes + len(payload) > self.max_pending_bytes:
                 self.writes_dropped += 1
                 return
             self._queued.add(name)
@@ -316,14 +328,14 @@ class DiskTier:
     # -- reading -------------------------------------------------------------------------
     def fetch(self, request_id: str, keys: Sequence[bytes]) -> list[memoryview | None] | None:
         """See LowerTier. A request starts reading only while the blocks read ahead for
-        others stay within MAX_READ_AHEAD_BYTES (one request's own prefix may exceed it):
+        others stay within max_read_ahead_bytes (one request's own prefix may exceed it):
         a queue of agents' long prompts is read as they are admitted, not all at once."""
         new = []
         with self._lock:
             reads = self._reads.get(request_id)
             if reads is None:
                 held = self._read_ahead_bytes()
-                if self._reads and held + len(keys) * self.block_bytes > MAX_READ_AHEAD_BYTES:
+                if self._reads and held + len(keys) * self.block_bytes > self.max_read_ahead_bytes:
                     return None  # its turn comes as those are admitted
                 reads = self._reads[request_id] = _Reads()
             for key in keys:

@@ -7,6 +7,7 @@ Set OFFICELLM_DOCS_SCREENSHOTS=1 to also write docs/img/dashboard.png and thread
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -323,3 +324,37 @@ def test_8_models_tab_loads_and_unloads_a_registered_model(qtbot, window, admin,
     tab.unload_button.click()
     qtbot.waitUntil(lambda: state() == "unloaded", timeout=30_000)
     assert {m["name"]: m["state"] for m in admin.models()["models"]}["tiny-console"] == "unloaded"
+
+
+def test_9_deleting_a_user_through_the_ui_refuses_their_key_and_forgets_their_cache(
+        qtbot, window, server, admin):
+    client = user_client(admin, server, "gwen")
+    client.chat.completions.create(model=model_name(client), max_tokens=2, messages=[
+        {"role": "user", "content": "Our office rules, in a line: " + "be kind. " * 30}])
+    tab = window.users
+    window.tabs.setCurrentWidget(tab)
+    tab.refresh()
+    qtbot.waitUntil(lambda: tab.select_user("gwen"), timeout=10_000)
+    qtbot.mouseClick(tab.delete_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "Deleted gwen" in tab.message.text(), timeout=10_000)
+    assert "cached context forgotten" in tab.message.text()
+    qtbot.waitUntil(lambda: not tab.select_user("gwen"), timeout=10_000)  # the list refreshed
+    with pytest.raises(openai.AuthenticationError):
+        client.models.list()
+    assert "gwen" not in [u["name"] for u in admin.users()]
+
+
+def test_10_forgetting_a_users_cached_context_through_the_ui(qtbot, window, server, admin):
+    client = user_client(admin, server, "hana")
+    client.chat.completions.create(model=model_name(client), max_tokens=2, messages=[
+        {"role": "user", "content": "Our office rules, in a line: " + "be on time. " * 30}])
+    tab = window.users
+    window.tabs.setCurrentWidget(tab)
+    tab.refresh()
+    qtbot.waitUntil(lambda: tab.select_user("hana"), timeout=10_000)
+    qtbot.mouseClick(tab.purge_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "hana: cached context forgotten" in tab.message.text(),
+                    timeout=10_000)
+    # Her prompt's blocks were in the pool.
+    assert re.search(r"\(([1-9][0-9]*) blocks in the running models' memory", tab.message.text())
+    assert client.models.list().data  # her key still works: only the cache went

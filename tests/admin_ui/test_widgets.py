@@ -85,7 +85,7 @@ def test_dashboard_shows_the_kv_disk_tier_under_the_pool(qtbot):
     tab = DashboardTab()
     qtbot.addWidget(tab)
     stats = stats_json()
-    stats["engine"] |= {"kv_disk_hits": 4224, "kv_disk_queries": 8460, "kv_disk": {
+    stats["engine"] |= {"kv_tier_hits": 4224, "kv_tier_queries": 8460, "kv_disk": {
         "files": 1320, "bytes_used": 5 * 2**30, "capacity_bytes": 20 * 2**30,
         "blocks_written": 1320, "blocks_read": 264, "blocks_unreadable": 0,
         "writes_dropped": 0, "writable": True}}
@@ -93,7 +93,22 @@ def test_dashboard_shows_the_kv_disk_tier_under_the_pool(qtbot):
     assert tab.disk_gauge.isVisibleTo(tab)
     assert tab.disk_gauge.value() == 250
     assert tab.disk_gauge.format() == ("KV on disk 5.0 of 20.0 GiB  (1,320 blocks)  · "
-                                       "4,224 prompt tokens read back")
+                                       "264 blocks copied back")
+    assert not tab.host_gauge.isVisibleTo(tab)
+
+
+def test_dashboard_shows_the_kv_host_tier_in_ram_under_the_pool(qtbot):
+    tab = DashboardTab()
+    qtbot.addWidget(tab)
+    stats = stats_json()
+    stats["engine"] |= {"kv_host": {
+        "blocks": 880, "bytes_used": 4 * 2**30, "capacity_bytes": 16 * 2**30,
+        "blocks_stored": 1200, "blocks_read": 120, "blocks_evicted": 320, "pinned": True}}
+    tab.show_snapshot(StatsSnapshot.from_json(stats), StatsHistory())
+    assert tab.host_gauge.isVisibleTo(tab)
+    assert tab.host_gauge.value() == 250
+    assert tab.host_gauge.format() == ("KV in RAM 4.0 of 16.0 GiB  (880 blocks)  · "
+                                       "120 blocks copied back  · pinned")
 
 
 def test_dashboard_says_what_of_each_holders_the_disk_tier_keeps(qtbot):

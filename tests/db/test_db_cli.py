@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -237,20 +238,18 @@ def test_a_url_given_to_db_is_refused_with_the_flag_that_takes_it(capsys, tmp_pa
     assert "--database-url" in capsys.readouterr().err
 
 
-def test_purge_cache_with_no_server_removes_the_users_files_from_the_disk_tier(
-        capsys, tmp_path: Path) -> None:
+def _alice_and_bob_on_disk(capsys, tmp_path: Path) -> Path:
+    """A database with alice and bob, each with one block in the KV disk tier beside it."""
     from officellm.app.db.paths import kv_disk_dir
+    from officellm.app.db.users import get_user
     from officellm.app.policy import prefix_cache_salt
     from officellm.engine.kv_offload.disk_tier import DiskTier
-    from tests.support.server_process import free_port
 
     db_path = tmp_path / "officellm.db"
     for name in ("alice", "bob"):
         assert run(capsys, db_path, "users", "add", name)[0] == 0
     db = Database(db_path)
     with db.session() as s:
-        from officellm.app.db.users import get_user
-
         ids = {name: get_user(s, name).id for name in ("alice", "bob")}
     tier = DiskTier(kv_disk_dir(db.files_dir), b"a model", db.kv_disk_key(), 1 << 30, 8)
     for name, user_id in ids.items():
@@ -258,11 +257,46 @@ def test_purge_cache_with_no_server_removes_the_users_files_from_the_disk_tier(
     tier.close()
     db.close()
     assert len(list(kv_disk_dir(tmp_path).rglob("*.kv"))) == 2
+    return db_path
+
+
+def _on_disk(db_path: Path) -> tuple[bool, bool]:
+    """Whether alice's and bob's blocks are in the disk tier."""
+    from officellm.app.db.paths import kv_disk_dir
+    from officellm.engine.kv_offload.disk_tier import DiskTier
+
+    tier = DiskTier(kv_disk_dir(db_path.parent), b"a model", Database(db_path).kv_disk_key(),
+                    1 << 30, 8)
+    try:
+        return tier.holds(b"alice"), tier.holds(b"bob")
+    finally:
+        tier.close()
+
+
+def test_purge_cache_with_no_server_removes_the_users_files_from_the_disk_tier(
+        capsys, tmp_path: Path) -> None:
+    from tests.support.server_process import free_port
+
+    db_path = _alice_and_bob_on_disk(capsys, tmp_path)
     code, _, err = run(capsys, db_path, "users", "purge-cache", "alice", "--url",
                        f"http://127.0.0.1:{free_port()}")
     assert code == 0
     assert "removed their blocks" in err
-    left = DiskTier(kv_disk_dir(tmp_path), b"a model", Database(db_path).kv_disk_key(),
-                    1 << 30, 8)
-    assert (left.holds(b"alice"), left.holds(b"bob")) == (False, True)
-    left.close()
+    assert _on_disk(db_path) == (False, True)
+
+
+def test_delete_with_no_server_removes_the_user_their_keys_and_their_files(
+        capsys, tmp_path: Path) -> None:
+    from tests.support.server_process import free_port
+
+    db_path = _alice_and_bob_on_disk(capsys, tmp_path)
+    assert run(capsys, db_path, "keys", "issue", "alice")[0] == 0
+    code, _, err = run(capsys, db_path, "users", "delete", "alice", "--url",
+                       f"http://127.0.0.1:{free_port()}")
+    assert code == 0
+    assert "deleted them" in err
+    assert _on_disk(db_path) == (False, True)
+    con = sqlite3.connect(db_path)
+    assert con.execute("SELECT name FROM users").fetchall() == [("bob",)]
+    assert con.execute("SELECT count(*) FROM api_keys").fetchone() == (0,)
+    con.close()

@@ -13,6 +13,7 @@ from sqlalchemy import inspect, text
 from officellm.app.db.database import Database
 from officellm.app.db.migrate import head_revision
 from officellm.app.db.tables import Base
+from officellm.app.db.users import create_user, delete_user
 
 ALL_TABLES = {"users", "api_keys", "policies", "threads", "usage", "events", "settings",
               "replicas", "registered_models"}
@@ -26,7 +27,7 @@ def test_upgrade_empty_to_head(db_path: Path) -> None:
     db = Database(db_path)
     assert db.current_revision() is None
     db.upgrade()
-    assert db.current_revision() == head_revision() == "0008_model_registry"
+    assert db.current_revision() == head_revision() == "0009_user_ids_never_reused"
     assert _tables(db) == ALL_TABLES
     # The default policy row is seeded, with prefix-cache salting on.
     with db.engine.connect() as c:
@@ -175,7 +176,7 @@ def test_data_written_at_0002_survives_0003(db_path: Path) -> None:
 
 
 def test_downgrade_to_base_and_up_again(db: Database) -> None:
-    from officellm.app.db.users import create_user
+
 
     with db.transaction() as s:
         create_user(s, "carol")
@@ -213,7 +214,7 @@ def test_schema_comparison_notices_a_difference(db: Database) -> None:
 
 def test_0004_scheduling_adds_priority_and_kv_share_and_downgrades_cleanly(db_path: Path) -> None:
     from officellm.app.db.policies import get_effective_policy, set_policy
-    from officellm.app.db.users import create_user
+
 
     db = Database(db_path)
     db.upgrade("0003_front_end_keys")
@@ -267,8 +268,8 @@ def test_data_written_at_0007_survives_0008_and_the_registry_starts_empty(db_pat
     con.close()
 
     db = Database(db_path)
-    db.upgrade()
-    assert db.current_revision() == head_revision() == "0008_model_registry"
+    db.upgrade("0008_model_registry")
+    assert db.current_revision() == "0008_model_registry"
     con = sqlite3.connect(db_path)
     for t in tables:
         assert con.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() == before[t]
@@ -287,4 +288,36 @@ def test_data_written_at_0007_survives_0008_and_the_registry_starts_empty(db_pat
     con = sqlite3.connect(db_path)
     assert con.execute("SELECT * FROM policies ORDER BY 1").fetchall() == before_policies
     con.close()
+    db.close()
+
+
+def test_0009_keeps_every_user_and_never_gives_a_deleted_users_id_again(db_path: Path) -> None:
+    """0009 rebuilds SQLite's users table AUTOINCREMENT: the rows come through, and the id of
+    the newest user, deleted, is not the next one's (it names their prefix-cache salt)."""
+    db = Database(db_path)
+    db.upgrade("0008_model_registry")
+    db.close()
+    con = sqlite3.connect(db_path)
+    con.executescript("""
+        INSERT INTO users (id, name, disabled, created) VALUES
+            (1, 'alice', 0, '2026-12-01 09:00:00.000000'),
+            (2, 'bob', 1, '2026-12-02 10:30:00.000000');
+        INSERT INTO usage (user_id, day, requests, prompt_tokens, completion_tokens) VALUES
+            (2, '2026-12-03', 1, 10, 5);
+    """)
+    con.commit()
+    before = con.execute("SELECT * FROM users ORDER BY id").fetchall()
+    con.close()
+    db = Database(db_path)
+    db.upgrade()
+    with db.transaction() as session:
+        delete_user(session, "bob")
+        assert create_user(session, "carol").id == 3
+    con = sqlite3.connect(db_path)
+    assert con.execute("SELECT * FROM users WHERE id = 1").fetchall() == before[:1]
+    assert con.execute("SELECT count(*) FROM usage").fetchone() == (0,)  # bob's went with him
+    con.close()
+    assert db.integrity_check() == "ok"
+    db.downgrade("0008_model_registry")
+    assert db.current_revision() == "0008_model_registry"
     db.close()

@@ -4,7 +4,6 @@ answer) when a file is damaged, foreign or gone."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
@@ -18,16 +17,15 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
-from officellm.engine import OutputKind, SamplingParams, kv_disk_owner
+from officellm.engine import SamplingParams, kv_disk_owner
 from officellm.engine.kv_offload.disk_tier import SUFFIX, DiskTier
 from tests.engine.conftest import make_llm
+from tests.support.engine_requests import greedy_alone, random_prompt
 from tests.support.tiny_models import shared_tiny_model
 
 KEY = bytes(range(32))
 BLOCK = 16
-_ids = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +34,7 @@ def tiny_llama(tmp_path_factory, smollm2_dir) -> Path:
 
 
 def _prompt(seed: int, length: int = 5 * BLOCK + 3) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(100, 40000, (length,), generator=g).tolist()
+    return random_prompt(seed, length)
 
 
 def _llm(model: Path, disk: Path, **kwargs):
@@ -45,20 +42,6 @@ def _llm(model: Path, disk: Path, **kwargs):
     return make_llm(model, kv_disk_dir=str(disk), **kwargs)
 
 
-def _greedy(llm, prompt: list[int], salt: str | None = None, max_tokens: int = 8):
-    """The request's output (token ids and logprobs), run alone."""
-    engine = llm.llm_engine
-    rid = f"disk-{next(_ids)}"
-    engine.add_request(rid, prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens,
-                                                   logprobs=1),
-                       cache_salt=salt, output_kind=OutputKind.FINAL)
-    done = None
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            if out.finished:
-                done = out
-    assert done is not None
-    return done.outputs[0]
 
 
 def _block_files(disk: Path) -> list[Path]:
@@ -69,14 +52,14 @@ def test_a_restarted_engine_reads_the_prompt_from_disk_and_answers_the_same(tiny
                                                                               tmp_path):
     prompt = _prompt(1)
     with _llm(tiny_llama, tmp_path) as first:
-        cold = _greedy(first, prompt)
-        assert first.llm_engine.stats().kv_disk_hits == 0
+        cold = greedy_alone(first, prompt)
+        assert first.llm_engine.stats().kv_tier_hits == 0
     assert len(_block_files(tmp_path)) >= 5  # the prompt's five full blocks, at least
     with _llm(tiny_llama, tmp_path) as second:
-        warm = _greedy(second, prompt)
+        warm = greedy_alone(second, prompt)
         stats = second.llm_engine.stats()
     assert warm.token_ids == cold.token_ids
-    assert stats.kv_disk_hits == 5 * BLOCK
+    assert stats.kv_tier_hits == 5 * BLOCK
     assert stats.prefix_cache_hits == 0  # the pool's hits alone, as vLLM counts them
     assert stats.kv_disk is not None and stats.kv_disk.blocks_read == 5
 
@@ -85,10 +68,10 @@ def test_under_batch_invariance_a_prefix_read_from_disk_gives_bit_identical_logp
         tiny_llama, tmp_path):
     prompt = _prompt(2)
     with _llm(tiny_llama, tmp_path, batch_invariant=True) as first:
-        cold = _greedy(first, prompt)
+        cold = greedy_alone(first, prompt)
     with _llm(tiny_llama, tmp_path, batch_invariant=True) as second:
-        warm = _greedy(second, prompt)
-        assert second.llm_engine.stats().kv_disk_hits == 5 * BLOCK
+        warm = greedy_alone(second, prompt)
+        assert second.llm_engine.stats().kv_tier_hits == 5 * BLOCK
     assert warm.token_ids == cold.token_ids
     assert [lp[t].logprob for lp, t in zip(warm.logprobs, warm.token_ids)] == \
         [lp[t].logprob for lp, t in zip(cold.logprobs, cold.token_ids)]
@@ -99,10 +82,10 @@ def test_a_hybrid_models_sliding_layers_are_read_back_too(tmp_path_factory, smol
     model = shared_tiny_model("gemma3_text", tmp_path_factory, smollm2_dir)
     prompt = _prompt(3, 6 * BLOCK + 5)
     with _llm(model, tmp_path) as first:
-        cold = _greedy(first, prompt)
+        cold = greedy_alone(first, prompt)
     with _llm(model, tmp_path) as second:
-        warm = _greedy(second, prompt)
-        assert second.llm_engine.stats().kv_disk_hits > 0
+        warm = greedy_alone(second, prompt)
+        assert second.llm_engine.stats().kv_tier_hits > 0
     assert warm.token_ids == cold.token_ids
 
 
@@ -121,31 +104,31 @@ def test_requests_preempting_each_other_resume_from_disk_with_the_same_answers(t
         stats = llm.llm_engine.stats()
     assert [out.outputs[0].token_ids for out in outputs] == expected
     assert stats.num_preemptions_total > 0
-    assert stats.kv_disk_hits > 0
+    assert stats.kv_tier_hits > 0
 
 
 def test_a_prefix_is_computed_where_reading_it_is_measured_slower(tiny_llama, tmp_path):
     first_prompt, second_prompt = _prompt(12), _prompt(13)
     with _llm(tiny_llama, tmp_path) as first:
-        expected = _greedy(first, second_prompt).token_ids
-        _greedy(first, first_prompt)
+        expected = greedy_alone(first, second_prompt).token_ids
+        greedy_alone(first, first_prompt)
     with _llm(tiny_llama, tmp_path) as second:
-        _greedy(second, first_prompt)  # read from disk: the read is measured
+        greedy_alone(second, first_prompt)  # read from disk: the read is measured
         core = second.llm_engine.engine_core
         core.kv.prefill_seconds = lambda tokens: 0.0  # as if computing cost nothing
-        assert _greedy(second, second_prompt).token_ids == expected
+        assert greedy_alone(second, second_prompt).token_ids == expected
         stats = second.llm_engine.stats()
-    assert stats.kv_disk_hits == 5 * BLOCK  # the first prompt's, not the second's
+    assert stats.kv_tier_hits == 5 * BLOCK  # the first prompt's, not the second's
     assert stats.kv_disk is not None and stats.kv_disk.blocks_read == 5
 
 
 def test_a_request_gone_before_admission_leaves_nothing_read_ahead(tiny_llama, tmp_path):
     prompt = _prompt(15)
     with _llm(tiny_llama, tmp_path) as first:
-        _greedy(first, prompt)
+        greedy_alone(first, prompt)
     per_block = 2 * 3 * BLOCK * 2 * 8 * 4  # K and V, 3 layers, 2 KV heads of 8, float32
     with _llm(tiny_llama, tmp_path, kv_cache_memory=10 * per_block, max_model_len=128) as llm:
-        engine, tier = llm.llm_engine, llm.llm_engine.engine_core.disk_tier
+        engine, tier = llm.llm_engine, llm.llm_engine.engine_core.kv_tiers.disk
         greedy = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
         engine.add_request("busy", _prompt(16), greedy)  # holds most of the pool
         engine.step()
@@ -164,21 +147,21 @@ def test_a_request_gone_before_admission_leaves_nothing_read_ahead(tiny_llama, t
 def test_another_salt_never_reads_a_persons_blocks(tiny_llama, tmp_path):
     prompt = _prompt(4)
     with _llm(tiny_llama, tmp_path) as first:
-        _greedy(first, prompt, salt="alice")
+        greedy_alone(first, prompt, salt="alice")
     with _llm(tiny_llama, tmp_path) as second:
-        _greedy(second, prompt, salt="bob")
-        assert second.llm_engine.stats().kv_disk_hits == 0
-        _greedy(second, prompt, salt="alice")
-        assert second.llm_engine.stats().kv_disk_hits == 5 * BLOCK
+        greedy_alone(second, prompt, salt="bob")
+        assert second.llm_engine.stats().kv_tier_hits == 0
+        greedy_alone(second, prompt, salt="alice")
+        assert second.llm_engine.stats().kv_tier_hits == 5 * BLOCK
 
 
 def test_blocks_sealed_under_another_key_are_never_read(tiny_llama, tmp_path):
     prompt = _prompt(5)
     with _llm(tiny_llama, tmp_path) as first:
-        cold = _greedy(first, prompt)
+        cold = greedy_alone(first, prompt)
     with _llm(tiny_llama, tmp_path, kv_disk_key=b"another install's secret") as second:
-        assert _greedy(second, prompt).token_ids == cold.token_ids
-        assert second.llm_engine.stats().kv_disk_hits == 0
+        assert greedy_alone(second, prompt).token_ids == cold.token_ids
+        assert second.llm_engine.stats().kv_tier_hits == 0
 
 
 def test_no_file_holds_the_prompts_tokens_text_or_kv_in_clear(tiny_llama, tmp_path,
@@ -186,7 +169,7 @@ def test_no_file_holds_the_prompts_tokens_text_or_kv_in_clear(tiny_llama, tmp_pa
     text = "Quarterly figures for the Rotterdam office, strictly confidential. " * 4
     prompt = smollm2_tokenizer(text)["input_ids"]
     with _llm(tiny_llama, tmp_path) as llm:
-        _greedy(llm, prompt, salt="alice")
+        greedy_alone(llm, prompt, salt="alice")
         core = llm.llm_engine.engine_core
         blocks = [b.block_id for b in core.kv.pool.blocks if b.block_hash is not None]
         kv_in_clear = core.runner.read_blocks(blocks).payloads()
@@ -207,7 +190,7 @@ def test_a_damaged_block_file_is_a_miss_and_changes_no_answer(tiny_llama, tmp_pa
                                                                caplog):
     prompt = _prompt(6)
     with _llm(tiny_llama, tmp_path) as first:
-        cold = _greedy(first, prompt)
+        cold = greedy_alone(first, prompt)
     files = _block_files(tmp_path)
     victim = files[len(files) // 2]
     data = victim.read_bytes()
@@ -221,15 +204,15 @@ def test_a_damaged_block_file_is_a_miss_and_changes_no_answer(tiny_llama, tmp_pa
         other = next(p for p in files if p != victim)
         shutil.copy(other, victim)
     with caplog.at_level(logging.WARNING), _llm(tiny_llama, tmp_path) as second:
-        warm = _greedy(second, prompt)
+        warm = greedy_alone(second, prompt)
         stats = second.llm_engine.stats()
     assert warm.token_ids == cold.token_ids
     assert stats.kv_disk is not None and stats.kv_disk.blocks_unreadable == 1
-    assert stats.kv_disk_hits < 5 * BLOCK
+    assert stats.kv_tier_hits < 5 * BLOCK
     assert "unreadable" in caplog.text
     with _llm(tiny_llama, tmp_path) as third:  # the damaged block was computed and saved anew
-        assert _greedy(third, prompt).token_ids == cold.token_ids
-        assert third.llm_engine.stats().kv_disk_hits == 5 * BLOCK
+        assert greedy_alone(third, prompt).token_ids == cold.token_ids
+        assert third.llm_engine.stats().kv_tier_hits == 5 * BLOCK
 
 
 def test_an_unwritable_directory_turns_writing_off_and_serving_goes_on(tiny_llama, tmp_path,
@@ -238,8 +221,8 @@ def test_an_unwritable_directory_turns_writing_off_and_serving_goes_on(tiny_llam
     not_a_dir.write_text("in the way")
     prompt = _prompt(7)
     with caplog.at_level(logging.WARNING), _llm(tiny_llama, not_a_dir) as llm:
-        first = _greedy(llm, prompt)
-        again = _greedy(llm, prompt)  # the pool's prefix cache still serves
+        first = greedy_alone(llm, prompt)
+        again = greedy_alone(llm, prompt)  # the pool's prefix cache still serves
         stats = llm.llm_engine.stats()
     assert first.token_ids == again.token_ids
     assert stats.kv_disk is not None and not stats.kv_disk.writable
@@ -262,7 +245,7 @@ def test_a_full_disk_turns_writing_off_leaves_no_partial_file_and_serving_goes_o
                            (1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
         params = SamplingParams(temperature=0.0, max_tokens=8)
         first = llm.generate([{_prompt(14)!r}], params)[0].outputs[0].token_ids
-        llm.llm_engine.engine_core.disk_tier.flush()
+        llm.llm_engine.engine_core.kv_tiers.disk.flush()
         again = llm.generate([{_prompt(14)!r}], params)[0].outputs[0].token_ids
         disk = llm.llm_engine.stats().kv_disk
         print(json.dumps({{"same": first == again, "writable": disk.writable,
@@ -279,11 +262,11 @@ def test_a_full_disk_turns_writing_off_leaves_no_partial_file_and_serving_goes_o
 
 def test_a_directory_removed_while_serving_is_made_again(tiny_llama, tmp_path):
     with _llm(tiny_llama, tmp_path) as llm:
-        _greedy(llm, _prompt(8))
+        greedy_alone(llm, _prompt(8))
     with _llm(tiny_llama, tmp_path) as llm:
         shutil.rmtree(tmp_path)
-        _greedy(llm, _prompt(9))
-        tier = llm.llm_engine.engine_core.disk_tier
+        greedy_alone(llm, _prompt(9))
+        tier = llm.llm_engine.engine_core.kv_tiers.disk
     assert tier.stats().writable
     assert len(_block_files(tmp_path)) == 5
 
@@ -291,20 +274,20 @@ def test_a_directory_removed_while_serving_is_made_again(tiny_llama, tmp_path):
 def test_purging_a_salt_forgets_its_blocks_in_the_pool_and_on_disk(tiny_llama, tmp_path):
     prompt = _prompt(10)
     with _llm(tiny_llama, tmp_path) as llm:
-        _greedy(llm, prompt, salt="alice")
-        _greedy(llm, _prompt(11), salt="bob")
+        greedy_alone(llm, prompt, salt="alice")
+        greedy_alone(llm, _prompt(11), salt="bob")
         core = llm.llm_engine.engine_core
-        assert core.disk_tier.flush()  # every write on disk before the purge
+        assert core.kv_tiers.disk.flush()  # every write on disk before the purge
         bobs = len(_block_files(tmp_path)) - 5
-        owners = core.disk_tier.stats().bytes_by_owner
+        owners = core.kv_tiers.disk.stats().bytes_by_owner
         assert set(owners) == {kv_disk_owner(KEY, "alice"), kv_disk_owner(KEY, "bob")}
         assert core.purge_cache_salt("alice") >= 5
-        assert set(core.disk_tier.stats().bytes_by_owner) == {kv_disk_owner(KEY, "bob")}
+        assert set(core.kv_tiers.disk.stats().bytes_by_owner) == {kv_disk_owner(KEY, "bob")}
         before = llm.llm_engine.stats()
-        _greedy(llm, prompt, salt="alice")
+        greedy_alone(llm, prompt, salt="alice")
         after = llm.llm_engine.stats()
-        assert (after.prefix_cache_hits, after.kv_disk_hits) == \
-            (before.prefix_cache_hits, before.kv_disk_hits)
+        assert (after.prefix_cache_hits, after.kv_tier_hits) == \
+            (before.prefix_cache_hits, before.kv_tier_hits)
     assert len(_block_files(tmp_path)) == bobs + 5  # bob's, and alice's prompt written again
 
 

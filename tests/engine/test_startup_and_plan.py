@@ -85,6 +85,16 @@ def test_plan_cli_prints_a_table_of_the_chats_that_fit():
     assert rows[2].startswith("| gemma-3-27b-it | 50.3 GiB | — | — | ")  # 24 GiB: no room
 
 
+def test_plan_cli_says_what_a_host_tier_of_ram_keeps_beside_the_pool():
+    out = subprocess.run(
+        [sys.executable, "-m", "officellm.app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory",
+         "24GiB", "--kv-offloading-size", "16"], capture_output=True, text=True,
+        check=True).stdout
+    # 16 GiB of 57,344-byte tokens in blocks of 16: 299,584 tokens, 74.9 chats of 4,000.
+    assert ("Host tier: 16.00 GiB of RAM -> 299,584 more tokens of prefix cache (74.9 "
+            "4,000-token chats)") in out
+
+
 def test_plan_for_qwen25_7b_on_80gib():
     spec, name = load_spec("Qwen2.5-7B-Instruct")
     plan = make_plan(spec, name, 80 * 1024**3, "bf16", max_model_len=32768, avg_tokens=4000)

@@ -91,10 +91,12 @@ class Office:
 def office(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Iterator[Office]:
     tiny_llama = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
     tiny_qwen = shared_tiny_model("qwen2", tmp_path_factory, smollm2_dir)
-    # The plan's own arithmetic: room for the default and one tiny model, not two.
+    # The plan's own arithmetic: room for the default and one tiny model, not two (each
+    # with the office profile's disk tier, whose buffers count).
     default = estimate_footprint(EngineConfig(dtype="float32", quantization="none",
-                                              kv_cache_memory="256MiB"))
-    tiny = max(estimate_footprint(EngineConfig(model=str(p), **TINY_OPTIONS)).total_bytes
+                                              kv_cache_memory="256MiB", kv_disk_dir="auto"))
+    tiny = max(estimate_footprint(EngineConfig(model=str(p), kv_disk_dir="auto",
+                                               **TINY_OPTIONS)).total_bytes
                for p in (tiny_llama, tiny_qwen))
     budget = default.total_bytes + int(1.5 * tiny)
     with ServerProcess(*BASE_FLAGS, "--embedding-model", BUNDLED_EMBEDDER,

@@ -1,7 +1,8 @@
-"""The KV disk tier through a real server (the office profile's default, kv-cache/ beside the
-database): Claude Code's recorded request, prefilled once, is read back from disk instead of
+"""The KV cache's tiers through a real server. The disk tier (the office profile's default,
+kv-cache/ beside the database): Claude Code's recorded request, prefilled once, is read back from disk instead of
 computed after the model's idle sleep and after the server restarts, with the same answer;
 the hits show in /metrics; a person's cached context is purged from the pool and the disk.
+The host tier (--kv-offloading-size): a chat evicted from the pool is copied back from RAM.
 
 A tiny random-weight model serves it (the agent's prompt is ~4k tokens with its tools), as
 in test_recorded_clients.py."""
@@ -157,3 +158,101 @@ def test_purging_a_person_forgets_their_cached_context(tmp_path, tmp_path_factor
 def server_model(server: ServerProcess) -> str:
     r = httpx.get(f"{server.base_url}/v1/models", headers=server.headers, timeout=TIMEOUT)
     return r.json()["data"][0]["id"]
+
+
+def test_a_chat_evicted_from_a_small_pool_is_copied_back_from_ram_and_shown(
+        tmp_path, tmp_path_factory, smollm2_dir) -> None:
+    model = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
+    block_bytes = BLOCK * 2 * 3 * 2 * 8 * 4  # the tiny llama's float32 KV
+    flags = (str(model), "--kv-cache-memory", str(12 * block_bytes), "--max-model-len", "160",
+             "--kv-offloading-size", f"{64 * block_bytes}B", "--kv-disk-dir", "off")
+
+    def ask(topic: str) -> str:
+        body = {"messages": [{"role": "user", "content": f"Tell me about {topic}. " * 12}],
+                "max_tokens": 4, "temperature": 0}
+        r = httpx.post(f"{server.base_url}/v1/chat/completions", json=body,
+                       headers=server.headers, timeout=TIMEOUT)
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["message"]["content"]
+
+    with ServerProcess(*flags, db=tmp_path / "officellm.db") as server:
+        first = ask("the printer")
+        for topic in ("the kitchen", "the parking", "the holidays"):  # evict it from the pool
+            ask(topic)
+        again = ask("the printer")
+        metrics = scrape_idle(server)
+        r = httpx.get(f"{server.base_url}/admin/stats",
+                      headers={"Authorization": f"Bearer {server.admin_token}"},
+                      timeout=TIMEOUT)
+        name = server_model(server)
+    assert again == first
+    assert sample(metrics, "officellm:kv_host_blocks_read_total", model_name=name) > 0
+    assert sample(metrics, "vllm:external_prefix_cache_hits_total", model_name=name) > 0
+    host = r.json()["models"][0]["kv_host"]
+    assert host["blocks"] > 0 and host["capacity_bytes"] == 64 * block_bytes
+    assert r.json()["models"][0]["kv_disk"] is None
+
+
+def _person_with_a_cached_chat(server: ServerProcess, name: str) -> dict[str, str]:
+    """A new person with a key, who has sent one chat; their key's headers."""
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    r = httpx.post(f"{server.base_url}/admin/users", json={"name": name}, headers=admin,
+                   timeout=TIMEOUT)
+    assert r.status_code == 201, r.text
+    key = httpx.post(f"{server.base_url}/admin/keys", json={"user": name}, headers=admin,
+                     timeout=TIMEOUT).json()["key"]
+    headers = {"Authorization": f"Bearer {key}"}
+    ask = {"messages": [{"role": "user", "content": "Summarise our office rules. " * 20}],
+           "max_tokens": 4, "temperature": 0}
+    r = httpx.post(f"{server.base_url}/v1/chat/completions", json=ask, headers=headers,
+                   timeout=TIMEOUT)
+    assert r.status_code == 200, r.text
+    scrape_idle(server)
+    return headers
+
+
+def test_deleting_a_person_removes_their_keys_and_their_cached_context(
+        tmp_path, tmp_path_factory, smollm2_dir) -> None:
+    model = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
+    with ServerProcess(str(model), db=tmp_path / "officellm.db") as server:
+        headers = _person_with_a_cached_chat(server, "ann")
+        time.sleep(0.5)  # the writer thread lands the blocks
+        assert list((tmp_path / "kv-cache").rglob("*.kv"))
+        admin = {"Authorization": f"Bearer {server.admin_token}"}
+        r = httpx.delete(f"{server.base_url}/admin/users/ann", headers=admin, timeout=TIMEOUT)
+        assert r.status_code == 200, r.text
+        assert r.json()["pool_blocks"] > 0
+        assert not list((tmp_path / "kv-cache").rglob("*.kv"))
+        r = httpx.get(f"{server.base_url}/v1/models", headers=headers, timeout=TIMEOUT)
+        assert r.status_code == 401
+        users = httpx.get(f"{server.base_url}/admin/users", headers=admin, timeout=TIMEOUT)
+        assert "ann" not in [u["name"] for u in users.json()]
+
+
+def test_a_person_with_a_request_running_is_disabled_and_deleted_once_it_ends(
+        tmp_path) -> None:
+    # The bundled model: slow enough on a CPU that the request is still running.
+    with ServerProcess(db=tmp_path / "officellm.db") as server:
+        headers = _person_with_a_cached_chat(server, "ben")
+        admin = {"Authorization": f"Bearer {server.admin_token}"}
+        body = {"messages": [{"role": "user", "content": "Write a long story."}],
+                "max_tokens": 400, "temperature": 0, "stream": True, "ignore_eos": True}
+        with httpx.stream("POST", f"{server.base_url}/v1/chat/completions", json=body,
+                          headers=headers, timeout=TIMEOUT) as stream:
+            assert stream.status_code == 200
+            lines = stream.iter_lines()  # kept: a dropped iterator closes the stream
+            next(lines)  # running now
+            r = httpx.delete(f"{server.base_url}/admin/users/ben", headers=admin,
+                             timeout=TIMEOUT)
+            assert r.status_code == 409, r.text
+            assert "1 request(s) running" in r.json()["error"]["message"]
+            refused = httpx.get(f"{server.base_url}/v1/models", headers=headers,
+                                timeout=TIMEOUT)
+            assert refused.status_code == 401  # disabled at once
+        # The stream closed early: the request is aborted, and the delete goes through.
+        deadline = time.monotonic() + 10
+        while (r := httpx.delete(f"{server.base_url}/admin/users/ben", headers=admin,
+                                 timeout=TIMEOUT)).status_code == 409:
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.1)
+        assert r.status_code == 200, r.text
