@@ -56,6 +56,9 @@ def disk_tier_memory_bytes(pool_bytes: int) -> int:
     """The RAM a disk tier under a pool of this size holds at most: queued writes and blocks
     read ahead (one request's prefix beyond the bound is admitted into the pool at once)."""
     return min(MAX_PENDING_WRITE_BYTES, pool_bytes) + min(MAX_READ_AHEAD_BYTES, pool_bytes)
+# Threads reading blocks back: a prefix's files are read, opened and placed in fresh memory
+# (whose page faults cost as much as the read) two at a time, while the engine waits.
+READER_THREADS = 2
 # How often the writer looks for files past the retention time.
 EXPIRY_INTERVAL_S = 60.0
 # A temporary file older than this is a crashed writer's, and removed at start.
@@ -108,8 +111,6 @@ class DiskTier:
         self._reads: dict[str, _Reads] = {}
         self._read_done = threading.Event()
         self._seconds_per_read: float | None = None  # a block's read and open, averaged
-        # The reader thread's: each file is read into it, then opened into its slot.
-        self._sealed = bytearray(len(MAGIC) + NONCE_BYTES + block_bytes + TAG_BYTES)
         self._writable = True
         self.blocks_written = self.blocks_read = self.blocks_unreadable = 0
         self.writes_dropped = 0
@@ -120,10 +121,11 @@ class DiskTier:
         self._read_queue: queue.Queue[tuple[str, _Reads, list[bytes]] | None] = queue.Queue()
         self._writer = threading.Thread(target=self._write_loop, name="kv-disk-writer",
                                         daemon=True)
-        self._reader = threading.Thread(target=self._read_loop, name="kv-disk-reader",
-                                        daemon=True)
+        self._readers = [threading.Thread(target=self._read_loop, name=f"kv-disk-reader-{i}",
+                                          daemon=True) for i in range(READER_THREADS)]
         self._writer.start()
-        self._reader.start()
+        for reader in self._readers:
+            reader.start()
 
     # -- what is there -------------------------------------------------------------------
     def _scan(self) -> None:
@@ -354,7 +356,10 @@ class DiskTier:
                 for i, key in enumerate(new):
                     reads.slots[key] = arena[i * self.block_bytes:(i + 1) * self.block_bytes]
         if new:
-            self._read_queue.put((request_id, reads, new))
+            # The blocks in a run per reader, each filling its own part of the memory.
+            share = -(-len(new) // READER_THREADS)
+            for i in range(0, len(new), share):
+                self._read_queue.put((request_id, reads, new[i:i + share]))
         return None
 
     def read_ahead_bytes(self) -> int:
@@ -371,9 +376,10 @@ class DiskTier:
             self._reads.pop(request_id, None)
 
     def read_seconds(self, num_blocks: int) -> float | None:
-        """See LowerTier: one reader thread reads block after block."""
+        """What reading this many blocks is expected to take: each reader thread reads its
+        share block after block."""
         per_block = self._seconds_per_read
-        return None if per_block is None else per_block * num_blocks
+        return None if per_block is None else per_block * -(-num_blocks // READER_THREADS)
 
     def reading(self) -> bool:
         """Whether some request's blocks are still being read."""
@@ -386,6 +392,8 @@ class DiskTier:
         self._read_done.clear()
 
     def _read_loop(self) -> None:
+        # This thread's: each file is read into it, then opened into its slot.
+        sealed = bytearray(len(MAGIC) + NONCE_BYTES + self.block_bytes + TAG_BYTES)
         while True:
             job = self._read_queue.get()
             if job is None:
@@ -398,7 +406,7 @@ class DiskTier:
                     break
                 slot = reads.slots[key]
                 try:
-                    payload = slot if self._read(key, slot) else None
+                    payload = slot if self._read(key, slot, sealed) else None
                 except Exception:  # noqa: BLE001 - a bug here must not stop every read
                     logger.exception("KV disk tier: reading a block failed: a cache miss")
                     self._forget(self._name(key))
@@ -410,8 +418,9 @@ class DiskTier:
                 if done:  # the engine waits for a request's whole prefix, not block by block
                     self._read_done.set()
 
-    def _read(self, key: bytes, out: memoryview) -> bool:
-        """Read and open one block into `out` (the reader thread's); False for a miss."""
+    def _read(self, key: bytes, out: memoryview, sealed: bytearray) -> bool:
+        """Read one block's file into `sealed` and open it into `out` (a reader thread's);
+        False for a miss."""
         name = self._name(key)
         with self._lock:
             file = self._files.get(name)
@@ -421,10 +430,10 @@ class DiskTier:
         started = time.perf_counter()
         try:
             with open(path, "rb", buffering=0) as f:
-                size = f.readinto(self._sealed)
+                size = f.readinto(sealed)
                 if f.read(1):
                     raise SealBroken("longer than a sealed block")
-            self._cipher.open_into(memoryview(self._sealed)[:size], self.identity + key, out)
+            self._cipher.open_into(memoryview(sealed)[:size], self.identity + key, out)
         except (OSError, SealBroken) as exc:
             logger.warning("KV disk tier: block file %s unreadable (%s): a cache miss; "
                            "removed", path.name, exc)
@@ -477,9 +486,11 @@ class DiskTier:
             return
         self._closed = True
         self._write_queue.put(None)
-        self._read_queue.put(None)
+        for _ in self._readers:
+            self._read_queue.put(None)
         self._writer.join(timeout)
-        self._reader.join(timeout)
+        for reader in self._readers:
+            reader.join(timeout)
 
 
 def read_back_memory(size: int) -> memoryview:

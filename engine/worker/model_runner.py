@@ -88,6 +88,26 @@ def kv_cache_groups(spec: ModelSpec) -> KVCacheGroups:
     return KVCacheGroups.for_windows(spec.layer_windows)
 
 
+def _contiguous_runs(block_ids: list[int], payloads: list[memoryview], block_bytes: int
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The payloads as runs of blocks that lie back to back in memory: per run, its block
+    ids and a [blocks, block_bytes] view of its bytes (no copy)."""
+    arrays = [np.frombuffer(p, dtype=np.uint8) for p in payloads]
+    runs: list[tuple[np.ndarray, np.ndarray]] = []
+    start = 0
+    while start < len(arrays):
+        base = arrays[start].ctypes.data
+        end = start + 1
+        while end < len(arrays) and arrays[end].ctypes.data == base + (end - start) * block_bytes:
+            end += 1
+        # Blocks start..end-1 are one span of memory, kept alive by arrays[start:end].
+        rows = np.lib.stride_tricks.as_strided(arrays[start], (end - start, block_bytes),
+                                               (block_bytes, 1), writeable=False)
+        runs.append((np.asarray(block_ids[start:end]), rows))
+        start = end
+    return runs
+
+
 class ModelRunner:
     """Owns the model, the KV cache tensors, the attention backend and the sampler.
 
@@ -270,16 +290,15 @@ class ModelRunner:
         """Copy blocks in from the host (a lower tier's), each laid out as read_blocks'."""
         pools = [cache.view(torch.uint8) for cache in self.k_pool + self.v_pool]
         if self.device.type == "cpu":
-            # Page by page from the bytes into the pool: no staging copy, whose fresh pages
-            # cost more than the copy (a 4k-token prefix is ~100 MB of page faults).
-            pages = [pool.numpy() for pool in pools]
-            for block_id, payload in zip(block_ids, payloads, strict=True):
-                src = np.frombuffer(payload, dtype=np.uint8)
+            # Straight from the bytes into the pool: no staging copy, whose fresh pages cost
+            # more than the copy (a 4k-token prefix is ~100 MB of page faults). Blocks read
+            # into one buffer lie back to back: each such run is one copy per cache tensor.
+            pages = [pool.numpy().reshape(pool.shape[0], -1) for pool in pools]
+            for ids, rows in _contiguous_runs(block_ids, payloads, self.block_bytes):
                 offset = 0
                 for page in pages:
-                    flat = page[block_id].reshape(-1)
-                    flat[:] = src[offset:offset + flat.size]
-                    offset += flat.size
+                    page[ids] = rows[:, offset:offset + page.shape[1]]
+                    offset += page.shape[1]
             return
         idx = to_device(block_ids, torch.long, self.device)
         rows = torch.empty((len(payloads), self.block_bytes), dtype=torch.uint8, pin_memory=True)

@@ -194,3 +194,19 @@ def test_on_the_cpu_the_host_tier_counts_in_the_memory_budget():
                                              kv_offloading_size="1GiB"))
     assert tiered.tier_ram_bytes == 1024**3
     assert tiered.total_bytes == plain.total_bytes + 1024**3
+
+
+def test_blocks_copied_in_from_one_buffer_or_many_land_in_their_own_pool_blocks(tiny_llama):
+    with make_llm(tiny_llama) as llm:
+        runner = llm.llm_engine.engine_core.runner
+        size = runner.block_bytes
+        rng = np.random.default_rng(0)
+        together = rng.integers(0, 255, 3 * size, dtype=np.uint8)  # three back to back
+        apart = [rng.integers(0, 255, size, dtype=np.uint8) for _ in range(2)]
+        # Back to back in memory but not in the order of the pool blocks, then two alone.
+        payloads = [memoryview(together[size:2 * size]), memoryview(together[2 * size:]),
+                    memoryview(apart[0]), memoryview(together[:size]), memoryview(apart[1])]
+        block_ids = [7, 3, 11, 5, 2]
+        runner.write_blocks(block_ids, payloads)
+        read = runner.read_blocks(block_ids).payloads()
+    assert [bytes(r) for r in read] == [bytes(p) for p in payloads]
