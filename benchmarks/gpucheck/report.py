@@ -77,6 +77,19 @@ def _throughput(d: dict) -> list[str]:
     return lines
 
 
+def _tiers(f: dict) -> list[str]:
+    host = f.get("host") or {}
+    return [f"(f) KV tiers below the pool ({f['model']}, {f['prompts']} prompts x "
+            f"{f['prompt_tokens']} + {f['new_tokens']} tokens, pool {f['pool_bytes'] / 2**20:.1f} MiB)",
+            f"    greedy identical with and without tiers: {f['identical']}; preemptions "
+            f"{f['preemptions_without_tiers']} / {f['preemptions_with_tiers']}",
+            f"    prompt tokens computed without / with tiers: "
+            f"{f['prompt_tokens_computed_without']:,} / {f['prompt_tokens_computed_with']:,} "
+            f"({f['tier_hit_tokens']:,} copied back); host tier pinned={host.get('pinned')}",
+            f"    one prefix: computed {f['prefix_computed_s'] * 1000:.1f} ms, copied back from "
+            f"RAM ({f['blocks_from_ram']} blocks) {f['prefix_from_ram_s'] * 1000:.1f} ms"]
+
+
 def _startup(e: dict) -> list[str]:
     ratio = e.get("pool_vs_plan")
     return ["(e) start-up lines:"] + [f"    {line}" for line in e["log"]] + [
@@ -89,7 +102,8 @@ def _startup(e: dict) -> list[str]:
 def summary(report: dict) -> str:
     out = [f"officellm gpu_check on {report['meta']['device']} "
            f"({'smoke test, toy sizes' if report['meta']['smoke'] else 'full'})"]
-    for key, fn in (("a_kernels", _kernels), ("b_parity", _parity), ("e_startup", _startup),
+    for key, fn in (("a_kernels", _kernels), ("b_parity", _parity), ("f_kv_tiers", _tiers),
+                    ("e_startup", _startup),
                     ("c_decode", _decode), ("d_throughput", _throughput)):
         sec = report.get(key)
         if sec is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SECTIONS = ("a_kernels", "b_parity", "c_decode", "d_throughput", "e_startup")
+SECTIONS = ("a_kernels", "b_parity", "c_decode", "d_throughput", "e_startup", "f_kv_tiers")
 
 
 def _smoke(tmp_path: Path, sections: str) -> dict:
@@ -41,9 +41,18 @@ def test_the_engine_sections_run_green_without_a_gpu(tmp_path: Path) -> None:
     assert "d_throughput" not in report  # a section not asked for is not run
 
 
+def test_the_kv_tiers_section_preempts_and_copies_back_with_the_same_tokens(
+        tmp_path: Path) -> None:
+    """(f), ~5 s: the host and disk tiers under a pool too small for the batch."""
+    tiers = _smoke(tmp_path, "f")["f_kv_tiers"]
+    assert tiers["identical"] and tiers["ok"]
+    assert tiers["preemptions_with_tiers"] > 0 and tiers["tier_hit_tokens"] > 0
+    assert tiers["prompt_tokens_computed_with"] < tiers["prompt_tokens_computed_without"]
+
+
 @pytest.mark.slow
 def test_every_section_runs_green_without_a_gpu(tmp_path: Path) -> None:
-    report = _smoke(tmp_path, "abcde")
+    report = _smoke(tmp_path, "abcdef")
     assert report["a_kernels"]["all_ok"] and report["b_parity"]["float32"]["identical"]
     assert not any("error" in report[key] for key in SECTIONS)
     engine = report["d_throughput"]["engine"]
