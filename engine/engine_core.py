@@ -141,7 +141,8 @@ class EngineCore:
         self.bytes_per_token = kv_block_bytes(
             self.spec, runner.groups, self.kv_dtype.itemsize, scale_bytes(self.kv_dtype), 1,
             config.tensor_parallel_size)
-        self.kv_tiers = self._open_tiers(config, model_dir, worker, runner, num_blocks)
+        self.kv_tiers = self._open_tiers(config, model_dir, worker, runner, num_blocks,
+                                         self.executor)
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                  config.scheduling_policy in EVICTS_BY_OWNER, runner.groups,
                                  self.kv_tiers)
@@ -162,7 +163,8 @@ class EngineCore:
 
     @classmethod
     def _open_tiers(cls, config: EngineConfig, model_dir: Path, worker: Worker,
-                    runner: ModelRunner, num_blocks: int) -> KVTiers | None:
+                    runner: ModelRunner, num_blocks: int,
+                    executor: Executor) -> KVTiers | None:
         """The KV cache's tiers below the pool that the config asks for (None: neither)."""
         host_bytes = host_tier_bytes(config)
         host = None
@@ -171,13 +173,15 @@ class EngineCore:
             host = HostTier(host_bytes, runner.block_bytes, pinned)
             logger.info("KV host tier: %s of %sRAM, %d blocks", format_gib(host.capacity_bytes),
                         "pinned " if pinned else "", host.num_slots)
-        disk = (cls._open_disk_tier(config, model_dir, worker, runner, num_blocks)
+        disk = (cls._open_disk_tier(config, model_dir, worker, runner, num_blocks, executor)
                 if config.kv_disk_dir is not None else None)
-        return KVTiers(host, disk) if host is not None or disk is not None else None
+        if host is None and disk is None:
+            return None
+        return KVTiers(host, disk, executor.write_blocks)
 
     @staticmethod
     def _open_disk_tier(config: EngineConfig, model_dir: Path, worker: Worker,
-                        runner: ModelRunner, num_blocks: int) -> DiskTier:
+                        runner: ModelRunner, num_blocks: int, executor: Executor) -> DiskTier:
         """The KV disk tier, under this model's identity as loaded here."""
         import officellm
 
@@ -195,7 +199,9 @@ class EngineCore:
                              "own from the install key)")
         tier = DiskTier(Path(config.kv_disk_dir or ""), kv_identity(model_dir, loaded_as),
                         config.kv_disk_key, int(config.kv_disk_size), runner.block_bytes,
-                        float(config.kv_disk_ttl), runner.block_bytes * num_blocks)
+                        float(config.kv_disk_ttl), runner.block_bytes * num_blocks,
+                        # From its reader threads: on CUDA each copy is waited for there.
+                        lambda ids, payloads: executor.write_blocks(ids, payloads, wait=True))
         logger.info("KV disk tier: %s, up to %s, blocks unused for %.0f h removed",
                     tier.model_dir, format_gib(tier.capacity_bytes),
                     float(config.kv_disk_ttl) / 3600)
@@ -276,9 +282,6 @@ class EngineCore:
         `outputs`)."""
         started = time.perf_counter()
         try:
-            if so.kv_loads:
-                self.executor.write_blocks([load.block_id for load in so.kv_loads],
-                                           [load.payload for load in so.kv_loads])
             step = self.executor.launch(so)
             # Queued after the forward that fills them; kept once the step is known good.
             saved = (self.executor.read_blocks([save.block_id for save in so.kv_saves])

@@ -42,7 +42,7 @@ class ModelFootprint:
 
 def tier_ram_bytes(config: EngineConfig, kv_cache_bytes: int) -> int:
     """The RAM the config's KV tiers below a pool of this size take at most: the host tier,
-    and the disk tier's queued writes and read-ahead."""
+    and the disk tier's queued writes and reader buffers."""
     disk = disk_tier_memory_bytes(kv_cache_bytes) if config.kv_disk_dir is not None else 0
     return host_tier_bytes(config) + disk
 

@@ -10,22 +10,37 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from officellm.engine.core.block_pool import BlockPool, KVBlock, hash_block_tokens
 from officellm.engine.core.kv_cache_groups import KVCacheGroups, first_needed_block
-from officellm.engine.core.lower_tier import BlockLoad, BlockSave, LowerTier, StagedBlock
+from officellm.engine.core.lower_tier import BlockSave, LowerTier
 from officellm.engine.core.request import Request
 
 # What a long-context request's salt ends with (Request.long_context).
 LONG_CONTEXT_SALT = "\x00long-context"
-# Blocks per group of a prefix-cache hit: in the pool, or read from the lower tier and yet to
-# be copied in; None where a sliding group needs no block.
-GroupBlocks = tuple[list[KVBlock | StagedBlock | None], ...]
+# Blocks per group of a prefix-cache hit: in the pool, or the key of one the lower tier holds
+# (start_load copies those in first); None where a sliding group needs no block.
+GroupBlocks = tuple[list[KVBlock | bytes | None], ...]
 
 
 def _cache_key(block_hash: bytes, group: int) -> bytes:
     """A group's own key for a block of tokens: the same tokens' KV differs per group."""
     return block_hash + struct.pack("<H", group)
+
+
+@dataclass
+class _Load:
+    """A waiting request's prefix being copied in from the lower tier: the pool blocks set
+    aside for the tier's blocks (uncached until they hold them), and the pool's own hits it
+    holds meanwhile so nothing evicts them."""
+
+    keys: list[bytes]
+    blocks: list[KVBlock]
+    held: list[KVBlock]
+    num_tokens: int  # the prefix's tokens that come from the tier
+    cache_salt: str | None
+    discard: bool = False  # the salt was purged meanwhile: cache nothing it copied
 
 
 class KVCacheManager:
@@ -56,18 +71,19 @@ class KVCacheManager:
         # the scheduling policy reads a key's holding in O(1) (a block two requests share
         # counts for each). Keys holding none are absent.
         self.blocks_by_key: dict[str, int] = {}
-        # The tier below the pool (engine/kv_offload/), if any: a prefix hit may come from
-        # it, and every block the prefix cache registers is copied to it. The copies each
-        # step owes: taken by the scheduler into its SchedulerOutput (take_transfers).
+        # The tiers below the pool (engine/kv_offload/), if any: a prefix hit may come from
+        # them, copied into pool blocks set aside while the request waits (start_load), and
+        # every block the prefix cache registers is copied down to them after its step
+        # (take_saves).
         self.lower_tier = lower_tier if enable_prefix_caching else None
-        self._loads: list[BlockLoad] = []
         self._saves: list[BlockSave] = []
-        self._loading: set[str] = set()  # waiting requests whose hit is being read
+        self._loads: dict[str, _Load] = {}  # waiting requests whose prefix is copied in
+        # Per request, the tokens of its prefix copied in from the tier, until admitted.
+        self._loaded_tokens: dict[str, int] = {}
         # Prompt tokens admissions looked up, and found in the lower tier (vLLM's external
         # prefix cache counters); prefix_cache_hits counts the pool's hits alone.
         self.lower_tier_queries = 0
         self.lower_tier_hits = 0
-        self._admitted_from_tier = 0  # the last allocation's tokens read from the tier
         # What computing a prompt's tokens costs, in seconds, once measured (the scheduler's
         # prefill pacer): a prefix is read from the lower tier only where that is cheaper.
         self.prefill_seconds: Callable[[int], float | None] | None = None
@@ -94,18 +110,22 @@ class KVCacheManager:
         At least one token is always left to compute, since sampling needs its logits. A full
         group needs every block of the prefix; a sliding group only those its window still
         sees from the first token to compute, so the hit is the longest prefix every group
-        can serve.
+        can serve. Blocks only the lower tier holds come as their keys (start_load copies
+        them in), and only where copying is expected to cost less than computing; none while
+        the request's prefix is being copied in (is_loading).
         """
         empty: GroupBlocks = tuple([] for _ in self.windows)
         if not self.enable_prefix_caching:
             return empty, 0
+        load = self._loads.get(request.request_id)
+        if load is not None and not self._finish_load(request, load):
+            return empty, 0
         self._update_block_hashes(request)
         use_tier = True
-        while True:  # again when a block read turned out damaged, or reading costs more
+        while True:  # again without the tier when copying costs more
             found = self._find_blocks(request, use_tier)
             num = self._longest_common_hit(found)
             if not num:
-                self._loading.discard(request.request_id)
                 return empty, 0
             hit_tokens = num * self.block_size
             hits: list[list] = []
@@ -113,23 +133,69 @@ class KVCacheManager:
                 first = first_needed_block(window, hit_tokens, self.block_size)
                 hits.append([None] * first + found[g][first:num])
             below = [b for blocks in hits for b in blocks if isinstance(b, bytes)]
-            if not below:
-                self._loading.discard(request.request_id)
-                return tuple(hits), hit_tokens
-            assert self.lower_tier is not None
-            if not self._cheaper_to_read(below, hits):
+            if below and not self._cheaper_to_read(below, hits):
                 use_tier = False
                 continue
-            payloads = self.lower_tier.fetch(request.request_id, below)
-            if payloads is None:  # still being read: the request waits, others go on
-                self._loading.add(request.request_id)
-                return empty, 0
-            if any(p is None for p in payloads):
-                continue  # the tier dropped what it could not read: a shorter hit
-            self._loading.discard(request.request_id)
-            read = dict(zip(below, payloads, strict=True))
-            return tuple([StagedBlock(b, read[b]) if isinstance(b, bytes) else b
-                          for b in blocks] for blocks in hits), hit_tokens
+            return tuple(hits), hit_tokens
+
+    @staticmethod
+    def needs_load(hits: GroupBlocks) -> bool:
+        """Whether a hit has blocks only the lower tier holds (start_load first)."""
+        return any(isinstance(b, bytes) for blocks in hits for b in blocks)
+
+    def start_load(self, request: Request, hits: GroupBlocks) -> bool:
+        """Set pool blocks aside for the hit's blocks in the lower tier and have the tier
+        copy them in, holding the hit's pool blocks meanwhile; False (nothing taken) if the
+        free blocks do not allow it. The request waits (is_loading) until the copies are
+        done; get_computed_blocks then finds the whole prefix in the pool (a copy from RAM
+        is done before this returns)."""
+        assert self.lower_tier is not None
+        keys = [b for blocks in hits for b in blocks if isinstance(b, bytes)]
+        held = [b for blocks in hits for b in blocks if isinstance(b, KVBlock)]
+        evictable = sum(1 for b in held if b.ref_count == 0)
+        if len(keys) + evictable > self.pool.num_free_blocks:
+            return False
+        self.pool.touch(held)
+        blocks = self.pool.allocate(len(keys), request.fairness_key, self.blocks_by_key)
+        positions = {i for group in hits for i, b in enumerate(group) if isinstance(b, bytes)}
+        load = _Load(keys, blocks, held, self.block_size * len(positions), request.cache_salt)
+        self._loads[request.request_id] = load
+        self._finish_load(request, load)
+        return True
+
+    def _finish_load(self, request: Request, load: _Load) -> bool:
+        """Whether the request's copies are done; once they are, its blocks join the prefix
+        cache (those copied whole) and go back to the free queue with the hits it held, to
+        be taken as hits by its admission."""
+        assert self.lower_tier is not None
+        rid = request.request_id
+        copied = self.lower_tier.fetch(rid, load.keys, [b.block_id for b in load.blocks])
+        if copied is None:
+            return False
+        del self._loads[rid]
+        self.lower_tier.release(rid)
+        if not load.discard:
+            for key, block, ok in zip(load.keys, load.blocks, copied, strict=True):
+                if ok:
+                    self.pool.cache_block(block, key, load.cache_salt)
+        # Last-first, as a request's blocks are freed: the prefix is evicted last.
+        self.pool.free(list(reversed(load.blocks)) + load.held, owner=request.fairness_key)
+        self._loaded_tokens[rid] = 0 if load.discard or not all(copied) else load.num_tokens
+        return True
+
+    def _cancel_load(self, request: Request) -> None:
+        """Give back a gone request's blocks set aside for copies (once nothing writes them)."""
+        load = self._loads.pop(request.request_id, None)
+        if load is None:
+            return
+        assert self.lower_tier is not None
+        self.lower_tier.release(request.request_id)
+        self.pool.free(list(reversed(load.blocks)) + load.held, owner=request.fairness_key)
+
+    @property
+    def num_loading(self) -> int:
+        """Waiting requests whose prefix is being copied in."""
+        return len(self._loads)
 
     def cached_prefix_tokens(self, request: Request) -> int:
         """The tokens get_computed_blocks would find cached (in the pool or the lower tier),
@@ -180,17 +246,16 @@ class KVCacheManager:
         return num
 
     def is_loading(self, request: Request) -> bool:
-        """Whether the request's prefix hit is being read from the lower tier: it waits
+        """Whether the request's prefix is being copied in from the lower tier: it waits
         for it, and admission goes on past it."""
-        return request.request_id in self._loading
+        return request.request_id in self._loads
 
-    def take_transfers(self) -> tuple[tuple[BlockLoad, ...], tuple[BlockSave, ...]]:
-        """The copies between the pool and the lower tier that the allocations since the
-        last call owe (loads before the step's forward, saves after it)."""
-        loads, saves = tuple(self._loads), tuple(self._saves)
-        self._loads.clear()
+    def take_saves(self) -> tuple[BlockSave, ...]:
+        """The blocks the allocations since the last call fill, to be copied down to the
+        lower tier after the step that fills them."""
+        saves = tuple(self._saves)
         self._saves.clear()
-        return loads, saves
+        return saves
 
     def _longest_hit(self, found: list[KVBlock | bytes | None], num: int,
                      window: int | None) -> int:
@@ -210,9 +275,11 @@ class KVCacheManager:
                 return n
         return 0
 
-    def record_prefix_lookup(self, num_queried_tokens: int, num_hit_tokens: int) -> None:
-        """Count one admission's lookup (called only when the request is admitted)."""
-        from_tier, self._admitted_from_tier = self._admitted_from_tier, 0
+    def record_prefix_lookup(self, request: Request, num_hit_tokens: int) -> None:
+        """Count one admission's lookup (called only when the request is admitted): its
+        hit, the part copied in from the lower tier apart."""
+        num_queried_tokens = request.num_tokens
+        from_tier = min(self._loaded_tokens.pop(request.request_id, 0), num_hit_tokens)
         self.prefix_cache_queries += num_queried_tokens
         self.prefix_cache_hits += num_hit_tokens - from_tier
         if self.lower_tier is not None:
@@ -249,7 +316,6 @@ class KVCacheManager:
                         total_tokens // bs > self._num_registered.get(rid, 0):
                     self._register_full_blocks(request, tables, total_tokens)
                 return True
-        admission = tables is None  # a new or resumed request: no read ahead is needed now
         computed = new_computed_blocks if hit else None
         num_hit = len(computed[0]) * bs if computed is not None else 0
         start = request.num_computed_tokens + num_hit
@@ -264,11 +330,9 @@ class KVCacheManager:
             needed.append(max(0, total_blocks - base))
         if sum(needed) or computed is not None:
             # Hit blocks that nobody holds sit in the free queue: taking them uses free
-            # capacity, as does each block read from the lower tier. Blocks this request
-            # gives back first (behind a window) add to it.
+            # capacity. Blocks this request gives back first (behind a window) add to it.
             evictable_hits = sum(1 for blocks in (computed or ()) for b in blocks
-                                 if isinstance(b, StagedBlock)
-                                 or (b is not None and b.ref_count == 0))
+                                 if b is not None and b.ref_count == 0)
             released = self._releasable(request, tables, start)
             if sum(needed) + evictable_hits > self.pool.num_free_blocks + released:
                 return False
@@ -282,15 +346,7 @@ class KVCacheManager:
         if computed is not None:
             # Every group's pool hits are taken before any block is allocated, so that no
             # allocation evicts a hit of a later group.
-            self.pool.touch([b for blocks in computed for b in blocks if isinstance(b, KVBlock)])
-            self._admitted_from_tier = bs * len({i for blocks in computed
-                                                 for i, b in enumerate(blocks)
-                                                 if isinstance(b, StagedBlock)})
-            computed = tuple(self._place_staged(blocks, request) for blocks in computed)
-        if admission or computed is not None:
-            self._loading.discard(rid)
-            if self.lower_tier is not None:
-                self.lower_tier.release(rid)
+            self.pool.touch([b for blocks in computed for b in blocks if b is not None])
         for g, window in enumerate(self.windows):
             table, ids = tables[g], request.block_ids[g]
             if computed is not None and computed[g]:
@@ -317,26 +373,11 @@ class KVCacheManager:
 
     def uncache_salt(self, cache_salt: str | None) -> int:
         """Forget the pool's cached blocks computed under this salt (a person's cache
-        purged); the blocks forgotten."""
+        purged), and what is being copied in for it; the blocks forgotten."""
+        for load in self._loads.values():
+            if load.cache_salt == cache_salt:
+                load.discard = True
         return self.pool.uncache_salt(cache_salt)
-
-    def _place_staged(self, blocks: list[KVBlock | StagedBlock | None],
-                      request: Request) -> list[KVBlock | None]:
-        """A group's hit with each block read from the lower tier given a pool block,
-        registered under its key, and its copy into the pool owed to the next step."""
-        staged = [b for b in blocks if isinstance(b, StagedBlock)]
-        if not staged:
-            return blocks  # type: ignore[return-value]
-        fresh = iter(self.pool.allocate(len(staged), request.fairness_key, self.blocks_by_key))
-        placed: list[KVBlock | None] = []
-        for b in blocks:
-            if isinstance(b, StagedBlock):
-                block = next(fresh)
-                self.pool.cache_block(block, b.key, request.cache_salt)
-                self._loads.append(BlockLoad(block.block_id, b.payload))
-                b = block
-            placed.append(b)
-        return placed
 
     def _releasable(self, request: Request, tables: list[list[KVBlock | None]] | None,
                     start: int) -> int:
@@ -406,9 +447,8 @@ class KVCacheManager:
         their hash so they are never hit again; their ids are returned for scrubbing.
         """
         tables = self.req_blocks.pop(request.request_id, [])
-        self._loading.discard(request.request_id)
-        if self.lower_tier is not None:  # whatever was read ahead for it, read or not
-            self.lower_tier.release(request.request_id)
+        self._cancel_load(request)
+        self._loaded_tokens.pop(request.request_id, None)
         self._first_live.pop(request.request_id, None)
         self._num_registered.pop(request.request_id, None)
         blocks = [b for table in tables for b in reversed(table) if b is not None]

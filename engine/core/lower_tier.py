@@ -1,8 +1,9 @@
 """What the KV manager asks of the tiers below the pool (engine/kv_offload/kv_tiers.py:
-host RAM, disk): which blocks they hold, and their bytes, read ahead while the request
-waits. The
-manager does no I/O: copies between the pool and the tier are the step's (SchedulerOutput's
-kv_loads and kv_saves), run by the executor."""
+host RAM, disk): which blocks they hold, and to copy some into pool blocks the manager has
+set aside for a waiting request, in the background (as vLLM's offloading connector loads into
+blocks the scheduler allocated). The manager does no I/O: the tiers copy into the pool
+through the executor, and the blocks the step fills go down to them after it (SchedulerOutput's
+kv_saves)."""
 
 from __future__ import annotations
 
@@ -18,29 +19,23 @@ class LowerTier(Protocol):
         """Whether the tier has this block (a later read may still find it damaged)."""
         ...
 
-    def fetch(self, request_id: str, keys: Sequence[bytes]) -> list[memoryview | None] | None:
-        """The blocks' bytes for a waiting request, read in the background: None while any
-        is still being read (the first call starts it), then one entry per key, None for a
-        block that could not be read (the tier has dropped it, so `holds` says so now)."""
+    def fetch(self, request_id: str, keys: Sequence[bytes],
+              block_ids: Sequence[int]) -> list[bool] | None:
+        """Copy the blocks into these pool blocks (one per key) for a waiting request, in
+        the background: None while any is still being copied (the first call starts it),
+        then one entry per key, False for a block that could not be read (the tier has
+        dropped it, so `holds` says so now)."""
         ...
 
     def read_seconds(self, keys: Sequence[bytes]) -> float | None:
-        """What reading these blocks is expected to take, as measured (None: not measured
-        yet)."""
+        """What copying these blocks in is expected to take, as measured (None: not
+        measured yet)."""
         ...
 
     def release(self, request_id: str) -> None:
-        """Forget what was read for this request (admitted, or gone)."""
+        """Forget the request's copies (done, or the request gone): once this returns,
+        nothing writes into its pool blocks any more."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class BlockLoad:
-    """Bytes read from a lower tier, to be copied into pool block `block_id` before the
-    step's forward reads it."""
-
-    block_id: int
-    payload: memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +46,3 @@ class BlockSave:
     block_id: int
     key: bytes
     cache_salt: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class StagedBlock:
-    """A prefix-cache hit read from a lower tier, not yet in the pool."""
-
-    key: bytes
-    payload: memoryview

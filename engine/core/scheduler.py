@@ -241,7 +241,10 @@ class Scheduler:
                 # Admit new work only while nothing had to be preempted: otherwise we would
                 # take blocks from the very requests we just paused. The first request that
                 # does not fit ends admission for this step (FCFS within the queue's order).
-                if not admitting or num_preempted or len(self.running) >= self.max_num_seqs:
+                # Requests whose prefix is being copied in count as running: each holds blocks.
+                loading = self.kv.num_loading - self.kv.is_loading(req)
+                if not admitting or num_preempted or \
+                        len(self.running) + loading >= self.max_num_seqs:
                     continue
                 if req.num_in_flight:  # preempted with a token in flight: resumed once read
                     continue
@@ -284,8 +287,7 @@ class Scheduler:
             if samples:
                 req.num_in_flight += 1
         finished, self._finished_ids = frozenset(self._finished_ids), set()
-        loads, saves = self.kv.take_transfers()
-        return SchedulerOutput(tuple(chunks), finished, num_preempted, loads, saves)
+        return SchedulerOutput(tuple(chunks), finished, num_preempted, self.kv.take_saves())
 
     def _long_prompts(self, order: list[Request]) -> set[Request]:
         """The prompts in `order` with more tokens left to compute than a step's budget
@@ -314,6 +316,16 @@ class Scheduler:
         hits, num_hit = self._cached_prefix(req)
         if self.kv.is_loading(req):
             return 0
+        if self.kv.needs_load(hits):
+            # Part of the prefix is below the pool: blocks are set aside for it and it is
+            # copied in while the request waits (a copy from RAM is done at once).
+            num_blocks = self.kv.num_blocks_after(req, 0, num_hit)
+            while not self.kv.start_load(req, hits):
+                if not make_room(req, num_blocks):
+                    return 0
+            if self.kv.is_loading(req):
+                return 0
+            hits, num_hit = self._cached_prefix(req)
         room = prefill_room(req, num_hit)  # a cached history is context the chunk attends to
         if room <= 0:
             return 0
@@ -326,7 +338,7 @@ class Scheduler:
             self.waiting.popleft()
         else:
             self.waiting.remove(req)
-        self.kv.record_prefix_lookup(req.num_tokens, num_hit)
+        self.kv.record_prefix_lookup(req, num_hit)
         req.num_computed_tokens = num_hit
         if not req.scheduled:
             req.scheduled = True

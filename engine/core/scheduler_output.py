@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from officellm.engine.core.lower_tier import BlockLoad, BlockSave
+from officellm.engine.core.lower_tier import BlockSave
 from officellm.engine.core.request import Request
 
 
@@ -51,9 +51,8 @@ class SchedulerOutput:
     # Requests that finished since the previous step: the runner drops their state.
     finished_request_ids: frozenset[str] = frozenset()
     num_preempted: int = 0
-    # Copies between the pool and the lower tier (engine/core/lower_tier.py): blocks read
-    # from it, copied in before the forward; blocks the step fills, copied out after it.
-    kv_loads: tuple[BlockLoad, ...] = ()
+    # Blocks the step fills, copied out to the tiers below the pool after it
+    # (engine/core/lower_tier.py).
     kv_saves: tuple[BlockSave, ...] = ()
 
     @property

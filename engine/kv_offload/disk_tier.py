@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import errno
 import logging
-import mmap
 import os
 import queue
 import shutil
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,23 +41,29 @@ from officellm.engine.stats import DiskTierStats
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".kv"
+# Copies blocks' bytes into pool blocks (the executor's write_blocks).
+PlaceBlocks = Callable[[list[int], list[memoryview]], None]
 # Writes queued but not yet on disk, at most (and never more than the pool): past it a block
 # is not saved (it stays in the pool as before), so a burst of prefill never grows the
 # engine's memory.
 MAX_PENDING_WRITE_BYTES = 256 << 20
-# Blocks read ahead for waiting requests, at most (and never more than the pool, which they
-# must fit to be admitted), besides one request's own prefix: they sit in memory until each
-# request is admitted.
-MAX_READ_AHEAD_BYTES = 1 << 30
+# Threads reading blocks back, two at a time while the engine waits: each reads a run of
+# files, opens them into its own buffer (about this size) and copies the run into the pool
+# blocks set aside for them.
+READER_THREADS = 2
+READ_RUN_BYTES = 8 << 20
+
+
+def read_run_blocks(block_bytes: int) -> int:
+    """The blocks a reader thread opens before copying them into the pool at once."""
+    return max(1, READ_RUN_BYTES // block_bytes)
 
 
 def disk_tier_memory_bytes(pool_bytes: int) -> int:
-    """The RAM a disk tier under a pool of this size holds at most: queued writes and blocks
-    read ahead (one request's prefix beyond the bound is admitted into the pool at once)."""
-    return min(MAX_PENDING_WRITE_BYTES, pool_bytes) + min(MAX_READ_AHEAD_BYTES, pool_bytes)
-# Threads reading blocks back: a prefix's files are read, opened and placed in fresh memory
-# (whose page faults cost as much as the read) two at a time, while the engine waits.
-READER_THREADS = 2
+    """The RAM a disk tier under a pool of this size holds at most: queued writes, and each
+    reader thread's buffer (blocks read back go straight into the pool; a block over
+    READ_RUN_BYTES, which no model here has, would make a buffer of one block)."""
+    return min(MAX_PENDING_WRITE_BYTES, pool_bytes) + READER_THREADS * READ_RUN_BYTES
 # How often the writer looks for files past the retention time.
 EXPIRY_INTERVAL_S = 60.0
 # A temporary file older than this is a crashed writer's, and removed at start.
@@ -73,12 +78,15 @@ class _File:
 
 @dataclass
 class _Reads:
-    """What has been read for one waiting request."""
+    """One waiting request's blocks being read into the pool blocks set aside for them."""
 
-    wanted: set[bytes] = field(default_factory=set)
-    pending: set[bytes] = field(default_factory=set)
-    payloads: dict[bytes, memoryview | None] = field(default_factory=dict)
-    slots: dict[bytes, memoryview] = field(default_factory=dict)  # where each is read to
+    into: dict[bytes, int]  # each key's pool block
+    pending: set[bytes]
+    copied: dict[bytes, bool] = field(default_factory=dict)
+    # Held while a reader copies into the pool; release() takes it to cancel, so once it
+    # returns nothing writes into the request's blocks.
+    placing: threading.Lock = field(default_factory=threading.Lock)
+    cancelled: bool = False
 
 
 class DiskTier:
@@ -86,11 +94,14 @@ class DiskTier:
 
     def __init__(self, root: Path, identity: bytes, secret: bytes, capacity_bytes: int,
                  block_bytes: int, ttl_seconds: float | None = None,
-                 pool_bytes: int | None = None) -> None:
+                 pool_bytes: int | None = None,
+                 place: PlaceBlocks | None = None) -> None:
         self.root = Path(root)
-        bound = pool_bytes if pool_bytes is not None else MAX_READ_AHEAD_BYTES
-        self.max_pending_bytes = min(MAX_PENDING_WRITE_BYTES, bound)
-        self.max_read_ahead_bytes = min(MAX_READ_AHEAD_BYTES, bound)
+        self.max_pending_bytes = min(MAX_PENDING_WRITE_BYTES,
+                                     pool_bytes or MAX_PENDING_WRITE_BYTES)
+        # Copies blocks' bytes into pool blocks, from a reader thread (the executor's
+        # write_blocks); None: a tier that is written and purged only (no pool).
+        self._place = place
         self.identity = identity
         self.capacity_bytes = capacity_bytes
         self.block_bytes = block_bytes
@@ -328,52 +339,32 @@ class DiskTier:
             self._drop(name)
 
     # -- reading -------------------------------------------------------------------------
-    def fetch(self, request_id: str, keys: Sequence[bytes]) -> list[memoryview | None] | None:
-        """See LowerTier. A request starts reading only while the blocks read ahead for
-        others stay within max_read_ahead_bytes (one request's own prefix may exceed it):
-        a queue of agents' long prompts is read as they are admitted, not all at once."""
-        new = []
+    def fetch(self, request_id: str, keys: Sequence[bytes],
+              block_ids: Sequence[int]) -> list[bool] | None:
+        """See LowerTier: the reader threads read the blocks straight into the pool."""
+        if self._place is None:
+            raise RuntimeError("this disk tier has no pool to copy blocks into")
         with self._lock:
             reads = self._reads.get(request_id)
-            if reads is None:
-                held = self._read_ahead_bytes()
-                if self._reads and held + len(keys) * self.block_bytes > self.max_read_ahead_bytes:
-                    return None  # its turn comes as those are admitted
-                reads = self._reads[request_id] = _Reads()
-            for key in keys:
-                if reads.payloads.get(key, b"") is None and self._name(key) in self._files:
-                    # Unreadable before, and written anew since (computed again): read it.
-                    del reads.payloads[key]
-                    reads.wanted.discard(key)
-                if key not in reads.wanted:
-                    reads.wanted.add(key)
-                    reads.pending.add(key)
-                    new.append(key)
-            if not new and not reads.pending:
-                return [reads.payloads.get(key) for key in keys]
-            if new:
-                arena = read_back_memory(len(new) * self.block_bytes)
-                for i, key in enumerate(new):
-                    reads.slots[key] = arena[i * self.block_bytes:(i + 1) * self.block_bytes]
-        if new:
-            # The blocks in a run per reader, each filling its own part of the memory.
-            share = -(-len(new) // READER_THREADS)
-            for i in range(0, len(new), share):
-                self._read_queue.put((request_id, reads, new[i:i + share]))
+            if reads is not None:
+                if reads.pending:
+                    return None
+                return [reads.copied.get(key, False) for key in keys]
+            reads = self._reads[request_id] = _Reads(dict(zip(keys, block_ids, strict=True)),
+                                                     set(keys))
+        # A share per reader, each copying runs of its blocks into the pool.
+        share = -(-len(keys) // READER_THREADS)
+        for i in range(0, len(keys), share):
+            self._read_queue.put((request_id, reads, list(keys[i:i + share])))
         return None
 
-    def read_ahead_bytes(self) -> int:
-        """The memory held by blocks read (or being read) for waiting requests."""
-        with self._lock:
-            return self._read_ahead_bytes()
-
-    def _read_ahead_bytes(self) -> int:
-        return sum(len(r.wanted) for r in self._reads.values()) * self.block_bytes
-
     def release(self, request_id: str) -> None:
-        """See LowerTier."""
+        """See LowerTier: waits for a copy into the request's blocks under way (one run)."""
         with self._lock:
-            self._reads.pop(request_id, None)
+            reads = self._reads.pop(request_id, None)
+        if reads is not None:
+            with reads.placing:
+                reads.cancelled = True
 
     def read_seconds(self, num_blocks: int) -> float | None:
         """What reading this many blocks is expected to take: each reader thread reads its
@@ -392,31 +383,59 @@ class DiskTier:
         self._read_done.clear()
 
     def _read_loop(self) -> None:
-        # This thread's: each file is read into it, then opened into its slot.
+        # This thread's: each file is read into `sealed`, then opened into its place in
+        # `run`, which is copied into the pool a run at a time.
         sealed = bytearray(len(MAGIC) + NONCE_BYTES + self.block_bytes + TAG_BYTES)
+        per_run = read_run_blocks(self.block_bytes)
+        run = memoryview(bytearray(per_run * self.block_bytes))
         while True:
             job = self._read_queue.get()
             if job is None:
                 return
             request_id, reads, keys = job
-            for key in keys:
-                # The request went meanwhile, or went and came back (a preempted one) with
-                # reads of its own: these are nobody's now.
-                if self._reads.get(request_id) is not reads:
+            for start in range(0, len(keys), per_run):
+                if reads.cancelled:  # the request went (or came back with reads of its own)
                     break
-                slot = reads.slots[key]
-                try:
-                    payload = slot if self._read(key, slot, sealed) else None
-                except Exception:  # noqa: BLE001 - a bug here must not stop every read
-                    logger.exception("KV disk tier: reading a block failed: a cache miss")
-                    self._forget(self._name(key))
-                    payload = None
+                chunk = keys[start:start + per_run]
+                opened = [self._read_or_miss(key, run[i * self.block_bytes:
+                                                      (i + 1) * self.block_bytes], sealed)
+                          for i, key in enumerate(chunk)]
+                copied = self._copy_run(reads, chunk, opened, run)
                 with self._lock:
-                    reads.pending.discard(key)
-                    reads.payloads[key] = payload
+                    for key, ok in zip(chunk, copied, strict=True):
+                        reads.pending.discard(key)
+                        reads.copied[key] = ok
                     done = not reads.pending
                 if done:  # the engine waits for a request's whole prefix, not block by block
                     self._read_done.set()
+
+    def _read_or_miss(self, key: bytes, out: memoryview, sealed: bytearray) -> bool:
+        try:
+            return self._read(key, out, sealed)
+        except Exception:  # noqa: BLE001 - a bug here must not stop every read
+            logger.exception("KV disk tier: reading a block failed: a cache miss")
+            self._forget(self._name(key))
+            return False
+
+    def _copy_run(self, reads: _Reads, keys: list[bytes], opened: list[bool],
+                  run: memoryview) -> list[bool]:
+        """Copy the opened blocks of a run into their pool blocks (none for a cancelled
+        request); which were copied."""
+        assert self._place is not None
+        size = self.block_bytes
+        ids = [reads.into[k] for k, ok in zip(keys, opened, strict=True) if ok]
+        views = [run[i * size:(i + 1) * size] for i, ok in enumerate(opened) if ok]
+        with reads.placing:
+            if reads.cancelled:
+                return [False] * len(keys)
+            if ids:
+                try:
+                    self._place(ids, views)
+                except Exception:  # noqa: BLE001 - a miss, not a dead reader
+                    logger.exception("KV disk tier: copying blocks into the pool failed: "
+                                     "cache misses")
+                    return [False] * len(keys)
+        return opened
 
     def _read(self, key: bytes, out: memoryview, sealed: bytearray) -> bool:
         """Read one block's file into `sealed` and open it into `out` (a reader thread's);
@@ -491,19 +510,6 @@ class DiskTier:
         self._writer.join(timeout)
         for reader in self._readers:
             reader.join(timeout)
-
-
-def read_back_memory(size: int) -> memoryview:
-    """Zeroed memory for blocks read back, in transparent huge pages where the kernel gives
-    them on request (madvise): a 4k-token prefix of the bundled model is ~100 MB, 25,000 page
-    faults in 4 KB pages (0.1 s on a VM), 50 in 2 MB ones."""
-    buffer = mmap.mmap(-1, size)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
-            buffer.madvise(mmap.MADV_HUGEPAGE)
-        except OSError:  # no THP here: 4 KB pages, as any buffer
-            pass
-    return memoryview(buffer)
 
 
 def kv_disk_owner(secret: bytes, cache_salt: str | None) -> str:

@@ -9,8 +9,8 @@ the copy measures cheaper (KVCacheManager._cheaper_to_read).
 
 The slots are one allocation made at start, pinned on CUDA so the copies run at the bus's
 speed; nothing is allocated per block. Everything here runs on the engine's thread: a
-view `fetch` hands out stays valid until the next `put`, and the engine copies it into the
-pool in the same step, before any put.
+view handed out stays valid until the next `put`, and KVTiers copies it into its pool block
+at once.
 """
 
 from __future__ import annotations

@@ -1,23 +1,28 @@
 """The tiers below the pool as one LowerTier (engine/core/lower_tier.py): host RAM first,
 then disk. Every block the prefix cache registers goes to both (write-through); a hit is
-copied from RAM where the block is there, and read from disk otherwise."""
+copied into its pool block from RAM at once where the block is there, and read from disk
+into it by the disk tier's threads otherwise."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from officellm.engine.kv_offload.disk_tier import DiskTier
+from officellm.engine.kv_offload.disk_tier import DiskTier, PlaceBlocks
 from officellm.engine.kv_offload.host_tier import HostTier
 
 
 class KVTiers:
     """A host tier, a disk tier, or both, under the pool."""
 
-    def __init__(self, host: HostTier | None, disk: DiskTier | None) -> None:
+    def __init__(self, host: HostTier | None, disk: DiskTier | None,
+                 place: PlaceBlocks) -> None:
         if host is None and disk is None:
             raise ValueError("KVTiers needs a host tier, a disk tier or both")
         self.host = host
         self.disk = disk
+        self._place = place
+        # Per waiting request, the blocks copied from RAM at its first fetch.
+        self._from_host: dict[str, dict[bytes, bool]] = {}
 
     # -- LowerTier -----------------------------------------------------------------------
     def holds(self, key: bytes) -> bool:
@@ -25,21 +30,33 @@ class KVTiers:
         return ((self.host is not None and self.host.holds(key))
                 or (self.disk is not None and self.disk.holds(key)))
 
-    def fetch(self, request_id: str, keys: Sequence[bytes]) -> list[memoryview | None] | None:
-        """See LowerTier: blocks in RAM at once, the rest once the disk has read them."""
-        found: dict[bytes, memoryview] = {}
-        if self.host is not None:
-            for key in keys:
-                view = self.host.view(key)
-                if view is not None:
-                    found[key] = view
-        rest = [key for key in keys if key not in found]
+    def fetch(self, request_id: str, keys: Sequence[bytes],
+              block_ids: Sequence[int]) -> list[bool] | None:
+        """See LowerTier: blocks in RAM are copied at the first call, the rest read from
+        disk by its threads."""
+        copied = self._from_host.get(request_id)
+        if copied is None:
+            copied = self._from_host[request_id] = self._copy_from_host(keys, block_ids)
+        rest = [(key, block) for key, block in zip(keys, block_ids, strict=True)
+                if key not in copied]
+        read: dict[bytes, bool] = {}
         if rest and self.disk is not None:
-            read = self.disk.fetch(request_id, rest)
-            if read is None:
+            done = self.disk.fetch(request_id, [k for k, _ in rest], [b for _, b in rest])
+            if done is None:
                 return None
-            found.update((k, p) for k, p in zip(rest, read, strict=True) if p is not None)
-        return [found.get(key) for key in keys]
+            read = dict(zip((k for k, _ in rest), done, strict=True))
+        return [copied.get(key, read.get(key, False)) for key in keys]
+
+    def _copy_from_host(self, keys: Sequence[bytes],
+                        block_ids: Sequence[int]) -> dict[bytes, bool]:
+        if self.host is None:
+            return {}
+        found = [(key, block, self.host.view(key)) for key, block in zip(keys, block_ids,
+                                                                         strict=True)]
+        found = [(key, block, view) for key, block, view in found if view is not None]
+        if found:
+            self._place([block for _, block, _ in found], [view for _, _, view in found])
+        return {key: True for key, _, _ in found}
 
     def read_seconds(self, keys: Sequence[bytes]) -> float | None:
         """See LowerTier: the copies from RAM and the reads from disk, one after the other."""
@@ -56,6 +73,7 @@ class KVTiers:
 
     def release(self, request_id: str) -> None:
         """See LowerTier."""
+        self._from_host.pop(request_id, None)
         if self.disk is not None:
             self.disk.release(request_id)
 

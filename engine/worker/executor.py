@@ -68,8 +68,10 @@ class Executor(Protocol):
         """Copy KV blocks to the host, after the work queued so far (a lower tier's save)."""
         ...
 
-    def write_blocks(self, block_ids: list[int], payloads: list[memoryview]) -> None:
-        """Copy KV blocks in from the host (a lower tier's load), before the next forward."""
+    def write_blocks(self, block_ids: list[int], payloads: list[memoryview],
+                     wait: bool = False) -> None:
+        """Copy KV blocks in from the host (a lower tier's) into pool blocks no step reads
+        yet, from any thread (ModelRunner.write_blocks: `wait` for the device's copy)."""
         ...
 
     def close(self) -> None:
@@ -104,8 +106,9 @@ class UniprocExecutor:
     def read_blocks(self, block_ids: list[int]) -> BlocksOnHost:
         return self.runner.read_blocks(block_ids)
 
-    def write_blocks(self, block_ids: list[int], payloads: list[memoryview]) -> None:
-        self.runner.write_blocks(block_ids, payloads)
+    def write_blocks(self, block_ids: list[int], payloads: list[memoryview],
+                     wait: bool = False) -> None:
+        self.runner.write_blocks(block_ids, payloads, wait)
 
     def close(self) -> None:
         pass

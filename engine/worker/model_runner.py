@@ -286,8 +286,12 @@ class ModelRunner:
         done.record()
         return BlocksOnHost(host, done)
 
-    def write_blocks(self, block_ids: list[int], payloads: list[memoryview]) -> None:
-        """Copy blocks in from the host (a lower tier's), each laid out as read_blocks'."""
+    def write_blocks(self, block_ids: list[int], payloads: list[memoryview],
+                     wait: bool = False) -> None:
+        """Copy blocks in from the host (a lower tier's), each laid out as read_blocks'.
+        Blocks nobody's step reads (set aside for a waiting request), so it may run on
+        another thread than the steps'; there, `wait` returns only once a device's copy is
+        done (the engine's thread needs no wait: its later steps are queued after it)."""
         pools = [cache.view(torch.uint8) for cache in self.k_pool + self.v_pool]
         if self.device.type == "cpu":
             # Straight from the bytes into the pool: no staging copy, whose fresh pages cost
@@ -312,6 +316,8 @@ class ModelRunner:
             # Each tensor's pages straight from their columns of the rows: no copy between.
             pool.index_copy_(0, idx, data[:, offset:offset + size].unflatten(1, pool.shape[1:]))
             offset += size
+        if wait:
+            torch.cuda.current_stream(self.device).synchronize()
 
     def _pad_tables(self, tables: list[list[list[int]]]) -> np.ndarray:
         """[G, B, longest table] int64, padded with the null block (a request's tables are

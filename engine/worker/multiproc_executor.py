@@ -158,7 +158,8 @@ class MultiprocExecutor:
     def read_blocks(self, block_ids: list[int]) -> BlocksOnHost:
         raise NotImplementedError(LOWER_TIER_NEEDS_ONE_RANK)
 
-    def write_blocks(self, block_ids: list[int], payloads: list[memoryview]) -> None:
+    def write_blocks(self, block_ids: list[int], payloads: list[memoryview],
+                     wait: bool = False) -> None:
         raise NotImplementedError(LOWER_TIER_NEEDS_ONE_RANK)
 
     def mark_broken(self, reason: str) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from officellm.engine import SamplingParams, kv_disk_owner
+from officellm.engine import OutputKind, SamplingParams, kv_disk_owner
 from officellm.engine.kv_offload.disk_tier import SUFFIX, DiskTier
 from tests.engine.conftest import make_llm
 from tests.support.engine_requests import greedy_alone, random_prompt
@@ -122,26 +122,64 @@ def test_a_prefix_is_computed_where_reading_it_is_measured_slower(tiny_llama, tm
     assert stats.kv_disk is not None and stats.kv_disk.blocks_read == 5
 
 
-def test_a_request_gone_before_admission_leaves_nothing_read_ahead(tiny_llama, tmp_path):
+def test_a_request_gone_while_its_prefix_is_read_gives_its_blocks_back(tiny_llama, tmp_path):
     prompt = _prompt(15)
     with _llm(tiny_llama, tmp_path) as first:
         greedy_alone(first, prompt)
+    with _llm(tiny_llama, tmp_path) as llm:
+        engine, core = llm.llm_engine, llm.llm_engine.engine_core
+        engine.add_request("leaving", prompt, SamplingParams(temperature=0.0, max_tokens=4))
+        engine.step()  # five pool blocks set aside; the readers copy its prefix into them
+        assert core.kv.num_loading == 1
+        assert core.kv.pool.num_used_blocks == 5
+        assert engine.abort_request("leaving")
+        assert core.kv.num_loading == 0
+        assert core.kv.pool.num_used_blocks == 0
+        assert not core.kv_tiers.reading()
+        # What was copied in before it left is no hit for anyone: its blocks hold no key.
+        assert core.kv.pool.num_cached_blocks == 0
+
+
+def test_a_purge_while_a_persons_prefix_is_read_leaves_none_of_it_cached(tiny_llama, tmp_path):
+    prompt = _prompt(18)
+    with _llm(tiny_llama, tmp_path) as first:
+        expected = greedy_alone(first, prompt, salt="alice").token_ids
+    with _llm(tiny_llama, tmp_path) as llm:
+        engine, core = llm.llm_engine, llm.llm_engine.engine_core
+        engine.add_request("alice", prompt, SamplingParams(temperature=0.0, max_tokens=8),
+                           cache_salt="alice", output_kind=OutputKind.FINAL)
+        engine.step()  # her prefix is being copied in
+        assert core.kv.num_loading == 1
+        core.purge_cache_salt("alice")
+        done = None
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                done = out if out.finished else done
+        assert done is not None and done.outputs[0].token_ids == expected  # computed anew
+        assert engine.stats().kv_tier_hits == 0
+        # Only what her request computed after the purge is cached: its own blocks.
+        assert core.kv.pool.num_cached_blocks == len(prompt + expected) // BLOCK
+
+
+def test_a_prefix_read_while_the_pool_is_full_waits_then_is_admitted(tiny_llama, tmp_path):
+    prompt = _prompt(17)
+    with _llm(tiny_llama, tmp_path) as first:
+        expected = greedy_alone(first, prompt).token_ids
     per_block = 2 * 3 * BLOCK * 2 * 8 * 4  # K and V, 3 layers, 2 KV heads of 8, float32
     with _llm(tiny_llama, tmp_path, kv_cache_memory=10 * per_block, max_model_len=128) as llm:
-        engine, tier = llm.llm_engine, llm.llm_engine.engine_core.kv_tiers.disk
-        greedy = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
-        engine.add_request("busy", _prompt(16), greedy)  # holds most of the pool
+        engine = llm.llm_engine
+        params = SamplingParams(temperature=0.0, max_tokens=8)
+        engine.add_request("busy", _prompt(16, 6 * BLOCK), SamplingParams(
+            temperature=0.0, max_tokens=2 * BLOCK, ignore_eos=True))  # most of the pool
         engine.step()
-        engine.add_request("leaving", prompt, greedy)
-        engine.step()  # its prefix is being read from disk: it waits
-        assert tier.read_ahead_bytes() == 5 * tier.block_bytes
-        while tier.reading():
-            tier.wait_for_reads(0.05)
-        engine.step()  # read, but no room for it beside "busy": it waits with its blocks
-        assert tier.read_ahead_bytes() == 5 * tier.block_bytes
-        assert engine.abort_request("leaving")
-        assert tier.read_ahead_bytes() == 0
-        assert engine.abort_request("busy")
+        engine.add_request("waiting", prompt, params, output_kind=OutputKind.FINAL)
+        outputs = {}
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.finished:
+                    outputs[out.request_id] = out.outputs[0].token_ids
+    assert outputs["waiting"] == expected
+    assert engine.stats().kv_tier_hits == 5 * BLOCK
 
 
 def test_another_salt_never_reads_a_persons_blocks(tiny_llama, tmp_path):
@@ -293,8 +331,23 @@ def test_purging_a_salt_forgets_its_blocks_in_the_pool_and_on_disk(tiny_llama, t
 
 # -- the tier alone ----------------------------------------------------------------------
 
+class _Pool:
+    """Stands in for the KV pool: the blocks a tier copies in, by block id."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, bytes] = {}
+
+    def place(self, block_ids: list[int], payloads: list[memoryview]) -> None:
+        self.blocks.update((i, bytes(p)) for i, p in zip(block_ids, payloads, strict=True))
+
+
+# The tiers below copy into this one: a test reads from one tier at a time.
+_POOL = _Pool()
+
+
 def _tier(root: Path, capacity: int = 1 << 30, ttl: float | None = None) -> DiskTier:
-    return DiskTier(root, b"model", KEY, capacity, block_bytes=1000, ttl_seconds=ttl)
+    return DiskTier(root, b"model", KEY, capacity, block_bytes=1000, ttl_seconds=ttl,
+                    place=_POOL.place)
 
 
 def _put_all(tier: DiskTier, keys: list[bytes]) -> None:
@@ -304,10 +357,12 @@ def _put_all(tier: DiskTier, keys: list[bytes]) -> None:
 
 
 def _read(tier: DiskTier, keys: list[bytes]) -> list[bytes | None]:
-    while (got := tier.fetch("r", keys)) is None:
+    """Each block's bytes as copied into the pool, or None where it could not be read."""
+    _POOL.blocks.clear()
+    while (copied := tier.fetch("r", keys, list(range(len(keys))))) is None:
         tier.wait_for_reads(0.05)
     tier.release("r")
-    return got
+    return [_POOL.blocks[i] if ok else None for i, ok in enumerate(copied)]
 
 
 def test_the_tier_keeps_within_its_budget_least_recently_used_out_first(tmp_path):
