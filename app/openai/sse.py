@@ -10,6 +10,9 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 DONE = "data: [DONE]\n\n"
+# A stream's heartbeat where the API has no event for one (Chat Completions, Completions): an
+# SSE comment, which every SSE client skips (the spec's rule; the openai SDKs follow it).
+KEEPALIVE = ": keepalive\n\n"
 
 
 # Characters that are legal raw inside a JSON string but that str.splitlines() takes for line

@@ -15,8 +15,11 @@ HEARTBEAT_INTERVAL_S = 10.0
 
 
 async def with_heartbeats(source: AsyncIterator[T],
-                          interval: float = HEARTBEAT_INTERVAL_S) -> AsyncIterator[T | None]:
-    """`source`'s items, and None after every `interval` seconds without one."""
+                          interval: float | None = None) -> AsyncIterator[T | None]:
+    """`source`'s items, and None after every `interval` seconds (HEARTBEAT_INTERVAL_S,
+    read at each call) without one."""
+    if interval is None:
+        interval = HEARTBEAT_INTERVAL_S
     pending: asyncio.Future[T] = asyncio.ensure_future(anext(source))
     try:
         while True:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import torch
 
 from officellm.engine.core.request import Request
-from officellm.engine.worker.host_to_device import to_device
 
 
 @dataclass(frozen=True)
@@ -16,16 +15,8 @@ class GrammarBitmask:
     """xgrammar's packed bitmask ([rows, ceil(vocab / 32)] int32, one bit per token) for the
     step's sampled rows, and the rows that have a grammar (the others are untouched)."""
 
-    bitmask: torch.Tensor
+    bitmask: torch.Tensor  # on the host: the sampler takes it to the logits' device
     rows: list[int]
-
-    def apply(self, logits: torch.Tensor) -> None:
-        """Set the logits of disallowed tokens to -inf, in place, on the constrained rows."""
-        import xgrammar as xgr  # loaded by the first grammar (engine/structured_output/request_grammar.py)
-
-        # Through pinned memory: a copy from pageable memory would wait for the device.
-        xgr.apply_token_bitmask_inplace(logits, to_device(self.bitmask, torch.int32,
-                                                          logits.device), indices=self.rows)
 
 
 def grammar_bitmask(sampling_requests: Sequence[Request], vocab_size: int) -> GrammarBitmask | None:

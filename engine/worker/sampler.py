@@ -81,7 +81,7 @@ class Sampler:
         logits = self._apply_penalties(logits, requests)
         logits = self._apply_min_tokens(logits, requests)
         if grammar is not None:
-            grammar.apply(logits)
+            _apply_grammar(logits, grammar)
 
         greedy = [p.greedy for p in params]
         if all(greedy):
@@ -246,3 +246,12 @@ class Sampler:
         chosen = raw.gather(1, tokens.unsqueeze(1)).squeeze(1)
         ranks = (raw > chosen.unsqueeze(1)).sum(-1) + 1
         return chosen, ranks, top_vals, top_idx
+
+
+def _apply_grammar(logits: torch.Tensor, grammar: GrammarBitmask) -> None:
+    """Set the logits of the tokens the grammar disallows to -inf, in place, on its rows."""
+    import xgrammar as xgr  # loaded by the first grammar (engine/structured_output/request_grammar.py)
+
+    # Through pinned memory: a copy from pageable memory would wait for the device.
+    xgr.apply_token_bitmask_inplace(logits, to_device(grammar.bitmask, torch.int32,
+                                                      logits.device), indices=grammar.rows)

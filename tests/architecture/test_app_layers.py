@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tests.architecture.import_graph import REPO_ROOT, ImportArrow, arrows, is_within
+from tests.architecture.import_graph import REPO_ROOT, ImportArrow, arrows, cycles, is_within
 
 CLI_FOLDER = "app/cli/"
 # What counts as CLI code: the command package, and the old home of its subcommands (so that
@@ -42,48 +42,10 @@ def _app_edges() -> dict[tuple[str, str], list[ImportArrow]]:
     return edges
 
 
-def _cycles(edges: dict[tuple[str, str], list[ImportArrow]]) -> list[list[str]]:
-    """The strongly connected groups of more than one node (Tarjan's algorithm)."""
-    graph: dict[str, set[str]] = defaultdict(set)
-    for source, target in edges:
-        graph[source].add(target)
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    groups: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in sorted(graph[node]):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            group = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                group.append(member)
-                if member == node:
-                    break
-            if len(group) > 1:
-                groups.append(sorted(group))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return groups
-
-
 def test_app_sub_packages_form_a_dag() -> None:
     edges = _app_edges()
     problems = []
-    for group in _cycles(edges):
+    for group in cycles(edges):
         members = set(group)
         lines = [str(arrow) for (s, t), found in sorted(edges.items())
                  if s in members and t in members for arrow in found]

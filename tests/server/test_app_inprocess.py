@@ -222,3 +222,25 @@ def test_admin_policy_models(tmp_path) -> None:
         assert r.status_code == 200 and r.json()["models"] is None
         r = client.put("/admin/policies/users/ann", json={"models": "qwen3-8b"}, headers=headers)
         assert r.status_code == 400 and r.json()["error"]["param"] == "models"
+
+
+def test_a_chat_completions_stream_waiting_for_its_first_token_says_keepalive(
+        reference_llm, tmp_path, monkeypatch) -> None:
+    import openai
+
+    from officellm.app.serving import heartbeats
+
+    monkeypatch.setattr(heartbeats, "HEARTBEAT_INTERVAL_S", 0.001)  # every prefill is slow
+    app = create_app(_desk(tmp_path), lambda: reference_llm.llm_engine)
+    with TestClient(app) as client:
+        assert app.state.server.default_model.async_engine.wait_ready(60)
+        body = {**CHAT, "stream": True, "max_tokens": 4}
+        with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            lines = [line for line in r.iter_lines() if line]
+        assert ": keepalive" in lines[:lines.index("data: [DONE]")]
+        # The openai SDK skips the comments and reads the same answer.
+        sdk = openai.OpenAI(base_url="http://testserver/v1", api_key="desk", http_client=client)
+        model = sdk.models.list().data[0].id
+        chunks = list(sdk.chat.completions.create(model=model, stream=True, **CHAT))
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content) >= 1
+    assert chunks[-1].choices[0].finish_reason is not None

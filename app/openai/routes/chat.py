@@ -33,10 +33,11 @@ from officellm.app.openai.answers import (
 )
 from officellm.app.openai.logprobs import chat_logprobs
 from officellm.app.openai.protocol import ChatCompletionRequest
-from officellm.app.openai.sse import DONE, SSEResponse, sse
+from officellm.app.openai.sse import DONE, KEEPALIVE, SSEResponse, sse
 from officellm.app.principal import Principal
 from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
+from officellm.app.serving.heartbeats import with_heartbeats
 from officellm.app.serving.prompt import ChatPrompt
 from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState, admitted_server
@@ -200,7 +201,10 @@ async def _stream(gen: Generation, body: ChatCompletionRequest, model: str,
     for index in range(gen.num_choices):
         yield chunk(ChatChunkChoice(index=index, delta=ChatDelta(role="assistant", content="")))
     try:
-        async for step in gen.choices():
+        async for step in with_heartbeats(gen.choices()):
+            if step is None:  # a long prefill: say something, or the client may give up
+                yield KEEPALIVE
+                continue
             for c in step:
                 o = c.output
                 parts = readers[c.index].feed(o.text) if o.text else ChatDeltaParts()

@@ -22,7 +22,7 @@ from officellm.app.openai.answers import (
 )
 from officellm.app.openai.logprobs import completion_logprobs, joined
 from officellm.app.openai.protocol import CompletionRequest
-from officellm.app.openai.sse import DONE, SSEResponse, sse
+from officellm.app.openai.sse import DONE, KEEPALIVE, SSEResponse, sse
 from officellm.app.principal import Principal
 from officellm.app.serving.generation import (
     Choice,
@@ -31,6 +31,7 @@ from officellm.app.serving.generation import (
     RequestFailed,
     compile_grammar,
 )
+from officellm.app.serving.heartbeats import with_heartbeats
 from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import EngineDeadError, PromptLogprobs
@@ -165,7 +166,10 @@ async def _stream(gen: Generation, body: CompletionRequest, model: str,
         for index in range(gen.num_choices):
             yield echo_chunk(index, index // n)
     try:
-        async for step in gen.choices():
+        async for step in with_heartbeats(gen.choices()):
+            if step is None:  # a long prefill: say something, or the client may give up
+                yield KEEPALIVE
+                continue
             for c in step:
                 if c.prompt_logprobs is not None:
                     prompt_entries[c.prompt_index] = c.prompt_logprobs
