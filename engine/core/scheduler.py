@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from officellm.engine.core.kv_cache_manager import GroupBlocks, KVCacheManager
 from officellm.engine.core.prefill_pacer import PrefillPacer
@@ -25,6 +26,28 @@ from officellm.engine.core.speculation import Speculation
 logger = logging.getLogger("officellm.engine.scheduler")
 
 NAN_ERROR = "the model produced invalid values (NaN) for this request"
+
+
+@dataclass
+class _Step:
+    """What one schedule() works with as it fills the step."""
+
+    budget: int  # tokens left in the step
+    decodes: list[Request]
+    order: list[Request]  # prompt work: running prompts and waiting requests, in turn
+    long_prompts: set[Request]  # prompts longer than a step's budget (paced for others too)
+    decodes_by_key: Counter[str]
+    decode_context: float  # the decodes' mean context, for the pacer's cost model
+    # Logits rows left for prompt logprobs: at most max_num_seqs a step, the rows start-up
+    # profiling sizes the sampler for (engine/worker/memory_profiling.py), so a long prompt
+    # owing them is chunked rather than holding a chunk-by-vocabulary tensor no profile
+    # counted.
+    logprob_rows: int
+    chosen: dict[Request, int] = field(default_factory=dict)  # new tokens, in batch order
+    drafts: dict[Request, tuple[int, ...]] = field(default_factory=dict)
+    num_preempted: int = 0
+    prefill_spent: float = 0.0  # the pacer's estimate of the step's prompt chunks so far
+    first_words: Counter[str] = field(default_factory=Counter)  # keys of prompts it finishes
 
 
 class Scheduler:
@@ -119,9 +142,15 @@ class Scheduler:
         sequence cap, the prefill pacer and the blocks there are."""
         if self.long_context_after is not None:
             self._enter_long_context()
-        budget = self.max_num_batched_tokens
-        chosen: dict[Request, int] = {}  # request -> new tokens, in batch order
-        num_preempted = 0
+        step = self._start_step()
+        self._schedule_decodes(step)
+        self._schedule_prompts(step)
+        self.policy.charge(step.chosen)
+        return self._emit(step)
+
+    def _start_step(self) -> _Step:
+        """The running requests sorted into decodes and prompt work, and the order prompt
+        work goes in."""
         decodes: list[Request] = []
         prefills: list[Request] = []
         for r in self.running:
@@ -132,150 +161,105 @@ class Scheduler:
             # scheduling; without it nothing is in flight here).
             elif left == 1 and not (r.num_in_flight and self._ends_by_length(r)):
                 decodes.append(r)
-        # While others decode, the pacer bounds this step's prompt tokens (their next word
-        # waits for the whole step); alone, a prompt gets the whole budget.
-        pacer = self.pacer
-        prefill_spent = 0.0  # the pacer's estimate of this step's prompt chunks so far
-        policy = self.policy
-        decodes_by_key = Counter(r.fairness_key for r in decodes)
-        decode_context = (sum(r.num_computed_tokens for r in decodes) / len(decodes)
-                          if decodes else 0.0)
         # A long prompt goes after the others: it is chunked over many steps whatever comes
         # first, so a short prompt ahead of it costs it a few tokens; behind it, the short
         # prompt's user would wait for the whole paste (docs/design.md §9). And its chunk is
         # paced for the prompts the step finishes too: their users wait for their first word.
-        order = policy.prefill_order(prefills, self.waiting)
+        order = self.policy.prefill_order(prefills, self.waiting)
         long_prompts = self._long_prompts(order)
         if long_prompts:
             order = [r for r in order if r not in long_prompts] + [
                 r for r in order if r in long_prompts]
-        first_words: Counter[str] = Counter()  # keys of the prompts this step finishes
-        # A prompt that owes prompt logprobs has logits computed at every position of its
-        # chunk: at most max_num_seqs such rows a step, the logits rows start-up profiling
-        # sizes the sampler for (engine/worker/memory_profiling.py), so a long one is
-        # chunked rather than holding a chunk-by-vocabulary tensor no profile counted.
-        logprob_rows = self.max_num_seqs
+        return _Step(
+            budget=self.max_num_batched_tokens, decodes=decodes, order=order,
+            long_prompts=long_prompts,
+            decodes_by_key=Counter(r.fairness_key for r in decodes),
+            decode_context=(sum(r.num_computed_tokens for r in decodes) / len(decodes)
+                            if decodes else 0.0),
+            logprob_rows=self.max_num_seqs)
 
-        def paced_room(req: Request, context: int) -> int:
-            if pacer is None:
-                return budget
-            waiters = decodes_by_key + first_words if req in long_prompts else decodes_by_key
-            pace = policy.prefill_pace(req.fairness_key, waiters, pacer.max_slowdown)
-            if pace is None:  # nobody waits on this step: the whole budget
-                return budget
-            num_decodes, slowdown = pace
-            return pacer.prefill_cap(num_decodes, context, slowdown, prefill_spent,
-                                     decode_context)
-
-        def prefill_room(req: Request, context: int) -> int:
-            room = paced_room(req, context)
-            return min(room, logprob_rows) if req.owes_prompt_logprobs else room
-
-        allocate = self.kv.allocate_slots
-
-        def fit(req: Request, num_new: int) -> int:
-            """Allocate for a running request, preempting the policy's victims until it
-            fits; the tokens it gets (0 if it was itself preempted)."""
-            nonlocal budget, num_preempted
-            while not allocate(req, num_new):
-                victim, why = policy.victim(self.running)
-                self._preempt(victim, why)
-                num_preempted += 1
-                budget += chosen.pop(victim, 0)
-                if victim is req:
-                    return 0
-            return num_new
-
-        def make_room(req: Request, num_blocks: int) -> bool:
-            """Preempt the policy's admission victim for a waiting request that needs
-            `num_blocks` in all; False when the policy names none."""
-            nonlocal budget, num_preempted
-            found = policy.admission_victim(req, num_blocks, self.running)
-            if found is None:
-                return False
-            victim, why = found
-            self._preempt(victim, why)
-            num_preempted += 1
-            budget += chosen.pop(victim, 0)
-            return True
-
+    def _schedule_decodes(self, step: _Step) -> None:
+        """One token for each running decode (with its drafts, where speculation is worth
+        it and free blocks allow), preempting the policy's victims for room."""
         spec = self.speculation
-        drafts: dict[Request, tuple[int, ...]] = {}
-        for req in decodes:
-            if budget == 0:
+        for req in step.decodes:
+            if step.budget == 0:
                 break
             if req.status is not RequestStatus.RUNNING:  # preempted earlier in this loop
                 continue
             # Drafts follow the last token the host knows: none while one is in flight.
             draft = req.draft_token_ids if not req.num_in_flight else []
             # Drafts take free blocks only: a draft is never worth preempting anyone.
-            if (draft and spec is not None and len(draft) < budget
-                    and spec.worth_it(req, pacer, len(decodes), decode_context)
-                    and allocate(req, 1 + len(draft))):
-                drafts[req] = tuple(draft)
+            if (draft and spec is not None and len(draft) < step.budget
+                    and spec.worth_it(req, self.pacer, len(step.decodes), step.decode_context)
+                    and self.kv.allocate_slots(req, 1 + len(draft))):
+                step.drafts[req] = tuple(draft)
                 num_new = 1 + len(draft)
-            elif fit(req, 1):
+            elif self._fit(step, req, 1):
                 num_new = 1
             else:
                 continue
-            chosen[req] = num_new
-            budget -= num_new
+            step.chosen[req] = num_new
+            step.budget -= num_new
 
-        # Prompt work in that order. A key over its share cap gets a chunk only if no
-        # other key's prompt work was scheduled in this step, so the cap never idles the step.
+    def _schedule_prompts(self, step: _Step) -> None:
+        """Prompt work in the step's order: running prompts' next chunks, and admissions
+        while nothing had to be preempted. A key over its share cap gets a chunk only if no
+        other key's prompt work was scheduled in this step, so the cap never idles it."""
+        policy = self.policy
         prompt_keys: set[str] = set()
         admitting = True
-        for req in order:
-            if budget == 0:
+        for req in step.order:
+            if step.budget == 0:
                 break
             if prompt_keys and policy.held_back(req) and prompt_keys != {req.fairness_key}:
                 continue
-            if req.owes_prompt_logprobs and not logprob_rows:
+            if req.owes_prompt_logprobs and not step.logprob_rows:
                 continue  # not a request that does not fit: admission goes on after it
             if req.status is RequestStatus.RUNNING:
-                room = prefill_room(req, req.num_computed_tokens)
+                room = self._prefill_room(step, req, req.num_computed_tokens)
                 if room <= 0:
                     continue
-                num_new = fit(req, min(req.num_tokens_to_compute, budget, room))
+                num_new = self._fit(step, req, min(req.num_tokens_to_compute, step.budget, room))
             else:
                 # Admit new work only while nothing had to be preempted: otherwise we would
                 # take blocks from the very requests we just paused. The first request that
                 # does not fit ends admission for this step (FCFS within the queue's order).
                 # Requests whose prefix is being copied in count as running: each holds blocks.
                 loading = self.kv.num_loading - self.kv.is_loading(req)
-                if not admitting or num_preempted or \
+                if not admitting or step.num_preempted or \
                         len(self.running) + loading >= self.max_num_seqs:
                     continue
                 if req.num_in_flight:  # preempted with a token in flight: resumed once read
                     continue
-                num_new = self._admit(req, budget, prefill_room, make_room)
+                num_new = self._admit(step, req)
                 if not num_new:
                     # A prefix being read from the lower tier holds back its own request
                     # only; one that does not fit ends admission.
                     admitting = self.kv.is_loading(req)
                     continue
             if num_new:
-                chosen[req] = num_new
-                budget -= num_new
-                if pacer is not None:
-                    prefill_spent += pacer.chunk_cost(num_new, req.num_computed_tokens)
+                step.chosen[req] = num_new
+                step.budget -= num_new
+                if self.pacer is not None:
+                    step.prefill_spent += self.pacer.chunk_cost(num_new, req.num_computed_tokens)
                 if num_new == req.num_tokens_to_compute:
-                    first_words[req.fairness_key] += 1
+                    step.first_words[req.fairness_key] += 1
                 if req.owes_prompt_logprobs:
-                    logprob_rows -= num_new
+                    step.logprob_rows -= num_new
                 prompt_keys.add(req.fairness_key)
 
-        policy.charge(chosen)
+    def _emit(self, step: _Step) -> SchedulerOutput:
+        """The step's chunks in batch order, each request advanced past its chunk."""
         # Plain decodes first, then decodes with drafts (their positions run as a chunk over
         # the cache), then prompt work: the runner's decode kernel takes the leading
         # one-token chunks.
-        decoding = set(decodes)
-        order_of = {req: 0 if req not in drafts else 1 for req in decoding}
+        order_of = {req: 0 if req not in step.drafts else 1 for req in step.decodes}
         chunks = []
-        for req, n in sorted(chosen.items(), key=lambda item: order_of.get(item[0], 2)):
+        for req, n in sorted(step.chosen.items(), key=lambda item: order_of.get(item[0], 2)):
             start = req.num_computed_tokens
-            samples = req in drafts or start + n == len(req.all_token_ids) + req.num_in_flight
-            chunk = ScheduledChunk(req, start, n, samples, drafts.get(req, ()),
+            samples = req in step.drafts or start + n == len(req.all_token_ids) + req.num_in_flight
+            chunk = ScheduledChunk(req, start, n, samples, step.drafts.get(req, ()),
                                    req.prompt_logprob_positions(start, n))
             chunks.append(chunk)
             if not chunk.is_decode:
@@ -287,7 +271,49 @@ class Scheduler:
             if samples:
                 req.num_in_flight += 1
         finished, self._finished_ids = frozenset(self._finished_ids), set()
-        return SchedulerOutput(tuple(chunks), finished, num_preempted, self.kv.take_saves())
+        return SchedulerOutput(tuple(chunks), finished, step.num_preempted, self.kv.take_saves())
+
+    def _prefill_room(self, step: _Step, req: Request, context: int) -> int:
+        """The prompt tokens `req` may take this step: while others decode, what the pacer
+        allows (their next word waits for the whole step), else the whole budget; for a
+        request that owes prompt logprobs, at most the logits rows left."""
+        room = step.budget
+        pacer = self.pacer
+        if pacer is not None:
+            waiters = (step.decodes_by_key + step.first_words if req in step.long_prompts
+                       else step.decodes_by_key)
+            pace = self.policy.prefill_pace(req.fairness_key, waiters, pacer.max_slowdown)
+            if pace is not None:  # None: nobody waits on this step
+                num_decodes, slowdown = pace
+                room = pacer.prefill_cap(num_decodes, context, slowdown, step.prefill_spent,
+                                         step.decode_context)
+        return min(room, step.logprob_rows) if req.owes_prompt_logprobs else room
+
+    def _fit(self, step: _Step, req: Request, num_new: int) -> int:
+        """Allocate for a running request, preempting the policy's victims until it fits;
+        the tokens it gets (0 if it was itself preempted)."""
+        while not self.kv.allocate_slots(req, num_new):
+            victim, why = self.policy.victim(self.running)
+            self._preempt_for(step, victim, why)
+            if victim is req:
+                return 0
+        return num_new
+
+    def _make_room(self, step: _Step, req: Request, num_blocks: int) -> bool:
+        """Preempt the policy's admission victim for a waiting request that needs
+        `num_blocks` in all; False when the policy names none."""
+        found = self.policy.admission_victim(req, num_blocks, self.running)
+        if found is None:
+            return False
+        self._preempt_for(step, *found)
+        return True
+
+    def _preempt_for(self, step: _Step, victim: Request, why: str) -> None:
+        """Preempt `victim` in the middle of scheduling: its chunk, if chosen, goes back to
+        the budget."""
+        self._preempt(victim, why)
+        step.num_preempted += 1
+        step.budget += step.chosen.pop(victim, 0)
 
     def _long_prompts(self, order: list[Request]) -> set[Request]:
         """The prompts in `order` with more tokens left to compute than a step's budget
@@ -307,9 +333,7 @@ class Scheduler:
                 found.add(req)
         return found
 
-    def _admit(self, req: Request, budget: int,
-               prefill_room: Callable[[Request, int], int],
-               make_room: Callable[[Request, int], bool]) -> int:
+    def _admit(self, step: _Step, req: Request) -> int:
         """Admit a waiting request with its first chunk if the pacer's room and the blocks
         allow (the policy may preempt a heavier key's request to make the room); the chunk's
         tokens, or 0 (it stays waiting)."""
@@ -321,18 +345,19 @@ class Scheduler:
             # copied in while the request waits (a copy from RAM is done at once).
             num_blocks = self.kv.num_blocks_after(req, 0, num_hit)
             while not self.kv.start_load(req, hits):
-                if not make_room(req, num_blocks):
+                if not self._make_room(step, req, num_blocks):
                     return 0
             if self.kv.is_loading(req):
                 return 0
             hits, num_hit = self._cached_prefix(req)
-        room = prefill_room(req, num_hit)  # a cached history is context the chunk attends to
+        # A cached history is context the chunk attends to.
+        room = self._prefill_room(step, req, num_hit)
         if room <= 0:
             return 0
-        num_new = min(req.num_tokens - num_hit, budget, room)
+        num_new = min(req.num_tokens - num_hit, step.budget, room)
         num_blocks = self.kv.num_blocks_after(req, num_new, num_hit)
         while not self.kv.allocate_slots(req, num_new, hits):
-            if not make_room(req, num_blocks):
+            if not self._make_room(step, req, num_blocks):
                 return 0
         if self.waiting[0] is req:
             self.waiting.popleft()
