@@ -6,13 +6,7 @@ without the server noticing. Importing it has no side effect; the engine bounds 
 caches when it starts (engine/cpu_caches.py).
 """
 
-from officellm.engine.async_llm import (
-    AsyncLLM,
-    EngineDeadError,
-    EngineState,
-    LoadFailure,
-    RequestAborted,
-)
+from officellm.engine.async_llm import AsyncLLM, RequestAborted
 from officellm.engine.config import (
     KV_DISK_AUTO,
     EngineConfig,
@@ -48,6 +42,7 @@ from officellm.engine.memory_footprint import (
     estimate_footprint,
     tier_ram_bytes,
 )
+from officellm.engine.model_lifecycle import EngineDeadError, EngineState, LoadFailure
 from officellm.engine.output_processor import IterationStats, OutputKind
 from officellm.engine.outputs import CompletionOutput, PromptLogprobs, RequestOutput
 from officellm.engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import enum
 import logging
 import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,71 +24,23 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from officellm.engine.core.request import EngineCoreRequest
 from officellm.engine.core.scheduler_output import EngineCoreOutput
-from officellm.engine.host_memory import release_freed_memory
 from officellm.engine.input_processor import InputProcessor
-from officellm.engine.kv_plan import KVCacheTooSmallError
 from officellm.engine.llm_engine import LLMEngine
+from officellm.engine.model_lifecycle import (
+    EngineDeadError,
+    EngineState,
+    LoadFailure,
+    ModelLifecycle,
+)
 from officellm.engine.output_processor import IterationStats, OutputKind
 from officellm.engine.sampling_params import SamplingParams
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output import StructuredOutputsParams
-from officellm.engine.worker.multiproc_executor import WorkerDiedError
 
 if TYPE_CHECKING:
     import xgrammar as xgr
 
 logger = logging.getLogger("officellm.async_engine")
-
-
-class EngineState(enum.Enum):
-    LOADING = "loading"
-    READY = "ready"
-    DEAD = "dead"  # loading failed or the loop thread crashed
-    STOPPED = "stopped"
-    SLEEPING = "sleeping"  # idle: the model's weights and KV pool freed until wake()
-
-
-class EngineDeadError(RuntimeError):
-    """The engine is not available (failed, or stopped); the request cannot be served."""
-
-
-# What a load raises when the configuration cannot run (KV pool too small, no such model, an
-# unsupported architecture or split, a bad flag, a tensor-parallel worker that did not start):
-# its message is the whole story, so no traceback. Anything else is a bug, logged with one.
-REFUSALS: tuple[type[BaseException], ...] = (KVCacheTooSmallError, FileNotFoundError, ValueError,
-                                             WorkerDiedError)
-
-
-@dataclass(frozen=True)
-class LoadFailure:
-    """Why the engine did not load: `reason` is one line for the operator (a refusal's own
-    sentence, or the exception's type and message), `exception` what the factory raised."""
-
-    reason: str
-    exception: BaseException
-
-    @classmethod
-    def of(cls, exc: BaseException) -> LoadFailure:
-        text = " ".join(str(exc).split())  # one line, whatever the message
-        if isinstance(exc, REFUSALS) and text:
-            return cls(text, exc)
-        return cls(f"Loading the model failed: {type(exc).__name__}" + (f": {text}" if text else ""),
-                   exc)
-
-
-def report_load_failure(failure: LoadFailure, what: str,
-                        callback: Callable[[LoadFailure], None] | None) -> None:
-    """Log why loading `what` failed (a refusal in its own sentence, anything else with its
-    traceback) and tell `callback`."""
-    if isinstance(failure.exception, REFUSALS):
-        logger.error("Loading the %s failed: %s", what, failure.reason)
-    else:
-        logger.error("Loading the %s failed", what, exc_info=failure.exception)
-    if callback is not None:
-        try:
-            callback(failure)
-        except Exception:
-            logger.exception("The load-failure callback failed")
 
 
 @dataclass
@@ -130,32 +80,28 @@ class _Sleep:
     pass
 
 
-class AsyncLLM:
+class AsyncLLM(ModelLifecycle):
     """Runs the core of an LLMEngine built by `engine_factory` on a dedicated thread."""
+
+    noun = "model"
+    load_noun = "engine"
+    thread_name = "engine-loop"
 
     def __init__(self, engine_factory: Callable[[], LLMEngine],
                  listener: StepListener | None = None,
                  on_load_failure: Callable[[LoadFailure], None] | None = None,
                  on_ready: Callable[[LLMEngine], None] | None = None) -> None:
+        super().__init__(on_load_failure)
         self._factory = engine_factory
         self.listener = listener
         # Called on the loop thread once the engine has loaded, before the first request is
         # admitted: the server builds what it needs of the model (its prompt renderer).
         self.on_ready = on_ready
-        # Called once, on the loop thread, if the factory raises (after the state is DEAD
-        # and pending requests have failed): `officellm serve` stops and exits non-zero.
-        self.on_load_failure = on_load_failure
-        self.load_failure: LoadFailure | None = None
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._sinks: dict[str, asyncio.Queue] = {}  # event loop only
-        self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self.state = EngineState.LOADING
-        self.error: str | None = None
         self.engine: LLMEngine | None = None
         self._stats: EngineStats | None = None
-        self._waking: asyncio.Future[bool] | None = None
 
     # -- lifecycle (event loop side) -----------------------------------------------------
     def start(self, asleep: bool = False) -> None:
@@ -168,8 +114,7 @@ class AsyncLLM:
         if asleep:
             self.state = EngineState.SLEEPING
             return
-        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
-        self._thread.start()
+        self._start_thread()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the loop thread after the commands already queued; pending requests fail."""
@@ -189,55 +134,6 @@ class AsyncLLM:
         self._stats = None
         self._commands.put(_Sleep())
         return True
-
-    async def wake(self) -> bool:
-        """Load the model again after sleep() (on a new loop thread, as at start); True once
-        it is ready. False if loading failed: it then stays asleep, `error` says why, and the
-        next wake() tries again (on_load_failure is for the first load: a server that
-        started is not stopped by a failed wake). Concurrent callers share one load."""
-        if self.state is not EngineState.SLEEPING and self._waking is None:
-            return self.is_ready
-        if self._waking is None:
-            self._waking = asyncio.ensure_future(self._reload())
-        return await asyncio.shield(self._waking)
-
-    async def _reload(self) -> bool:
-        try:
-            if self._thread is not None:  # the sleeping thread frees the model first
-                await asyncio.to_thread(self._thread.join)
-            self._ready.clear()
-            self.state = EngineState.LOADING
-            self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
-            self._thread.start()
-            await asyncio.to_thread(self._ready.wait)
-            if self.state is EngineState.READY:
-                self.error = None
-            if self.state is EngineState.DEAD:  # asleep again: the next request retries
-                self.state = EngineState.SLEEPING
-                return False
-            return self.state is EngineState.READY
-        finally:
-            self._waking = None
-
-    async def until_asleep(self) -> None:
-        """Wait until a sleep() has freed the model (its loop thread has ended)."""
-        thread = self._thread
-        if self.state is EngineState.SLEEPING and thread is not None and self._waking is None:
-            await asyncio.to_thread(thread.join)
-
-    @property
-    def waking(self) -> bool:
-        """A wake() is loading the model now."""
-        return self._waking is not None
-
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        """Block until loading has finished (or failed); True if the engine is ready."""
-        self._ready.wait(timeout)
-        return self.state is EngineState.READY
-
-    @property
-    def is_ready(self) -> bool:
-        return self.state is EngineState.READY
 
     def stats(self) -> EngineStats | None:
         """The latest snapshot, taken by the loop thread after each step and each command."""
@@ -302,17 +198,6 @@ class AsyncLLM:
             self.abort(rid)
             sink.put_nowait(RequestAborted(rid))
 
-    def unavailable_reason(self) -> str:
-        if self.state is EngineState.LOADING:
-            return "The model is still loading; try again shortly."
-        if self.state is EngineState.STOPPED:
-            return "The server is shutting down."
-        if self.state is EngineState.SLEEPING:
-            if self.error is not None:
-                return f"The model could not be loaded again after sleeping: {self.error}"
-            return "The model is asleep; the next request wakes it."
-        return f"The engine failed: {self.error}"
-
     # -- outputs (event loop side) -------------------------------------------------------
     def _on_step(self, outputs: list[EngineCoreOutput], stats: EngineStats) -> None:
         """One step's core outputs: process them into RequestOutputs and deliver them."""
@@ -347,43 +232,35 @@ class AsyncLLM:
         except RuntimeError:  # the event loop is closed: nobody is listening any more
             pass
 
-    # -- the loop thread -----------------------------------------------------------------
-    def _run(self) -> None:
+    # -- the loop thread (ModelLifecycle's) ----------------------------------------------
+    def _load(self) -> None:
+        engine = self._factory()
         try:
-            engine = self._factory()
             if self.on_ready is not None:
                 self.on_ready(engine)
-        except BaseException as exc:
-            failure = LoadFailure.of(exc)
-            self.load_failure, self.error, self.state = failure, failure.reason, EngineState.DEAD
-            self._ready.set()
-            waking = self._waking is not None
-            report_load_failure(failure, "engine" if not waking else "engine again after sleep",
-                                None if waking else self.on_load_failure)
-            return
+        except BaseException:
+            engine.close()
+            raise
         self.engine = engine
         self._stats = engine.engine_core.stats()
-        self.state = EngineState.READY
-        self._ready.set()
+
+    def _serve(self) -> None:
+        engine = self.engine
+        assert engine is not None
         try:
             self._loop_forever(engine)
         except BaseException as exc:
             logger.exception("The engine loop died; the server now answers 503")
             self.error = f"{type(exc).__name__}: {exc}"
             self.state = EngineState.DEAD
-        else:
-            if self.state is not EngineState.SLEEPING:
-                self.state = EngineState.STOPPED
         finally:
             # Stops tensor-parallel worker processes; nothing to do for a one-process engine.
             engine.close()
-        if self.state is EngineState.SLEEPING:
-            self.engine = None
-            del engine
-            release_freed_memory()
-            logger.info("The model is asleep: its weights and KV pool are freed until the "
-                        "next request")
-            return
+
+    def _free(self) -> None:
+        self.engine = None
+
+    def _after_stop(self) -> None:
         self._to_event_loop(self._fail_all, EngineDeadError(self.unavailable_reason()))
 
     def _loop_forever(self, engine: LLMEngine) -> None:

@@ -18,15 +18,14 @@ from pathlib import Path
 
 import torch
 
-from officellm.engine.async_llm import (
+from officellm.engine.embedding.encoders import Encoder
+from officellm.engine.embedding.sentence_encoder import EncoderInfo
+from officellm.engine.model_lifecycle import (
     EngineDeadError,
     EngineState,
     LoadFailure,
-    report_load_failure,
+    ModelLifecycle,
 )
-from officellm.engine.embedding.encoders import Encoder
-from officellm.engine.embedding.sentence_encoder import EncoderInfo
-from officellm.engine.host_memory import release_freed_memory
 
 logger = logging.getLogger("officellm.embedder")
 
@@ -59,24 +58,23 @@ class _Sleep:
     pass
 
 
-class AsyncEmbedder:
+class AsyncEmbedder(ModelLifecycle):
     """Runs the encoder `factory` builds on a dedicated thread."""
+
+    noun = "embedding model"
+    load_noun = "embedding model"
+    thread_name = "embedder"
 
     def __init__(self, factory: Callable[[], Encoder],
                  on_load_failure: Callable[[LoadFailure], None] | None = None) -> None:
+        # on_load_failure: `officellm serve` stops, as for the chat model: a server asked to
+        # embed that cannot is not half-started.
+        super().__init__(on_load_failure)
         self._factory = factory
-        # Called once, on its thread, if loading fails (`officellm serve` then stops, as
-        # for the chat model: a server asked to embed that cannot is not half-started).
-        self.on_load_failure = on_load_failure
         self._inputs: queue.SimpleQueue[_Input | _Stop] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self.state = EngineState.LOADING
-        self.error: str | None = None
         self.encoder: Encoder | None = None
         self._stats = EmbedderStats()
         self._stats_lock = threading.Lock()
-        self._waking: asyncio.Future[bool] | None = None
         self.leases = 0  # requests between their tokenizing and their vectors (event loop)
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -88,8 +86,7 @@ class AsyncEmbedder:
         if asleep:
             self.state = EngineState.SLEEPING
             return
-        self._thread = threading.Thread(target=self._run, name="embedder", daemon=True)
-        self._thread.start()
+        self._start_thread()
 
     def sleep(self) -> bool:
         """Free the model (its thread ends) if no request is using it; True if it went to
@@ -100,57 +97,11 @@ class AsyncEmbedder:
         self._inputs.put(_Sleep())
         return True
 
-    async def until_asleep(self) -> None:
-        """Wait until a sleep() has freed the model."""
-        thread = self._thread
-        if self.state is EngineState.SLEEPING and thread is not None and self._waking is None:
-            await asyncio.to_thread(thread.join)
-
-    async def wake(self) -> bool:
-        """Load the model again after sleep() (or a start asleep); True once ready, False if
-        loading failed (it stays asleep; `error` says why). Concurrent callers share it."""
-        if self.state is not EngineState.SLEEPING and self._waking is None:
-            return self.is_ready
-        if self._waking is None:
-            self._waking = asyncio.ensure_future(self._reload())
-        return await asyncio.shield(self._waking)
-
-    async def _reload(self) -> bool:
-        try:
-            if self._thread is not None:
-                await asyncio.to_thread(self._thread.join)
-            self._ready.clear()
-            self.state = EngineState.LOADING
-            self._thread = threading.Thread(target=self._run, name="embedder", daemon=True)
-            self._thread.start()
-            await asyncio.to_thread(self._ready.wait)
-            if self.state is EngineState.DEAD:
-                self.state = EngineState.SLEEPING
-                return False
-            self.error = None
-            return self.state is EngineState.READY
-        finally:
-            self._waking = None
-
-    @property
-    def waking(self) -> bool:
-        """A wake() is loading the model now."""
-        return self._waking is not None
-
     def stop(self, timeout: float = 10.0) -> None:
         """Stop after the inputs already queued."""
         if self._thread is not None:
             self._inputs.put(_Stop())
             self._thread.join(timeout)
-
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        """Block until loading has finished (or failed); True if it is ready."""
-        self._ready.wait(timeout)
-        return self.state is EngineState.READY
-
-    @property
-    def is_ready(self) -> bool:
-        return self.state is EngineState.READY
 
     @property
     def model_dir(self) -> Path:
@@ -163,17 +114,6 @@ class AsyncEmbedder:
         """Its dimensions and input limit (only once ready)."""
         assert self.encoder is not None, "only once the embedder is ready"
         return self.encoder.info
-
-    def unavailable_reason(self) -> str:
-        if self.state is EngineState.LOADING:
-            return "The embedding model is still loading; try again shortly."
-        if self.state is EngineState.STOPPED:
-            return "The server is shutting down."
-        if self.state is EngineState.SLEEPING:
-            if self.error is not None:
-                return f"The embedding model could not be loaded again: {self.error}"
-            return "The embedding model is asleep; the next request wakes it."
-        return f"The embedding model failed: {self.error}"
 
     def stats(self) -> EmbedderStats:
         with self._stats_lock:
@@ -208,30 +148,21 @@ class AsyncEmbedder:
         return [v.tolist() for v in vectors]
 
     # -- the thread ----------------------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            self.encoder = self._factory()
-        except BaseException as exc:
-            failure = LoadFailure.of(exc)
-            self.error, self.state = failure.reason, EngineState.DEAD
-            self._ready.set()
-            waking = self._waking is not None
-            report_load_failure(failure, "embedding model" + (" again" if waking else ""),
-                                None if waking else self.on_load_failure)
-            return
-        self.state = EngineState.READY
-        self._ready.set()
+    # -- the thread (ModelLifecycle's) ---------------------------------------------------
+    def _load(self) -> None:
+        self.encoder = self._factory()
+
+    def _serve(self) -> None:
         while True:
             batch = self._next_batch()
             if batch is None:
-                break
+                return
             self._encode(batch)
-        if self.state is EngineState.SLEEPING:
-            self.encoder = None
-            release_freed_memory()
-            logger.info("The embedding model is asleep: freed until the next request")
-            return
-        self.state = EngineState.STOPPED
+
+    def _free(self) -> None:
+        self.encoder = None
+
+    def _after_stop(self) -> None:
         self._fail_waiting()
 
     def _next_batch(self) -> list[_Input] | None:
