@@ -6,7 +6,7 @@ package list is computed, so a new folder under one of these is packaged without
 
 from setuptools import find_namespace_packages, setup
 
-OUR_FOLDERS = ("app", "engine", "kernels", "admin_ui", "loadgen", "migrations", "installer")
+OUR_FOLDERS = ("app", "engine", "kernels", "admin_ui", "loadgen", "cli", "migrations", "installer")
 
 
 def packages() -> list[str]:

@@ -45,9 +45,9 @@ class LaunchConfig:
         return Path(self.data_dir).expanduser() if self.data_dir else default_data_dir()
 
     def argv(self) -> list[str]:
-        # `python -m app.cli` rather than the `officellm` script: the console's own
+        # `python -m officellm.cli` rather than the `officellm` script: the console's own
         # interpreter always has the package, whether installed or run from a checkout.
-        args = [self.python, "-m", "officellm.app.cli", "serve"]
+        args = [self.python, "-m", "officellm.cli", "serve"]
         if self.model:
             args.append(self.model)
         args += ["--host", self.host, "--port", str(self.port)]

@@ -87,7 +87,7 @@ def main() -> None:
     def serve() -> Server:
         port = free_port()
         server = Server("officellm-serve",
-                        [sys.executable, "-m", "officellm.app.cli", "serve", "--port",
+                        [sys.executable, "-m", "officellm.cli", "serve", "--port",
                          str(port), "--api-key", KEY, "--model-alias", "claude-*",
                          "--max-context-tokens", "0", "--num-threads", str(args.threads),
                          "--sleep-idle-seconds", str(SLEEP_S)],

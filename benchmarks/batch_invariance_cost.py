@@ -68,7 +68,7 @@ def office(invariant: bool, args: argparse.Namespace, tmp: Path) -> dict[str, An
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=str(REPO))
     port = free_port()
-    cmd = [sys.executable, "-m", "officellm.app.cli", "serve", "--port", str(port), "--no-auth",
+    cmd = [sys.executable, "-m", "officellm.cli", "serve", "--port", str(port), "--no-auth",
            "--db", str(tmp / f"{port}.db"), "--profile", "office", "--max-model-len", "4096",
            "--log-level", "warning", "--quantization", args.quantization]
     cmd += ["--batch-invariant"] if invariant else []

@@ -72,7 +72,7 @@ def make_servers(args: argparse.Namespace, gguf: Path, tmp: Path) -> list[Server
     slots = max(args.users)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=str(REPO))
-    officellm = Server("officellm", [sys.executable, "-m", "officellm.app.cli", "serve", str(gguf),
+    officellm = Server("officellm", [sys.executable, "-m", "officellm.cli", "serve", str(gguf),
                                      "--port", "0", "--no-auth", "--db", str(tmp / "o.db"),
                                      "--max-num-seqs", str(slots),
                                      "--max-model-len", str(args.ctx_per_slot),

@@ -84,7 +84,7 @@ def start_server(args: argparse.Namespace) -> Server:
                PYTHONPATH=str(REPO))
     port = free_port()
     data = Path(os.environ.get("TMPDIR", "/tmp")) / f"embeddings-speed-{port}"
-    cmd = [sys.executable, "-m", "officellm.app.cli", "serve", "--port", str(port),
+    cmd = [sys.executable, "-m", "officellm.cli", "serve", "--port", str(port),
            "--db", str(data / "officellm.db"), "--embedding-model", BUNDLED_EMBEDDER,
            "--api-key", KEY, "--log-level", "warning"]
     server = Server("officellm-embeddings", cmd, env, port, cwd=REPO)

@@ -52,7 +52,7 @@ def drop_page_cache() -> bool:
 def server(tmp: Path, *flags: str) -> Server:
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO), OFFICELLM_DATA_DIR=str(tmp / str(port)))
-    cmd = [sys.executable, "-m", "officellm.app.cli", "serve", "--port", str(port),
+    cmd = [sys.executable, "-m", "officellm.cli", "serve", "--port", str(port),
            "--db", str(tmp / f"{port}.db"), "--api-key", KEY, "--log-level", "warning", *flags]
     return Server("officellm-load", cmd, env, port, cwd=REPO)
 

@@ -73,7 +73,7 @@ def start_server(args: argparse.Namespace, policy: str, keys: list[str], tmp: Pa
                PYTHONPATH=str(REPO))
     port = free_port()
     pool = args.kv_tokens * BYTES_PER_TOKEN
-    cmd = [sys.executable, "-m", "officellm.app.cli", "serve", "--port", str(port),
+    cmd = [sys.executable, "-m", "officellm.cli", "serve", "--port", str(port),
            "--db", str(tmp / f"{policy}-{port}.db"), "--profile", "office",
            "--scheduling-policy", policy, "--dtype", "float32", "--kv-cache-memory", str(pool),
            "--max-model-len", str(args.max_model_len), "--log-level", "warning"]

@@ -65,7 +65,7 @@ def start_replica(args: argparse.Namespace, name: str, threads: int, database_ur
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false",
                PYTHONPATH=str(REPO), OFFICELLM_DATA_DIR=str(data))
     port = free_port()
-    cmd = [sys.executable, "-m", "officellm.app.cli", "serve", "--port", str(port),
+    cmd = [sys.executable, "-m", "officellm.cli", "serve", "--port", str(port),
            "--database-url", database_url, "--replica-name", name, "--profile", "office",
            "--num-threads", str(threads), "--max-model-len", str(args.max_model_len),
            "--log-level", "warning"]

@@ -177,7 +177,7 @@ def make_server(args: argparse.Namespace, tmp: Path) -> Server:
     # would read as RSS "growth" for as long as the office has not used all of it yet.
     pool = [] if any(f.startswith("--kv-cache-memory") for f in args.server_flag) else [
         "--kv-cache-memory", args.kv_cache_memory]
-    return Server("officellm", [sys.executable, "-m", "officellm.app.cli", "serve", *model,
+    return Server("officellm", [sys.executable, "-m", "officellm.cli", "serve", *model,
                                 "--port", str(port), "--db", str(tmp / "soak.db"),
                                 "--api-key", API_KEY, *pool, *args.server_flag], env, port, cwd=REPO)
 

@@ -14,7 +14,7 @@ def guarded(name, *args, **kwargs):
         raise ImportError(f"{name} is an extra and is not installed here")
     return real(name, *args, **kwargs)
 builtins.__import__ = guarded
-from officellm.app.cli import main
+from officellm.cli import main
 """
 RUN = BLOCK_EXTRAS + "main(sys.argv[1:])\n"
 # Every subcommand's --help in one interpreter: a fresh one per subcommand costs an import

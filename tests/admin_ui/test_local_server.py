@@ -41,7 +41,7 @@ def server_pythonpath():
 def test_launch_config_argv():
     cfg = LaunchConfig(model="/m/x.gguf", port=9001, extra_flags="--max-model-len 4096 --dtype 'float32'")
     argv = cfg.argv()
-    assert argv[1:] == ["-m", "officellm.app.cli", "serve", "/m/x.gguf", "--host", "127.0.0.1", "--port",
+    assert argv[1:] == ["-m", "officellm.cli", "serve", "/m/x.gguf", "--host", "127.0.0.1", "--port",
                         "9001", "--max-model-len", "4096", "--dtype", "float32"]
     assert cfg.base_url == "http://127.0.0.1:9001"
     assert cfg.admin_token_path() == cfg.resolved_data_dir() / "admin_token"

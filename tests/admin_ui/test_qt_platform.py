@@ -77,7 +77,7 @@ def test_officellm_admin_prints_the_line_and_exits_2_where_libraries_are_missing
     env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM",
                                                              "WAYLAND_DISPLAY")}
     env["DISPLAY"] = ":99"
-    done = subprocess.run([sys.executable, "-m", "officellm.app.cli", "admin"], env=env,
+    done = subprocess.run([sys.executable, "-m", "officellm.cli", "admin"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "sudo apt-get install " in done.stderr

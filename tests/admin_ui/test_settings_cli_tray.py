@@ -22,7 +22,7 @@ def test_settings_round_trip(tmp_path):
 
 
 def test_cli_registers_admin():
-    from officellm.app.cli import admin, build_parser
+    from officellm.cli import admin, build_parser
 
     args = build_parser().parse_args(["admin", "--url", "http://h:8000", "--token-file", "/t"])
     assert args.func is admin.run and args.url == "http://h:8000" and args.token_file == "/t"

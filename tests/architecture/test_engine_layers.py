@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from tests.architecture.import_graph import arrows, cycles, is_within
 
-PROJECT_PACKAGES = ("engine", "kernels", "app", "admin_ui", "loadgen", "benchmarks", "tests")
+PROJECT_PACKAGES = ("engine", "kernels", "app", "admin_ui", "loadgen", "cli", "benchmarks",
+                    "tests")
 
 
 def test_engine_core_imports_neither_torch_nor_anything_outside_it() -> None:
@@ -19,7 +20,8 @@ def test_engine_core_imports_neither_torch_nor_anything_outside_it() -> None:
 
 def test_the_engine_imports_nothing_of_the_server_console_or_tools() -> None:
     """Arrows point one way: the engine knows nothing of HTTP, users or SQL."""
-    above = ("app", "admin_ui", "loadgen", "benchmarks", "tests", "installer", "migrations")
+    above = ("app", "admin_ui", "loadgen", "cli", "benchmarks", "tests", "installer",
+             "migrations")
     leaks = [str(a) for a in arrows("engine") if any(is_within(a.target, p) for p in above)]
     assert not leaks, "\n".join(leaks)
 

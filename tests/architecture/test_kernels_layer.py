@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from tests.architecture.import_graph import REPO_ROOT, arrows, is_within
 
-OUR_PACKAGES = ("app", "engine", "admin_ui", "loadgen", "benchmarks", "tests", "migrations",
-                "installer")
+OUR_PACKAGES = ("app", "engine", "admin_ui", "loadgen", "cli", "benchmarks", "tests",
+                "migrations", "installer")
 
 
 def _top_level_folders_with_python() -> list[str]:

@@ -10,7 +10,8 @@ import sys
 
 from tests.architecture.import_graph import REPO_ROOT, arrows
 
-OUR_FOLDERS = ("app", "engine", "kernels", "admin_ui", "loadgen", "migrations", "installer")
+OUR_FOLDERS = ("app", "engine", "kernels", "admin_ui", "loadgen", "cli", "migrations",
+               "installer")
 EVERY_FOLDER = (*OUR_FOLDERS, "benchmarks", "tests")
 
 

@@ -1,4 +1,4 @@
-"""`officellm users|keys|policy|db` against a temporary database, through app.cli.main."""
+"""`officellm users|keys|policy|db` against a temporary database, through cli.main."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from officellm.app.cli import main
 from officellm.app.db.database import Database
 from officellm.app.db.keys import authenticate
 from officellm.app.db.migrate import head_revision
 from officellm.app.db.policies import get_effective_policy
+from officellm.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,7 +108,7 @@ def test_installed_entry_point_runs_as_a_process(tmp_path: Path) -> None:
     db_path = tmp_path / "sub.db"
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     for argv in (["users", "add", "carol"], ["keys", "issue", "carol"]):
-        proc = subprocess.run([sys.executable, "-m", "officellm.app.cli", *argv, "--db", str(db_path)],
+        proc = subprocess.run([sys.executable, "-m", "officellm.cli", *argv, "--db", str(db_path)],
                               env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120)
         assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("ocl-")
@@ -218,7 +218,7 @@ def test_a_database_command_imports_neither_torch_nor_the_server(tmp_path: Path)
     """`officellm users|keys|policy|db` load only their own module: an admin's command answers
     in about a second, not after `serve`'s imports (torch and the engine, several seconds)."""
     probe = ("import sys\n"
-             "from officellm.app.cli import main\n"
+             "from officellm.cli import main\n"
              "try:\n"
              f"    main(['users', 'add', 'dave', '--db', {str(tmp_path / 'p.db')!r}])\n"
              "except SystemExit as exc:\n"

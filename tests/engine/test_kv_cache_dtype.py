@@ -168,7 +168,7 @@ def test_a_cache_dtype_the_kernels_cannot_read_is_refused(requested, compute, ba
 
 def test_serve_refuses_an_unsupported_cache_at_start_with_the_supported_list(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "officellm.app.cli", "serve", "--kv-cache-dtype", "fp8_inc",
+        [sys.executable, "-m", "officellm.cli", "serve", "--kv-cache-dtype", "fp8_inc",
          "--db", str(tmp_path / "x.db")], capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
     assert ("kv_cache_dtype 'fp8_inc' is not supported by this build's kernels; use one of "

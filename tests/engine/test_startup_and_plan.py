@@ -78,7 +78,7 @@ def test_gemma3_27b_plan_counts_only_the_window_of_its_sliding_layers():
 
 def test_plan_cli_prints_a_table_of_the_chats_that_fit():
     out = subprocess.run(
-        [sys.executable, "-m", "officellm.app.cli", "plan", "gpt-oss-20b", "gemma-3-27b-it",
+        [sys.executable, "-m", "officellm.cli", "plan", "gpt-oss-20b", "gemma-3-27b-it",
          "--memory", "24GiB,80GiB"], capture_output=True, text=True, check=True).stdout
     rows = [line for line in out.splitlines() if line.startswith("| ")]
     assert rows[0] == "| model | weights | 24GiB: 8k | 24GiB: 32k | 80GiB: 8k | 80GiB: 32k |"
@@ -87,7 +87,7 @@ def test_plan_cli_prints_a_table_of_the_chats_that_fit():
 
 def test_plan_cli_says_what_a_host_tier_of_ram_keeps_beside_the_pool():
     out = subprocess.run(
-        [sys.executable, "-m", "officellm.app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory",
+        [sys.executable, "-m", "officellm.cli", "plan", "Qwen2.5-7B-Instruct", "--memory",
          "24GiB", "--kv-offloading-size", "16"], capture_output=True, text=True,
         check=True).stdout
     # 16 GiB of 57,344-byte tokens in blocks of 16: 299,584 tokens, 74.9 chats of 4,000.
@@ -122,7 +122,7 @@ def test_plan_with_an_int8_kv_cache_counts_each_rows_scale():
 
 def test_plan_cli_takes_the_kv_cache_dtype():
     out = subprocess.run(
-        [sys.executable, "-m", "officellm.app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
+        [sys.executable, "-m", "officellm.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
          "--kv-cache-dtype", "fp8_e4m3"], capture_output=True, text=True, check=True).stdout
     assert "KV cache per token: 28,672 bytes (2 x layers x kv_heads x head_dim x 1 B, fp8_e4m3)" in out
 
@@ -154,7 +154,7 @@ def test_plan_refuses_a_split_the_engine_cannot_run():
 
 def test_plan_cli_prints_per_gpu_numbers_under_tensor_parallelism():
     out = subprocess.run(
-        [sys.executable, "-m", "officellm.app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
+        [sys.executable, "-m", "officellm.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
          "--max-model-len", "32768", "--tensor-parallel-size", "2"],
         capture_output=True, text=True, check=True).stdout
     assert "(tensor parallel 2)" in out and "KV cache per token: 28,672 bytes per GPU" in out
@@ -163,7 +163,7 @@ def test_plan_cli_prints_per_gpu_numbers_under_tensor_parallelism():
 
 def test_plan_cli_prints_the_arithmetic():
     out = subprocess.run(
-        [sys.executable, "-m", "officellm.app.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
+        [sys.executable, "-m", "officellm.cli", "plan", "Qwen2.5-7B-Instruct", "--memory", "80GiB",
          "--max-model-len", "32768"], capture_output=True, text=True, check=True).stdout
     assert "57,344" in out and "Maximum concurrency for 32,768 tokens per request" in out
 

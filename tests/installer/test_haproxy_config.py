@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from officellm.app.cli import main
+from officellm.cli import main
 from officellm.installer.haproxy_config import ReplicaAddress, haproxy_config
 from officellm.loadgen.local_haproxy import missing
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from officellm.app.cli import build_parser
+from officellm.cli import build_parser
 from tests.support.server_process import ServerProcess
 
 QUANTILES = ("p50", "p90", "p99")

@@ -27,7 +27,7 @@ def ask(client: openai.OpenAI, turns: int):
 
 def cli(*argv: str) -> str:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, "-m", "officellm.app.cli", *argv], cwd=REPO, env=env,
+    out = subprocess.run([sys.executable, "-m", "officellm.cli", *argv], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout

@@ -1,4 +1,4 @@
-"""`officellm models ...` through the real entry point (app.cli.main) on a temporary SQLite
+"""`officellm models ...` through the real entry point (cli.main) on a temporary SQLite
 file; `pull` against the fake Hub on 127.0.0.1; `load`/`unload` with no server there."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from officellm.app.cli import main
 from officellm.app.db.database import Database
 from officellm.app.db.registered_models import get_entry, list_entries
 from officellm.app.registry.entry import ModelEntry
+from officellm.cli import main
 from tests.registry.conftest import REPO
 from tests.support.fake_hub import FakeHub
 

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from officellm.app.cli import main
+from officellm.cli import main
 from officellm.engine.core.scheduler import Scheduler
 from officellm.engine.detokenizer import IncrementalDetokenizer
 

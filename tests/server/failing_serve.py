@@ -15,7 +15,7 @@ import os
 
 import officellm.engine.llm_engine
 import officellm.engine.worker.tp_worker
-from officellm.app.cli import main
+from officellm.cli import main
 
 BUG_MESSAGE = "injected load fault"
 FAULT = os.environ.get("FAILING_SERVE_FAULT", "")

@@ -11,11 +11,11 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from officellm.app.admission.auth import DatabaseAuthenticator, DeskAuthenticator
-from officellm.app.cli import build_parser
-from officellm.app.cli.serve import settings_from_args
 from officellm.app.db import Database, create_user, disable_user, issue_key, revoke_key
 from officellm.app.server import create_app
 from officellm.app.server_settings import ServerSettings
+from officellm.cli import build_parser
+from officellm.cli.serve import settings_from_args
 
 VLLM_NAMES = {
     "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",

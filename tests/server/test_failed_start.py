@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from officellm.app.cli.serve import EXIT_LOAD_FAILED
 from officellm.app.server import create_app
 from officellm.app.server_settings import ServerSettings
+from officellm.cli.serve import EXIT_LOAD_FAILED
 from officellm.engine import EngineState, LoadFailure
 from officellm.engine.kv_plan import KVCacheTooSmallError
 from tests.server.failing_serve import BUG_MESSAGE

@@ -35,20 +35,20 @@ __all__ = ["API_KEY", "BASE_FLAGS", "REPO", "SMALL_POOL_FLAGS", "TEST_THREADS", 
 
 
 class ServerProcess:
-    """A running `python -m app.cli serve` with its log captured to a file.
+    """A running `python -m officellm.cli serve` with its log captured to a file.
 
     `db`: the database file. `data_dir`: run with OFFICELLM_DATA_DIR there (the database and
     admin token in it unless `db` says otherwise), as the console's local server does. With
     neither, a fresh database in a temporary directory, removed by stop(): tests never touch
     the user's own data directory. `env`: extra environment. `module`: what `python -m` runs
-    (a test launcher that injects a fault, then calls app.cli.main). `database_url`: a shared
+    (a test launcher that injects a fault, then calls cli.main). `database_url`: a shared
     database (PostgreSQL) instead of the file, the replica's own files in its temporary data
     directory.
     """
 
     def __init__(self, *flags: str, api_key: str | None = API_KEY, db: Path | None = None,
                  data_dir: Path | None = None, env: dict[str, str] | None = None,
-                 module: str = "officellm.app.cli", database_url: str | None = None) -> None:
+                 module: str = "officellm.cli", database_url: str | None = None) -> None:
         self.api_key = api_key
         self.data_dir = data_dir
         self.database_url = database_url

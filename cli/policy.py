@@ -6,7 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from officellm.app.cli.db import add_db_argument, open_db
 from officellm.app.db.policies import (
     POLICY_FIELDS,
     clear_policy,
@@ -16,6 +15,7 @@ from officellm.app.db.policies import (
 )
 from officellm.app.db.tables import ON_LIMIT_CHOICES
 from officellm.app.policy.scheduling import PRIORITY_CHOICES, PRIORITY_WEIGHTS
+from officellm.cli.db import add_db_argument, open_db
 
 _CLEAR_WORDS = ("none", "inherit", "unlimited")
 

@@ -1,4 +1,4 @@
-"""The `officellm` command: one entry point (`officellm.app.cli:main`, also `python -m app.cli`), each
+"""The `officellm` command: one entry point (`officellm.cli:main`, also `python -m officellm.cli`), each
 subcommand a module of this package with register(subparsers).
 
 The CLI sits on top: it may import the app, admin_ui and loadgen, and nothing imports it back
@@ -13,16 +13,16 @@ import sys
 
 # Each module has register(subparsers); add new subcommands here.
 COMMAND_MODULES = [
-    "officellm.app.cli.plan",
-    "officellm.app.cli.serve",
-    "officellm.app.cli.db",
-    "officellm.app.cli.users",
-    "officellm.app.cli.keys",
-    "officellm.app.cli.policy",
-    "officellm.app.cli.models",
-    "officellm.app.cli.admin",
-    "officellm.app.cli.bench",
-    "officellm.app.cli.cluster",
+    "officellm.cli.plan",
+    "officellm.cli.serve",
+    "officellm.cli.db",
+    "officellm.cli.users",
+    "officellm.cli.keys",
+    "officellm.cli.policy",
+    "officellm.cli.models",
+    "officellm.cli.admin",
+    "officellm.cli.bench",
+    "officellm.cli.cluster",
 ]
 
 

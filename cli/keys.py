@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from officellm.app.cli.db import add_db_argument, format_time, open_db
 from officellm.app.db.keys import issue_key, list_keys, revoke_key
+from officellm.cli.db import add_db_argument, format_time, open_db
 
 
 def register(sub: argparse._SubParsersAction) -> None:

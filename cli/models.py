@@ -13,13 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from officellm.app.cli.admin_call import (
-    NoServer,
-    add_server_arguments,
-    admin_call,
-    report_failure,
-)
-from officellm.app.cli.db import add_db_argument, open_db
 from officellm.app.db.errors import NotFound
 from officellm.app.db.registered_models import (
     add_entry,
@@ -37,6 +30,13 @@ from officellm.app.registry.entry import (
     PARSER_OPTIONS,
     ModelEntry,
 )
+from officellm.cli.admin_call import (
+    NoServer,
+    add_server_arguments,
+    admin_call,
+    report_failure,
+)
+from officellm.cli.db import add_db_argument, open_db
 
 # The engine's own flag help, shown for the options an entry may set (a copy, so that
 # `officellm models --help` does not import the engine and torch).

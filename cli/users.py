@@ -7,8 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-from officellm.app.cli.admin_call import NoServer, add_server_arguments, admin_call, report_failure
-from officellm.app.cli.db import add_db_argument, format_time, open_db
 from officellm.app.db.paths import kv_disk_dir
 from officellm.app.db.users import (
     create_user,
@@ -17,6 +15,8 @@ from officellm.app.db.users import (
     list_users,
     set_user_disabled,
 )
+from officellm.cli.admin_call import NoServer, add_server_arguments, admin_call, report_failure
+from officellm.cli.db import add_db_argument, format_time, open_db
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from officellm.app.cli.db import add_db_argument, database_target
 from officellm.app.db.database import Database
+from officellm.cli.db import add_db_argument, database_target
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 

@@ -9,13 +9,13 @@ import sys
 
 import uvicorn
 
-from officellm.app.cli.db import add_db_argument, database_target
 from officellm.app.db import prepare_database
 from officellm.app.profiles import PROFILES, apply_profile
 from officellm.app.registry.entry import PARSER_OPTIONS
 from officellm.app.server import create_app
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
 from officellm.app.serving.graceful_server import GracefulServer
+from officellm.cli.db import add_db_argument, database_target
 from officellm.engine import BUNDLED_EMBEDDER, EngineConfig, engine_knobs, parse_memory
 
 logger = logging.getLogger("officellm.server")
