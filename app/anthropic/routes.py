@@ -42,8 +42,8 @@ from officellm.app.chat.chat_output import ChatDeltaParts, ChatMessageParts
 from officellm.app.errors import invalid_value
 from officellm.app.openai.sse import SSEResponse, sse
 from officellm.app.principal import Principal
-from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
+from officellm.app.serving.generation_pipeline import ChatInput, GenerationCall, run_generation
 from officellm.app.serving.heartbeats import with_heartbeats
 from officellm.app.serving.prompt import ChatPrompt
 from officellm.app.serving.served_model import ServedModel
@@ -87,14 +87,14 @@ async def create_message(body: MessagesRequest, request: Request,
             params = body.sampling_params(plan.constraint.spec if plan.constraint else None)
         except ValueError as exc:
             raise invalid_value(exc) from exc
-        assert model.loaded is not None  # run_chat loaded it
+        assert model.loaded is not None  # run_generation loaded it
         return ChatInput(messages, plan, params, model.name, model.loaded.max_model_len)
 
     kwargs = body.template_kwargs()
-    call = ChatCall("messages", f"msg_{uuid.uuid4().hex}", body.user, body.stream, body.model,
+    call = GenerationCall("messages", f"msg_{uuid.uuid4().hex}", body.user, body.stream, body.model,
                     add_generation_prompt=not body.continues_answer, template_kwargs=kwargs)
-    return await run_chat(server, request, principal, call, read,
-                          lambda chat: _MessageAnswer(body, chat, chat.max_model_len))
+    return await run_generation(server, request, principal, call, read,
+                                lambda chat: _MessageAnswer(body, chat, chat.max_model_len))
 
 
 @router.post("/v1/messages/count_tokens", response_model=CountTokensResponse)

@@ -35,8 +35,8 @@ from officellm.app.openai.logprobs import chat_logprobs
 from officellm.app.openai.protocol import ChatCompletionRequest
 from officellm.app.openai.sse import DONE, KEEPALIVE, SSEResponse, sse
 from officellm.app.principal import Principal
-from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
+from officellm.app.serving.generation_pipeline import ChatInput, GenerationCall, run_generation
 from officellm.app.serving.heartbeats import with_heartbeats
 from officellm.app.serving.prompt import ChatPrompt
 from officellm.app.serving.served_model import ServedModel
@@ -66,11 +66,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request,
             raise invalid_value(exc) from exc
         return ChatInput(messages, plan, params, model.name)
 
-    call = ChatCall("chat", f"chatcmpl-{uuid.uuid4().hex}", body.user, body.stream,
+    call = GenerationCall("chat", f"chatcmpl-{uuid.uuid4().hex}", body.user, body.stream,
                     body.model, body.n or 1, body.add_generation_prompt,
                     body.template_kwargs())
-    return await run_chat(server, request, principal, call, read,
-                          lambda chat: _ChatAnswer(body, chat.model, chat.plan))
+    return await run_generation(server, request, principal, call, read,
+                                lambda chat: _ChatAnswer(body, chat.model, chat.plan))
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from officellm.app.admission.auth import get_caller, get_principal
+from officellm.app.admission.admission import Admission
+from officellm.app.admission.auth import get_principal
 from officellm.app.errors import invalid_value
 from officellm.app.openai.answers import (
     ERROR_RESPONSES,
@@ -26,15 +28,16 @@ from officellm.app.openai.sse import DONE, KEEPALIVE, SSEResponse, sse
 from officellm.app.principal import Principal
 from officellm.app.serving.generation import (
     Choice,
-    ClientGone,
     Generation,
     RequestFailed,
     compile_grammar,
 )
+from officellm.app.serving.generation_pipeline import GenerationCall, Started, run_generation
 from officellm.app.serving.heartbeats import with_heartbeats
+from officellm.app.serving.prompt import ChatPrompt
 from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState, admitted_server
-from officellm.engine import EngineDeadError, PromptLogprobs
+from officellm.engine import EngineDeadError, PromptLogprobs, SamplingParams
 
 router = APIRouter(responses=ERROR_RESPONSES)
 
@@ -44,40 +47,71 @@ router = APIRouter(responses=ERROR_RESPONSES)
 async def completions(body: CompletionRequest, request: Request,
                       principal: Principal = Depends(get_principal),
                       server: ServerState = Depends(admitted_server)) -> Response:
-    """OpenAI's text completions, streaming or not; quota and concurrency apply (threads are a
-    chat notion, so no thread limits here)."""
-    # A front-end key's request runs as the person it is for (docs/design.md §5).
-    principal = await get_caller(request, principal, body.user)
+    """OpenAI's text completions, streaming or not, by the one path every generation takes;
+    quota and concurrency apply (threads are a chat notion, so no thread limits here)."""
     try:
         constraint = body.output_constraint()  # response_format, structured_outputs, guided_*
         params = body.sampling_params(constraint.spec if constraint else None)
     except ValueError as exc:
         raise invalid_value(exc) from exc
-    served = await server.models.resolve(body.model)
     try:
         prompts = body.prompts()
     except ValueError as exc:
         raise invalid_value(exc, "prompt") from exc
-    async with server.admission.admit(principal, "completions", len(prompts) * params.n,
-                                      served.name or None) as admission:
-        await server.load_for(served, admission)
-        model = served.name
-        ids = [await served.prompts.completion(admission, p) for p in prompts]
-        try:
-            grammar = await compile_grammar(server, served, params, request)
-        except ClientGone:
-            return Response(status_code=499)  # left while its grammar compiled: nothing ran
-        gen = Generation(server, served, f"cmpl-{uuid.uuid4().hex}", ids, params, admission,
-                         stream=body.stream, grammar=grammar,
-                         kind=constraint.kind if constraint else None)
-        echo = [_echo_text(served, p, i) for p, i in zip(prompts, ids)] if body.echo else None
+    kind = constraint.kind if constraint else None
+    call = GenerationCall("completions", f"cmpl-{uuid.uuid4().hex}", body.user, body.stream,
+                          body.model, len(prompts) * params.n)
+    return await run_generation(
+        server, request, principal, call,
+        lambda model: _CompletionInput(prompts, params, kind, model.name),
+        lambda read: _CompletionAnswer(body, read))
+
+
+@dataclass(frozen=True)
+class _CompletionInput:
+    """The prompts (text or token ids) and how to sample them."""
+
+    prompts: list[str | list[int]]
+    params: SamplingParams
+    kind: str | None  # the output constraint's, for the structured-output counters
+    model: str
+
+    async def start(self, server: ServerState, model: ServedModel, request: Request,
+                    admission: Admission, call: GenerationCall) -> Started:
+        """See GenerationInput: each prompt as is, no template and no thread."""
+        ids = [await model.prompts.completion(admission, p) for p in self.prompts]
+        grammar = await compile_grammar(server, model, self.params, request)
+        gen = Generation(server, model, call.request_id, ids, self.params, admission,
+                         stream=call.stream, grammar=grammar, kind=self.kind)
         gen.start()
-        if body.stream:
-            return admission.hold(SSEResponse(_stream(gen, body, model, echo), on_close=gen.close))
-        choices = await gen.complete(request)
-        if choices is None:
-            return Response(status_code=499)  # nobody is listening; nginx's "client closed"
-        return JSONResponse(_response(gen, choices, body, model, echo).model_dump())
+        return Started(gen)
+
+
+@dataclass(frozen=True)
+class _CompletionAnswer:
+    """A completion or its chunks, each prompt echoed in front of its choices if asked."""
+
+    body: CompletionRequest
+    read: _CompletionInput
+
+    def _echo(self, gen: Generation) -> list[str] | None:
+        if not self.body.echo:
+            return None
+        return [_echo_text(gen.model, p, ids)
+                for p, ids in zip(self.read.prompts, gen.prompt_token_ids, strict=True)]
+
+    def notice(self, prompt: ChatPrompt) -> Response:
+        # A thread policy's notice answers chats only: a completion has no thread.
+        raise AssertionError("a completion is never answered by a thread policy's notice")
+
+    def stream(self, gen: Generation, headers: dict[str, str] | None) -> Response:
+        return SSEResponse(_stream(gen, self.body, self.read.model, self._echo(gen)),
+                           on_close=gen.close, headers=headers)
+
+    def whole(self, gen: Generation, choices: list[Choice],
+              headers: dict[str, str] | None) -> Response:
+        answer = _response(gen, choices, self.body, self.read.model, self._echo(gen))
+        return JSONResponse(answer.model_dump(), headers=headers)
 
 
 def _echo_text(model: ServedModel, prompt: str | list[int], ids: list[int]) -> str:

@@ -47,8 +47,8 @@ from officellm.app.openai.responses_protocol import (
 )
 from officellm.app.openai.sse import SSEResponse, sse
 from officellm.app.principal import Principal
-from officellm.app.serving.chat_pipeline import ChatCall, ChatInput, run_chat
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
+from officellm.app.serving.generation_pipeline import ChatInput, GenerationCall, run_generation
 from officellm.app.serving.heartbeats import with_heartbeats
 from officellm.app.serving.prompt import ChatPrompt
 from officellm.app.serving.served_model import ServedModel
@@ -84,14 +84,14 @@ async def create_response(body: ResponsesRequest, request: Request,
             raise invalid_value(exc) from exc
         return ChatInput(messages, plan, params, model.name)
 
-    call = ChatCall("responses", f"resp_{uuid.uuid4().hex}", body.user, body.stream, body.model,
+    call = GenerationCall("responses", f"resp_{uuid.uuid4().hex}", body.user, body.stream, body.model,
                     template_kwargs=body.template_kwargs())
     if body.skipped_tools:
         # Once per request, as clients send them with every request (Codex: web_search).
         logger.info("%s: hosted tools left out (this server cannot run them): %s",
                     call.request_id, ", ".join(sorted(set(body.skipped_tools))))
-    return await run_chat(server, request, principal, call, read,
-                          lambda chat: _ResponseAnswer(body, chat))
+    return await run_generation(server, request, principal, call, read,
+                                lambda chat: _ResponseAnswer(body, chat))
 
 
 @dataclass(frozen=True)

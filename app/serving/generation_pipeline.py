@@ -1,15 +1,16 @@
-"""What every chat-shaped request does, whichever API it came by (/v1/chat/completions,
-/v1/responses): the caller it runs as, its admission, its thread, its prompt under every length
-rule, its grammar, its engine request, and the answer's three forms (a policy's notice, a
-stream, one whole answer). One path, so both APIs count, cap and meter alike; each route only
-reads its body and words the answers in its API's shapes.
+"""What every generation request does, whichever API it came by (/v1/chat/completions,
+/v1/completions, /v1/responses, /v1/messages): the caller it runs as, the model it names, its
+admission, that model loaded, its prompts (a chat's under its thread's length rules), its
+grammar, its engine request, and the answer's three forms (a policy's notice, a stream, one
+whole answer). One path, so every API counts, caps and meters alike; each route only reads its
+body (GenerationInput) and words the answers in its API's shapes (Answer).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -30,18 +31,42 @@ TRUNCATED_HEADER = "X-OfficeLLM-Truncated"
 
 
 @dataclass(frozen=True)
-class ChatStart:
-    """An admitted chat request under way: its prompt and its running generation, or (None)
-    the notice its thread policy answers instead of the engine (on_limit=notify)."""
+class Started:
+    """An admitted request under way: its running generation, or (None) the notice its
+    thread policy answers instead of the engine (on_limit=notify: `prompt` says it), and the
+    answer's extra headers."""
 
-    prompt: ChatPrompt
     generation: Generation | None
+    prompt: ChatPrompt | None = None
+    headers: dict[str, str] | None = None
 
-    @property
-    def headers(self) -> dict[str, str] | None:
-        """The answer's extra headers: how many turns truncation dropped, if any."""
-        turns = self.prompt.truncated_turns
-        return {TRUNCATED_HEADER: str(turns)} if turns else None
+
+@dataclass(frozen=True)
+class GenerationCall:
+    """What a route tells the pipeline besides the body it read."""
+
+    endpoint: str  # the API, as admission and the access log name it: "chat", "responses"
+    request_id: str
+    user: str | None  # the request's `user` field
+    stream: bool
+    model: str | None  # the request's `model` field
+    n: int = 1  # engine sequences admission counts: choices asked for (x prompts)
+    add_generation_prompt: bool = True
+    template_kwargs: dict[str, Any] | None = None
+
+
+class GenerationInput(Protocol):
+    """A request as its route read it from its body (a 400 already raised for what the body
+    may not ask), for the served model: how it starts once admitted."""
+
+    model: str  # the served name its answer reports
+
+    async def start(self, server: ServerState, model: ServedModel, request: Request,
+                    admission: Admission, call: GenerationCall) -> Started:
+        """Render its prompts, compile its grammar and start the engine (or answer the
+        thread policy's notice). Raises APIError for a refusal, ClientGone if the client
+        leaves while its grammar compiles (nothing ran then)."""
+        ...
 
 
 async def start_chat(server: ServerState, model: ServedModel, request: Request,
@@ -49,7 +74,7 @@ async def start_chat(server: ServerState, model: ServedModel, request: Request,
                      messages: list[Message], plan: ChatPlan, params: SamplingParams, *,
                      request_id: str, stream: bool, user: str | None,
                      add_generation_prompt: bool = True,
-                     template_kwargs: dict[str, Any] | None = None) -> ChatStart:
+                     template_kwargs: dict[str, Any] | None = None) -> Started:
     """Render and check the prompt of `messages` (as `plan` shapes them), compile the
     grammar, and start the engine on it. `user` is the request's `user` field.
 
@@ -64,22 +89,23 @@ async def start_chat(server: ServerState, model: ServedModel, request: Request,
                          None if principal.front_end is not None else user)
     prompt = await model.prompts.chat(admission, messages, thread, add_generation_prompt,
                                        {**(template_kwargs or {}), **plan.template_kwargs})
+    turns = prompt.truncated_turns
+    headers = {TRUNCATED_HEADER: str(turns)} if turns else None
     if prompt.decision.action == "notify":
-        return ChatStart(prompt, None)  # the engine never runs: nothing to count
+        return Started(None, prompt, headers)  # the engine never runs: nothing to count
     assert prompt.token_ids is not None
     params = plan.sampling_params(params)
     grammar = await compile_grammar(server, model, params, request)
     gen = Generation(server, model, request_id, [prompt.token_ids], params, admission, stream=stream,
                      thread_key=thread.key, turns=prompt.turns, grammar=grammar, kind=plan.kind)
     gen.start()
-    return ChatStart(prompt, gen)
+    return Started(gen, prompt, headers)
 
 
 @dataclass(frozen=True)
 class ChatInput:
-    """A chat-shaped request as its route read it from its body (and refused with a 400 what
-    the body may not ask): the messages, how the served model's formats shape them, the
-    sampling parameters and the served model's name for the answer."""
+    """A chat-shaped request as its route read it: the messages, how the served model's
+    formats shape them, the sampling parameters and the served model's name for the answer."""
 
     messages: list[Message]
     plan: ChatPlan
@@ -87,23 +113,20 @@ class ChatInput:
     model: str
     max_model_len: int = 0  # the served model's context window
 
-
-@dataclass(frozen=True)
-class ChatCall:
-    """What a route tells the pipeline besides the body it read."""
-
-    endpoint: str  # the API, as admission and the access log name it: "chat", "responses"
-    request_id: str
-    user: str | None  # the request's `user` field
-    stream: bool
-    model: str | None  # the request's `model` field
-    n: int = 1  # choices asked for: the engine sequences admission counts
-    add_generation_prompt: bool = True
-    template_kwargs: dict[str, Any] | None = None
+    async def start(self, server: ServerState, model: ServedModel, request: Request,
+                    admission: Admission, call: GenerationCall) -> Started:
+        """See GenerationInput: the chat's thread, its prompt under every length rule."""
+        return await start_chat(server, model, request, admission, self.messages, self.plan,
+                                self.params, request_id=call.request_id, stream=call.stream,
+                                user=call.user, add_generation_prompt=call.add_generation_prompt,
+                                template_kwargs=call.template_kwargs)
 
 
-class ChatAnswer(Protocol):
-    """How a route words the outcome of its chat, in its API's shapes."""
+In = TypeVar("In", bound=GenerationInput)
+
+
+class Answer(Protocol):
+    """How a route words the outcome of its request, in its API's shapes."""
 
     def notice(self, prompt: ChatPrompt) -> Response:
         """on_limit=notify: the policy's sentence as a normal answer (the engine never ran)."""
@@ -119,32 +142,29 @@ class ChatAnswer(Protocol):
         ...
 
 
-async def run_chat(server: ServerState, request: Request, principal: Principal, call: ChatCall,
-                   read: Callable[[ServedModel], ChatInput],
-                   answer: Callable[[ChatInput], ChatAnswer]) -> Response:
-    """Run one chat-shaped request to its answer: the caller it runs as (a front-end key's
-    person), the model it names, its admission, that model loaded, its body as the model's
-    formats read it (`read`: 400s before the engine is asked anything), its start
-    (start_chat) and `answer`'s notice, stream or whole answer. 499 when the client left
-    before its answer (while its grammar compiled, nothing ran)."""
+async def run_generation(server: ServerState, request: Request, principal: Principal,
+                         call: GenerationCall, read: Callable[[ServedModel], In],
+                         answer: Callable[[In], Answer]) -> Response:
+    """Run one request to its answer: the caller it runs as (a front-end key's person), the
+    model it names, its admission, that model loaded, its body as the model reads it
+    (`read`: 400s before the engine is asked anything), its start and `answer`'s notice,
+    stream or whole answer. 499 when the client left before its answer (while its grammar
+    compiled, nothing ran)."""
     # A front-end key's request runs as the person it is for (docs/design.md §5).
     principal = await get_caller(request, principal, call.user)
     model = await server.models.resolve(call.model)
     async with server.admission.admit(principal, call.endpoint, call.n,
                                       model.name or None) as admission:
         await server.load_for(model, admission)
-        chat = read(model)
+        body = read(model)
         try:
-            started = await start_chat(
-                server, model, request, admission, chat.messages, chat.plan, chat.params,
-                request_id=call.request_id, stream=call.stream, user=call.user,
-                add_generation_prompt=call.add_generation_prompt,
-                template_kwargs=call.template_kwargs)
+            started = await body.start(server, model, request, admission, call)
         except ClientGone:
             return Response(status_code=499)  # left while its grammar compiled: nothing ran
-        reply = answer(chat)
+        reply = answer(body)
         gen = started.generation
         if gen is None:
+            assert started.prompt is not None
             return reply.notice(started.prompt)
         if call.stream:
             return admission.hold(reply.stream(gen, started.headers))
