@@ -29,6 +29,8 @@ from officellm.app.db.registered_models import list_entries
 from officellm.app.db.threads import active_thread_counts
 from officellm.app.db.users import user_names
 from officellm.app.error_handlers import install_error_handlers
+from officellm.app.models.idle_sleep import run_idle_sleep
+from officellm.app.models.model_pool import ModelPool, encoder_factory
 from officellm.app.observability.metrics import ServerMetrics
 from officellm.app.observability.refusals import Refusals
 from officellm.app.observability.stats_sampler import run_sampler
@@ -44,8 +46,6 @@ from officellm.app.openai.routes import (
 )
 from officellm.app.registry.entry import BUNDLED, EMBED, ModelEntry
 from officellm.app.server_settings import ACTIVE_THREAD_MINUTES, ServerSettings
-from officellm.app.serving.idle_sleep import run_idle_sleep
-from officellm.app.serving.model_pool import ModelPool, encoder_factory
 from officellm.app.serving.replica_header import ReplicaHeader
 from officellm.app.serving.replica_heartbeat import ReplicaIdentity, run_heartbeat
 from officellm.app.serving.state import ServerState

@@ -145,7 +145,7 @@ class AsyncLLM(ModelLifecycle):
                     fairness_key: str | None = None, priority: float = 1.0,
                     max_kv_share: float | None = None, grammar: xgr.CompiledGrammar | None = None,
                     sink: asyncio.Queue | None = None) -> asyncio.Queue:
-        """Queue a request whose prompt the caller has checked (app/serving/prompt.py);
+        """Queue a request whose prompt the caller has checked (app/models/prompt.py);
         return the queue its outputs arrive on: RequestOutputs, RequestAborted, or an
         EngineDeadError instance. Several requests may share one `sink`. Raises
         EngineDeadError when the engine cannot serve.

@@ -19,7 +19,7 @@ class InputProcessor:
     """Turns a request into the EngineCoreRequests the core runs.
 
     The length rule and its sentences (vLLM's wording, which clients already parse) live
-    here and nowhere else; the server's own limits add theirs in app/serving/prompt.py.
+    here and nowhere else; the server's own limits add theirs in app/models/prompt.py.
     """
 
     def __init__(self, tokenizer: Any, vocab_size: int, max_model_len: int) -> None:

@@ -22,10 +22,10 @@ from officellm.app.db import get_effective_policy, list_threads
 from officellm.app.db.column_types import utcnow
 from officellm.app.db.users import user_names
 from officellm.app.errors import unavailable
+from officellm.app.models.served_model import ServedModel
 from officellm.app.observability.sharing import user_ids, user_shares
 from officellm.app.policy import prefix_cache_salt
 from officellm.app.server_settings import ACTIVE_THREAD_MINUTES
-from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState
 from officellm.engine import kv_disk_owner
 

@@ -22,11 +22,11 @@ from officellm.app.db.registered_models import (
     update_entry,
 )
 from officellm.app.errors import APIError
+from officellm.app.models.served_embedder import ServedEmbedder
+from officellm.app.models.served_model import UNLOADED, ServedModel
 from officellm.app.registry.downloads import Download
 from officellm.app.registry.entry import GENERATE, ModelEntry
 from officellm.app.registry.hub_pull import pull, pulled_dir
-from officellm.app.serving.served_embedder import ServedEmbedder
-from officellm.app.serving.served_model import UNLOADED, ServedModel
 from officellm.app.serving.state import ServerState
 from officellm.engine import check_architecture
 

@@ -176,7 +176,7 @@ class AdmissionControl:
         return policy, used
 
     def touch(self) -> None:
-        """Count now as activity (the idle clock: app/serving/idle_sleep.py)."""
+        """Count now as activity (the idle clock: app/models/idle_sleep.py)."""
         self.last_active = time.monotonic()
 
     def refuse_if_draining(self) -> None:

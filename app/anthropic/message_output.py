@@ -77,7 +77,7 @@ class Stop:
     def of(cls, output: CompletionOutput, stop_sequences: list[str], called: bool,
            window_full: bool) -> Stop:
         """model_context_window_exceeded when the context window cut it (a max_tokens past
-        the window runs to the window: app/serving/prompt.py), max_tokens when max_tokens
+        the window runs to the window: app/models/prompt.py), max_tokens when max_tokens
         did, stop_sequence naming the one matched, tool_use when it ended in calls, else
         end_turn (the model's own end)."""
         if output.finish_reason == "length":

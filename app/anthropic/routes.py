@@ -40,13 +40,13 @@ from officellm.app.anthropic.protocol import CountTokensRequest, MessagesRequest
 from officellm.app.chat.chat_formats import ChatPlan
 from officellm.app.chat.chat_output import ChatDeltaParts, ChatMessageParts
 from officellm.app.errors import invalid_value
+from officellm.app.models.prompt import ChatPrompt
+from officellm.app.models.served_model import ServedModel
 from officellm.app.openai.sse import SSEResponse, sse
 from officellm.app.principal import Principal
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
 from officellm.app.serving.generation_pipeline import ChatInput, GenerationCall, run_generation
 from officellm.app.serving.heartbeats import with_heartbeats
-from officellm.app.serving.prompt import ChatPrompt
-from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import CompletionOutput, EngineDeadError
 

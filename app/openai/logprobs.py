@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from officellm.app.models.token_text import TokenText
 from officellm.app.openai.answers import ChatTokenLogprob, CompletionLogprobs, TopLogprob
-from officellm.app.serving.token_text import TokenText
 from officellm.engine import Logprob
 
 

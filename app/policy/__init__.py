@@ -1,7 +1,7 @@
 """Policy rules, pure: thread identity, thread limits, rate limits (no database, no state).
 
 Where they are enforced: app/admission/admission.py (daily quota, concurrency: 429 with
-Retry-After; the scheduling tags read with the policy), app/serving/prompt.py (the thread
+Retry-After; the scheduling tags read with the policy), app/models/prompt.py (the thread
 limits with their on_limit: reject, notify, truncate), app/serving/generation.py (the
 prefix-cache salt; the scheduling tags handed to the engine). The request path is drawn in
 docs/design.md.

@@ -19,8 +19,8 @@ from fastapi import Request
 
 from officellm.app.admission.admission import Admission
 from officellm.app.errors import APIError, invalid_value, unavailable
+from officellm.app.models.served_model import ServedModel
 from officellm.app.policy import prefix_cache_salt
-from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState
 from officellm.engine import (
     CompletionOutput,

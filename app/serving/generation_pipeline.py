@@ -18,11 +18,11 @@ from fastapi.responses import Response
 from officellm.app.admission.admission import Admission
 from officellm.app.admission.auth import get_caller
 from officellm.app.chat.chat_formats import ChatPlan
+from officellm.app.models.prompt import ChatPrompt, Message
+from officellm.app.models.served_model import ServedModel
 from officellm.app.policy import chat_thread
 from officellm.app.principal import Principal
 from officellm.app.serving.generation import Choice, ClientGone, Generation, compile_grammar
-from officellm.app.serving.prompt import ChatPrompt, Message
-from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState
 from officellm.engine import SamplingParams
 

@@ -12,13 +12,13 @@ from officellm.app.accounts.accounts import Accounts
 from officellm.app.admission.admission import Admission, AdmissionControl
 from officellm.app.admission.auth_throttle import AuthThrottle
 from officellm.app.errors import unavailable
+from officellm.app.models.model_pool import ModelPool
+from officellm.app.models.served_model import ServedModel
 from officellm.app.observability.metrics import ServerMetrics
 from officellm.app.observability.refusals import Refusals
 from officellm.app.observability.stats_window import StatsWindow
 from officellm.app.registry.downloads import Downloads
 from officellm.app.server_settings import ServerSettings
-from officellm.app.serving.model_pool import ModelPool
-from officellm.app.serving.served_model import ServedModel
 
 logger = logging.getLogger("officellm.server")
 

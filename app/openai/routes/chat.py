@@ -14,6 +14,8 @@ from officellm.app.admission.auth import get_principal
 from officellm.app.chat.chat_formats import ChatPlan
 from officellm.app.chat.chat_output import ChatDeltaParts, ChatMessageParts
 from officellm.app.errors import invalid_value
+from officellm.app.models.prompt import ChatPrompt
+from officellm.app.models.served_model import ServedModel
 from officellm.app.openai.answers import (
     ERROR_RESPONSES,
     AssistantMessage,
@@ -38,8 +40,6 @@ from officellm.app.principal import Principal
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
 from officellm.app.serving.generation_pipeline import ChatInput, GenerationCall, run_generation
 from officellm.app.serving.heartbeats import with_heartbeats
-from officellm.app.serving.prompt import ChatPrompt
-from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import EngineDeadError
 

@@ -12,6 +12,8 @@ from fastapi.responses import JSONResponse, Response
 from officellm.app.admission.admission import Admission
 from officellm.app.admission.auth import get_principal
 from officellm.app.errors import invalid_value
+from officellm.app.models.prompt import ChatPrompt
+from officellm.app.models.served_model import ServedModel
 from officellm.app.openai.answers import (
     ERROR_RESPONSES,
     Completion,
@@ -34,8 +36,6 @@ from officellm.app.serving.generation import (
 )
 from officellm.app.serving.generation_pipeline import GenerationCall, Started, run_generation
 from officellm.app.serving.heartbeats import with_heartbeats
-from officellm.app.serving.prompt import ChatPrompt
-from officellm.app.serving.served_model import ServedModel
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import EngineDeadError, PromptLogprobs, SamplingParams
 

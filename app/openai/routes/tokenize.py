@@ -20,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from officellm.app.admission.auth import get_caller, get_principal
 from officellm.app.chat.chat_formats import ChatPlan
 from officellm.app.errors import APIError, invalid_value
+from officellm.app.models.prompt import PromptRenderer
 from officellm.app.openai.answers import ERROR_RESPONSES, DetokenizeResponse, TokenizeResponse
 from officellm.app.openai.protocol import (
     DetokenizeRequest,
@@ -28,7 +29,6 @@ from officellm.app.openai.protocol import (
     TokenizeRequest,
 )
 from officellm.app.principal import Principal
-from officellm.app.serving.prompt import PromptRenderer
 from officellm.app.serving.state import ServerState, admitted_server
 
 access_log = logging.getLogger("officellm.access")

@@ -8,9 +8,9 @@ import time
 from datetime import datetime, timezone
 
 from officellm.app.errors import unavailable
+from officellm.app.models.served_model import UNLOADED
 from officellm.app.registry.entry import ModelEntry
 from officellm.app.server_settings import ServerSettings
-from officellm.app.serving.served_model import UNLOADED
 from officellm.engine import AsyncEmbedder, EngineState
 
 

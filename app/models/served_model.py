@@ -11,11 +11,11 @@ from datetime import datetime, timezone
 
 from officellm.app.chat.chat_formats import ChatFormats
 from officellm.app.errors import unavailable
+from officellm.app.models.prompt import LengthLimits, PromptRenderer, Prompts
+from officellm.app.models.token_text import TokenText
 from officellm.app.observability.refusals import Refusals
 from officellm.app.registry.entry import ModelEntry
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
-from officellm.app.serving.prompt import LengthLimits, PromptRenderer, Prompts
-from officellm.app.serving.token_text import TokenText
 from officellm.engine import AsyncLLM, EngineState, LLMEngine, ModelFootprint
 
 # A model out of memory: never loaded or unloaded (to make room, or by the admin), or put to

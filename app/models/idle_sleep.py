@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from officellm.app.serving.model_pool import ModelPool
+from officellm.app.models.model_pool import ModelPool
 
 # How often the models' idle clocks are read.
 CHECK_INTERVAL_S = 0.25

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from officellm.app.errors import APIError, unavailable
+from officellm.app.models.served_embedder import ServedEmbedder
+from officellm.app.models.served_model import SLEEPING, UNLOADED, ServedModel
 from officellm.app.registry.entry import BUNDLED, EMBED, GENERATE, ModelEntry
 from officellm.app.server_settings import ServerSettings
-from officellm.app.serving.served_embedder import ServedEmbedder
-from officellm.app.serving.served_model import SLEEPING, UNLOADED, ServedModel
 from officellm.engine import (
     BUNDLED_EMBEDDER,
     AsyncEmbedder,
