@@ -42,7 +42,12 @@ from officellm.engine.memory_footprint import (
     estimate_footprint,
     tier_ram_bytes,
 )
-from officellm.engine.model_lifecycle import EngineDeadError, EngineState, LoadFailure
+from officellm.engine.model_lifecycle import (
+    EngineDeadError,
+    EngineState,
+    LoadFailure,
+    ModelLifecycle,
+)
 from officellm.engine.output_processor import IterationStats, OutputKind
 from officellm.engine.outputs import CompletionOutput, PromptLogprobs, RequestOutput
 from officellm.engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
@@ -74,7 +79,7 @@ __all__ = [
     # The KV cache's disk tier: a person's blocks purged, running or not
     "purge_kv_disk", "kv_disk_owner",
     # Observability
-    "EngineStats", "IterationStats", "DiskTierStats", "HostTierStats", "tier_ram_bytes",
+    "EngineStats", "IterationStats", "ModelLifecycle", "DiskTierStats", "HostTierStats", "tier_ram_bytes",
     # Failures
     "WorkerDiedError",
 ]

@@ -22,8 +22,9 @@ from officellm.app.db.registered_models import (
     update_entry,
 )
 from officellm.app.errors import APIError
+from officellm.app.models.served import UNLOADED
 from officellm.app.models.served_embedder import ServedEmbedder
-from officellm.app.models.served_model import UNLOADED, ServedModel
+from officellm.app.models.served_model import ServedModel
 from officellm.app.registry.downloads import Download
 from officellm.app.registry.entry import GENERATE, ModelEntry
 from officellm.app.registry.hub_pull import pull, pulled_dir

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from officellm.app.errors import APIError, unavailable
+from officellm.app.models.served import SLEEPING, UNLOADED
 from officellm.app.models.served_embedder import ServedEmbedder
-from officellm.app.models.served_model import SLEEPING, UNLOADED, ServedModel
+from officellm.app.models.served_model import ServedModel
 from officellm.app.registry.entry import BUNDLED, EMBED, GENERATE, ModelEntry
 from officellm.app.server_settings import ServerSettings
 from officellm.engine import (

@@ -4,56 +4,26 @@ memory budget does not plan them (docs/models.md)."""
 
 from __future__ import annotations
 
-import time
-from datetime import datetime, timezone
-
 from officellm.app.errors import unavailable
-from officellm.app.models.served_model import UNLOADED
+from officellm.app.models.served import Served
 from officellm.app.registry.entry import ModelEntry
 from officellm.app.server_settings import ServerSettings
 from officellm.engine import AsyncEmbedder, EngineState
 
 
-class ServedEmbedder:
+class ServedEmbedder(Served):
     """A registry entry of kind embed (or --embedding-model) and its AsyncEmbedder."""
 
     def __init__(self, entry: ModelEntry, embedder: AsyncEmbedder, settings: ServerSettings,
                  command_line: bool = False) -> None:
-        self.entry = entry
+        super().__init__(entry, embedder, settings)
         self.command_line = command_line  # --embedding-model's, not the registry's
         self.embedder = embedder
-        self.settings = settings
-        self.last_used = time.monotonic()
-        self.last_used_at: datetime | None = None
-        self.resting = UNLOADED
 
     @property
     def name(self) -> str:
         return self.entry.name
 
-    @property
-    def state(self) -> str:
-        """unloaded, sleeping, loading, ready, failed or stopped."""
-        embedder = self.embedder
-        if embedder.waking:
-            return "loading"
-        if embedder.state is EngineState.SLEEPING:
-            return "failed" if embedder.error is not None else self.resting
-        if embedder.state is EngineState.DEAD:
-            return "failed"
-        return embedder.state.value
-
-    @property
-    def idle_seconds(self) -> float | None:
-        """Its entry's idle time, else the server's --sleep-idle-seconds; None: never."""
-        own = self.entry.sleep_idle_seconds
-        if own is not None:
-            return own or None
-        return self.settings.sleep_idle_seconds
-
-    def touch(self) -> None:
-        self.last_used = time.monotonic()
-        self.last_used_at = datetime.now(timezone.utc)
 
     async def wake(self, retry_after_s: int) -> None:
         """Load it if it is out of memory (the request waits); 503 if that fails, or while

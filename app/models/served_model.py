@@ -5,22 +5,17 @@ last use), which the model pool plans loads and unloads by."""
 from __future__ import annotations
 
 import fnmatch
-import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from officellm.app.chat.chat_formats import ChatFormats
 from officellm.app.errors import unavailable
 from officellm.app.models.prompt import LengthLimits, PromptRenderer, Prompts
+from officellm.app.models.served import Served
 from officellm.app.models.token_text import TokenText
 from officellm.app.observability.refusals import Refusals
 from officellm.app.registry.entry import ModelEntry
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
 from officellm.engine import AsyncLLM, EngineState, LLMEngine, ModelFootprint
-
-# A model out of memory: never loaded or unloaded (to make room, or by the admin), or put to
-# sleep by --sleep-idle-seconds. Both load on the next request.
-UNLOADED, SLEEPING = "unloaded", "sleeping"
 
 
 @dataclass(frozen=True)
@@ -33,24 +28,20 @@ class LoadedModel:
     max_new_tokens: int | None
 
 
-class ServedModel:
+class ServedModel(Served):
     """A registry entry and its engine (one AsyncLLM, its own KV pool)."""
 
     def __init__(self, entry: ModelEntry, async_engine: AsyncLLM, settings: ServerSettings,
                  refusals: Refusals, footprint: ModelFootprint | None = None,
                  served_names: list[str] | None = None) -> None:
-        self.entry = entry
+        super().__init__(entry, async_engine, settings)
         self.async_engine = async_engine
-        self.settings = settings
         self.refusals = refusals
         self.footprint = footprint  # planned memory; None until estimated
         # --served-model-name for the command line's model; else the entry's name.
         self._served_names = list(served_names or [])
         self.loaded: LoadedModel | None = None
         self.leases = 0  # requests using it now: it is not unloaded under them
-        self.last_used = time.monotonic()
-        self.last_used_at: datetime | None = None
-        self.resting = UNLOADED  # what it is while out of memory: unloaded or sleeping
         self.loads = 0
         self._token_text: TokenText | None = None
         self._prompts: Prompts | None = None
@@ -80,18 +71,6 @@ class ServedModel:
 
     # -- state -------------------------------------------------------------------------
     @property
-    def state(self) -> str:
-        """unloaded, sleeping, loading, ready, failed or stopped."""
-        engine = self.async_engine
-        if engine.waking:
-            return "loading"
-        if engine.state is EngineState.SLEEPING:
-            return "failed" if engine.error is not None else self.resting
-        if engine.state is EngineState.DEAD:
-            return "failed"
-        return engine.state.value
-
-    @property
     def in_memory(self) -> bool:
         """Loaded, loading or waking: its footprint counts against the budget."""
         return self.async_engine.waking or self.async_engine.state in (
@@ -105,10 +84,6 @@ class ServedModel:
     def release(self) -> None:
         self.leases = max(0, self.leases - 1)
         self.touch()
-
-    def touch(self) -> None:
-        self.last_used = time.monotonic()
-        self.last_used_at = datetime.now(timezone.utc)
 
     def check_ready(self, retry_after_s: int) -> None:
         """503 with Retry-After unless the engine is ready."""
@@ -172,10 +147,3 @@ class ServedModel:
                 if c is not None]
         return min(caps) if caps else None
 
-    @property
-    def idle_seconds(self) -> float | None:
-        """--sleep-idle-seconds for this model: its entry's, else the server's; None: never."""
-        own = self.entry.sleep_idle_seconds
-        if own is not None:
-            return own or None
-        return self.settings.sleep_idle_seconds
