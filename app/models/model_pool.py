@@ -1,11 +1,8 @@
 """The model pool: every generate model the server serves, by name, each with its own engine
-and KV pool; a model out of memory loads on its first request, within the memory budget.
-
-The plan (docs/models.md): a model's footprint is `officellm plan`'s arithmetic (dense
-weights in its dtype plus its KV pool). A load that does not fit the budget first unloads
-the least recently used models that are neither pinned nor in use; if that is not enough it
-is refused with a 503 naming what is loaded and what each takes, never an out-of-memory
-crash. Loads are planned one at a time (a lock); the models already loaded keep serving
+and KV pool; a model out of memory loads on its first request, within the memory budget
+(memory_budget.py: a load that does not fit first unloads the least recently used models
+that are neither pinned nor in use, else a 503 naming what is loaded, never an out-of-memory
+crash). Loads are planned one at a time (a lock); the models already loaded keep serving
 meanwhile, and concurrent first requests for one model share one load.
 """
 
@@ -16,11 +13,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from officellm.app.errors import APIError, unavailable
+from officellm.app.models.memory_budget import MemoryBudget
 from officellm.app.models.served import SLEEPING, UNLOADED
 from officellm.app.models.served_embedder import ServedEmbedder
 from officellm.app.models.served_model import ServedModel
@@ -31,15 +28,10 @@ from officellm.engine import (
     AsyncEmbedder,
     AsyncLLM,
     Encoder,
-    EngineConfig,
     EngineState,
     LLMEngine,
-    ModelFootprint,
     bundled_embedder_dir,
-    default_memory_budget,
-    estimate_footprint,
     load_encoder,
-    tier_ram_bytes,
 )
 
 if TYPE_CHECKING:
@@ -52,16 +44,6 @@ EngineFactory = Callable[[], LLMEngine]
 # How often a request for an unknown name may re-read the registry (the CLI adds models to
 # the database while the server runs).
 REGISTRY_REFRESH_S = 2.0
-
-
-def gib(n: int | None) -> str:
-    return "?" if n is None else f"{n / 1024**3:.1f} GiB"
-
-
-def engine_config(settings: ServerSettings, entry: ModelEntry) -> EngineConfig:
-    """The server's engine knobs with the entry's source and serve options over them."""
-    model = None if entry.source == BUNDLED else entry.source
-    return replace(settings.engine, model=model, **entry.engine_options())
 
 
 def encoder_factory(entry: ModelEntry) -> Callable[[], Encoder]:
@@ -84,14 +66,13 @@ class ModelPool:
         self.settings = settings
         self.metrics = metrics
         self.refusals = refusals
-        self.budget_bytes = budget_bytes  # None: the default, set at start
+        self.budget = MemoryBudget(settings, budget_bytes)
         self.models: list[ServedModel] = []
         self.embedders: list[ServedEmbedder] = []  # /v1/embeddings' models
         self._plan_lock = asyncio.Lock()
         self._read_registry: Callable[[], list[ModelEntry]] = list
         self._last_refresh = 0.0
         self._started = False
-        self._estimating: asyncio.Future[None] | None = None
 
     # -- the models ---------------------------------------------------------------------
     @property
@@ -101,8 +82,7 @@ class ModelPool:
     def add(self, entry: ModelEntry, factory: EngineFactory | None = None,
             served_names: list[str] | None = None) -> ServedModel:
         """Serve `entry` (its engine is started asleep unless pinned, once the pool starts)."""
-        engine = AsyncLLM(factory or (lambda: LLMEngine(engine_config(self.settings,
-                                                                      model.entry))))
+        engine = AsyncLLM(factory or (lambda: LLMEngine(model.engine_config())))
         model = ServedModel(entry, engine, self.settings, self.refusals,
                             served_names=served_names)
         engine.on_ready = model.engine_loaded
@@ -153,8 +133,7 @@ class ModelPool:
         others on their first request. `read_registry` reads the registry's entries."""
         self._read_registry = read_registry
         self._started = True
-        if self.budget_bytes is None:
-            self.budget_bytes = default_memory_budget(self.settings.engine)
+        self.budget.start()
         for model in self.models:
             model.async_engine.start(asleep=not model.entry.pinned)
         for served in self.embedders:
@@ -247,95 +226,28 @@ class ModelPool:
             return exact
         return next((m for m in self.models if m.answers_to(requested)), None)
 
-    # -- memory -------------------------------------------------------------------------
-    async def footprint(self, model: ServedModel) -> ModelFootprint:
-        """The model's planned footprint (estimated once, from its config only)."""
-        if model.footprint is None:
-            config = engine_config(self.settings, model.entry)
-            model.footprint = await asyncio.to_thread(estimate_footprint, config)
-        return model.footprint
-
-    async def _measure(self, model: ServedModel) -> None:
-        """A loaded model's footprint as it holds it: weights, KV pool, its tiers' RAM."""
-        stats = model.async_engine.stats()
-        if stats is None or not stats.bytes_per_token:
-            await self.footprint(model)
-            return
-        # What the engine holds replaces the plan: the weights as loaded (a GGUF's blocks,
-        # and the dense copy --quantization auto keeps for large batches where it measured
-        # one faster) and the pool it sized.
-        config = engine_config(self.settings, model.entry)
-        ranks = config.tensor_parallel_size
-        model.footprint = ModelFootprint(stats.weight_bytes * ranks, stats.kv_cache_bytes * ranks,
-                                         tier_ram_bytes(config, stats.kv_cache_bytes),
-                                         not config.device.startswith("cuda"))
-
-    def estimate_in_background(self) -> None:
-        """Estimate the footprints not known yet (reading a .gguf's config takes seconds),
-        so the admin's list shows them without waiting."""
-        missing = [m for m in self.models if m.footprint is None]
-        # Not while a model loads: reading a .gguf's config imports transformers, and two
-        # threads importing it at once can fail with a circular import.
-        loading = any(m.async_engine.state is EngineState.LOADING for m in self.models) or any(
-            e.embedder.state is EngineState.LOADING for e in self.embedders)
-        if missing and not loading and (self._estimating is None or self._estimating.done()):
-            async def estimate() -> None:
-                for model in missing:
-                    try:
-                        await self.footprint(model)
-                    except Exception as exc:  # a bad source: its load will say why
-                        logger.warning("Cannot plan the memory of `%s`: %s", model.name, exc)
-            self._estimating = asyncio.ensure_future(estimate())
+    # -- memory (MemoryBudget's plan over this pool's models) ----------------------------
+    @property
+    def budget_bytes(self) -> int | None:
+        return self.budget.budget_bytes
 
     @property
     def used_bytes(self) -> int:
         """The planned footprints of the models in memory (or loading)."""
-        return sum(m.footprint.total_bytes for m in self.models
-                   if m.in_memory and m.footprint is not None)
+        return self.budget.used_bytes(self.models)
+
+    def estimate_in_background(self) -> None:
+        """Plan the models not planned yet, off the request path (the admin's list)."""
+        self.budget.estimate_in_background(self.models, self.embedders)
 
     def _unloadable(self, model: ServedModel) -> bool:
         return (model.in_memory and not model.entry.pinned and model.leases == 0
                 and model.async_engine.is_ready and model is not self.default)
 
-    async def _make_room(self, model: ServedModel) -> None:
-        """Unload the least recently used idle, unpinned models until `model` fits the
-        budget; 503 naming what is loaded if it cannot."""
-        if self.budget_bytes is None:
-            return
-        try:
-            need = (await self.footprint(model)).total_bytes
-        except ValueError as exc:  # a GPU model without a KV size: nothing to plan with
-            raise self._refusal(str(exc)) from exc
-        for other in self.models:
-            if other.in_memory:
-                await self._measure(other)
-        budget = self.budget_bytes
-        if need > budget:
-            raise self._refusal(f"The model `{model.name}` needs {gib(need)} (weights, KV "
-                                f"pool and its tiers' RAM), more than the memory budget of {gib(budget)} "
-                                "(--memory-budget).")
-        for victim in sorted((m for m in self.models if self._unloadable(m)),
-                             key=lambda m: m.last_used):
-            if self.used_bytes + need <= budget:
-                break
-            logger.info("Unloading `%s` (least recently used) to make room for `%s`",
-                        victim.name, model.name)
-            await self.unload(victim)
-        if self.used_bytes + need > budget:
-            held = "; ".join(self._describe(m) for m in self.models if m.in_memory)
-            raise self._refusal(
-                f"The model `{model.name}` needs {gib(need)} but only "
-                f"{gib(max(0, budget - self.used_bytes))} of the {gib(budget)} memory budget "
-                f"is free. Loaded: {held}. Retry when one is idle, or unload one.")
-
     def _describe(self, m: ServedModel) -> str:
         why = ("pinned" if m.entry.pinned or m is self.default else
                f"in use by {m.leases} request(s)" if m.leases else m.state)
-        size = gib(m.footprint.total_bytes) if m.footprint is not None else "?"
-        return f"`{m.name}` ({size}, {why})"
-
-    def _refusal(self, sentence: str) -> APIError:
-        return unavailable(sentence, self.settings.retry_after_s)
+        return self.budget.describe(m, why)
 
     # -- load and unload ----------------------------------------------------------------
     async def load(self, model: ServedModel) -> None:
@@ -350,7 +262,9 @@ class ModelPool:
                 return
             async with self._plan_lock:
                 if engine.state is EngineState.SLEEPING and not engine.waking:
-                    await self._make_room(model)
+                    await self.budget.make_room(
+                        model, self.models, [m for m in self.models if self._unloadable(m)],
+                        self.unload, self._describe)
                     wake = asyncio.ensure_future(self._wake(model))
                 else:
                     wake = None

@@ -5,7 +5,7 @@ last use), which the model pool plans loads and unloads by."""
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from officellm.app.chat.chat_formats import ChatFormats
 from officellm.app.errors import unavailable
@@ -13,9 +13,9 @@ from officellm.app.models.prompt import LengthLimits, PromptRenderer, Prompts
 from officellm.app.models.served import Served
 from officellm.app.models.token_text import TokenText
 from officellm.app.observability.refusals import Refusals
-from officellm.app.registry.entry import ModelEntry
+from officellm.app.registry.entry import BUNDLED, ModelEntry
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
-from officellm.engine import AsyncLLM, EngineState, LLMEngine, ModelFootprint
+from officellm.engine import AsyncLLM, EngineConfig, EngineState, LLMEngine, ModelFootprint
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,11 @@ class ServedModel(Served):
         """Whether a request's `model` names this model (or matches one of its aliases)."""
         return requested in self.names or any(fnmatch.fnmatchcase(requested, p)
                                               for p in self.entry.aliases)
+
+    def engine_config(self) -> EngineConfig:
+        """The server's engine knobs with the entry's source and serve options over them."""
+        source = None if self.entry.source == BUNDLED else self.entry.source
+        return replace(self.settings.engine, model=source, **self.entry.engine_options())
 
     # -- state -------------------------------------------------------------------------
     @property
