@@ -14,7 +14,7 @@ from officellm.engine.config import (
     parse_memory,
     parse_offloading_size,
 )
-from officellm.engine.core.scheduler_output import Logprob
+from officellm.engine.core.logprob import Logprob
 from officellm.engine.embedding.async_embedder import AsyncEmbedder, EmbedderStats
 from officellm.engine.embedding.bundled import BUNDLED_EMBEDDER, bundled_embedder_dir
 from officellm.engine.embedding.decoder_encoder import DecoderEncoder

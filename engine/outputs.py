@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from officellm.engine.core.scheduler_output import Logprob
+from officellm.engine.core.logprob import Logprob
 
 # One entry per generated token: token id -> Logprob (the chosen token plus the top-k).
 SampleLogprobs = list[dict[int, Logprob]]

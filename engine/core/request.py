@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import xgrammar as xgr
 
-    from officellm.engine.core.scheduler_output import Logprob
+    from officellm.engine.core.logprob import Logprob
 
 
 class RequestParams(Protocol):

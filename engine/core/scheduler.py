@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from officellm.engine.core.kv_cache_manager import GroupBlocks, KVCacheManager
+from officellm.engine.core.logprob import Logprob
 from officellm.engine.core.prefill_pacer import PrefillPacer
 from officellm.engine.core.request import Request, RequestStatus
 from officellm.engine.core.scheduler_output import (
     EngineCoreOutput,
-    Logprob,
     SamplerOutput,
     ScheduledChunk,
     SchedulerOutput,

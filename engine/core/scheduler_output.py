@@ -6,17 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from officellm.engine.core.logprob import Logprob
 from officellm.engine.core.lower_tier import BlockSave
 from officellm.engine.core.request import Request
-
-
-@dataclass
-class Logprob:
-    """Log-probability of one token, with its rank in the distribution (1 = most likely)."""
-
-    logprob: float
-    rank: int
-    decoded_token: str | None = None
 
 
 class ScheduledChunk(NamedTuple):

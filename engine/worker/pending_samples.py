@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from officellm.engine.core.scheduler_output import Logprob, SamplerOutput
+from officellm.engine.core.logprob import Logprob
+from officellm.engine.core.scheduler_output import SamplerOutput
 from officellm.engine.worker.sampling_metadata import PromptLogprobRows
 
 # Per row, on the device: the scored token's logprob and rank, the top-k logprobs and ids.
