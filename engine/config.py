@@ -139,9 +139,9 @@ class EngineConfig:
         None, "host RAM for the KV cache's tier below a GPU's pool, in GiB (vLLM's flag) or "
               "with a unit (8GiB): full blocks of the prefix cache are also copied there, and "
               "a prompt or a preempted sequence whose blocks left the pool is copied back "
-              "instead of computed (docs/kv_tiers.md); auto (officellm serve's office and "
-              "personal profiles): a quarter of the free RAM up to 16 GiB on CUDA, none on "
-              "the CPU, whose pool is that RAM; off: none", parse_offloading_size)
+              "instead of computed (docs/kv_tiers.md); auto (every profile of officellm "
+              "serve): a quarter of the free RAM up to 16 GiB on CUDA, none on the CPU, whose "
+              "pool is that RAM; off: none", parse_offloading_size)
     kv_disk_dir: str | None = knob(
         None, "a directory for the KV cache's disk tier: full blocks of the prefix cache are "
               "also written there, sealed, and a prompt whose prefix is there is read back "

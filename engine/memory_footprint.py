@@ -40,11 +40,13 @@ class ModelFootprint:
         return self.weight_bytes + self.kv_cache_bytes + tiers
 
 
-def tier_ram_bytes(config: EngineConfig, kv_cache_bytes: int) -> int:
-    """The RAM the config's KV tiers below a pool of this size take at most: the host tier,
-    and the disk tier's queued writes and reader buffers."""
+def tier_ram_bytes(config: EngineConfig, kv_cache_bytes: int,
+                   host_bytes: int | None = None) -> int:
+    """The RAM the config's KV tiers below a pool of this size take at most: the host tier
+    (`host_bytes` as allocated, where known: `auto` sizes it from the RAM free at load), and
+    the disk tier's queued writes and reader buffers."""
     disk = disk_tier_memory_bytes(kv_cache_bytes) if config.kv_disk_dir is not None else 0
-    return host_tier_bytes(config) + disk
+    return (host_tier_bytes(config) if host_bytes is None else host_bytes) + disk
 
 
 def default_cpu_kv_bytes() -> int:
@@ -53,13 +55,12 @@ def default_cpu_kv_bytes() -> int:
 
 
 def estimate_footprint(config: EngineConfig, kv_cache_bytes: int | None = None) -> ModelFootprint:
-    """The planned footprint of `config`'s model (its KV tiers' RAM included): weights by
-    the parameter count in its
+    """The planned footprint of `config`'s model: weights by the parameter count in its
     dtype, or for a .gguf on the CPU its blocks as the file holds them (kv_plan's
     gguf_weight_bytes: --quantization auto's dense copy for large batches, where it keeps
-    one, is counted once the model has loaded and says what it holds), and the KV pool `kv_cache_bytes`, else
-    config.kv_cache_memory, else the CPU default (on CUDA: ValueError, saying to give one).
-    Reads only the model's config."""
+    one, is counted once the model has loaded and says what it holds); the KV pool
+    `kv_cache_bytes`, else config.kv_cache_memory, else the CPU default (on CUDA:
+    ValueError, saying to give one); and its KV tiers' RAM. Reads only the model's config."""
     source = bundled_model_path() if config.model is None else Path(config.model).expanduser()
     spec, name = load_spec(str(source))
     device = config.device.split(":")[0]

@@ -1,6 +1,7 @@
 """Users & keys: add, disable and delete users, forget what is cached from a user's prompts,
-issue a key (shown once), revoke keys, and see each user's usage today. A front-end key (Open WebUI, ...) speaks for other people, who then appear
-here as users of their own, "alice@example.com via open-webui" (docs/design.md §5)."""
+issue a key (shown once), revoke keys, and see each user's usage today. A front-end key (Open
+WebUI, ...) speaks for other people, who then appear here as users of their own,
+"alice@example.com via open-webui" (docs/design.md §5)."""
 
 from __future__ import annotations
 

@@ -59,7 +59,9 @@ class MemoryBudget:
         config = model.engine_config()
         ranks = config.tensor_parallel_size
         model.footprint = ModelFootprint(stats.weight_bytes * ranks, stats.kv_cache_bytes * ranks,
-                                         tier_ram_bytes(config, stats.kv_cache_bytes),
+                                         tier_ram_bytes(config, stats.kv_cache_bytes,
+                                                        stats.kv_host.capacity_bytes
+                                                        if stats.kv_host is not None else 0),
                                          not config.device.startswith("cuda"))
 
     def estimate_in_background(self, models: Sequence[ServedModel],
