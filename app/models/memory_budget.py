@@ -91,9 +91,11 @@ class MemoryBudget:
     async def make_room(self, model: ServedModel, models: Sequence[ServedModel],
                         unloadable: Sequence[ServedModel],
                         unload: Callable[[ServedModel], Awaitable[bool]],
-                        describe: Callable[[ServedModel], str]) -> None:
+                        describe: Callable[[ServedModel], str], *, required: bool = True) -> None:
         """Unload the least recently used of `unloadable` until `model` fits the budget;
-        503 naming what is loaded (`describe`) if it cannot."""
+        503 naming what is loaded (`describe`) if it cannot, unless not `required` (the
+        default model, which loaded at start whatever the budget: waking it after an idle
+        sleep makes what room it can but is never refused)."""
         if self.budget_bytes is None:
             return
         try:
@@ -104,7 +106,7 @@ class MemoryBudget:
             if other.in_memory:
                 await self.measure(other)
         budget = self.budget_bytes
-        if need > budget:
+        if need > budget and required:
             raise self.refusal(f"The model `{model.name}` needs {gib(need)} (weights, KV pool "
                                f"and its tiers' RAM), more than the memory budget of "
                                f"{gib(budget)} (--memory-budget).")
@@ -115,7 +117,7 @@ class MemoryBudget:
                         victim.name, model.name)
             await unload(victim)
         used = self.used_bytes(models)
-        if used + need > budget:
+        if used + need > budget and required:
             held = "; ".join(describe(m) for m in models if m.in_memory)
             raise self.refusal(
                 f"The model `{model.name}` needs {gib(need)} but only "

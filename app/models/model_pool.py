@@ -264,7 +264,7 @@ class ModelPool:
                 if engine.state is EngineState.SLEEPING and not engine.waking:
                     await self.budget.make_room(
                         model, self.models, [m for m in self.models if self._unloadable(m)],
-                        self.unload, self._describe)
+                        self.unload, self._describe, required=model is not self.default)
                     wake = asyncio.ensure_future(self._wake(model))
                 else:
                     wake = None

@@ -1,7 +1,9 @@
 """Idle sleep (`--sleep-idle-seconds`): after the idle time the model's weights and KV pool are
 freed (the process's resident memory drops by at least their size), the server stays healthy
 and lists the model as sleeping without waking it, and the next request loads it again,
-waits for it and gets the same greedy answer as before."""
+waits for it and gets the same greedy answer as before. The budget here is smaller than the
+model: the default model loads at start whatever the budget, so its wake is never refused
+for it (a CI machine's RAM free at start once gave a default budget below its footprint)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ ASK = {"messages": [{"role": "user", "content": "Name three colours."}], "max_to
        "temperature": 0}
 # The bundled SmolLM2-135M in float32, dense: 0.5 GB of weights, and a 256 MiB KV pool.
 FREED_AT_LEAST = 500 * 1024**2
+BUDGET_BELOW_THE_MODEL = str(256 * 1024**2)
 
 
 def rss_bytes(pid: int) -> int:
@@ -67,7 +70,8 @@ class Slept:
 def slept() -> Iterator[Slept]:
     if not Path("/proc/self/status").is_file():
         pytest.skip("resident memory is read from /proc (Linux)")
-    with ServerProcess("--sleep-idle-seconds", str(IDLE_S)) as server:
+    with ServerProcess("--sleep-idle-seconds", str(IDLE_S),
+                       "--memory-budget", BUDGET_BELOW_THE_MODEL) as server:
         yield Slept(server)
 
 
