@@ -61,11 +61,6 @@ logger = logging.getLogger("officellm.server")
 EngineFactory = Callable[[], LLMEngine]
 
 
-def default_engine_factory(settings: ServerSettings) -> EngineFactory:
-    """Build the real engine from the settings (called on the engine thread)."""
-    return lambda: LLMEngine(settings.engine)
-
-
 def read_registry(db: Database) -> list[ModelEntry]:
     """The registry's entries (the models table), read by the pool on start and when a
     request names a model it does not know yet."""
@@ -118,7 +113,6 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         if token_file is not None:
             logger.info("Admin token written to %s (readable by this user only)", token_file)
     settings.engine = kv_disk_settings(settings.engine, db)
-    factory = engine_factory or default_engine_factory(settings)
     window = StatsWindow(settings.stats_window_s)
     # `state` is bound below, before any scrape.
     server_metrics = ServerMetrics(lambda: state.models.engines(), lambda: state.model_name,
@@ -126,7 +120,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     accounts = Accounts.open(db, owns_db=owns_db)
     refusals = Refusals(server_metrics, accounts)
     pool = ModelPool(settings, server_metrics, refusals, settings.memory_budget)
-    pool.add(command_line_entry(settings), factory, settings.served_model_name)
+    pool.add(command_line_entry(settings), engine_factory, settings.served_model_name)
     async_engine = pool.default.async_engine
 
     def active_threads() -> dict[str, int]:

@@ -52,6 +52,10 @@ class ServerSettings:
     # What the served models may take together (`--memory-budget`); None: the default,
     # engine.default_memory_budget (a share of the RAM, or --gpu-memory-utilization's).
     memory_budget: int | None = None
+    # Each generate model's engine core in a process of its own (the default), or on a
+    # thread of the server's process (`--engine-in-process`: one process, as before, for
+    # comparison and debugging): docs/design.md, "Engine processes".
+    engine_in_process: bool = False
     stats_window_s: float = 60.0  # what /admin/stats' rates and latency percentiles cover
     shutdown_timeout: float = 30.0
     profile: str = "office"

@@ -42,6 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sleep-idle-seconds", type=float, default=0.0, metavar="N",
                    help="free the model's weights and KV pool after N seconds without a "
                         "request; the next request loads it again (default 0: never)")
+    p.add_argument("--engine-in-process", action="store_true",
+                   help="run every model's engine core on a thread of the server's process "
+                        "instead of a process of its own (one process: for comparison and "
+                        "debugging; a crash there stops the server)")
     p.add_argument("--memory-budget", default=None, metavar="SIZE",
                    help="what the served models may take together, e.g. 12GiB: a model "
                         "loaded on demand first unloads the least recently used idle ones, "
@@ -138,6 +142,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        model_aliases=list(args.model_alias),
                        embedding_model=args.embedding_model,
                        sleep_idle_seconds=args.sleep_idle_seconds or None,
+                       engine_in_process=args.engine_in_process,
                        memory_budget=(parse_memory(args.memory_budget)
                                       if args.memory_budget is not None else None),
                        embedding_model_name=args.embedding_model_name,

@@ -20,6 +20,7 @@ from officellm.engine.embedding.bundled import BUNDLED_EMBEDDER, bundled_embedde
 from officellm.engine.embedding.decoder_encoder import DecoderEncoder
 from officellm.engine.embedding.encoders import Encoder, load_encoder
 from officellm.engine.embedding.sentence_encoder import EncoderInfo, SentenceEncoder
+from officellm.engine.front_end import EngineFrontEnd, EngineInfo
 from officellm.engine.input_processor import InputProcessor, PromptTooLongError
 from officellm.engine.kv_cache_dtype import check_kv_cache_dtype
 from officellm.engine.kv_offload.disk_tier import kv_disk_owner, purge_kv_disk
@@ -58,7 +59,7 @@ from officellm.engine.worker.multiproc_executor import WorkerDiedError
 
 __all__ = [
     # Running a model: offline, step by step, and from asyncio (the server)
-    "LLM", "LLMEngine", "AsyncLLM",
+    "LLM", "LLMEngine", "AsyncLLM", "EngineFrontEnd", "EngineInfo",
     # Embedding models: a sentence-transformers encoder on its own thread, batched
     "AsyncEmbedder", "load_encoder", "Encoder", "SentenceEncoder", "DecoderEncoder",
     "EncoderInfo", "EmbedderStats",

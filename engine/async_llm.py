@@ -1,29 +1,30 @@
-"""AsyncLLM: the engine's asyncio client: the engine core's step loop on its own thread, its
-front end on the event loop (beside LLMEngine, as in vLLM; the server is one user).
+"""AsyncLLM: the engine's asyncio client: the engine core behind an EngineCoreClient (on a
+thread of its own, or in a process of its own: engine/core_client/), its front end on the
+event loop (beside LLMEngine, as in vLLM; the server is one user).
 
-vLLM v1's split: the loop thread only schedules, executes and updates (LLMEngine.engine_core:
-token ids in, tokens out, no tokenizer); everything a client reads is made on the event
-loop's thread by the engine's OutputProcessor (detokenization, stop strings, n-way fan-in,
-deltas), so the step loop never waits for text. Commands (add, abort, stop) reach the loop
-thread through a thread-safe queue that it drains between steps; each step's outputs come
-back to the event loop in one `call_soon_threadsafe`, and are handed to each request's
-asyncio.Queue. When idle the loop thread blocks on the command queue: an idle server uses
-no CPU.
+vLLM v1's split: the core only schedules, executes and updates (token ids in, tokens out,
+no tokenizer); everything a client reads is made on the event loop's thread by the front
+end's OutputProcessor (detokenization, stop strings, n-way fan-in, deltas), so the step loop
+never waits for text. Commands (add, abort, purge, stop) go to the core through the client,
+which drains them between steps; each step's outputs come back to the event loop in one
+`call_soon_threadsafe` and are handed to each request's asyncio.Queue.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-import queue
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from officellm.engine.core.request import EngineCoreRequest
+from officellm.engine.config import EngineConfig
 from officellm.engine.core.scheduler_output import EngineCoreOutput
+from officellm.engine.core_client.core_client import EngineCoreClient, EngineCoreDied
+from officellm.engine.core_client.inproc_client import InprocCoreClient
+from officellm.engine.core_client.process_client import ProcessCoreClient
+from officellm.engine.front_end import EngineFrontEnd
 from officellm.engine.input_processor import InputProcessor
 from officellm.engine.llm_engine import LLMEngine
 from officellm.engine.model_lifecycle import (
@@ -36,9 +37,6 @@ from officellm.engine.output_processor import IterationStats, OutputKind
 from officellm.engine.sampling_params import SamplingParams
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output import StructuredOutputsParams
-
-if TYPE_CHECKING:
-    import xgrammar as xgr
 
 logger = logging.getLogger("officellm.async_engine")
 
@@ -56,58 +54,45 @@ class StepListener(Protocol):
     def on_step(self, stats: IterationStats, now: float) -> None: ...
 
 
-@dataclass
-class _Add:
-    requests: list[EngineCoreRequest]
-
-
-@dataclass
-class _Abort:
-    core_ids: list[str]
-
-
-@dataclass
-class _Purge:
-    cache_salt: str | None
-    done: concurrent.futures.Future
-
-
-class _Stop:
-    pass
-
-
-class _Sleep:
-    pass
-
-
 class AsyncLLM(ModelLifecycle):
-    """Runs the core of an LLMEngine built by `engine_factory` on a dedicated thread."""
+    """Drives one engine core through `client` (in_process() or in_own_process())."""
 
     noun = "model"
     load_noun = "engine"
     thread_name = "engine-loop"
 
-    def __init__(self, engine_factory: Callable[[], LLMEngine],
-                 listener: StepListener | None = None,
+    def __init__(self, client: EngineCoreClient, listener: StepListener | None = None,
                  on_load_failure: Callable[[LoadFailure], None] | None = None,
-                 on_ready: Callable[[LLMEngine], None] | None = None) -> None:
+                 on_ready: Callable[[EngineFrontEnd], None] | None = None) -> None:
         super().__init__(on_load_failure)
-        self._factory = engine_factory
+        self.client = client
         self.listener = listener
-        # Called on the loop thread once the engine has loaded, before the first request is
-        # admitted: the server builds what it needs of the model (its prompt renderer).
+        # Called on the lifecycle thread once the engine has loaded, before the first
+        # request is admitted: the server builds what it needs of the model (its prompt
+        # renderer) from the front end.
         self.on_ready = on_ready
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._sinks: dict[str, asyncio.Queue] = {}  # event loop only
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.engine: LLMEngine | None = None
+        self.front_end: EngineFrontEnd | None = None
         self._stats: EngineStats | None = None
+
+    @classmethod
+    def in_process(cls, engine_factory: Callable[[], LLMEngine], **kwargs: Any) -> AsyncLLM:
+        """The core on a thread of this process (the offline LLM's users, the tests)."""
+        return cls(InprocCoreClient(engine_factory), **kwargs)
+
+    @classmethod
+    def in_own_process(cls, config: Callable[[], EngineConfig], label: Callable[[], str],
+                       **kwargs: Any) -> AsyncLLM:
+        """The core in a process of its own, started per load with `config()` (the
+        server's default): a crash or a load there stalls nothing here."""
+        return cls(ProcessCoreClient(config, label), **kwargs)
 
     # -- lifecycle (event loop side) -----------------------------------------------------
     def start(self, asleep: bool = False) -> None:
-        """Start the loop thread, which builds the engine (the model loads there). Called
-        on the event loop that will receive the outputs. `asleep`: load nothing yet; the
-        first wake() loads it (a model loaded on its first request)."""
+        """Start the lifecycle thread, which loads the core. Called on the event loop that
+        will receive the outputs. `asleep`: load nothing yet; the first wake() loads it (a
+        model loaded on its first request)."""
         if self._thread is not None or self._loop is not None:
             return
         self._loop = asyncio.get_running_loop()
@@ -117,33 +102,33 @@ class AsyncLLM(ModelLifecycle):
         self._start_thread()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the loop thread after the commands already queued; pending requests fail."""
+        """Stop the core after the commands already sent; pending requests fail."""
         if self._thread is None:
             return
-        self._commands.put(_Stop())
+        self.client.stop()
         self._thread.join(timeout)
         if self._thread.is_alive():
             logger.warning("Engine loop thread did not stop within %.0f s", timeout)
 
     def sleep(self) -> bool:
-        """Free the model's weights and KV pool (the loop thread closes the engine and ends)
-        if no request is in it; True if it went to sleep. wake() loads it again."""
+        """Free the model's weights and KV pool (the core closes and its thread ends) if no
+        request is in it; True if it went to sleep. wake() loads it again."""
         if self.state is not EngineState.READY or self._sinks:
             return False
         self.state = EngineState.SLEEPING  # from now on add_request refuses, until wake()
         self._stats = None
-        self._commands.put(_Sleep())
+        self.client.stop()
         return True
 
     def stats(self) -> EngineStats | None:
-        """The latest snapshot, taken by the loop thread after each step and each command."""
+        """The latest snapshot, taken by the core after each step and each command."""
         return self._stats
 
     # -- requests (event loop side) ------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     *, kind: OutputKind = OutputKind.DELTA, cache_salt: str | None = None,
                     fairness_key: str | None = None, priority: float = 1.0,
-                    max_kv_share: float | None = None, grammar: xgr.CompiledGrammar | None = None,
+                    max_kv_share: float | None = None, grammar: object | None = None,
                     sink: asyncio.Queue | None = None) -> asyncio.Queue:
         """Queue a request whose prompt the caller has checked (app/models/prompt.py);
         return the queue its outputs arrive on: RequestOutputs, RequestAborted, or an
@@ -152,45 +137,50 @@ class AsyncLLM(ModelLifecycle):
 
         `cache_salt`, `fairness_key`, `priority` and `max_kv_share` are the engine's opaque
         tags (the server's per-user salt and scheduling tags, app/policy/); `grammar` is
-        params.structured_outputs compiled by compile_grammar()."""
-        engine = self.engine
-        if self.state is not EngineState.READY or engine is None:
+        what compile_grammar() returned for params.structured_outputs."""
+        front_end = self.front_end
+        if self.state is not EngineState.READY or front_end is None:
             raise EngineDeadError(self.unavailable_reason())
         core_requests = InputProcessor.core_requests(
             request_id, prompt_token_ids, params, cache_salt, fairness_key=fairness_key,
-            priority=priority, max_kv_share=max_kv_share, grammar=grammar)
-        engine.output_processor.add_request(request_id, None, core_requests, kind)
+            priority=priority, max_kv_share=max_kv_share,
+            grammar=grammar)  # type: ignore[arg-type]
+        front_end.output_processor.add_request(request_id, None, core_requests, kind)
         sink = sink if sink is not None else asyncio.Queue()
         self._sinks[request_id] = sink
-        self._commands.put(_Add(core_requests))
+        self.client.add_requests(core_requests)
         return sink
 
-    async def compile_grammar(self, params: StructuredOutputsParams) -> xgr.CompiledGrammar:
-        """Compile a structured-output spec in a worker thread (cached per spec): the event
-        loop and the engine's step loop go on meanwhile. Raises StructuredOutputError for a
-        spec that cannot be honoured, EngineDeadError when the engine cannot serve."""
-        engine = self.engine
-        if self.state is not EngineState.READY or engine is None:
+    async def compile_grammar(self, params: StructuredOutputsParams) -> object:
+        """Compile a structured-output spec off the event loop (cached per spec; in the
+        engine's process when it has one): the event loop and the step loop go on
+        meanwhile. Raises StructuredOutputError for a spec that cannot be honoured,
+        EngineDeadError when the engine cannot serve."""
+        if self.state is not EngineState.READY:
             raise EngineDeadError(self.unavailable_reason())
-        return await asyncio.to_thread(engine.grammar_compiler.compile, params)
+        try:
+            return await asyncio.to_thread(self.client.compile_grammar, params)
+        except EngineCoreDied as exc:
+            raise EngineDeadError(f"The {self.load_noun} stopped: {exc}") from exc
 
     def abort(self, request_id: str) -> None:
         """Abort a request now (its blocks are freed before the next step)."""
         self._sinks.pop(request_id, None)
-        if self.engine is not None:
-            core_ids = self.engine.output_processor.abort_request(request_id)
+        if self.front_end is not None:
+            core_ids = self.front_end.output_processor.abort_request(request_id)
             if core_ids:
-                self._commands.put(_Abort(core_ids))
+                self.client.abort_requests(core_ids)
 
     async def purge_cache_salt(self, cache_salt: str | None) -> int:
         """Forget the cached blocks computed under this prefix-cache salt, in the pool and
-        the disk tier (before the engine's next step); how many. 0 for an engine not
+        the tiers below it (before the engine's next step); how many. 0 for an engine not
         running: its pool is gone, and its disk tier's files are kv_disk's to purge."""
         if self.state is not EngineState.READY:
             return 0
-        done: concurrent.futures.Future[int] = concurrent.futures.Future()
-        self._commands.put(_Purge(cache_salt, done))
-        return await asyncio.wrap_future(done)
+        try:
+            return await asyncio.wrap_future(self.client.purge_cache_salt(cache_salt))
+        except EngineCoreDied:  # its pool went with it
+            return 0
 
     def abort_all(self) -> None:
         """Abort every request; each reader gets RequestAborted (used at shutdown)."""
@@ -199,15 +189,16 @@ class AsyncLLM(ModelLifecycle):
             sink.put_nowait(RequestAborted(rid))
 
     # -- outputs (event loop side) -------------------------------------------------------
-    def _on_step(self, outputs: list[EngineCoreOutput], stats: EngineStats) -> None:
+    def _on_step(self, outputs: list[EngineCoreOutput], stats: EngineStats | None) -> None:
         """One step's core outputs: process them into RequestOutputs and deliver them."""
-        self._stats = stats
-        engine = self.engine
-        if engine is None or not outputs:
+        if stats is not None:
+            self._stats = stats
+        front_end = self.front_end
+        if front_end is None or not outputs:
             return
-        processed = engine.output_processor.process_outputs(outputs)
+        processed = front_end.output_processor.process_outputs(outputs)
         if processed.reqs_to_abort:
-            self._commands.put(_Abort(processed.reqs_to_abort))
+            self.client.abort_requests(processed.reqs_to_abort)
         if self.listener is not None:
             self.listener.on_step(processed.stats, time.monotonic())
         for out in processed.request_outputs:
@@ -221,8 +212,8 @@ class AsyncLLM(ModelLifecycle):
     def _fail_all(self, error: EngineDeadError) -> None:
         """The engine is gone: every reader gets the error."""
         for rid, sink in list(self._sinks.items()):
-            if self.engine is not None:
-                self.engine.output_processor.abort_request(rid)
+            if self.front_end is not None:
+                self.front_end.output_processor.abort_request(rid)
             sink.put_nowait(error)
         self._sinks.clear()
 
@@ -232,83 +223,35 @@ class AsyncLLM(ModelLifecycle):
         except RuntimeError:  # the event loop is closed: nobody is listening any more
             pass
 
-    # -- the loop thread (ModelLifecycle's) ----------------------------------------------
+    # -- the lifecycle thread (ModelLifecycle's) -----------------------------------------
     def _load(self) -> None:
-        engine = self._factory()
+        loaded = self.client.load()
         try:
             if self.on_ready is not None:
-                self.on_ready(engine)
+                self.on_ready(loaded.front_end)
         except BaseException:
-            engine.close()
+            self.client.stop()
+            self.client.close()
             raise
-        self.engine = engine
-        self._stats = engine.engine_core.stats()
+        self.front_end = loaded.front_end
+        self._stats = loaded.stats
 
     def _serve(self) -> None:
-        engine = self.engine
-        assert engine is not None
         try:
-            self._loop_forever(engine)
+            self.client.serve(lambda outputs, stats: self._to_event_loop(self._on_step, outputs,
+                                                                          stats))
         except BaseException as exc:
-            logger.exception("The engine loop died; the server now answers 503")
-            self.error = f"{type(exc).__name__}: {exc}"
-            self.state = EngineState.DEAD
+            if isinstance(exc, EngineCoreDied):
+                logger.error("The engine stopped: %s", exc)
+            else:
+                logger.exception("The engine loop died; the server now answers 503")
+            self.crashed(str(exc) if isinstance(exc, EngineCoreDied)
+                         else f"{type(exc).__name__}: {exc}")
         finally:
-            # Stops tensor-parallel worker processes; nothing to do for a one-process engine.
-            engine.close()
+            self.client.close()
 
     def _free(self) -> None:
-        self.engine = None
+        self.front_end = None
 
     def _after_stop(self) -> None:
         self._to_event_loop(self._fail_all, EngineDeadError(self.unavailable_reason()))
-
-    def _loop_forever(self, engine: LLMEngine) -> None:
-        core = engine.engine_core
-        while True:
-            # Block for a command only when there is nothing to step: no busy spinning.
-            if not self._process_commands(core, block=not core.has_unfinished_requests()):
-                return
-            if core.has_unfinished_requests():
-                outputs = core.step()
-                # The snapshot travels with the outputs, so a client that has its answer
-                # already sees the counters that include it.
-                self._to_event_loop(self._on_step, outputs, core.stats())
-            else:
-                self._to_event_loop(self._on_step, [], core.stats())
-
-    def _answer_purges_left(self) -> None:
-        """Answer the purges queued behind a stop or sleep (the pool goes with the engine);
-        nothing else queued then matters (adds are refused once stopping or asleep)."""
-        while True:
-            try:
-                cmd = self._commands.get_nowait()
-            except queue.Empty:
-                return
-            if isinstance(cmd, _Purge):
-                cmd.done.set_result(0)
-
-    def _process_commands(self, core: Any, block: bool) -> bool:
-        """Run queued commands; False when told to stop (or to sleep)."""
-        try:
-            cmd = self._commands.get() if block else self._commands.get_nowait()
-        except queue.Empty:
-            return True
-        while True:
-            if isinstance(cmd, (_Stop, _Sleep)):
-                self._answer_purges_left()
-                return False
-            if isinstance(cmd, _Add):
-                for request in cmd.requests:
-                    core.add_request(request)
-            elif isinstance(cmd, _Abort):
-                core.abort_requests(cmd.core_ids)
-            elif isinstance(cmd, _Purge):
-                try:
-                    cmd.done.set_result(core.purge_cache_salt(cmd.cache_salt))
-                except Exception as exc:  # noqa: BLE001 - the caller hears of it
-                    cmd.done.set_exception(exc)
-            try:
-                cmd = self._commands.get_nowait()
-            except queue.Empty:
-                return True

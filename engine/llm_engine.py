@@ -6,7 +6,7 @@ from typing import Any
 
 from officellm.engine.config import EngineConfig
 from officellm.engine.engine_core import EngineCore
-from officellm.engine.input_processor import InputProcessor
+from officellm.engine.front_end import EngineFrontEnd, EngineInfo
 from officellm.engine.loading.model_loader import (
     eos_token_ids,
     generation_max_new_tokens,
@@ -14,39 +14,42 @@ from officellm.engine.loading.model_loader import (
     resolve_model_dir,
 )
 from officellm.engine.loading.tokenizer import load_tokenizer
-from officellm.engine.output_processor import OutputKind, OutputProcessor
+from officellm.engine.output_processor import OutputKind
 from officellm.engine.outputs import RequestOutput
 from officellm.engine.sampling_params import SamplingParams
 from officellm.engine.stats import EngineStats
-from officellm.engine.structured_output.compiler import GrammarCompiler
 
 
 class LLMEngine:
-    """The paged inference engine, vLLM v1's way: an InputProcessor (prompt -> core
-    requests), the EngineCore (schedule -> execute -> update, token ids only) and an
-    OutputProcessor (tokens -> text, stop strings, n-way fan-in, deltas).
+    """The paged inference engine, vLLM v1's way: the EngineCore (schedule -> execute ->
+    update, token ids only) and its front end (engine/front_end.py: an InputProcessor, prompt
+    -> core requests, and an OutputProcessor, tokens -> text, stop strings, n-way fan-in,
+    deltas).
 
     Knows nothing of HTTP, users or SQL: `cache_salt`, `fairness_key`, `priority` and
-    `max_kv_share` are opaque tags. The server runs the
-    same three pieces, the core on a thread of its own (engine/async_llm.py).
+    `max_kv_share` are opaque tags. The server runs the same pieces, the core on a thread or
+    in a process of its own (engine/async_llm.py, engine/core_client/).
     """
 
     def __init__(self, config: EngineConfig | None = None, **kwargs: Any) -> None:
         config = config or EngineConfig(**kwargs)
         self.config = config
-        self.model_dir = resolve_model_dir(config.model)
-        self.tokenizer = load_tokenizer(self.model_dir)
-        self.model_name = model_display_name(self.model_dir)
+        model_dir = resolve_model_dir(config.model)
+        tokenizer = load_tokenizer(model_dir)
+        eos = frozenset(eos_token_ids(model_dir, tokenizer))
+        self.engine_core = EngineCore(config, model_dir, eos)
+        self.front_end = EngineFrontEnd(
+            EngineInfo(str(model_dir), model_display_name(model_dir),
+                       self.engine_core.max_model_len, generation_max_new_tokens(model_dir),
+                       self.engine_core.spec.vocab_size, sorted(eos)), tokenizer)
+        front = self.front_end
+        self.model_dir, self.model_name, self.tokenizer = model_dir, front.model_name, tokenizer
         # The model's default answer length (generation_config's max_new_tokens), or None.
-        self.max_new_tokens = generation_max_new_tokens(self.model_dir)
-        self.engine_core = EngineCore(config, self.model_dir,
-                                      frozenset(eos_token_ids(self.model_dir, self.tokenizer)))
-        self.max_model_len = self.engine_core.max_model_len
-        self.input_processor = InputProcessor(self.tokenizer, self.engine_core.spec.vocab_size,
-                                              self.max_model_len)
-        self.output_processor = OutputProcessor(self.tokenizer)
-        self.grammar_compiler = GrammarCompiler(self.tokenizer, self.engine_core.spec.vocab_size,
-                                                sorted(self.engine_core.eos_token_ids))
+        self.max_new_tokens = front.max_new_tokens
+        self.max_model_len = front.max_model_len
+        self.input_processor = front.input_processor
+        self.output_processor = front.output_processor
+        self.grammar_compiler = front.grammar_compiler
 
     def close(self) -> None:
         """Stop the tensor-parallel worker processes, if any (idempotent). An engine that is

@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from officellm.engine.core_client.core_client import EngineCoreDied, EngineLoadError
 from officellm.engine.host_memory import release_freed_memory
 from officellm.engine.kv_plan import KVCacheTooSmallError
 from officellm.engine.worker.multiproc_executor import WorkerDiedError
@@ -22,9 +25,21 @@ logger = logging.getLogger("officellm.async_engine")
 class EngineState(enum.Enum):
     LOADING = "loading"
     READY = "ready"
-    DEAD = "dead"  # loading failed or the loop thread crashed
+    DEAD = "dead"  # loading failed, or the core stopped untold (crashed(): restartable)
     STOPPED = "stopped"
     SLEEPING = "sleeping"  # idle: the model's weights and KV pool freed until wake()
+
+
+# A core that crashed starts again on the next request; one that crashes again within this
+# window waits first, twice as long each time (restart_delay), so a model that cannot run
+# does not take the machine's CPU loading again and again.
+CRASH_WINDOW_S = 300.0
+MAX_RESTART_DELAY_S = 60.0
+
+
+def restart_delay(crashes: int) -> float:
+    """Seconds to wait after the last of `crashes` crashes within CRASH_WINDOW_S."""
+    return 0.0 if crashes <= 1 else min(2.0 ** (crashes - 1), MAX_RESTART_DELAY_S)
 
 
 class EngineDeadError(RuntimeError):
@@ -32,10 +47,11 @@ class EngineDeadError(RuntimeError):
 
 
 # What a load raises when the configuration cannot run (KV pool too small, no such model, an
-# unsupported architecture or split, a bad flag, a tensor-parallel worker that did not start):
-# its message is the whole story, so no traceback. Anything else is a bug, logged with one.
+# unsupported architecture or split, a bad flag, a tensor-parallel worker that did not start,
+# an engine process that said why or died): its message is the whole story, so no traceback.
+# Anything else is a bug, logged with one.
 REFUSALS: tuple[type[BaseException], ...] = (KVCacheTooSmallError, FileNotFoundError, ValueError,
-                                             WorkerDiedError)
+                                             WorkerDiedError, EngineLoadError, EngineCoreDied)
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,7 @@ class ModelLifecycle:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._waking: asyncio.Future[bool] | None = None
+        self._crashes: list[float] = []  # when the core stopped untold, within the window
 
     # -- the subclass's ------------------------------------------------------------------
     def _load(self) -> None:
@@ -98,7 +115,7 @@ class ModelLifecycle:
         raise NotImplementedError
 
     def _serve(self) -> None:
-        """Serve until told to stop or sleep; set the state DEAD on a crash."""
+        """Serve until told to stop or sleep; call crashed() if the core stops otherwise."""
         raise NotImplementedError
 
     def _free(self) -> None:
@@ -115,14 +132,38 @@ class ModelLifecycle:
         self._thread.start()
 
     async def wake(self) -> bool:
-        """Load the model again after a sleep (or a start asleep); True once it is ready.
-        False if loading failed: it then stays asleep, `error` says why, and the next wake()
-        tries again. Concurrent callers share one load."""
-        if self.state is not EngineState.SLEEPING and self._waking is None:
-            return self.is_ready
+        """Load the model again after a sleep (or a start asleep, or a crash once its
+        back-off has passed); True once it is ready. False if loading failed: it then stays
+        asleep, `error` says why, and the next wake() tries again. Concurrent callers share
+        one load."""
         if self._waking is None:
+            if self.restartable:
+                if self.restart_in() > 0:
+                    return False
+            elif self.state is not EngineState.SLEEPING:
+                return self.is_ready
             self._waking = asyncio.ensure_future(self._reload())
         return await asyncio.shield(self._waking)
+
+    def crashed(self, cause: str) -> None:
+        """The core stopped untold (called on the thread by _serve): requests waiting fail
+        with `cause`, and the next request starts it again (restart_delay)."""
+        now = time.monotonic()
+        self._crashes = [t for t in self._crashes if now - t < CRASH_WINDOW_S] + [now]
+        self.error, self.state = cause, EngineState.DEAD
+
+    @property
+    def restartable(self) -> bool:
+        """It crashed while serving: a wake() starts it again (after restart_in())."""
+        return self.state is EngineState.DEAD and bool(self._crashes)
+
+    def restart_in(self) -> float:
+        """Seconds until a crashed core may start again (0: now)."""
+        if not self._crashes:
+            return 0.0
+        now = time.monotonic()
+        recent = [t for t in self._crashes if now - t < CRASH_WINDOW_S]
+        return max(0.0, self._crashes[-1] + restart_delay(len(recent)) - now)
 
     async def _reload(self) -> bool:
         try:
@@ -171,6 +212,12 @@ class ModelLifecycle:
             if self.error is not None:
                 return f"The {self.noun} could not be loaded again after sleeping: {self.error}"
             return f"The {self.noun} is asleep; the next request wakes it."
+        if self.restartable:
+            wait = self.restart_in()
+            again = ("the next request starts it again" if wait <= 0 else
+                     f"it starts again on a request after {math.ceil(wait)} s (it stopped "
+                     f"{len(self._crashes)} times in {CRASH_WINDOW_S / 60:.0f} minutes)")
+            return f"The {self.load_noun} stopped: {self.error}; {again}."
         return f"The {self.load_noun} failed: {self.error}"
 
     # -- the thread ----------------------------------------------------------------------
@@ -196,3 +243,5 @@ class ModelLifecycle:
         if self.state is not EngineState.DEAD:
             self.state = EngineState.STOPPED
         self._after_stop()
+        if self.state is EngineState.DEAD:  # crashed: freed until a request restarts it
+            self._free()

@@ -28,6 +28,7 @@ from officellm.engine import (
     AsyncEmbedder,
     AsyncLLM,
     Encoder,
+    EngineConfig,
     EngineState,
     LLMEngine,
     bundled_embedder_dir,
@@ -81,8 +82,18 @@ class ModelPool:
 
     def add(self, entry: ModelEntry, factory: EngineFactory | None = None,
             served_names: list[str] | None = None) -> ServedModel:
-        """Serve `entry` (its engine is started asleep unless pinned, once the pool starts)."""
-        engine = AsyncLLM(factory or (lambda: LLMEngine(model.engine_config())))
+        """Serve `entry` (its engine is started asleep unless pinned, once the pool starts):
+        its core built by `factory` on a thread here (tests), else in a process of its own
+        unless --engine-in-process."""
+        def config() -> EngineConfig:
+            return model.engine_config()
+
+        if factory is not None:
+            engine = AsyncLLM.in_process(factory)
+        elif self.settings.engine_in_process:
+            engine = AsyncLLM.in_process(lambda: LLMEngine(config()))
+        else:
+            engine = AsyncLLM.in_own_process(config, lambda: model.name or model.entry.source)
         model = ServedModel(entry, engine, self.settings, self.refusals,
                             served_names=served_names)
         engine.on_ready = model.engine_loaded
@@ -257,11 +268,13 @@ class ModelPool:
         if engine.is_ready:
             return
         if not engine.waking:
-            if engine.state is not EngineState.SLEEPING:  # loading at start, failed, stopped
+            if engine.state is not EngineState.SLEEPING and not engine.restartable:
+                # loading at start, failed, stopped
                 model.check_ready(self.settings.retry_after_s)  # 503, as for /health
                 return
             async with self._plan_lock:
-                if engine.state is EngineState.SLEEPING and not engine.waking:
+                if ((engine.state is EngineState.SLEEPING or engine.restartable)
+                        and not engine.waking):
                     await self.budget.make_room(
                         model, self.models, [m for m in self.models if self._unloadable(m)],
                         self.unload, self._describe, required=model is not self.default)

@@ -15,7 +15,7 @@ from officellm.app.models.token_text import TokenText
 from officellm.app.observability.refusals import Refusals
 from officellm.app.registry.entry import BUNDLED, ModelEntry
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
-from officellm.engine import AsyncLLM, EngineConfig, EngineState, LLMEngine, ModelFootprint
+from officellm.engine import AsyncLLM, EngineConfig, EngineFrontEnd, EngineState, ModelFootprint
 
 
 @dataclass(frozen=True)
@@ -96,10 +96,10 @@ class ServedModel(Served):
             raise unavailable(self.async_engine.unavailable_reason(), retry_after_s)
 
     # -- what the server builds once it has loaded -------------------------------------
-    def engine_loaded(self, engine: LLMEngine) -> None:
-        """Build the prompt side for the loaded model (AsyncLLM.on_ready: on the engine's
-        thread, before any request is admitted), so no request pays for it; after a sleep,
-        the same model again."""
+    def engine_loaded(self, engine: EngineFrontEnd) -> None:
+        """Build the prompt side for the loaded model from its front end (AsyncLLM.on_ready:
+        on the engine's lifecycle thread, before any request is admitted), so no request
+        pays for it; after a sleep, the same model again."""
         self.loaded = LoadedModel(engine.model_name, str(engine.model_dir),
                                   engine.max_model_len, engine.max_new_tokens)
         self.loads += 1

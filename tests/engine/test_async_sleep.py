@@ -53,7 +53,7 @@ def run(tiny: Path, body) -> Counted:
     factory = Counted(tiny)
 
     async def main() -> None:
-        engine = AsyncLLM(factory)
+        engine = AsyncLLM.in_process(factory)
         engine.start()
         try:
             assert await asyncio.to_thread(engine.wait_ready, 120)
@@ -113,7 +113,7 @@ def test_a_failed_wake_leaves_it_asleep_saying_why_and_the_next_wake_retries(tin
     factory = FailsOnce(tiny)
 
     async def main() -> None:
-        engine = AsyncLLM(factory, on_load_failure=failures.append)
+        engine = AsyncLLM.in_process(factory, on_load_failure=failures.append)
         engine.start()
         try:
             assert await asyncio.to_thread(engine.wait_ready, 120)
