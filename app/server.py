@@ -165,7 +165,8 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     server_metrics.in_flight.set_function(lambda: admission.in_flight)
     embedding = command_line_embedder(settings)
     if embedding is not None:
-        pool.add_embedder(embedding, encoder_factory(embedding), command_line=True)
+        pool.add_embedder(embedding, encoder_factory(embedding, settings.engine_in_process),
+                          command_line=True)
     state = ServerState(settings=settings, models=pool, metrics=server_metrics,
                         accounts=accounts, stats_window=window, admission=admission,
                         refusals=refusals, auth_throttle=AuthThrottle(settings.auth_failure_limit),

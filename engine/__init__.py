@@ -19,6 +19,7 @@ from officellm.engine.embedding.async_embedder import AsyncEmbedder, EmbedderSta
 from officellm.engine.embedding.bundled import BUNDLED_EMBEDDER, bundled_embedder_dir
 from officellm.engine.embedding.decoder_encoder import DecoderEncoder
 from officellm.engine.embedding.encoders import Encoder, load_encoder
+from officellm.engine.embedding.process_encoder import ProcessEncoder
 from officellm.engine.embedding.sentence_encoder import EncoderInfo, SentenceEncoder
 from officellm.engine.front_end import EngineFrontEnd, EngineInfo
 from officellm.engine.input_processor import InputProcessor, PromptTooLongError
@@ -62,6 +63,7 @@ __all__ = [
     "LLM", "LLMEngine", "AsyncLLM", "EngineFrontEnd", "EngineInfo",
     # Embedding models: a sentence-transformers encoder on its own thread, batched
     "AsyncEmbedder", "load_encoder", "Encoder", "SentenceEncoder", "DecoderEncoder",
+    "ProcessEncoder",
     "EncoderInfo", "EmbedderStats",
     "BUNDLED_EMBEDDER", "bundled_embedder_dir",
     "EngineState", "LoadFailure", "EngineDeadError", "RequestAborted",

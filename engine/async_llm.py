@@ -124,6 +124,11 @@ class AsyncLLM(ModelLifecycle):
         """The latest snapshot, taken by the core after each step and each command."""
         return self._stats
 
+    @property
+    def engine_pid(self) -> int | None:
+        """The engine process's id while the core runs in one (None in-process)."""
+        return self.client.pid if self.state is EngineState.READY else None
+
     # -- requests (event loop side) ------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     *, kind: OutputKind = OutputKind.DELTA, cache_salt: str | None = None,

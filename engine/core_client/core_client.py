@@ -51,6 +51,9 @@ class EngineCoreClient(Protocol):
     """One engine core's life: load, serve, stop, close; and the commands it takes while it
     serves. Commands are thread-safe and never block on a step."""
 
+    # The process the core runs in, when it has one of its own (None: this process).
+    pid: int | None
+
     def load(self) -> LoadedCore:
         """Load the model (blocking, on the lifecycle thread); raise what the load raised."""
         ...

@@ -10,10 +10,7 @@ to act on (it drains, then stops its engines), so the process ignores them.
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import os
-import signal
 import socket
 import sys
 import threading
@@ -21,30 +18,20 @@ import threading
 from officellm.engine.config import EngineConfig
 from officellm.engine.core.scheduler_output import EngineCoreOutput
 from officellm.engine.core_client import wire
+from officellm.engine.core_client.channel import Channel
+from officellm.engine.core_client.child_process import child_logging, die_with_parent
 from officellm.engine.core_client.inproc_client import InprocCoreClient
 from officellm.engine.llm_engine import LLMEngine
 from officellm.engine.model_lifecycle import LoadFailure, report_load_failure
 from officellm.engine.structured_output import StructuredOutputError
 
 logger = logging.getLogger("officellm.engine_process")
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Be killed when the server's starting thread ends (Linux); exit now if it has."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # it ended before the line above
-        os._exit(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 class EngineProcess:
     """The child's side: an InprocCoreClient fed by the socket."""
 
-    def __init__(self, channel: wire.Channel, config: EngineConfig) -> None:
+    def __init__(self, channel: Channel, config: EngineConfig) -> None:
         self.channel = channel
         self.client = InprocCoreClient(lambda: LLMEngine(config))
 
@@ -121,13 +108,11 @@ class EngineProcess:
 def main(argv: list[str]) -> int:
     fd, parent_pid = int(argv[0]), int(argv[1])
     die_with_parent(parent_pid)
-    channel = wire.Channel(socket.socket(fileno=fd), wire.ToEngine)
+    channel = Channel(socket.socket(fileno=fd), wire.ToEngine)
     start = channel.receive()
     if not isinstance(start, wire.Start):
         return 1
-    logging.basicConfig(level=start.log_level, stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s %(name)s [{start.label}]: "
-                               "%(message)s")
+    child_logging(start.log_level, start.label)
     return EngineProcess(channel, start.config).run()
 
 

@@ -47,6 +47,7 @@ class InprocCoreClient:
         self._factory = engine_factory
         self._commands: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.engine: LLMEngine | None = None
+        self.pid: int | None = None  # this process's
 
     def load(self) -> LoadedCore:
         self._commands = queue.SimpleQueue()  # nothing of a previous load's carries over

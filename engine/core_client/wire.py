@@ -1,12 +1,8 @@
-"""What an engine process and the server say to each other, and how it travels: msgpack
-frames (msgspec), each a length and one message, over a Unix socket pair. Only these types
-are decoded, so a frame can never make an object the schema does not name (no pickle)."""
+"""What an engine process and the server say to each other (over channel.py's frames). Only
+these types are decoded, so a frame can never make an object the schema does not name."""
 
 from __future__ import annotations
 
-import socket
-import struct
-import threading
 from dataclasses import dataclass
 
 import msgspec
@@ -18,8 +14,6 @@ from officellm.engine.front_end import EngineInfo
 from officellm.engine.sampling_params import SamplingParams
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output import StructuredOutputsParams
-
-_LENGTH = struct.Struct("!I")
 
 
 @dataclass(frozen=True)
@@ -108,51 +102,3 @@ class Stopped(msgspec.Struct, tag=True):
 
 ToEngine = Start | Add | Abort | Purge | Compile | Stop
 FromEngine = Ready | LoadFailed | Step | Purged | Compiled | Stopped
-
-
-class Channel:
-    """One end of the socket pair: whole messages out (from any thread) and in (from one)."""
-
-    def __init__(self, sock: socket.socket, receives: type) -> None:
-        self.sock = sock
-        self._encoder = msgspec.msgpack.Encoder()
-        self._decoder = msgspec.msgpack.Decoder(receives)
-        self._send_lock = threading.Lock()
-
-    def send(self, message: msgspec.Struct) -> bool:
-        """Send one message; False if the other end has gone."""
-        payload = self._encoder.encode(message)
-        try:
-            with self._send_lock:
-                self.sock.sendall(_LENGTH.pack(len(payload)) + payload)
-        except OSError:
-            return False
-        return True
-
-    def receive(self) -> object | None:
-        """The next message; None once the other end has gone (or closed its end)."""
-        header = self._read(_LENGTH.size)
-        if header is None:
-            return None
-        body = self._read(_LENGTH.unpack(header)[0])
-        return None if body is None else self._decoder.decode(body)
-
-    def _read(self, n: int) -> bytes | None:
-        buf = bytearray(n)
-        view, got = memoryview(buf), 0
-        while got < n:
-            try:
-                k = self.sock.recv_into(view[got:])
-            except OSError:
-                return None
-            if k == 0:
-                return None
-            got += k
-        return bytes(buf)
-
-    def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from officellm.engine.core_client.core_client import EngineCoreDied
 from officellm.engine.embedding.encoders import Encoder
 from officellm.engine.embedding.sentence_encoder import EncoderInfo
 from officellm.engine.model_lifecycle import (
@@ -58,6 +59,13 @@ class _Sleep:
     pass
 
 
+@dataclass
+class _Died:
+    """The encoder's process went untold (Encoder.watch)."""
+
+    cause: str
+
+
 class AsyncEmbedder(ModelLifecycle):
     """Runs the encoder `factory` builds on a dedicated thread."""
 
@@ -71,7 +79,7 @@ class AsyncEmbedder(ModelLifecycle):
         # embed that cannot is not half-started.
         super().__init__(on_load_failure)
         self._factory = factory
-        self._inputs: queue.SimpleQueue[_Input | _Stop] = queue.SimpleQueue()
+        self._inputs: queue.SimpleQueue[_Input | _Stop | _Sleep | _Died] = queue.SimpleQueue()
         self.encoder: Encoder | None = None
         self._stats = EmbedderStats()
         self._stats_lock = threading.Lock()
@@ -151,15 +159,19 @@ class AsyncEmbedder(ModelLifecycle):
     # -- the thread (ModelLifecycle's) ---------------------------------------------------
     def _load(self) -> None:
         self.encoder = self._factory()
+        self.encoder.watch(lambda cause: self._inputs.put(_Died(cause)))
 
     def _serve(self) -> None:
         while True:
             batch = self._next_batch()
             if batch is None:
                 return
-            self._encode(batch)
+            if not self._encode(batch):
+                return
 
     def _free(self) -> None:
+        if self.encoder is not None:
+            self.encoder.close()
         self.encoder = None
 
     def _after_stop(self) -> None:
@@ -169,6 +181,10 @@ class AsyncEmbedder(ModelLifecycle):
         """The first waiting input (blocking), then what else waits, within the limits;
         None once stopped."""
         first = self._inputs.get()
+        if isinstance(first, _Died):
+            logger.error("The embedding model stopped: %s", first.cause)
+            self.crashed(first.cause)
+            return None
         if isinstance(first, (_Stop, _Sleep)):
             return None
         batch, longest = [first], len(first.ids)
@@ -177,7 +193,7 @@ class AsyncEmbedder(ModelLifecycle):
                 item = self._inputs.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(item, (_Stop, _Sleep)):
+            if isinstance(item, (_Stop, _Sleep, _Died)):
                 self._inputs.put(item)  # after this batch
                 break
             if max(longest, len(item.ids)) * (len(batch) + 1) > MAX_BATCH_TOKENS:
@@ -187,21 +203,30 @@ class AsyncEmbedder(ModelLifecycle):
             longest = max(longest, len(item.ids))
         return batch
 
-    def _encode(self, batch: list[_Input]) -> None:
+    def _encode(self, batch: list[_Input]) -> bool:
+        """Encode a batch and answer its inputs; False if the encoder's process died (the
+        batch and what waits fail, and the next request starts it again)."""
         assert self.encoder is not None
         try:
             vectors = self.encoder.encode([item.ids for item in batch])
+        except EngineCoreDied as exc:
+            logger.error("The embedding model stopped: %s", exc)
+            self.crashed(str(exc))
+            for item in batch:
+                _settle(item, exception=EngineDeadError(self.unavailable_reason()))
+            return False
         except Exception as exc:  # this batch fails; the next one is tried afresh
             logger.exception("Encoding a batch of %d inputs failed", len(batch))
             for item in batch:
                 _settle(item, exception=RuntimeError(f"Encoding failed: {exc}"))
-            return
+            return True
         with self._stats_lock:
             self._stats.inputs += len(batch)
             self._stats.tokens += sum(len(item.ids) for item in batch)
             self._stats.batches += 1
         for item, vector in zip(batch, vectors, strict=True):
             _settle(item, result=vector)
+        return True
 
     def _fail_waiting(self) -> None:
         while True:

@@ -11,6 +11,7 @@ modules at all); sentence-transformers runs the rest (engine/embedding/encoders.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -102,6 +103,12 @@ class DecoderEncoder:
     def tokenize(self, text: str, max_length: int | None = None) -> list[int]:
         """The model's ids for `text` (LockedTokenizer.tokenize)."""
         return self.tokenizer.tokenize(text, max_length)
+
+    def close(self) -> None:
+        """Nothing outlives the object: the model is freed with it."""
+
+    def watch(self, died: Callable[[str], None]) -> None:
+        """It runs in this process: it never stops untold."""
 
     @torch.inference_mode()
     def encode(self, batch: list[list[int]]) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -22,6 +23,15 @@ class Encoder(Protocol):
     def tokenize(self, text: str, max_length: int | None = None) -> list[int]: ...
 
     def encode(self, batch: list[list[int]]) -> torch.Tensor: ...
+
+    def close(self) -> None:
+        """Free what outlives the object (an embedding process); idempotent."""
+        ...
+
+    def watch(self, died: Callable[[str], None]) -> None:
+        """Call `died(cause)` if the encoder stops untold (its process killed): never for
+        one in this process."""
+        ...
 
 
 def load_encoder(model_dir: str | Path, device: str | None = None) -> Encoder:

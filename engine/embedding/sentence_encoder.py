@@ -5,6 +5,7 @@ already has (so a batch is exactly its inputs, padded, and token-id input needs 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,12 @@ class SentenceEncoder:
     def tokenize(self, text: str, max_length: int | None = None) -> list[int]:
         """The ids sentence-transformers would encode for `text` (LockedTokenizer.tokenize)."""
         return self.tokenizer.tokenize(text, max_length)
+
+    def close(self) -> None:
+        """Nothing outlives the object: the model is freed with it."""
+
+    def watch(self, died: Callable[[str], None]) -> None:
+        """It runs in this process: it never stops untold."""
 
     @torch.inference_mode()
     def encode(self, batch: list[list[int]]) -> torch.Tensor:
