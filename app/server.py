@@ -30,7 +30,7 @@ from officellm.app.db.threads import active_thread_counts
 from officellm.app.db.users import user_names
 from officellm.app.error_handlers import install_error_handlers
 from officellm.app.models.idle_sleep import run_idle_sleep
-from officellm.app.models.model_pool import ModelPool, encoder_factory
+from officellm.app.models.model_pool import ModelPool
 from officellm.app.observability.metrics import ServerMetrics
 from officellm.app.observability.refusals import Refusals
 from officellm.app.observability.stats_sampler import run_sampler
@@ -147,7 +147,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         heartbeat = asyncio.ensure_future(run_heartbeat(db, me, lambda: state.model_name))
         tasks = [sampler, heartbeat]
         tasks.append(asyncio.ensure_future(run_idle_sleep(pool)))
-        await pool.refresh(force=True)
+        await pool.registry.refresh(force=True)
         try:
             yield
         finally:
@@ -165,8 +165,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     server_metrics.in_flight.set_function(lambda: admission.in_flight)
     embedding = command_line_embedder(settings)
     if embedding is not None:
-        pool.add_embedder(embedding, encoder_factory(embedding, settings.engine_in_process),
-                          command_line=True)
+        pool.add_embedder(embedding, command_line=True)
     state = ServerState(settings=settings, models=pool, metrics=server_metrics,
                         accounts=accounts, stats_window=window, admission=admission,
                         refusals=refusals, auth_throttle=AuthThrottle(settings.auth_failure_limit),

@@ -170,7 +170,7 @@ async def get_models(request: Request) -> ModelsView:
     and those still downloading; with planned memory (estimated in the background)."""
     server = _server(request)
     entries = await run_in_threadpool(_read_entries, server)
-    server.models.sync_registry(entries)
+    server.models.registry.apply(entries)
     server.models.estimate_in_background()
     return ModelsView(budget_bytes=server.models.budget_bytes,
                       used_bytes=server.models.used_bytes,
@@ -205,7 +205,7 @@ async def post_model(body: NewModel, request: Request) -> ModelRow:
         return _find_row(server, request, entry.name, [])
     await run_in_threadpool(_store, server, entry)
     entries = await run_in_threadpool(_read_entries, server)
-    server.models.sync_registry(entries)
+    server.models.registry.apply(entries)
     server.models.estimate_in_background()
     return _find_row(server, request, entry.name, entries)
 
@@ -239,7 +239,7 @@ async def _download(server: ServerState, download: Download) -> None:
                        download.error)
         return
     server.downloads.finish(entry.name)
-    server.models.sync_registry(await asyncio.to_thread(_read_entries, server))
+    server.models.registry.apply(await asyncio.to_thread(_read_entries, server))
     logger.info("Downloaded %s: the model `%s` is registered", entry.hub_repo, entry.name)
 
 
@@ -265,7 +265,7 @@ async def patch_model(name: str, body: ModelChange, request: Request) -> ModelRo
     if await run_in_threadpool(change) is None:
         raise _not_registered(server, name)
     entries = await run_in_threadpool(_read_entries, server)
-    server.models.sync_registry(entries)
+    server.models.registry.apply(entries)
     return _find_row(server, request, name, entries)
 
 
@@ -304,14 +304,14 @@ async def delete_model(name: str, request: Request) -> Response:
 
     if not await run_in_threadpool(remove):
         raise _not_registered(server, name)
-    await server.models.refresh(force=True)  # it is unloaded and no longer served
+    await server.models.registry.refresh(force=True)  # it is unloaded and no longer served
     return Response(status_code=204)
 
 
 async def _registered(request: Request, name: str
                       ) -> tuple[ServerState, ServedModel | ServedEmbedder]:
     server = _server(request)
-    await server.models.refresh(force=True)
+    await server.models.registry.refresh(force=True)
     found = server.models.find(name) or server.models.find_embedder(name)
     if found is None:
         raise APIError(404, f"No model `{name}` is registered.", param="name",
@@ -328,7 +328,7 @@ async def load_model(name: str, request: Request) -> ModelRow:
         await found.wake(server.settings.retry_after_s)
     else:
         await server.models.acquire(found)
-        found.release()
+        server.models.release(found)
     return _find_row(server, request, name, await run_in_threadpool(_read_entries, server))
 
 

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 
 from officellm.app.errors import APIError, unavailable
 from officellm.app.models.memory_budget import MemoryBudget
+from officellm.app.models.registry_sync import RegistrySync
 from officellm.app.models.served import SLEEPING, UNLOADED
 from officellm.app.models.served_embedder import ServedEmbedder
 from officellm.app.models.served_model import ServedModel
-from officellm.app.registry.entry import BUNDLED, EMBED, GENERATE, ModelEntry
+from officellm.app.registry.entry import BUNDLED, ModelEntry
 from officellm.app.server_settings import ServerSettings
 from officellm.engine import (
     BUNDLED_EMBEDDER,
@@ -43,9 +44,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("officellm.server")
 
 EngineFactory = Callable[[], LLMEngine]
-# How often a request for an unknown name may re-read the registry (the CLI adds models to
-# the database while the server runs).
-REGISTRY_REFRESH_S = 2.0
 
 
 def encoder_factory(entry: ModelEntry, in_process: bool) -> Callable[[], Encoder]:
@@ -74,8 +72,7 @@ class ModelPool:
         self.models: list[ServedModel] = []
         self.embedders: list[ServedEmbedder] = []  # /v1/embeddings' models
         self._plan_lock = asyncio.Lock()
-        self._read_registry: Callable[[], list[ModelEntry]] = list
-        self._last_refresh = 0.0
+        self.registry = RegistrySync(self)
         self._started = False
 
     # -- the models ---------------------------------------------------------------------
@@ -105,10 +102,10 @@ class ModelPool:
         if self._started:
             engine.start(asleep=True)
             if entry.pinned:
-                self._load_pinned(model)
+                self.load_pinned(model)
         return model
 
-    def _load_pinned(self, model: ServedModel) -> None:
+    def load_pinned(self, model: ServedModel) -> None:
         """Load a pinned registry model now, planned like any load (a pinned model is
         loaded, not let past the budget: if it does not fit it stays out, and says so)."""
         async def load() -> None:
@@ -123,10 +120,12 @@ class ModelPool:
         """The engines with a name to report, for the metrics collectors."""
         return [(m.name, m.async_engine) for m in self.models if m.name]
 
-    def add_embedder(self, entry: ModelEntry, factory: Callable[[], Encoder],
+    def add_embedder(self, entry: ModelEntry, factory: Callable[[], Encoder] | None = None,
                      command_line: bool = False) -> ServedEmbedder:
         """Serve the embedding model `entry` on /v1/embeddings (started asleep unless
-        pinned, once the pool starts)."""
+        pinned, once the pool starts): its encoder built by `factory` (tests), else as
+        encoder_factory says."""
+        factory = factory or encoder_factory(entry, self.settings.engine_in_process)
         served = ServedEmbedder(entry, AsyncEmbedder(factory), self.settings, command_line)
         self.embedders.append(served)
         if self._started:
@@ -145,7 +144,7 @@ class ModelPool:
     def start(self, read_registry: Callable[[], list[ModelEntry]]) -> None:
         """Start every engine (on the running event loop): pinned models load now, the
         others on their first request. `read_registry` reads the registry's entries."""
-        self._read_registry = read_registry
+        self.registry.read = read_registry
         self._started = True
         self.budget.start()
         for model in self.models:
@@ -165,39 +164,13 @@ class ModelPool:
         for model in self.models:
             model.async_engine.abort_all()
 
-    def sync_registry(self, entries: list[ModelEntry]) -> None:
-        """Serve the registry's generate entries: new ones are added (loaded on their first
-        request); an entry's changes apply from its next load. Entries removed from the
-        registry stop being served once nothing uses them (ModelPool.forget)."""
-        registered = {e.name: e for e in entries if e.kind == GENERATE}
-        for model in list(self.models[1:]):
-            entry = registered.pop(model.entry.name, None)
-            if entry is None:
-                self.forget(model)
-            elif entry != model.entry:
-                if entry.options != model.entry.options:
-                    model.footprint = None  # planned again; the options apply from its next load
-                pinned_now = entry.pinned and not model.entry.pinned
-                model.entry = entry
-                if pinned_now and not model.in_memory:
-                    self._load_pinned(model)
-        for entry in registered.values():
-            if self.find(entry.name) is None and self.find_embedder(entry.name) is None:
-                self.add(entry)
-        encoders = {e.name: e for e in entries if e.kind == EMBED}
-        for served in list(self.embedders):
-            if served.command_line:
-                continue
-            entry = encoders.pop(served.name, None)
-            if entry is None:
-                if served.embedder.sleep() or served.embedder.state is EngineState.SLEEPING:
-                    served.embedder.stop(timeout=0)
-                    self.embedders.remove(served)
-            elif entry != served.entry:
-                served.entry = entry
-        for entry in encoders.values():
-            if self.find(entry.name) is None and self.find_embedder(entry.name) is None:
-                self.add_embedder(entry, encoder_factory(entry, self.settings.engine_in_process))
+    def forget_embedder(self, served: ServedEmbedder) -> bool:
+        """Stop serving an embedding model removed from the registry: False while in use."""
+        if not (served.embedder.sleep() or served.embedder.state is EngineState.SLEEPING):
+            return False
+        served.embedder.stop(timeout=0)
+        self.embedders.remove(served)
+        return True
 
     def forget(self, model: ServedModel) -> bool:
         """Stop serving a model removed from the registry: False while requests use it."""
@@ -208,14 +181,6 @@ class ModelPool:
         self.models.remove(model)
         return True
 
-    async def refresh(self, force: bool = False) -> None:
-        """Re-read the registry (at most every REGISTRY_REFRESH_S unless `force`)."""
-        now = time.monotonic()
-        if not force and now - self._last_refresh < REGISTRY_REFRESH_S:
-            return
-        self._last_refresh = now
-        self.sync_registry(await asyncio.to_thread(self._read_registry))
-
     # -- names --------------------------------------------------------------------------
     async def resolve(self, requested: str | None) -> ServedModel:
         """The model a request's `model` names (None or "": the default; an alias's glob
@@ -224,7 +189,7 @@ class ModelPool:
             return self.default
         model = self._match(requested)
         if model is None:
-            await self.refresh()
+            await self.registry.refresh()
             model = self._match(requested)
         if model is not None:
             return model
@@ -315,7 +280,7 @@ class ModelPool:
         served = (self.embedders[0] if not requested and self.embedders
                   else self.find_embedder(requested or ""))
         if served is None and requested:
-            await self.refresh()
+            await self.registry.refresh()
             served = self.find_embedder(requested)
         if served is not None:
             return served
@@ -353,13 +318,20 @@ class ModelPool:
     # -- requests -----------------------------------------------------------------------
     async def acquire(self, model: ServedModel) -> None:
         """Take a lease on `model` for one request and make sure it is loaded (the request
-        waits for a load, as in a queue). The caller releases the lease (model.release)."""
-        model.use()
+        waits for a load, as in a queue); the caller gives it back with release(). While
+        leased a model is never unloaded, and the idle clock and the LRU order restart."""
+        model.leases += 1
+        model.touch()
         try:
             await self.load(model)
         except BaseException:
-            model.release()
+            self.release(model)
             raise
+
+    def release(self, model: ServedModel) -> None:
+        """Give back a lease acquire() took."""
+        model.leases = max(0, model.leases - 1)
+        model.touch()
 
     @asynccontextmanager
     async def using(self, requested: str | None) -> AsyncIterator[ServedModel]:
@@ -369,4 +341,4 @@ class ModelPool:
         try:
             yield model
         finally:
-            model.release()
+            self.release(model)

@@ -41,7 +41,9 @@ class ServedModel(Served):
         # --served-model-name for the command line's model; else the entry's name.
         self._served_names = list(served_names or [])
         self.loaded: LoadedModel | None = None
-        self.leases = 0  # requests using it now: it is not unloaded under them
+        # Requests using it now (ModelPool.acquire and release, their one owner): it is not
+        # unloaded under them.
+        self.leases = 0
         self.loads = 0
         self._token_text: TokenText | None = None
         self._prompts: Prompts | None = None
@@ -80,15 +82,6 @@ class ServedModel(Served):
         """Loaded, loading or waking: its footprint counts against the budget."""
         return self.async_engine.waking or self.async_engine.state in (
             EngineState.LOADING, EngineState.READY)
-
-    def use(self) -> None:
-        """A request starts using it (the idle clock and the LRU order restart)."""
-        self.leases += 1
-        self.touch()
-
-    def release(self) -> None:
-        self.leases = max(0, self.leases - 1)
-        self.touch()
 
     def check_ready(self, retry_after_s: int) -> None:
         """503 with Retry-After unless the engine is ready."""

@@ -54,7 +54,7 @@ class ServerState:
         ends (a stream's too); a load's wait is the request's queue time. 503 if it cannot
         be loaded (the memory budget, a failed load)."""
         await self.models.acquire(model)
-        admission.on_release(model.release)
+        admission.on_release(lambda: self.models.release(model))
 
     def check_ready(self) -> None:
         """503 with Retry-After unless the default model is ready and we are not shutting

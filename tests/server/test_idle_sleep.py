@@ -1,5 +1,6 @@
 """Idle sleep (`--sleep-idle-seconds`): after the idle time the model's weights and KV pool are
-freed (the process's resident memory drops by at least their size), the server stays healthy
+freed (the resident memory of the server and its engine process drops by at least their
+size), the server stays healthy
 and lists the model as sleeping without waking it, and the next request loads it again,
 waits for it and gets the same greedy answer as before. The budget here is smaller than the
 model: the default model loads at start whatever the budget, so its wake is never refused
@@ -27,10 +28,18 @@ BUDGET_BELOW_THE_MODEL = str(256 * 1024**2)
 
 
 def rss_bytes(pid: int) -> int:
+    """The resident memory of `pid` and its children (the model's engine process)."""
+    total = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+            total += int(line.split()[1]) * 1024
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in children.read_text().split():
+            try:
+                total += rss_bytes(int(child))
+            except FileNotFoundError:  # it ended meanwhile
+                pass
+    return total
 
 
 def chat(server: ServerProcess) -> httpx.Response:

@@ -21,7 +21,7 @@ async def list_models(principal: Principal = Depends(get_principal),
     if server.default_model.loaded is None:  # not loaded yet (or it failed): 503, saying which
         server.check_ready()
     server.admission.refuse_if_draining()
-    await server.models.refresh()
+    await server.models.registry.refresh()
     cards = []
     for model in server.models.models:
         loaded = model.loaded
