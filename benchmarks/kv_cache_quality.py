@@ -76,8 +76,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from officellm.engine import LLM
-    from officellm.engine.kv_cache_dtype import kv_dtype_name
     from officellm.engine.loading.model_loader import resolve_model_dir
+    from officellm.engine.precision.kv_cache_dtype import kv_dtype_name
 
     model_dir = resolve_model_dir(None)
     runs: dict[str, dict] = {}

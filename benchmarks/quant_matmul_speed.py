@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.machine import cpu_description, run_per_isa  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
-# The flags under which `--dtype auto` may compute in bf16 (engine/dtype_choice.py measures).
+# The flags under which `--dtype auto` may compute in bf16 (engine/precision/dtype_choice.py measures).
 BF16_MATMUL = frozenset({"avx512_bf16", "amx_bf16"})
 
 

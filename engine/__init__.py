@@ -21,9 +21,11 @@ from officellm.engine.embedding.decoder_encoder import DecoderEncoder
 from officellm.engine.embedding.encoders import Encoder, load_encoder
 from officellm.engine.embedding.process_encoder import ProcessEncoder
 from officellm.engine.embedding.sentence_encoder import EncoderInfo, SentenceEncoder
-from officellm.engine.front_end import EngineFrontEnd, EngineInfo
-from officellm.engine.input_processor import InputProcessor, PromptTooLongError
-from officellm.engine.kv_cache_dtype import check_kv_cache_dtype
+from officellm.engine.frontend.front_end import EngineFrontEnd, EngineInfo
+from officellm.engine.frontend.input_processor import InputProcessor, PromptTooLongError
+from officellm.engine.frontend.output_processor import IterationStats, OutputKind
+from officellm.engine.frontend.outputs import CompletionOutput, PromptLogprobs, RequestOutput
+from officellm.engine.frontend.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
 from officellm.engine.kv_offload.disk_tier import kv_disk_owner, purge_kv_disk
 from officellm.engine.kv_plan import (
     KVCacheTooSmallError,
@@ -50,9 +52,7 @@ from officellm.engine.model_lifecycle import (
     LoadFailure,
     ModelLifecycle,
 )
-from officellm.engine.output_processor import IterationStats, OutputKind
-from officellm.engine.outputs import CompletionOutput, PromptLogprobs, RequestOutput
-from officellm.engine.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
+from officellm.engine.precision.kv_cache_dtype import check_kv_cache_dtype
 from officellm.engine.stats import DiskTierStats, EngineStats, HostTierStats
 from officellm.engine.structured_output import StructuredOutputError, StructuredOutputsParams
 from officellm.engine.structured_output.json_schema_support import check_json_schema

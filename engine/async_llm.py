@@ -24,8 +24,10 @@ from officellm.engine.core.scheduler_output import EngineCoreOutput
 from officellm.engine.core_client.core_client import EngineCoreClient, EngineCoreDied
 from officellm.engine.core_client.inproc_client import InprocCoreClient
 from officellm.engine.core_client.process_client import ProcessCoreClient
-from officellm.engine.front_end import EngineFrontEnd
-from officellm.engine.input_processor import InputProcessor
+from officellm.engine.frontend.front_end import EngineFrontEnd
+from officellm.engine.frontend.input_processor import InputProcessor
+from officellm.engine.frontend.output_processor import IterationStats, OutputKind
+from officellm.engine.frontend.sampling_params import SamplingParams
 from officellm.engine.llm_engine import LLMEngine
 from officellm.engine.model_lifecycle import (
     EngineDeadError,
@@ -33,8 +35,6 @@ from officellm.engine.model_lifecycle import (
     LoadFailure,
     ModelLifecycle,
 )
-from officellm.engine.output_processor import IterationStats, OutputKind
-from officellm.engine.sampling_params import SamplingParams
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output import StructuredOutputsParams
 

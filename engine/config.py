@@ -9,8 +9,8 @@ from typing import Any
 
 from officellm.engine.core.scheduling_policy import SCHEDULING_POLICIES
 from officellm.engine.core.speculative_config import SpeculativeConfig
-from officellm.engine.kv_cache_dtype import check_kv_cache_dtype
-from officellm.engine.weight_quantization import check_quantization
+from officellm.engine.precision.kv_cache_dtype import check_kv_cache_dtype
+from officellm.engine.precision.weight_quantization import check_quantization
 
 _UNITS = {
     "": 1, "b": 1,

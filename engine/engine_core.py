@@ -21,7 +21,6 @@ from officellm.engine.core.speculation import Speculation
 from officellm.engine.cpu_caches import bound_cpu_kernel_caches
 from officellm.engine.distributed.parallel_state import ParallelState
 from officellm.engine.host_memory import release_freed_memory, resident_memory_bytes
-from officellm.engine.kv_cache_dtype import kv_dtype_name, scale_bytes
 from officellm.engine.kv_offload.disk_tier import DiskTier
 from officellm.engine.kv_offload.host_tier import HostTier, host_tier_bytes
 from officellm.engine.kv_offload.kv_identity import kv_identity
@@ -29,8 +28,9 @@ from officellm.engine.kv_offload.kv_tiers import KVTiers
 from officellm.engine.kv_plan import kv_block_bytes
 from officellm.engine.loading.model_loader import load_config_dict, model_display_name
 from officellm.engine.loading.model_spec import ModelSpec
-from officellm.engine.measured_choice import machine_key
 from officellm.engine.models.shard_plan import ShardPlan
+from officellm.engine.precision.kv_cache_dtype import kv_dtype_name, scale_bytes
+from officellm.engine.precision.measured_choice import machine_key
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output.bitmask import grammar_bitmask
 from officellm.engine.structured_output.request_grammar import RequestGrammar

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from officellm.engine.config import format_gib
 from officellm.engine.core.kv_cache_groups import KVCacheGroups
-from officellm.engine.kv_cache_dtype import kv_dtype_bytes
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models.shard_plan import ShardPlan
+from officellm.engine.precision.kv_cache_dtype import kv_dtype_bytes
 
 logger = logging.getLogger("officellm.engine.kv_plan")
 

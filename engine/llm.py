@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from officellm.engine.config import EngineConfig
+from officellm.engine.frontend.output_processor import OutputKind
+from officellm.engine.frontend.outputs import RequestOutput
+from officellm.engine.frontend.sampling_params import SamplingParams
 from officellm.engine.llm_engine import LLMEngine
-from officellm.engine.output_processor import OutputKind
-from officellm.engine.outputs import RequestOutput
-from officellm.engine.sampling_params import SamplingParams
 
 Prompt = str | list[int]
 Message = dict[str, Any]

@@ -6,7 +6,10 @@ from typing import Any
 
 from officellm.engine.config import EngineConfig
 from officellm.engine.engine_core import EngineCore
-from officellm.engine.front_end import EngineFrontEnd, EngineInfo
+from officellm.engine.frontend.front_end import EngineFrontEnd, EngineInfo
+from officellm.engine.frontend.output_processor import OutputKind
+from officellm.engine.frontend.outputs import RequestOutput
+from officellm.engine.frontend.sampling_params import SamplingParams
 from officellm.engine.loading.model_loader import (
     eos_token_ids,
     generation_max_new_tokens,
@@ -14,15 +17,12 @@ from officellm.engine.loading.model_loader import (
     resolve_model_dir,
 )
 from officellm.engine.loading.tokenizer import load_tokenizer
-from officellm.engine.output_processor import OutputKind
-from officellm.engine.outputs import RequestOutput
-from officellm.engine.sampling_params import SamplingParams
 from officellm.engine.stats import EngineStats
 
 
 class LLMEngine:
     """The paged inference engine, vLLM v1's way: the EngineCore (schedule -> execute ->
-    update, token ids only) and its front end (engine/front_end.py: an InputProcessor, prompt
+    update, token ids only) and its front end (engine/frontend/front_end.py: an InputProcessor, prompt
     -> core requests, and an OutputProcessor, tokens -> text, stop strings, n-way fan-in,
     deltas).
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from officellm.engine.core_client.core_client import EngineCoreDied, EngineLoadError
 from officellm.engine.host_memory import release_freed_memory
 from officellm.engine.kv_plan import KVCacheTooSmallError
 from officellm.engine.worker.multiproc_executor import WorkerDiedError
@@ -40,6 +39,17 @@ MAX_RESTART_DELAY_S = 60.0
 def restart_delay(crashes: int) -> float:
     """Seconds to wait after the last of `crashes` crashes within CRASH_WINDOW_S."""
     return 0.0 if crashes <= 1 else min(2.0 ** (crashes - 1), MAX_RESTART_DELAY_S)
+
+
+class EngineCoreDied(RuntimeError):
+    """A core (or an embedding model) stopped without being told to: its process was killed
+    or exited, or its loop raised. The message is the cause, in a sentence for the operator
+    and the client."""
+
+
+class EngineLoadError(RuntimeError):
+    """A core elsewhere could not load its model: the message is its one-line reason (the
+    core logged the traceback where it ran)."""
 
 
 class EngineDeadError(RuntimeError):

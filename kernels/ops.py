@@ -124,7 +124,7 @@ class KernelOps:
     apply_rotary: ApplyRotary
     silu_and_mul: SiluAndMul
     gelu_tanh_and_mul: GeluTanhAndMul
-    # Weights in blocks run on the CPU only (engine/weight_quantization.py): None on Triton.
+    # Weights in blocks run on the CPU only (engine/precision/weight_quantization.py): None on Triton.
     quant_matmul: QuantMatmul | None
     quant_pack: QuantPack | None  # None: quant_matmul reads GGUF's rows as they are
     moe_experts: MoeExperts

@@ -14,7 +14,7 @@ BUNDLED = "bundled"
 ENGINE_OPTIONS = ("dtype", "quantization", "kv_cache_dtype", "max_model_len", "kv_cache_memory")
 # The options whose value is a whole number; the others' are strings.
 INT_OPTIONS = ("max_model_len",)
-# engine/dtype_choice.py's names, not imported from there: it loads torch, which the CLI's
+# engine/precision/dtype_choice.py's names, not imported from there: it loads torch, which the CLI's
 # data commands must not wait for.
 DTYPES = ("auto", "float32", "fp32", "float", "bfloat16", "bf16", "float16", "fp16", "half")
 PARSER_OPTIONS = {"tool_call_parser": ("auto", "hermes", "llama3_json", "harmony", "none"),

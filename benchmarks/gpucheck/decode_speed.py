@@ -17,7 +17,7 @@ import time
 import torch
 
 from benchmarks.gpucheck.models import random_prompts
-from officellm.engine.sampling_params import SamplingParams
+from officellm.engine.frontend.sampling_params import SamplingParams
 
 
 def weight_bytes_read(engine, batch: int) -> int:

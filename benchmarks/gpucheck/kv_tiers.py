@@ -27,7 +27,7 @@ from benchmarks.gpucheck.parity import _engine_greedy
 
 def _prefix_ttft(engine, prompt: list[int]) -> float:
     """Seconds to the first token of one request run alone."""
-    from officellm.engine.sampling_params import SamplingParams
+    from officellm.engine.frontend.sampling_params import SamplingParams
 
     start = time.perf_counter()
     engine.add_request(f"t{start}", prompt, SamplingParams(temperature=0, max_tokens=1))

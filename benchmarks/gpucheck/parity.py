@@ -35,7 +35,7 @@ def _hf_greedy(model, prompts: list[list[int]], max_new: int) -> list[list[int]]
 
 
 def _engine_greedy(engine, prompts: list[list[int]], max_new: int) -> list[list[int]]:
-    from officellm.engine.sampling_params import SamplingParams
+    from officellm.engine.frontend.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=max_new, ignore_eos=True)
     for i, p in enumerate(prompts):

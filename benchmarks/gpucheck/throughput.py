@@ -16,7 +16,7 @@ import time
 import torch
 
 from benchmarks.gpucheck.models import random_prompts
-from officellm.engine.sampling_params import SamplingParams
+from officellm.engine.frontend.sampling_params import SamplingParams
 
 
 def engine_throughput(engine, prompts: list[list[int]], output_len: int, deadline_s: float) -> dict:

@@ -3,7 +3,7 @@ tags the scheduling policy reads (engine/core/scheduling_policy.py).
 
 The core is a leaf (no torch, nothing of the engine outside engine/core), so a request's
 sampling parameters and grammar matcher are typed here by what the engine reads of them:
-engine/sampling_params.py's SamplingParams and engine/structured_output/request_grammar.py's
+engine/frontend/sampling_params.py's SamplingParams and engine/structured_output/request_grammar.py's
 RequestGrammar are the implementations.
 """
 
@@ -92,7 +92,7 @@ _FINISH_REASONS = {
 class EngineCoreRequest:
     """What the front end hands the core: one sequence to generate.
 
-    A request with n > 1 reaches the core as n of these (engine/input_processor.py), each
+    A request with n > 1 reaches the core as n of these (engine/frontend/input_processor.py), each
     with its own `seed` (the request's seed plus the sequence's index), so that every
     sequence draws its own reproducible noise.
     """

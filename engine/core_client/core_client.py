@@ -11,23 +11,14 @@ from typing import Protocol
 
 from officellm.engine.core.request import EngineCoreRequest
 from officellm.engine.core.scheduler_output import EngineCoreOutput
-from officellm.engine.front_end import EngineFrontEnd
+from officellm.engine.frontend.front_end import EngineFrontEnd
+from officellm.engine.model_lifecycle import EngineCoreDied, EngineLoadError
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output import StructuredOutputsParams
 
 # Called with each step's outputs and the stats after it (also with no outputs when idle;
 # None: the stats have not changed).
 StepCallback = Callable[[list[EngineCoreOutput], EngineStats | None], None]
-
-
-class EngineCoreDied(RuntimeError):
-    """The core stopped without being told to: its process was killed or exited, or its
-    loop raised. The message is the cause, in a sentence for the operator and the client."""
-
-
-class EngineLoadError(RuntimeError):
-    """A core elsewhere could not load its model: the message is its one-line reason (the
-    core logged the traceback where it ran)."""
 
 
 class GrammarInCore:
@@ -45,6 +36,10 @@ class LoadedCore:
 
     front_end: EngineFrontEnd
     stats: EngineStats
+
+
+__all__ = ["EngineCoreClient", "EngineCoreDied", "EngineLoadError", "GRAMMAR_IN_CORE",
+           "LoadedCore", "StepCallback"]
 
 
 class EngineCoreClient(Protocol):

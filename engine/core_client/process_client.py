@@ -26,7 +26,7 @@ from officellm.engine.core_client.core_client import (
     LoadedCore,
     StepCallback,
 )
-from officellm.engine.front_end import EngineFrontEnd
+from officellm.engine.frontend.front_end import EngineFrontEnd
 from officellm.engine.structured_output import StructuredOutputError, StructuredOutputsParams
 
 ENGINE_PROCESS = "officellm.engine.core_client.engine_process"

@@ -10,8 +10,8 @@ import msgspec
 from officellm.engine.config import EngineConfig
 from officellm.engine.core.request import EngineCoreRequest
 from officellm.engine.core.scheduler_output import EngineCoreOutput
-from officellm.engine.front_end import EngineInfo
-from officellm.engine.sampling_params import SamplingParams
+from officellm.engine.frontend.front_end import EngineInfo
+from officellm.engine.frontend.sampling_params import SamplingParams
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output import StructuredOutputsParams
 

@@ -121,7 +121,7 @@ def _dense(w: torch.Tensor, fmt: int | None) -> torch.Tensor:
 @dataclass(frozen=True)
 class ExpertBlocks:
     """How a checkpoint's experts in blocks are held: `formats` the block types kept as
-    they are (the backend's MoE kernel reads them: engine/weight_quantization.py decides),
+    they are (the backend's MoE kernel reads them: engine/precision/weight_quantization.py decides),
     the others dequantized; `pack` the kernel's layout for them (None: GGUF's rows)."""
 
     formats: frozenset[int] = frozenset()

@@ -130,7 +130,7 @@ class ModelRunner:
         shape = (num_blocks + 1, block_size, model.plan.num_kv_heads,
                  cache_row_width(spec.head_dim, kv_dtype))
         # kv_dtype: the compute dtype, 16 bits under a float32 model, or one byte (fp8; int8
-        # with each row's scale after its values): engine/kv_cache_dtype.py. A block is a
+        # with each row's scale after its values): engine/precision/kv_cache_dtype.py. A block is a
         # page in each of the pool's tensors; layer l keeps its pages in the tensor its
         # place in its group names (engine/core/kv_cache_groups.py).
         self.k_pool = [torch.zeros(shape, dtype=kv_dtype, device=device)

@@ -23,10 +23,10 @@ from pathlib import Path
 import torch
 
 from officellm.engine.loading.gguf_tensors import QuantizedTensor
-from officellm.engine.measured_choice import machine_key, remembered
 from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
 from officellm.engine.models.quantized_linear import QuantizedWeight
+from officellm.engine.precision.measured_choice import machine_key, remembered
 from officellm.kernels.reference import quant_reference
 
 logger = logging.getLogger("officellm.engine.quantization_choice")
@@ -125,7 +125,7 @@ def rows_in_words(n: int) -> str:
     return f"{n} row{'s' if n != 1 else ''}"
 
 
-# blocks_reach's answers, kept in the cache directory (engine/measured_choice.py) by model
+# blocks_reach's answers, kept in the cache directory (engine/precision/measured_choice.py) by model
 # file, dtype, packing and machine.
 CHOICES_FILE = "quantization_choices.json"
 

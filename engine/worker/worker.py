@@ -19,9 +19,7 @@ import torch
 from officellm.engine.attention import selection
 from officellm.engine.config import EngineConfig, format_gib
 from officellm.engine.distributed.parallel_state import ParallelState
-from officellm.engine.dtype_choice import resolve_dtype
 from officellm.engine.host_memory import available_memory_bytes
-from officellm.engine.kv_cache_dtype import resolve_kv_cache_dtype, scale_bytes
 from officellm.engine.kv_plan import KVCacheTooSmallError, kv_block_bytes, size_pool
 from officellm.engine.loading.gguf_tensors import GgufWeights, QuantizedTensor
 from officellm.engine.loading.model_loader import gguf_source, iter_weights, load_config_dict
@@ -29,7 +27,9 @@ from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
 from officellm.engine.models.fixed_order_linear import FixedOrderWeight
-from officellm.engine.weight_quantization import (
+from officellm.engine.precision.dtype_choice import resolve_dtype
+from officellm.engine.precision.kv_cache_dtype import resolve_kv_cache_dtype, scale_bytes
+from officellm.engine.precision.weight_quantization import (
     expert_holding,
     gguf_blocks,
     quantize_at_load,

@@ -170,7 +170,7 @@ def admin_server(tmp_path_factory) -> Iterator[AdminServer]:
 
 
 def test_the_what_if_kv_dtypes_are_the_servers(admin_server):
-    from officellm.engine.kv_cache_dtype import check_kv_cache_dtype
+    from officellm.engine.precision.kv_cache_dtype import check_kv_cache_dtype
 
     client = AdminClient(admin_server.base_url, admin_server.token)
     try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from officellm.engine import EngineConfig, SamplingParams
-from officellm.engine.output_processor import OutputKind
+from officellm.engine.frontend.output_processor import OutputKind
 from tests.engine.conftest import make_llm
 from tests.support.tiny_models import shared_tiny_model
 

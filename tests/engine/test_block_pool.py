@@ -5,7 +5,7 @@ from __future__ import annotations
 from officellm.engine.core.block_pool import BlockPool, hash_block_tokens
 from officellm.engine.core.kv_cache_manager import KVCacheManager
 from officellm.engine.core.request import Request
-from officellm.engine.sampling_params import SamplingParams
+from officellm.engine.frontend.sampling_params import SamplingParams
 
 
 def _req(rid: str, tokens: list[int], salt: str | None = None) -> Request:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from officellm.engine.detokenizer import IncrementalDetokenizer
+from officellm.engine.frontend.detokenizer import IncrementalDetokenizer
 
 
 def _stream(tok, ids, stop=()):

@@ -24,7 +24,7 @@ from officellm.engine.loading.gguf_layout import read_layout
 from officellm.engine.loading.gguf_tensors import read_quantized
 from officellm.engine.loading.model_loader import resolve_model_dir
 from officellm.engine.loading.model_spec import ModelSpec, UnsupportedModelError
-from officellm.engine.weight_quantization import gguf_blocks
+from officellm.engine.precision.weight_quantization import gguf_blocks
 from officellm.kernels.reference import moe as moe_reference
 from officellm.kernels.reference import quant_reference as qr
 from officellm.kernels.reference.moe import ExpertWeights
@@ -215,7 +215,7 @@ def test_the_blocks_are_read_under_the_decoders_names_in_hugging_face_row_order(
 def test_experts_whose_gate_and_up_differ_in_type_stay_dense_with_a_warning(gguf_file,
                                                                            caplog):
     case = gguf_file("qwen3_moe", "q4_k_m", ffn_up_exps=qr.Q8_0)
-    with caplog.at_level(logging.WARNING, logger="officellm.engine.weight_quantization"):
+    with caplog.at_level(logging.WARNING, logger="officellm.engine.precision.weight_quantization"):
         weights = gguf_blocks(case.path, 8, 2)
     assert weights.experts == {} and weights.mixed_experts == [0, 1]
     assert any("gate and up in two block types" in r.getMessage() for r in caplog.records)
@@ -226,7 +226,7 @@ def test_experts_of_a_type_without_a_kernel_stay_dense_named_in_the_warning(gguf
     import gguf
 
     case = gguf_file("mixtral", "q4_k_m", ffn_down_exps=int(gguf.GGMLQuantizationType.Q5_0))
-    with caplog.at_level(logging.WARNING, logger="officellm.engine.weight_quantization"):
+    with caplog.at_level(logging.WARNING, logger="officellm.engine.precision.weight_quantization"):
         weights = gguf_blocks(case.path, 8, 2)
     assert weights.experts == {}
     assert weights.unsupported == {"Q5_0": ["model.layers.0.ffn_down_exps",

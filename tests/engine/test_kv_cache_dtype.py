@@ -13,7 +13,7 @@ import torch
 
 from officellm.engine import SamplingParams
 from officellm.engine.config import EngineConfig
-from officellm.engine.kv_cache_dtype import resolve_kv_cache_dtype
+from officellm.engine.precision.kv_cache_dtype import resolve_kv_cache_dtype
 from tests.engine.conftest import make_llm
 
 MAX_NEW = 16  # a cache read wrongly derails an answer within a few tokens
@@ -136,7 +136,7 @@ def test_auto_stores_the_compute_dtype_where_it_is_16_bits_or_on_triton():
 
 
 def test_auto_stores_a_float32_models_cache_in_bfloat16_on_the_cpu_and_says_so(caplog):
-    with caplog.at_level(logging.INFO, logger="officellm.engine.kv_cache_dtype"):
+    with caplog.at_level(logging.INFO, logger="officellm.engine.precision.kv_cache_dtype"):
         for backend in ("cpu", "torch"):
             assert resolve_kv_cache_dtype("auto", torch.float32, backend) == torch.bfloat16
     assert "kv_cache_dtype auto -> bfloat16: a float32 model on the cpu backend" in caplog.text

@@ -1,4 +1,4 @@
-"""`--dtype auto` is measured once per model shape and machine and kept (engine/measured_choice.py):
+"""`--dtype auto` is measured once per model shape and machine and kept (engine/precision/measured_choice.py):
 a restart never draws the timing again, so never changes the weights' dtype or the answers."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from officellm.engine import SamplingParams, dtype_choice
-from officellm.engine.dtype_choice import resolve_dtype
+from officellm.engine.precision.dtype_choice import resolve_dtype
 from officellm.kernels.cpu_features import CpuFeatures
 from tests.engine.conftest import make_llm
 
@@ -50,7 +50,7 @@ def test_another_shape_is_measured_on_its_own(tmp_path, flipping_timings):
 
 def test_the_log_says_the_choice_was_kept_and_where(tmp_path, flipping_timings, caplog):
     resolve_dtype("auto", CPU, None, 576, 1536, cache_dir=tmp_path)
-    with caplog.at_level(logging.INFO, logger="officellm.engine.dtype_choice"):
+    with caplog.at_level(logging.INFO, logger="officellm.engine.precision.dtype_choice"):
         resolve_dtype("auto", CPU, None, 576, 1536, cache_dir=tmp_path)
     assert "dtype auto -> bfloat16" in caplog.text
     assert f"as measured at the first start on this machine (delete {tmp_path}" in caplog.text

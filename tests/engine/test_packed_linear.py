@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from officellm.engine import SamplingParams
-from officellm.engine.dtype_choice import resolve_dtype
 from officellm.engine.models import packed_linear
+from officellm.engine.precision.dtype_choice import resolve_dtype
 from officellm.kernels.cpu_features import OVERRIDE_ENV, cpu_features
 from tests.engine.conftest import make_llm
 
@@ -127,7 +127,7 @@ def test_under_onednns_own_avx2_cap_the_engine_loads_and_generates(smollm2_dir, 
 
 def test_auto_says_in_the_log_why_it_chose_float32(monkeypatch, caplog):
     monkeypatch.setenv(OVERRIDE_ENV, "avx2")
-    with caplog.at_level(logging.INFO, logger="officellm.engine.dtype_choice"):
+    with caplog.at_level(logging.INFO, logger="officellm.engine.precision.dtype_choice"):
         resolve_dtype("auto", CPU, None)
     assert "dtype auto -> float32: this CPU (avx2 fma" in caplog.text
     assert "has no bf16 matrix instructions" in caplog.text

@@ -14,9 +14,9 @@ from officellm.engine.core.kv_cache_manager import KVCacheManager
 from officellm.engine.core.request import Request
 from officellm.engine.core.scheduler import Scheduler
 from officellm.engine.core.scheduler_output import SamplerOutput
-from officellm.engine.output_processor import OutputKind
-from officellm.engine.outputs import PromptLogprobs
-from officellm.engine.sampling_params import MAX_TOP_LOGPROBS
+from officellm.engine.frontend.output_processor import OutputKind
+from officellm.engine.frontend.outputs import PromptLogprobs
+from officellm.engine.frontend.sampling_params import MAX_TOP_LOGPROBS
 from officellm.engine.worker.sampler import Sampler
 from officellm.engine.worker.sampling_metadata import (
     PromptLogprobRows,

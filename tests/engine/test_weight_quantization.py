@@ -18,7 +18,7 @@ from officellm.engine.loading.gguf_tensors import QuantizedTensor, read_quantize
 from officellm.engine.loading.model_loader import bundled_model_path, iter_weights
 from officellm.engine.models.parallel_linear import ColumnParallelLinear
 from officellm.engine.models.quantized_linear import QuantizedWeight
-from officellm.engine.weight_quantization import gguf_blocks, resolve_quantization
+from officellm.engine.precision.weight_quantization import gguf_blocks, resolve_quantization
 from officellm.engine.worker import quantization_choice
 from officellm.engine.worker.quantization_choice import MatmulPair, MatmulTiming, blocks_max_rows
 from officellm.kernels.reference import quant_reference
@@ -285,7 +285,7 @@ def test_a_gguf_type_without_a_kernel_is_dequantized_with_one_warning(tmp_path, 
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with caplog.at_level(logging.WARNING, logger="officellm.engine.weight_quantization"):
+    with caplog.at_level(logging.WARNING, logger="officellm.engine.precision.weight_quantization"):
         blocks = gguf_blocks(path, 2, 2)
     assert list(blocks.tensors) == ["model.layers.0.self_attn.k_proj.weight"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -12,7 +12,7 @@ from officellm.app.observability.metrics import ServerMetrics
 from officellm.app.observability.sharing import preemptions_since, user_ids, user_shares
 from officellm.app.policy import EffectivePolicy, prefix_cache_salt, scheduling_tags
 from officellm.engine import kv_disk_owner
-from officellm.engine.output_processor import IterationStats
+from officellm.engine.frontend.output_processor import IterationStats
 from officellm.engine.stats import DiskTierStats, EngineStats
 
 STATS = EngineStats(

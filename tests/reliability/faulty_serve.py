@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from officellm.cli import main
 from officellm.engine.core.scheduler import Scheduler
-from officellm.engine.detokenizer import IncrementalDetokenizer
+from officellm.engine.frontend.detokenizer import IncrementalDetokenizer
 
 DETOKENIZER_FAULT = 778
 SCHEDULER_FAULT = 779

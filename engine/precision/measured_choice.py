@@ -24,7 +24,7 @@ import torch
 from officellm.engine.loading.model_loader import default_cache_dir
 from officellm.kernels.cpu_features import cpu_features
 
-logger = logging.getLogger("officellm.engine.measured_choice")
+logger = logging.getLogger("officellm.engine.precision.measured_choice")
 
 
 def machine_key() -> list[str]:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from officellm.engine.input_processor import InputProcessor
+from officellm.engine.frontend.input_processor import InputProcessor
+from officellm.engine.frontend.output_processor import OutputProcessor
 from officellm.engine.loading.tokenizer import load_tokenizer
-from officellm.engine.output_processor import OutputProcessor
 from officellm.engine.structured_output.compiler import GrammarCompiler
 
 

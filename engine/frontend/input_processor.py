@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from officellm.engine.core.request import EngineCoreRequest
-from officellm.engine.sampling_params import SamplingParams
+from officellm.engine.frontend.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     import xgrammar as xgr

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
-from officellm.engine.measured_choice import machine_key, remembered
+from officellm.engine.precision.measured_choice import machine_key, remembered
 from officellm.kernels.cpu_features import cpu_features
 
-logger = logging.getLogger("officellm.engine.dtype_choice")
+logger = logging.getLogger("officellm.engine.precision.dtype_choice")
 
 BF16_FROM = 1.25  # bf16's speed over fp32's from which auto picks bf16
 
@@ -38,7 +38,7 @@ def _time_linear(dtype: torch.dtype, m: int, k: int, n: int, repeats: int = 7) -
     return best
 
 
-# _measured_speedup's answers, by matmul shape and machine (engine/measured_choice.py): two
+# _measured_speedup's answers, by matmul shape and machine (engine/precision/measured_choice.py): two
 # starts of one model on one machine choose the same dtype, so give the same answers.
 CHOICES_FILE = "dtype_choices.json"
 
@@ -64,7 +64,7 @@ def resolve_dtype(requested: str, device: torch.device, config_dtype: str | None
     auto on CUDA: the checkpoint's half type (bf16 when it says float32). auto on the CPU:
     bf16 when the CPU has bf16 matrix instructions and a matmul of the model's shape
     actually runs faster in bf16 than fp32 (measured in ~tens of ms at the first start on
-    this machine, then kept in `cache_dir`: engine/measured_choice.py); else fp32.
+    this machine, then kept in `cache_dir`: engine/precision/measured_choice.py); else fp32.
     """
     if requested != "auto":
         try:

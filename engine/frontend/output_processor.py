@@ -17,8 +17,8 @@ from typing import Any
 
 from officellm.engine.core.request import EngineCoreRequest
 from officellm.engine.core.scheduler_output import EngineCoreOutput
-from officellm.engine.detokenizer import IncrementalDetokenizer
-from officellm.engine.outputs import (
+from officellm.engine.frontend.detokenizer import IncrementalDetokenizer
+from officellm.engine.frontend.outputs import (
     CompletionOutput,
     PromptLogprobs,
     RequestMetrics,
@@ -26,7 +26,7 @@ from officellm.engine.outputs import (
     SampleLogprobs,
 )
 
-logger = logging.getLogger("officellm.engine.output_processor")
+logger = logging.getLogger("officellm.engine.frontend.output_processor")
 
 OUTPUT_ERROR = "internal error while processing this request's output"
 

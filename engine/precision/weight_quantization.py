@@ -27,7 +27,7 @@ from officellm.engine.models.moe import ExpertBlocks
 from officellm.kernels.ops import MoePack
 from officellm.kernels.reference import quant_reference
 
-logger = logging.getLogger("officellm.engine.weight_quantization")
+logger = logging.getLogger("officellm.engine.precision.weight_quantization")
 
 QUANTIZATIONS = ("auto", "gguf", "int8", "int4", "none")
 _BLOCK_BACKENDS = ("cpu", "torch")

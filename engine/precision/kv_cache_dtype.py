@@ -25,7 +25,7 @@ import logging
 
 import torch
 
-from officellm.engine.dtype_choice import NAMES
+from officellm.engine.precision.dtype_choice import NAMES
 from officellm.kernels.reference.reference import INT8_SCALE_BYTES
 from officellm.kernels.triton import E4M3_MIN_CAPABILITY
 
@@ -35,7 +35,7 @@ KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "float16", "fp8_e4m3", "fp8_e5
 ONE_BYTE_NAMES = {**FP8_NAMES, "int8": torch.int8}
 # vLLM's other spellings of quantized caches that no kernel here reads.
 UNSUPPORTED_KV_DTYPES = ("fp8_inc", "fp8_ds_mla", "nvfp4")
-logger = logging.getLogger("officellm.engine.kv_cache_dtype")
+logger = logging.getLogger("officellm.engine.precision.kv_cache_dtype")
 
 # Backends whose attention reads a 16-bit cache under a float32 model.
 _CONVERTING_BACKENDS = ("cpu", "torch")
