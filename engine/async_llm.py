@@ -249,7 +249,8 @@ class AsyncLLM(ModelLifecycle):
             if isinstance(exc, EngineCoreDied):
                 logger.error("The engine stopped: %s", exc)
             else:
-                logger.exception("The engine loop died; the server now answers 503")
+                logger.exception("The engine loop died; its requests get 503 and the next "
+                                 "request starts it again")
             self.crashed(str(exc) if isinstance(exc, EngineCoreDied)
                          else f"{type(exc).__name__}: {exc}")
         finally:

@@ -22,7 +22,7 @@ from officellm.engine.core_client.channel import Channel
 from officellm.engine.core_client.child_process import child_logging, die_with_parent
 from officellm.engine.core_client.inproc_client import InprocCoreClient
 from officellm.engine.llm_engine import LLMEngine
-from officellm.engine.model_lifecycle import LoadFailure, report_load_failure
+from officellm.engine.model_lifecycle import REFUSALS, LoadFailure
 from officellm.engine.structured_output import StructuredOutputError
 
 logger = logging.getLogger("officellm.engine_process")
@@ -40,7 +40,8 @@ class EngineProcess:
             loaded = self.client.load()
         except BaseException as exc:  # noqa: BLE001 - the server hears why, in one line
             failure = LoadFailure.of(exc)
-            report_load_failure(failure, "engine", None)
+            if not isinstance(exc, REFUSALS):  # a bug: its traceback is only here
+                logger.error("Loading the engine failed", exc_info=exc)
             self.channel.send(wire.LoadFailed(failure.reason))
             return 1
         self.channel.send(wire.Ready(loaded.front_end.info, loaded.stats))

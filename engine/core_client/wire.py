@@ -3,7 +3,7 @@ these types are decoded, so a frame can never make an object the schema does not
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgspec
 
@@ -14,6 +14,8 @@ from officellm.engine.frontend.front_end import EngineInfo
 from officellm.engine.frontend.sampling_params import SamplingParams
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output import StructuredOutputsParams
+
+MAX_TOKENS_ON_THE_WIRE = 2**62
 
 
 @dataclass(frozen=True)
@@ -31,8 +33,13 @@ class WireRequest:
 
     @classmethod
     def of(cls, r: EngineCoreRequest) -> WireRequest:
-        assert isinstance(r.params, SamplingParams)
-        return cls(r.request_id, r.prompt_token_ids, r.params, r.seed, r.cache_salt,
+        params = r.params
+        assert isinstance(params, SamplingParams)
+        if params.max_tokens is not None and params.max_tokens > MAX_TOKENS_ON_THE_WIRE:
+            # A max_tokens past any window means "to the window" (the core stops there), and
+            # msgpack carries integers of 64 bits: 10**30 from a client is the same request.
+            params = replace(params, max_tokens=MAX_TOKENS_ON_THE_WIRE)
+        return cls(r.request_id, r.prompt_token_ids, params, r.seed, r.cache_salt,
                    r.fairness_key, r.priority, r.max_kv_share)
 
     def core_request(self, grammar: object | None) -> EngineCoreRequest:

@@ -18,7 +18,7 @@ from officellm.engine.core_client.channel import Channel
 from officellm.engine.core_client.child_process import child_logging, die_with_parent
 from officellm.engine.embedding import encoder_wire as wire
 from officellm.engine.embedding.encoders import Encoder, load_encoder
-from officellm.engine.model_lifecycle import LoadFailure, report_load_failure
+from officellm.engine.model_lifecycle import REFUSALS, LoadFailure
 
 logger = logging.getLogger("officellm.embedder")
 
@@ -46,7 +46,8 @@ def main(argv: list[str]) -> int:
         encoder = load_encoder(start.model_dir)
     except BaseException as exc:  # noqa: BLE001 - the server hears why, in one line
         failure = LoadFailure.of(exc)
-        report_load_failure(failure, "embedding model", None)
+        if not isinstance(exc, REFUSALS):  # a bug: its traceback is only here
+            logger.error("Loading the embedding model failed", exc_info=exc)
         channel.send(wire.EncoderLoadFailed(failure.reason))
         return 1
     channel.send(wire.EncoderReady(str(encoder.model_dir), encoder.info))

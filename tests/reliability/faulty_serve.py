@@ -4,10 +4,15 @@
   strange byte sequence: the engine must fail that request alone.
 - A prompt holding SCHEDULER_FAULT makes the scheduler raise. Nothing isolates the scheduler
   (a scheduler that failed once cannot be trusted with everyone's blocks), so this kills the
-  engine loop: the server must say so (/health 503, the reason in the log), never hang.
+  engine loop: the server must say so (/health 503, the reason in the log), never hang, and
+  the next request starts the engine again.
+
+The engine runs in this process (`--engine-in-process`): the patches are this process's.
 """
 
 from __future__ import annotations
+
+import sys
 
 from officellm.cli import main
 from officellm.engine.core.scheduler import Scheduler
@@ -43,4 +48,6 @@ def _install() -> None:
 
 if __name__ == "__main__":
     _install()
+    # The faults are patched into this process, so the engine must run here.
+    sys.argv.append("--engine-in-process")
     main()

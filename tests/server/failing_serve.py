@@ -2,6 +2,8 @@
 
 FAILING_SERVE_FAULT in the environment picks the fault:
 
+The engine runs in this process (`--engine-in-process`): the patches are this process's.
+
 - `bug`: loading raises an unexpected RuntimeError (a bug, not a refusal): the log has the
   traceback, the last line the one-line reason.
 - `tp-worker`: a tensor-parallel worker process dies before it joins the group. The patch is
@@ -12,6 +14,7 @@ FAILING_SERVE_FAULT in the environment picks the fault:
 from __future__ import annotations
 
 import os
+import sys
 
 import officellm.engine.llm_engine
 import officellm.engine.worker.tp_worker
@@ -35,4 +38,6 @@ elif FAULT == "tp-worker":
     officellm.engine.worker.tp_worker.join_store = _worker_cannot_start  # type: ignore[assignment]
 
 if __name__ == "__main__":
+    # The fault is patched into this process, so the engine must load here.
+    sys.argv.append("--engine-in-process")
     main()
