@@ -2,87 +2,103 @@
 
 This module is the engine's public API: app/ imports from `officellm.engine` alone, never a
 submodule (tests/architecture/test_engine_front_door.py), so everything below may move
-without the server noticing. Importing it has no side effect; the engine bounds oneDNN's CPU
-caches when it starts (engine/cpu_caches.py).
+without the server noticing. Importing it has no side effect and loads nothing: each name
+is imported from its module when first used (PEP 562), so a process that needs the
+configuration or the core's messages does not pay for torch (an engine process imports
+torch on its load thread, behind the models serving: engine/core_client/engine_process.py).
+The engine bounds oneDNN's CPU caches when it starts (engine/cpu_caches.py).
 """
 
-from officellm.engine.async_llm import AsyncLLM, RequestAborted
-from officellm.engine.config import (
-    KV_DISK_AUTO,
-    EngineConfig,
-    engine_knobs,
-    parse_memory,
-    parse_offloading_size,
-)
-from officellm.engine.core.logprob import Logprob
-from officellm.engine.embedding.async_embedder import AsyncEmbedder, EmbedderStats
-from officellm.engine.embedding.bundled import BUNDLED_EMBEDDER, bundled_embedder_dir
-from officellm.engine.embedding.decoder_encoder import DecoderEncoder
-from officellm.engine.embedding.encoders import Encoder, load_encoder
-from officellm.engine.embedding.process_encoder import ProcessEncoder
-from officellm.engine.embedding.sentence_encoder import EncoderInfo, SentenceEncoder
-from officellm.engine.frontend.front_end import EngineFrontEnd, EngineInfo
-from officellm.engine.frontend.input_processor import InputProcessor, PromptTooLongError
-from officellm.engine.frontend.output_processor import IterationStats, OutputKind
-from officellm.engine.frontend.outputs import CompletionOutput, PromptLogprobs, RequestOutput
-from officellm.engine.frontend.sampling_params import BOUNDS, SamplingParams, SamplingParamsError
-from officellm.engine.kv_offload.disk_tier import kv_disk_owner, purge_kv_disk
-from officellm.engine.kv_plan import (
-    KVCacheTooSmallError,
-    KVPlan,
-    dtype_bytes,
-    format_plan,
-    gguf_weight_bytes,
-    load_spec,
-    make_plan,
-)
-from officellm.engine.llm import LLM, apply_chat_template
-from officellm.engine.llm_engine import LLMEngine
-from officellm.engine.loading.model_spec import UnsupportedModelError, check_architecture
-from officellm.engine.loading.tokenizer import load_tokenizer
-from officellm.engine.memory_footprint import (
-    ModelFootprint,
-    default_memory_budget,
-    estimate_footprint,
-    tier_ram_bytes,
-)
-from officellm.engine.model_lifecycle import (
-    EngineDeadError,
-    EngineState,
-    LoadFailure,
-    ModelLifecycle,
-)
-from officellm.engine.precision.kv_cache_dtype import check_kv_cache_dtype
-from officellm.engine.stats import DiskTierStats, EngineStats, HostTierStats
-from officellm.engine.structured_output import StructuredOutputError, StructuredOutputsParams
-from officellm.engine.structured_output.json_schema_support import check_json_schema
-from officellm.engine.worker.multiproc_executor import WorkerDiedError
+from __future__ import annotations
 
-__all__ = [
+import importlib
+from typing import Any
+
+# Where each public name lives, by what it is for.
+_WHERE: dict[str, str] = {
     # Running a model: offline, step by step, and from asyncio (the server)
-    "LLM", "LLMEngine", "AsyncLLM", "EngineFrontEnd", "EngineInfo",
+    "LLM": "officellm.engine.llm",
+    "LLMEngine": "officellm.engine.llm_engine",
+    "AsyncLLM": "officellm.engine.async_llm",
+    "EngineFrontEnd": "officellm.engine.frontend.front_end",
+    "EngineInfo": "officellm.engine.frontend.front_end",
     # Embedding models: a sentence-transformers encoder on its own thread, batched
-    "AsyncEmbedder", "load_encoder", "Encoder", "SentenceEncoder", "DecoderEncoder",
-    "ProcessEncoder",
-    "EncoderInfo", "EmbedderStats",
-    "BUNDLED_EMBEDDER", "bundled_embedder_dir",
-    "EngineState", "LoadFailure", "EngineDeadError", "RequestAborted",
+    "AsyncEmbedder": "officellm.engine.embedding.async_embedder",
+    "load_encoder": "officellm.engine.embedding.encoders",
+    "Encoder": "officellm.engine.embedding.encoders",
+    "SentenceEncoder": "officellm.engine.embedding.sentence_encoder",
+    "DecoderEncoder": "officellm.engine.embedding.decoder_encoder",
+    "ProcessEncoder": "officellm.engine.embedding.process_encoder",
+    "EncoderInfo": "officellm.engine.embedding.sentence_encoder",
+    "EmbedderStats": "officellm.engine.embedding.async_embedder",
+    "BUNDLED_EMBEDDER": "officellm.engine.embedding.bundled",
+    "bundled_embedder_dir": "officellm.engine.embedding.bundled",
+    "EngineState": "officellm.engine.model_lifecycle",
+    "LoadFailure": "officellm.engine.model_lifecycle",
+    "EngineDeadError": "officellm.engine.model_lifecycle",
+    "RequestAborted": "officellm.engine.async_llm",
     # Configuration and the KV-cache plan (`officellm plan`, the CLI's knobs)
-    "EngineConfig", "engine_knobs", "parse_memory", "parse_offloading_size", "KV_DISK_AUTO",
-    "load_spec", "gguf_weight_bytes", "make_plan", "format_plan", "KVPlan", "KVCacheTooSmallError", "dtype_bytes",
-    "check_kv_cache_dtype", "check_architecture", "UnsupportedModelError",
+    "EngineConfig": "officellm.engine.config",
+    "engine_knobs": "officellm.engine.config",
+    "parse_memory": "officellm.engine.config",
+    "parse_offloading_size": "officellm.engine.config",
+    "KV_DISK_AUTO": "officellm.engine.config",
+    "load_spec": "officellm.engine.kv_plan",
+    "gguf_weight_bytes": "officellm.engine.kv_plan",
+    "make_plan": "officellm.engine.kv_plan",
+    "format_plan": "officellm.engine.kv_plan",
+    "KVPlan": "officellm.engine.kv_plan",
+    "KVCacheTooSmallError": "officellm.engine.kv_plan",
+    "dtype_bytes": "officellm.engine.kv_plan",
+    "check_kv_cache_dtype": "officellm.engine.precision.kv_cache_dtype",
+    "check_architecture": "officellm.engine.loading.model_spec",
+    "UnsupportedModelError": "officellm.engine.loading.model_spec",
     # Several models in one memory budget (the server's model pool)
-    "ModelFootprint", "estimate_footprint", "default_memory_budget",
+    "ModelFootprint": "officellm.engine.memory_footprint",
+    "estimate_footprint": "officellm.engine.memory_footprint",
+    "default_memory_budget": "officellm.engine.memory_footprint",
     # Requests in: sampling, structured outputs, prompts
-    "SamplingParams", "SamplingParamsError", "BOUNDS",
-    "StructuredOutputsParams", "StructuredOutputError", "check_json_schema",
-    "InputProcessor", "PromptTooLongError", "apply_chat_template", "load_tokenizer",
+    "SamplingParams": "officellm.engine.frontend.sampling_params",
+    "SamplingParamsError": "officellm.engine.frontend.sampling_params",
+    "BOUNDS": "officellm.engine.frontend.sampling_params",
+    "StructuredOutputsParams": "officellm.engine.structured_output",
+    "StructuredOutputError": "officellm.engine.structured_output",
+    "check_json_schema": "officellm.engine.structured_output.json_schema_support",
+    "InputProcessor": "officellm.engine.frontend.input_processor",
+    "PromptTooLongError": "officellm.engine.frontend.input_processor",
+    "apply_chat_template": "officellm.engine.llm",
+    "load_tokenizer": "officellm.engine.loading.tokenizer",
     # Results out
-    "RequestOutput", "CompletionOutput", "Logprob", "PromptLogprobs", "OutputKind",
+    "RequestOutput": "officellm.engine.frontend.outputs",
+    "CompletionOutput": "officellm.engine.frontend.outputs",
+    "Logprob": "officellm.engine.core.logprob",
+    "PromptLogprobs": "officellm.engine.frontend.outputs",
+    "OutputKind": "officellm.engine.frontend.output_processor",
     # The KV cache's disk tier: a person's blocks purged, running or not
-    "purge_kv_disk", "kv_disk_owner",
+    "purge_kv_disk": "officellm.engine.kv_offload.disk_tier",
+    "kv_disk_owner": "officellm.engine.kv_offload.disk_tier",
     # Observability
-    "EngineStats", "IterationStats", "ModelLifecycle", "DiskTierStats", "HostTierStats", "tier_ram_bytes",
+    "EngineStats": "officellm.engine.stats",
+    "IterationStats": "officellm.engine.frontend.output_processor",
+    "ModelLifecycle": "officellm.engine.model_lifecycle",
+    "DiskTierStats": "officellm.engine.stats",
+    "HostTierStats": "officellm.engine.stats",
+    "tier_ram_bytes": "officellm.engine.memory_footprint",
     # Failures
-    "WorkerDiedError",
-]
+    "WorkerDiedError": "officellm.engine.worker.multiproc_executor",
+}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

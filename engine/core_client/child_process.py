@@ -1,11 +1,10 @@
-"""A model's process of its own, from both sides: the server starts it (spawn, its log lines
-relayed into the server's log, the cause of its end read from its exit and its last line),
-and the child ties its life to the server's (die_with_parent). Engine cores
-(engine_process.py) and embedding models (engine/embedding/encoder_process.py) run so."""
+"""A model's process of its own, as the server starts it: spawned, its log lines relayed into
+the server's log, the cause of its end read from its exit and its last line; and the
+child's log format. Engine cores (engine_process.py) and embedding models
+(engine/embedding/encoder_process.py) run so; child_side.py is the child's half."""
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -18,7 +17,6 @@ from typing import IO
 from officellm.engine.core_client.channel import Channel
 
 logger = logging.getLogger("officellm.async_engine")
-PR_SET_PDEATHSIG = 1
 # How long a process told to stop may take to finish (an engine writes its disk tier's
 # queue) before it is killed.
 STOP_TIMEOUT_S = 30.0
@@ -26,7 +24,7 @@ STOP_TIMEOUT_S = 30.0
 
 class ChildProcess:
     """`python -m module FD PARENT_PID`, spoken to over the socket FD. Start it on the
-    thread that outlives it: the child dies with that thread (die_with_parent)."""
+    thread that outlives it: the child dies with that thread (child_side.die_with_parent)."""
 
     def __init__(self, module: str, what: str) -> None:
         self.module = module
@@ -100,18 +98,6 @@ class ChildProcess:
             except (OSError, ValueError):  # our stderr is closed: keep the last line only
                 pass
         stream.close()
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """In the child: be killed when the server's starting thread ends (Linux), exit now if
-    it has; leave SIGINT and SIGTERM to the server (it drains, then stops its children)."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # it ended before the line above
-        os._exit(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def child_logging(level: int, label: str) -> None:
