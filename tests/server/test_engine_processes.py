@@ -177,6 +177,8 @@ def test_a_killed_engine_is_listed_failed_holding_no_lease_or_budget(office: Off
     assert row["state"] == "failed" and "SIGKILL" in row["error"]
     assert row["requests_running"] == 0 and row["engine_pid"] is None
     assert office.listed_state("tiny") == "failed"
+    stats = httpx.get(f"{office.url}/admin/stats", headers=office.admin, timeout=TIMEOUT).json()
+    assert next(m for m in stats["models"] if m["name"] == "tiny")["state"] == "failed"
     models = office.models()
     assert models["used_bytes"] == office.default()["memory_bytes"]
 
