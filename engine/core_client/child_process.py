@@ -17,13 +17,16 @@ from typing import IO
 from officellm.engine.core_client.channel import Channel
 
 logger = logging.getLogger("officellm.async_engine")
+# How much lower in CPU priority a process loads while other models serve beside it
+# (child_side.load_behind_the_others); with none to protect, a load runs at full speed.
+LOAD_NICENESS = 10
 # How long a process told to stop may take to finish (an engine writes its disk tier's
 # queue) before it is killed.
 STOP_TIMEOUT_S = 30.0
 
 
 class ChildProcess:
-    """`python -m module FD PARENT_PID`, spoken to over the socket FD. Start it on the
+    """`python -m module FD PARENT_PID NICENESS`, spoken to over the socket FD. Start it on the
     thread that outlives it: the child dies with that thread (child_side.die_with_parent)."""
 
     def __init__(self, module: str, what: str) -> None:
@@ -34,12 +37,14 @@ class ChildProcess:
         self.last_line = ""
         self._relay: threading.Thread | None = None
 
-    def start(self, receives: type) -> Channel:
-        """Start the process; the channel to it, decoding `receives`."""
+    def start(self, receives: type, behind_others: bool) -> Channel:
+        """Start the process; the channel to it, decoding `receives`. `behind_others`: other
+        models serve beside it, so it loads at LOAD_NICENESS."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", self.module, str(theirs.fileno()), str(os.getpid())],
+                [sys.executable, "-m", self.module, str(theirs.fileno()), str(os.getpid()),
+                 str(LOAD_NICENESS if behind_others else 0)],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except BaseException:
             ours.close()

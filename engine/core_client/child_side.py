@@ -28,13 +28,12 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 T = TypeVar("T")
-# How much lower a load runs than the models serving beside it (load_behind_the_others).
-LOAD_NICENESS = 10
 
 
-def load_behind_the_others(load: Callable[[], T]) -> T:
-    """In the child: run `load` on a thread of its own at a lower CPU priority
-    (LOAD_NICENESS) and return what it returned. A load is seconds of CPU work (imports,
+def load_behind_the_others(load: Callable[[], T], niceness: int) -> T:
+    """In the child: run `load` on a thread of its own, `niceness` lower in CPU priority
+    (the server's LOAD_NICENESS when other models serve beside it, else 0), and return what
+    it returned. A load is seconds of CPU work (imports,
     conversion, packing); beside a running model on a few cores, at the same priority it
     takes cores from that model's step mid-barrier and its streams stall for a second at a
     time. Niceness is per thread on Linux (inherited by the threads a thread starts, the
@@ -44,11 +43,12 @@ def load_behind_the_others(load: Callable[[], T]) -> T:
     error: list[BaseException] = []
 
     def run() -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
-                           min(19, os.getpriority(os.PRIO_PROCESS, 0) + LOAD_NICENESS))
-        except (AttributeError, OSError):  # not Linux: the load runs at the usual priority
-            pass
+        if niceness:
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                               min(19, os.getpriority(os.PRIO_PROCESS, 0) + niceness))
+            except (AttributeError, OSError):  # not Linux: the load runs at the usual priority
+                pass
         try:
             result.append(load())
         except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread

@@ -1,5 +1,5 @@
 """The engine process: one model's engine core, started by the server
-(`python -m officellm.engine.core_client.engine_process FD PARENT_PID`), spoken to over the
+(`python -m officellm.engine.core_client.engine_process FD PARENT_PID NICENESS`), spoken to over the
 socket FD (wire.py; process_client.py is the server's side). It loads the model, says Ready
 (or why not), then runs steps until told to stop, the server goes, or it dies.
 
@@ -28,9 +28,9 @@ def _load(fd: int) -> ServedCore | None:
 
 
 def main(argv: list[str]) -> int:
-    fd, parent_pid = int(argv[0]), int(argv[1])
+    fd, parent_pid, niceness = int(argv[0]), int(argv[1]), int(argv[2])
     die_with_parent(parent_pid)
-    served = load_behind_the_others(lambda: _load(fd))
+    served = load_behind_the_others(lambda: _load(fd), niceness)
     return 1 if served is None else served.serve()
 
 

@@ -33,11 +33,14 @@ ENGINE_PROCESS = "officellm.engine.core_client.engine_process"
 
 
 class ProcessCoreClient:
-    """Starts an engine process per load for the config `config()` returns then."""
+    """Starts an engine process per load for the config `config()` returns then, behind
+    the models serving beside it when `others_serving()` says there are some."""
 
-    def __init__(self, config: Callable[[], EngineConfig], label: Callable[[], str]) -> None:
+    def __init__(self, config: Callable[[], EngineConfig], label: Callable[[], str],
+                 others_serving: Callable[[], bool]) -> None:
         self._config = config
         self._label = label
+        self._others_serving = others_serving
         self._child = ChildProcess(ENGINE_PROCESS, "engine process")
         self._channel: Channel | None = None
         self._calls = itertools.count()
@@ -51,7 +54,7 @@ class ProcessCoreClient:
     # -- the lifecycle thread ------------------------------------------------------------
     def load(self) -> LoadedCore:
         config, label = self._config(), self._label()
-        self._channel = self._child.start(wire.FromEngine)
+        self._channel = self._child.start(wire.FromEngine, self._others_serving())
         self._channel.send(wire.Start(config, label, logging.getLogger().getEffectiveLevel()))
         message = self._channel.receive()
         if isinstance(message, wire.Ready):

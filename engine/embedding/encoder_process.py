@@ -1,5 +1,5 @@
 """The embedding process: one embedding model, started by the server
-(`python -m officellm.engine.embedding.encoder_process FD PARENT_PID`; process_encoder.py is
+(`python -m officellm.engine.embedding.encoder_process FD PARENT_PID NICENESS`; process_encoder.py is
 the server's side, served_encoder.py what it runs). Its imports and its load run behind the
 models already serving (core_client/child_side.load_behind_the_others)."""
 
@@ -23,9 +23,9 @@ def _load(fd: int) -> ServedEncoder | None:
 
 
 def main(argv: list[str]) -> int:
-    fd, parent_pid = int(argv[0]), int(argv[1])
+    fd, parent_pid, niceness = int(argv[0]), int(argv[1]), int(argv[2])
     die_with_parent(parent_pid)
-    served = load_behind_the_others(lambda: _load(fd))
+    served = load_behind_the_others(lambda: _load(fd), niceness)
     return 1 if served is None else served.serve()
 
 

@@ -22,12 +22,13 @@ ENCODER_PROCESS = "officellm.engine.embedding.encoder_process"
 
 
 class ProcessEncoder:
-    """Loads `model_dir` in an embedding process (blocking until it is ready)."""
+    """Loads `model_dir` in an embedding process (blocking until it is ready), behind the
+    models serving beside it if `behind_others`."""
 
-    def __init__(self, model_dir: str | Path, label: str) -> None:
+    def __init__(self, model_dir: str | Path, label: str, behind_others: bool = False) -> None:
         self.label = label
         self._child = ChildProcess(ENCODER_PROCESS, "embedding process")
-        self._channel = self._child.start(wire.FromEncoder)
+        self._channel = self._child.start(wire.FromEncoder, behind_others)
         self._channel.send(wire.LoadEncoder(str(model_dir), label,
                                             logging.getLogger().getEffectiveLevel()))
         message = self._channel.receive()

@@ -8,7 +8,8 @@ import logging
 import pytest
 import torch
 
-from officellm.engine import SamplingParams, dtype_choice
+from officellm.engine import SamplingParams
+from officellm.engine.precision import dtype_choice
 from officellm.engine.precision.dtype_choice import resolve_dtype
 from officellm.kernels.cpu_features import CpuFeatures
 from tests.engine.conftest import make_llm
