@@ -24,7 +24,7 @@ WAIT_MS = 10_000
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerProcess]:
-    with ServerProcess(*BASE_FLAGS) as server:
+    with ServerProcess(*BASE_FLAGS, engine_processes=True) as server:
         yield server
 
 

@@ -124,7 +124,8 @@ class Office:
 @pytest.fixture(scope="module")
 def office(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Iterator[Office]:
     tiny = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
-    with ServerProcess(*BASE_FLAGS, "--embedding-model", BUNDLED_EMBEDDER) as server:
+    with ServerProcess(*BASE_FLAGS, "--embedding-model", BUNDLED_EMBEDDER,
+                       engine_processes=True) as server:
         o = Office(server)
         r = httpx.post(f"{o.url}/admin/models", headers=o.admin, timeout=TIMEOUT,
                        json={"name": "tiny", "source": str(tiny), "options": TINY_OPTIONS,
@@ -230,7 +231,7 @@ def wait_gone(pids: list[int], seconds: float) -> list[int]:
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_no_engine_process_outlives_the_server(sig: signal.Signals) -> None:
-    with ServerProcess(*BASE_FLAGS) as server:
+    with ServerProcess(*BASE_FLAGS, engine_processes=True) as server:
         deadline = time.monotonic() + TIMEOUT
         while not (pids := engine_pids(server)):
             assert time.monotonic() < deadline

@@ -80,7 +80,7 @@ def slept() -> Iterator[Slept]:
     if not Path("/proc/self/status").is_file():
         pytest.skip("resident memory is read from /proc (Linux)")
     with ServerProcess("--sleep-idle-seconds", str(IDLE_S),
-                       "--memory-budget", BUDGET_BELOW_THE_MODEL) as server:
+                       "--memory-budget", BUDGET_BELOW_THE_MODEL, engine_processes=True) as server:
         yield Slept(server)
 
 

@@ -100,7 +100,7 @@ def office(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Itera
                for p in (tiny_llama, tiny_qwen))
     budget = default.total_bytes + int(1.5 * tiny)
     with ServerProcess(*BASE_FLAGS, "--embedding-model", BUNDLED_EMBEDDER,
-                       "--memory-budget", str(budget)) as server:
+                       "--memory-budget", str(budget), engine_processes=True) as server:
         o = Office(server, tiny_llama, tiny_qwen)
         o.register("tiny-llama", tiny_llama)
         o.register("tiny-qwen", tiny_qwen)

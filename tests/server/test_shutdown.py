@@ -50,7 +50,7 @@ def _wait_draining(srv: ServerProcess) -> None:
 
 
 def test_sigterm_lets_in_flight_finish_and_refuses_new() -> None:
-    srv = ServerProcess("--shutdown-timeout", "120")
+    srv = ServerProcess("--shutdown-timeout", "120", engine_processes=True)
     try:
         srv.wait_ready()
         out: dict = {}

@@ -29,8 +29,13 @@ BASE_FLAGS = ["--dtype", "float32", "--quantization", "none", "--kv-cache-dtype"
 # preempt.
 SMALL_POOL_FLAGS = ["--dtype", "float32", "--quantization", "none", "--kv-cache-dtype", "float32",
                     "--kv-cache-memory", "16MiB", "--max-model-len", "256"]
+# Servers run each engine in the server's process (`--engine-in-process`) unless a test is
+# about the engine processes (ServerProcess(engine_processes=True)) or this is set: a process
+# per engine costs an interpreter's start and torch's import per load and wake, which the CI
+# budget cannot pay for every server of the suite (docs/testing.md).
+ENGINE_PROCESSES_ENV = "OFFICELLM_TEST_ENGINE_PROCESSES"
 
-__all__ = ["API_KEY", "BASE_FLAGS", "REPO", "SMALL_POOL_FLAGS", "TEST_THREADS", "ServerProcess",
+__all__ = ["API_KEY", "BASE_FLAGS", "ENGINE_PROCESSES_ENV", "REPO", "SMALL_POOL_FLAGS", "TEST_THREADS", "ServerProcess",
            "free_port", "port_answers"]
 
 
@@ -43,12 +48,14 @@ class ServerProcess:
     the user's own data directory. `env`: extra environment. `module`: what `python -m` runs
     (a test launcher that injects a fault, then calls cli.main). `database_url`: a shared
     database (PostgreSQL) instead of the file, the replica's own files in its temporary data
-    directory.
+    directory. `engine_processes`: each engine in a process of its own, as `officellm serve`
+    runs them; by default only with ENGINE_PROCESSES_ENV set.
     """
 
     def __init__(self, *flags: str, api_key: str | None = API_KEY, db: Path | None = None,
                  data_dir: Path | None = None, env: dict[str, str] | None = None,
-                 module: str = "officellm.cli", database_url: str | None = None) -> None:
+                 module: str = "officellm.cli", database_url: str | None = None,
+                 engine_processes: bool | None = None) -> None:
         self.api_key = api_key
         self.data_dir = data_dir
         self.database_url = database_url
@@ -70,6 +77,10 @@ class ServerProcess:
         elif data_dir is None or db is not None:
             args += ["--db", str(self.db_path)]
         args += flags
+        if engine_processes is None:
+            engine_processes = os.environ.get(ENGINE_PROCESSES_ENV, "") not in ("", "0")
+        if not engine_processes and "--engine-in-process" not in args:
+            args += ["--engine-in-process"]
         if api_key:
             args += ["--api-key", api_key]
         full_env = dict(os.environ,
