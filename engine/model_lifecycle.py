@@ -176,6 +176,7 @@ class ModelLifecycle:
         return max(0.0, self._crashes[-1] + restart_delay(len(recent)) - now)
 
     async def _reload(self) -> bool:
+        restarting = self.restartable  # after a crash: a failed load is one crash more
         try:
             if self._thread is not None:  # the sleeping thread frees the model first
                 await asyncio.to_thread(self._thread.join)
@@ -183,8 +184,11 @@ class ModelLifecycle:
             self.state = EngineState.LOADING
             self._start_thread()
             await asyncio.to_thread(self._ready.wait)
-            if self.state is EngineState.DEAD:  # asleep again: the next request retries
-                self.state = EngineState.SLEEPING
+            if self.state is EngineState.DEAD:
+                if restarting:  # a crash loop in the load waits its back-off too
+                    self.crashed(self.error or "its load failed")
+                else:  # asleep again: the next request retries
+                    self.state = EngineState.SLEEPING
                 return False
             if self.state is EngineState.READY:
                 self.error = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -253,6 +254,11 @@ class ModelPool:
                 # loading at start, failed, stopped
                 model.check_ready(self.settings.retry_after_s)  # 503, as for /health
                 return
+            if engine.restartable and engine.restart_in() > 0:
+                # Crashed again lately: nothing is unloaded for a restart that must wait.
+                raise unavailable(engine.unavailable_reason(),
+                                  max(self.settings.retry_after_s,
+                                      math.ceil(engine.restart_in())))
             async with self._plan_lock:
                 if ((engine.state is EngineState.SLEEPING or engine.restartable)
                         and not engine.waking):

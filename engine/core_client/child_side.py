@@ -33,10 +33,9 @@ T = TypeVar("T")
 def load_behind_the_others(load: Callable[[], T], niceness: int) -> T:
     """In the child: run `load` on a thread of its own, `niceness` lower in CPU priority
     (the server's LOAD_NICENESS when other models serve beside it, else 0), and return what
-    it returned. A load is seconds of CPU work (imports,
-    conversion, packing); beside a running model on a few cores, at the same priority it
-    takes cores from that model's step mid-barrier and its streams stall for a second at a
-    time. Niceness is per thread on Linux (inherited by the threads a thread starts, the
+    it returned. A load is seconds of CPU work (imports, conversion, packing); beside a
+    running model on a few cores, at the same priority it takes cores from that model's
+    step mid-barrier and its streams stall for a second at a time. Niceness is per thread on Linux (inherited by the threads a thread starts, the
     load's OpenMP workers too, and by nothing else), so the process serves from its main
     thread at the priority it started with."""
     result: list[T] = []

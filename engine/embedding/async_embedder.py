@@ -119,9 +119,12 @@ class AsyncEmbedder(ModelLifecycle):
 
     @property
     def info(self) -> EncoderInfo:
-        """Its dimensions and input limit (only once ready)."""
-        assert self.encoder is not None, "only once the embedder is ready"
-        return self.encoder.info
+        """Its dimensions and input limit. EngineDeadError if it is not loaded (its process
+        may have died since the request woke it)."""
+        encoder = self.encoder
+        if encoder is None:
+            raise EngineDeadError(self.unavailable_reason())
+        return encoder.info
 
     def stats(self) -> EmbedderStats:
         with self._stats_lock:
@@ -129,10 +132,15 @@ class AsyncEmbedder(ModelLifecycle):
 
     # -- requests (event loop side) ------------------------------------------------------
     def tokenize(self, text: str, max_length: int | None = None) -> list[int]:
-        """`text`'s ids as the model encodes them, all or the first `max_length` (only once
-        ready)."""
-        assert self.encoder is not None, "only once the embedder is ready"
-        return self.encoder.tokenize(text, max_length)
+        """`text`'s ids as the model encodes them, all or the first `max_length`.
+        EngineDeadError if it is not loaded, or its process dies meanwhile."""
+        encoder = self.encoder
+        if encoder is None:
+            raise EngineDeadError(self.unavailable_reason())
+        try:
+            return encoder.tokenize(text, max_length)
+        except EngineCoreDied as exc:
+            raise EngineDeadError(f"The {self.load_noun} stopped: {exc}") from exc
 
     async def embed(self, inputs: list[list[int]],
                     dimensions: int | None = None) -> list[list[float]]:
