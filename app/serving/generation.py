@@ -71,9 +71,11 @@ class Generation:
                  prompts: list[list[int]], params: SamplingParams, admission: Admission, *,
                  stream: bool,
                  thread_key: str | None = None, turns: int | None = None,
-                 grammar: xgr.CompiledGrammar | None = None, kind: str | None = None) -> None:
+                 grammar: xgr.CompiledGrammar | None = None, kind: str | None = None,
+                 task: bool = False) -> None:
         """`grammar` is params.structured_outputs compiled (compile_grammar); `kind` names
-        the request's structured-output or tool-call kind, for metrics and the access log."""
+        the request's structured-output or tool-call kind, for metrics and the access log;
+        `task`: a front end's background task (its usage is counted apart too)."""
         self.server = server
         self.model = model
         self.request_id = request_id
@@ -92,6 +94,7 @@ class Generation:
         self.turns = turns
         self.grammar = grammar
         self.kind = kind
+        self.task = task
         self.engine_ids = ([request_id] if len(prompts) == 1
                            else [f"{request_id}-{i}" for i in range(len(prompts))])
         self.num_choices = len(prompts) * params.n
@@ -246,10 +249,15 @@ class Generation:
                                                completion)
         # Usage counts whatever the engine processed, even for a client that left midway:
         # that work was done, and the daily quota is about work.
+        duration = time.monotonic() - self._t0
         if self._started:
+            # busy_seconds: from the engine taking the request to its end (docs/admin_api.md).
             self.server.accounts.record_request(self.principal.user_id, prompt, completion,
                                                 self.thread_key, self.turns,
-                                                max(self._output_tokens, default=0))
+                                                max(self._output_tokens, default=0),
+                                                model=self.model.name,
+                                                cached_tokens=self.num_cached_tokens,
+                                                busy_seconds=duration, task=self.task)
         ttft = f"{self._first_token - self._t0:.3f}s" if self._first_token else "-"
         finish = (",".join(sorted({f or "abort" for f in self._finish_reasons}))
                   if self._started else "-")
@@ -258,7 +266,7 @@ class Generation:
             "%s user=%s %s stream=%s status=%d prompt_tokens=%d completion_tokens=%d ttft=%s "
             "duration=%.3fs finish=%s structured=%s model=%s", self.request_id,
             self.principal.user, self.endpoint, self.stream, status, prompt, completion, ttft,
-            time.monotonic() - self._t0, finish, self.kind or "-", self.model.name)
+            duration, finish, self.kind or "-", self.model.name)
 
 
 async def compile_grammar(server: ServerState, model: ServedModel, params: SamplingParams,

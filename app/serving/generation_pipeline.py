@@ -97,7 +97,8 @@ async def start_chat(server: ServerState, model: ServedModel, request: Request,
     params = plan.sampling_params(params)
     grammar = await compile_grammar(server, model, params, request)
     gen = Generation(server, model, request_id, [prompt.token_ids], params, admission, stream=stream,
-                     thread_key=thread.key, turns=prompt.turns, grammar=grammar, kind=plan.kind)
+                     thread_key=thread.key, turns=prompt.turns, grammar=grammar, kind=plan.kind,
+                     task=thread.task is not None)
     gen.start()
     return Started(gen, prompt, headers)
 
