@@ -14,6 +14,7 @@ from officellm.app.admin import (
     models,
     policies,
     replicas,
+    usage,
     users,
     what_if,
 )
@@ -22,7 +23,7 @@ from officellm.app.openai.answers import ERROR_RESPONSES
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)],
                    responses=ERROR_RESPONSES)
-for _module in (live, what_if, users, keys, policies, activity, replicas, models):
+for _module in (live, what_if, users, keys, policies, activity, usage, replicas, models):
     router.include_router(_module.router)
 
 __all__ = ["router"]

@@ -20,6 +20,9 @@ COUNTERS = tuple(f.name for f in fields(UsageCounts))
 
 ReportBy = Literal["user", "model", "day"]
 REPORT_BY: tuple[ReportBy, ...] = ("user", "model", "day")
+# A report's default span, and its longest (ten years; beyond it dates overflow soon).
+DEFAULT_REPORT_DAYS = 30
+MAX_REPORT_DAYS = 3660
 
 
 def utc_today(now: datetime | None = None) -> date:
@@ -78,13 +81,28 @@ def list_usage(session: Session, user: UserRef | None = None, since: date | None
     return [UsageDay(uid, day, int(r), int(p), int(c)) for uid, day, r, p, c in session.execute(stmt)]
 
 
+def report_range(since: date | None, until: date | None,
+                 days: int = DEFAULT_REPORT_DAYS) -> tuple[date, date]:
+    """A report's first and last UTC day: `until` defaults to today, `since` to `days` days
+    up to `until`. ValueError for a range that runs backwards or spans over MAX_REPORT_DAYS."""
+    if not 1 <= days <= MAX_REPORT_DAYS:
+        raise ValueError(f"days must be 1 to {MAX_REPORT_DAYS}, not {days}")
+    until = until or utc_today()
+    since = since or until - timedelta(days=days - 1)
+    if until < since:
+        raise ValueError(f"until ({until}) is before since ({since})")
+    if (until - since).days >= MAX_REPORT_DAYS:
+        raise ValueError(f"a report spans at most {MAX_REPORT_DAYS} days; "
+                         f"{since} to {until} is {(until - since).days + 1}")
+    return since, until
+
+
 def usage_report(session: Session, since: date, until: date, by: ReportBy,
                  user: UserRef | None = None, model: str | None = None) -> list[UsageReportRow]:
     """The usage of the UTC days `since` to `until` (both included), summed by user, by model
     or by day, optionally of one user or one model. By user or model: the largest (tokens)
     first; by day: every day of the range in order, a quiet day as zeros."""
-    if until < since:
-        raise ValueError(f"until ({until}) is before since ({since})")
+    since, until = report_range(since, until)
     key = {"user": User.name, "model": Usage.model, "day": Usage.day}[by]
     stmt = (select(key, *(func.coalesce(func.sum(getattr(Usage, c)), 0) for c in COUNTERS))
             .join(User, User.id == Usage.user_id)
