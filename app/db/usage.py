@@ -88,7 +88,10 @@ def report_range(since: date | None, until: date | None,
     if not 1 <= days <= MAX_REPORT_DAYS:
         raise ValueError(f"days must be 1 to {MAX_REPORT_DAYS}, not {days}")
     until = until or utc_today()
-    since = since or until - timedelta(days=days - 1)
+    if since is None:
+        if (until - date.min).days < days - 1:  # before year 1: a timedelta would overflow
+            raise ValueError(f"{days} days up to {until} start before the year 1")
+        since = until - timedelta(days=days - 1)
     if until < since:
         raise ValueError(f"until ({until}) is before since ({since})")
     if (until - since).days >= MAX_REPORT_DAYS:

@@ -93,9 +93,11 @@ def test_the_report_counts_each_request_as_its_answer_did(app: App) -> None:
 
 
 @pytest.mark.parametrize("app", ["sqlite"], indirect=True)  # no database's own rule
-def test_a_range_that_runs_backwards_or_an_unknown_user_is_refused(app: App) -> None:
+def test_a_range_that_runs_backwards_or_before_the_year_1_or_an_unknown_user_is_refused(app: App) -> None:
     r = app.client.get("/admin/usage", params={"since": "2026-12-07", "until": "2026-12-01"},
                        headers=app.admin)
     assert r.status_code == 400 and r.json()["error"]["param"] == "since"
+    r = app.client.get("/admin/usage", params={"until": "0001-01-01"}, headers=app.admin)
+    assert r.status_code == 400 and "before the year 1" in r.json()["error"]["message"]
     r = app.client.get("/admin/usage", params={"user": "nobody"}, headers=app.admin)
     assert r.status_code == 404 and r.json()["error"]["param"] == "user"
