@@ -14,6 +14,7 @@ from officellm.app.db.usage import (
     DEFAULT_REPORT_DAYS,
     REPORT_BY,
     report_range,
+    report_total,
     usage_report,
 )
 from officellm.cli.db import add_db_argument, open_db
@@ -86,7 +87,7 @@ def print_table(rows: list[UsageReportRow], by: str, since: date, until: date) -
     print(line(by.upper(), [HEADS[c] for c in COUNTERS]))
     for name, r in zip(names, rows, strict=True):
         print(line(name, _cells(r.counts)))
-    print(line("TOTAL", _cells(sum((r.counts for r in rows), UsageCounts()))))
+    print(line("TOTAL", _cells(report_total(rows))))
 
 
 def run(args: argparse.Namespace) -> int:

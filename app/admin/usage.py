@@ -13,6 +13,7 @@ from officellm.app.db.usage import (
     MAX_REPORT_DAYS,
     ReportBy,
     report_range,
+    report_total,
     usage_report,
 )
 from officellm.app.serving.state import ServerState
@@ -33,4 +34,4 @@ def get_usage(request: Request, since: date | None = None, until: date | None = 
         since, until = report_range(since, until, days)
     with answered_errors("user"), server.accounts.db.session() as session:
         rows = usage_report(session, since, until, by, user=user, model=model)
-    return usage_report_view(since, until, by, rows)
+    return usage_report_view(since, until, by, rows, report_total(rows))

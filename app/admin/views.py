@@ -298,9 +298,8 @@ def usage_row_view(r: UsageReportRow) -> UsageRow:
     return UsageRow(user=r.user, model=r.model, day=iso(r.day), **r.counts.to_dict())
 
 
-def usage_report_view(since: date, until: date, by: str,
-                      rows: list[UsageReportRow]) -> UsageReport:
-    total = sum((r.counts for r in rows), UsageCountsRecord())
+def usage_report_view(since: date, until: date, by: str, rows: list[UsageReportRow],
+                      total: UsageCountsRecord) -> UsageReport:
     return UsageReport(since=_iso(since), until=_iso(until), by=by,
                        rows=[usage_row_view(r) for r in rows],
                        total=UsageTotals(**total.to_dict()))

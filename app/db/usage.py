@@ -124,6 +124,11 @@ def usage_report(session: Session, since: date, until: date, by: ReportBy,
             for k, c in ordered]
 
 
+def report_total(rows: list[UsageReportRow]) -> UsageCounts:
+    """A report's total: its rows' counters summed (each usage row is in exactly one)."""
+    return sum((r.counts for r in rows), UsageCounts())
+
+
 def _counts(values: list) -> UsageCounts:
     return UsageCounts(*(float(v) if c == "busy_seconds" else int(v)
                          for c, v in zip(COUNTERS, values, strict=True)))
