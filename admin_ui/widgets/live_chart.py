@@ -1,6 +1,7 @@
 """The live chart of the last minutes: KV cache usage (%) above, running and waiting requests
-below, on one time axis, of one model (the default unless the dashboard's picker chose another). Two plots rather than one with two scales: a 0-100 % curve would
-flatten a count of 3 requests into the floor.
+below, on one time axis, of one model (the default unless the dashboard's picker chose
+another). Two plots rather than one with two scales: a 0-100 % curve would flatten a count
+of 3 requests into the floor.
 
 pyqtgraph does the drawing; this class only keeps the curves fed from the history.
 """

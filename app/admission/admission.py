@@ -9,10 +9,10 @@
   per user    running requests per user (ConcurrencyLimiter), against the policy's
               max_concurrent_requests
 and checks the user's daily quota. The scheduling tags count the user's recent work on the
-other models (app/policy/cross_model.py). `admit()` is an async context manager: what it takes is
-given back in exactly one place, `Admission._release`, when the block exits, or, for a
-response handed over with `hold()` (a stream), when that response has been sent, however it
-ends (finished, client gone, error, shutdown).
+other models (app/policy/cross_model.py). `admit()` is an async context manager: what it
+takes is given back in exactly one place, `Admission._release`, when the block exits, or,
+for a response handed over with `hold()` (a stream), when that response has been sent,
+however it ends (finished, client gone, error, shutdown).
 """
 
 from __future__ import annotations

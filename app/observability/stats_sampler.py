@@ -1,7 +1,7 @@
 """The once-a-second sampler of every model's engine counters: feeds /admin/stats' rates (per
-model) and records each burst of preemptions as one `preemption` event (the engine counts them; the admin reviews
-them next to the policy refusals). The event names the user whose requests were preempted
-most in the burst, and the model, and carries every user's count."""
+model) and records each burst of preemptions as one `preemption` event (the engine counts
+them; the admin reviews them next to the policy refusals). The event names the model and the
+user whose requests were preempted most in the burst, and carries every user's count."""
 
 from __future__ import annotations
 
