@@ -160,7 +160,8 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
             accounts.close()
 
     admission = AdmissionControl(accounts, refusals, settings.engine.max_num_seqs,
-                                 settings.max_waiting_requests, settings.retry_after_s)
+                                 settings.max_waiting_requests, settings.retry_after_s,
+                                 share_across_models=settings.engine.scheduling_policy == "fair")
     server_metrics.in_flight.set_function(lambda: admission.in_flight)
     embedding = command_line_embedder(settings)
     if embedding is not None:

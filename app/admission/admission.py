@@ -99,7 +99,9 @@ class AdmissionControl:
     per-user one, which worker threads may also read)."""
 
     def __init__(self, accounts: Accounts, refusals: Refusals, max_running: int,
-                 max_waiting: int, retry_after_s: int) -> None:
+                 max_waiting: int, retry_after_s: int, share_across_models: bool = True) -> None:
+        """`share_across_models`: lower a user's weight on one model by their recent work
+        on the others (the fair policy's; under `priority` a weight is a rank, kept as set)."""
         self.accounts = accounts
         self.refusals = refusals
         self.max_running = max_running
@@ -111,6 +113,7 @@ class AdmissionControl:
         self.last_active = time.monotonic()  # the last admission or release (idle sleep)
         self.sequences: dict[str, int] = {}  # admitted engine sequences, per model
         self.cross_model = CrossModelService()  # each user's recent tokens per model
+        self.share_across_models = share_across_models
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -158,9 +161,16 @@ class AdmissionControl:
         self.in_flight += 1
         self.touch()
         self._idle.clear()
-        tags = cross_model_tags(scheduling_tags(principal.user_id, policy),
-                                self.cross_model.factor(principal.user_id, key))
-        return Admission(self, principal, policy, endpoint, sequences, tags, key)
+        return Admission(self, principal, policy, endpoint, sequences,
+                         self._tags(principal.user_id, policy, key), key)
+
+    def _tags(self, user_id: int, policy: EffectivePolicy, model: str) -> SchedulingTags:
+        """The engine's tags for the user's request on `model`: the policy's, with the
+        weight lowered by the user's recent work on the other models."""
+        tags = scheduling_tags(user_id, policy)
+        if not self.share_across_models:
+            return tags
+        return cross_model_tags(tags, self.cross_model.factor(user_id, model))
 
     def _fits(self, model: str, sequences: int) -> bool:
         """Whether `model`'s own bound (--max-num-seqs running plus --max-waiting-requests

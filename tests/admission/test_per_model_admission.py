@@ -75,3 +75,17 @@ def test_a_person_heavy_on_one_model_weighs_less_on_another(control: AdmissionCo
     assert asyncio.run(tags_on("model-b", BOB)) == normal
     # On the model they used, their own engine already counts it: the weight stays.
     assert asyncio.run(tags_on("model-a", ALICE)) == normal
+
+
+def test_without_the_fair_policy_a_weight_stays_as_the_policy_sets_it(
+        accounts: Accounts) -> None:
+    metrics = ServerMetrics(lambda: [], lambda: None)
+    control = AdmissionControl(accounts, Refusals(metrics, accounts), RUNNING, WAITING,
+                               retry_after_s=1, share_across_models=False)
+    control.cross_model.record(ALICE.user_id, "model-a", 5000)
+
+    async def weight() -> float:
+        async with control.admit(ALICE, "chat", 1, "model-b") as admitted:
+            return admitted.scheduling.priority
+
+    assert asyncio.run(weight()) == PRIORITY_WEIGHTS["normal"]
