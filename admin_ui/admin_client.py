@@ -153,13 +153,16 @@ class AdminClient:
         return self._request("GET", "/admin/models")
 
     def add_model(self, name: str, source: str | None = None, hub_repo: str | None = None,
-                  kind: str | None = None, pinned: bool | None = None) -> dict[str, Any]:
+                  kind: str | None = None, pinned: bool | None = None,
+                  aliases: list[str] | None = None, sleep_idle_seconds: float | None = None,
+                  options: dict[str, Any] | None = None) -> dict[str, Any]:
         """Register a model from `source` (a path on the server's machine) or `hub_repo` (the
         server downloads it in the background: the row reads "downloading" until done).
         Fields left None are left out, so the server's defaults apply."""
         body: dict[str, Any] = {"name": name}
         for key, value in (("source", source), ("hub_repo", hub_repo), ("kind", kind),
-                           ("pinned", pinned)):
+                           ("pinned", pinned), ("aliases", aliases),
+                           ("sleep_idle_seconds", sleep_idle_seconds), ("options", options)):
             if value is not None:
                 body[key] = value
         return self._request("POST", "/admin/models", json=body)

@@ -250,6 +250,9 @@ class Generation:
             self.server.accounts.record_request(self.principal.user_id, prompt, completion,
                                                 self.thread_key, self.turns,
                                                 max(self._output_tokens, default=0))
+            # The user's share across models (app/policy/cross_model.py).
+            self.server.admission.cross_model.record(self.principal.user_id, self.model.name,
+                                                     prompt + completion)
         ttft = f"{self._first_token - self._t0:.3f}s" if self._first_token else "-"
         finish = (",".join(sorted({f or "abort" for f in self._finish_reasons}))
                   if self._started else "-")
