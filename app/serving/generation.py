@@ -260,7 +260,8 @@ class Generation:
         if self._started:
             self.server.accounts.record_request(self.principal.user_id, prompt, completion,
                                                 self.thread_key, self.turns,
-                                                max(self._output_tokens, default=0))
+                                                max(self._output_tokens, default=0),
+                                                task=self.task)
         ttft = f"{self._first_token - self._t0:.3f}s" if self._first_token else "-"
         task = "" if self.task is None else " task=" + _LOG_UNSAFE.sub("_", self.task)
         finish = (",".join(sorted({f or "abort" for f in self._finish_reasons}))
