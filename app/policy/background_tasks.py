@@ -30,7 +30,8 @@ What a task is held to, in one place here:
     (officellm:task_* in /metrics);
   - `--task-max-tokens` (default 256): its max_tokens when it sends none (Open WebUI's
     follow-ups and tags send none, and would otherwise run to the server's default of
-    2,048), and the most an explicit max_tokens gets;
+    2,048; a smaller --default-max-tokens still applies), and the most an explicit
+    max_tokens gets;
   - it runs in the background (engine: EngineCoreRequest.background) behind every person's
     own message, except the tasks a person's answer waits for (function_calling picks the
     tools for the answer being written; moa_response_generation is the answer).
@@ -99,12 +100,17 @@ def runs_behind_people(task: str) -> bool:
     return task not in FOREGROUND_TASKS
 
 
-def task_max_tokens(requested: int | None, cap: int | None) -> int | None:
-    """The max_tokens a task runs with: `cap` (--task-max-tokens; None: no cap of its own)
-    when it asks for none, else what it asks for, never above the cap."""
-    if cap is None:
-        return requested
-    return cap if requested is None else min(requested, cap)
+def task_max_tokens(requested: int | None, cap: int | None,
+                    default: int | None = None) -> int | None:
+    """The max_tokens a task runs with: what it asks for, never above `cap`
+    (--task-max-tokens; None: no cap of its own); when it asks for none, `cap` or the
+    server's `default` for any request (--default-max-tokens), whichever is smaller (None:
+    the server's default applies later, as to any request)."""
+    if requested is not None:
+        return requested if cap is None else min(requested, cap)
+    if cap is None or default is None:
+        return cap
+    return min(cap, default)
 
 
 def background_task_policy(policy: EffectivePolicy) -> EffectivePolicy:

@@ -96,7 +96,7 @@ async def start_chat(server: ServerState, model: ServedModel, request: Request,
     assert prompt.token_ids is not None
     params = plan.sampling_params(params)
     if thread.task is not None:
-        params = task_params(params, server.settings.task_max_tokens)
+        params = task_params(params, server.settings.task_max_tokens, model.default_max_tokens)
     grammar = await compile_grammar(server, model, params, request)
     gen = Generation(server, model, request_id, [prompt.token_ids], params, admission, stream=stream,
                      thread_key=thread.key, turns=prompt.turns, grammar=grammar, kind=plan.kind,
@@ -105,10 +105,12 @@ async def start_chat(server: ServerState, model: ServedModel, request: Request,
     return Started(gen, prompt, headers)
 
 
-def task_params(params: SamplingParams, cap: int | None) -> SamplingParams:
-    """A background task's sampling parameters: max_tokens under --task-max-tokens
-    (app/policy/background_tasks.py's rule), min_tokens no more than that."""
-    max_tokens = task_max_tokens(params.max_tokens, cap)
+def task_params(params: SamplingParams, cap: int | None,
+                default: int | None = None) -> SamplingParams:
+    """A background task's sampling parameters: max_tokens under --task-max-tokens (`cap`;
+    `default`: the model's max_tokens for requests that send none; app/policy/
+    background_tasks.py's rule), min_tokens no more than that."""
+    max_tokens = task_max_tokens(params.max_tokens, cap, default)
     if max_tokens == params.max_tokens:
         return params
     assert max_tokens is not None  # a cap only ever lowers or sets it

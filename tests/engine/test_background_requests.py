@@ -5,12 +5,14 @@ Deterministic, no model: every request samples token 7 and stops at max_tokens."
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from officellm.engine import SamplingParams
 from officellm.engine.core.kv_cache_manager import KVCacheManager
 from officellm.engine.core.request import EngineCoreRequest, Request, RequestStatus
 from officellm.engine.core.scheduler import Scheduler
+from officellm.engine.core_client.wire import Add, WireRequest
 from tests.engine.test_scheduling_policy import run_to_end, step
 
 BLOCK = 4
@@ -95,3 +97,11 @@ def test_tasks_run_in_every_step_without_anyone_elses_prompt():
     # The person only decodes: the task's prompt runs beside it.
     assert ids(step(sched)) == {"person", "task"}
     run_to_end(sched)
+
+
+def test_the_background_mark_crosses_to_an_engine_process():
+    core = EngineCoreRequest("task", [1, 2, 3], SamplingParams(max_tokens=3), fairness_key="1",
+                             background=True)
+    frame = msgspec.msgpack.Encoder().encode(Add([WireRequest.of(core)]))
+    (arrived,) = msgspec.msgpack.Decoder(Add).decode(frame).requests
+    assert arrived.core_request(None).background is True

@@ -114,6 +114,10 @@ def test_a_tasks_explicit_max_tokens_over_the_cap_is_cut_to_it() -> None:
     assert task_max_tokens(4096, 256) == 256
 
 
+def test_a_task_without_max_tokens_gets_the_servers_default_when_that_is_smaller() -> None:
+    assert task_max_tokens(None, 256, 100) == 100 and task_max_tokens(None, 256, 2048) == 256
+
+
 def test_without_a_cap_a_task_keeps_what_it_asked_for() -> None:
     assert task_max_tokens(None, None) is None and task_max_tokens(4096, None) == 4096
 
