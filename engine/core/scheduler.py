@@ -252,11 +252,12 @@ class Scheduler:
                 loading = self.kv.num_loading - self.kv.is_loading(req)
                 if not admitting or step.num_preempted:
                     continue
+                if req.num_in_flight:  # preempted with a token in flight: resumed once read
+                    continue
+                # Every running slot taken: a background request gives its own up.
                 if len(self.running) + loading >= self.max_num_seqs and not (
                         self._make_slot(step, req)
                         and len(self.running) + loading < self.max_num_seqs):
-                    continue
-                if req.num_in_flight:  # preempted with a token in flight: resumed once read
                     continue
                 num_new = self._admit(step, req)
                 if not num_new:
