@@ -50,8 +50,12 @@ class Accounts:
 
     def record_request(self, user_id: int, prompt_tokens: int, completion_tokens: int,
                        thread_key: str | None, turns: int | None,
-                       thread_completion_tokens: int | None = None) -> None:
-        """A served request: its usage, and (chat) its thread's latest size."""
+                       thread_completion_tokens: int | None = None,
+                       task: str | None = None) -> None:
+        """A served request: its usage, and (chat) its thread's latest size. `task`: the
+        front end's background task it was (app/policy/background_tasks.py), None for a
+        person's own request; a task is the person's usage all the same (its own count
+        is the usage table's to keep)."""
         self._safely(self.writer.add_usage, user_id, prompt_tokens, completion_tokens)
         if thread_key is not None:
             self._safely(self.writer.record_thread, user_id, thread_key, turns or 0, prompt_tokens,

@@ -259,6 +259,17 @@ class ServerMetrics:
                                           registry=r)
         self.user_generation_tokens = Counter("officellm:generation_tokens",
                                               "Generated tokens, per user.", u, registry=r)
+        # A front end's background tasks (app/policy/background_tasks.py), apart: also counted
+        # in the three above, which are everything a user's requests cost.
+        self.task_requests = Counter("officellm:task_requests",
+                                     "Front ends' background tasks served (titles, tags, "
+                                     "follow-ups), per user.", u, registry=r)
+        self.task_prompt_tokens = Counter("officellm:task_prompt_tokens",
+                                          "Prompt tokens of front ends' background tasks, per "
+                                          "user.", u, registry=r)
+        self.task_generation_tokens = Counter("officellm:task_generation_tokens",
+                                              "Tokens generated for front ends' background "
+                                              "tasks, per user.", u, registry=r)
         self.user_refusals = Counter("officellm:refusals",
                                      "Requests refused (4xx/5xx), per user and reason.",
                                      u + ["reason"], registry=r)
@@ -310,11 +321,16 @@ class ServerMetrics:
         self.structured_by_kind[kind] = self.structured_by_kind.get(kind, 0) + 1
 
     def record_request(self, name: str, user: str, prompt_tokens: int,
-                       generation_tokens: int) -> None:
-        """Count one finished request to the model `name` for its user."""
+                       generation_tokens: int, task: bool = False) -> None:
+        """Count one finished request to the model `name` for its user; `task`: a front
+        end's background task, counted apart as well."""
         self.user_requests.labels(name, user).inc()
         self.user_prompt_tokens.labels(name, user).inc(prompt_tokens)
         self.user_generation_tokens.labels(name, user).inc(generation_tokens)
+        if task:
+            self.task_requests.labels(name, user).inc()
+            self.task_prompt_tokens.labels(name, user).inc(prompt_tokens)
+            self.task_generation_tokens.labels(name, user).inc(generation_tokens)
 
     def model_loaded(self, name: str, seconds: float) -> None:
         """The model `name`, out of memory, loaded again in `seconds`."""

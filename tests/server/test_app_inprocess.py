@@ -99,6 +99,14 @@ def test_profile_defaults_and_flag_overrides() -> None:
         settings_from_args(_args("--no-auth", "--api-key", "k"))
 
 
+def test_task_max_tokens_defaults_to_256_and_0_lifts_the_tasks_own_cap() -> None:
+    assert settings_from_args(_args())[0].task_max_tokens == 256
+    assert settings_from_args(_args("--task-max-tokens", "32"))[0].task_max_tokens == 32
+    assert settings_from_args(_args("--task-max-tokens", "0"))[0].task_max_tokens is None
+    with pytest.raises(ValueError, match="--task-max-tokens"):
+        settings_from_args(_args("--task-max-tokens", "-1"))
+
+
 def test_replica_flags_reach_the_settings_and_overlong_ones_are_refused() -> None:
     s, _ = settings_from_args(_args("--replica-name", "box-a", "--advertise-url",
                                     "http://10.0.0.11:8000", "--forwarded-allow-ips", "10.0.0.1"))
