@@ -70,7 +70,8 @@ def read_registry(db: Database) -> list[ModelEntry]:
 
 def command_line_entry(settings: ServerSettings) -> ModelEntry:
     """The model of `officellm serve [MODEL]` as the registry's first, pinned entry: named
-    by --served-model-name or by the engine once loaded; --model-alias's patterns reach it."""
+    by --served-model-name or as the engine names itself (engine.default_model_name, known
+    before it loads); --model-alias's patterns reach it."""
     return ModelEntry(name="", source=settings.engine.model or BUNDLED, pinned=True,
                       aliases=tuple(settings.model_aliases))
 

@@ -11,9 +11,9 @@ from officellm.engine.frontend.output_processor import OutputKind
 from officellm.engine.frontend.outputs import RequestOutput
 from officellm.engine.frontend.sampling_params import SamplingParams
 from officellm.engine.loading.model_loader import (
+    default_model_name,
     eos_token_ids,
     generation_max_new_tokens,
-    model_display_name,
     resolve_model_dir,
 )
 from officellm.engine.loading.tokenizer import load_tokenizer
@@ -39,7 +39,7 @@ class LLMEngine:
         eos = frozenset(eos_token_ids(model_dir, tokenizer))
         self.engine_core = EngineCore(config, model_dir, eos)
         self.front_end = EngineFrontEnd(
-            EngineInfo(str(model_dir), model_display_name(model_dir),
+            EngineInfo(str(model_dir), default_model_name(config.model),
                        self.engine_core.max_model_len, generation_max_new_tokens(model_dir),
                        self.engine_core.spec.vocab_size, sorted(eos)), tokenizer)
         front = self.front_end

@@ -46,7 +46,8 @@ class ServerState:
 
     @property
     def model_name(self) -> str | None:
-        """The default model's name once it has loaded (metrics, the replica's heartbeat)."""
+        """The default model's name, known before it loads (metrics, the replica's
+        heartbeat); None only when its files cannot be found."""
         return self.models.default.name or None
 
     async def load_for(self, model: ServedModel, admission: Admission) -> None:
