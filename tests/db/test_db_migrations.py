@@ -16,7 +16,7 @@ from officellm.app.db.tables import Base
 from officellm.app.db.users import create_user, delete_user
 
 ALL_TABLES = {"users", "api_keys", "policies", "threads", "usage", "events", "settings",
-              "replicas", "registered_models"}
+              "replicas", "registered_models", "audit_log"}
 
 
 def _tables(db: Database) -> set[str]:
