@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -67,14 +67,25 @@ class AuditQuery:
     limit: int = 100
 
 
+def _utc(value: datetime) -> datetime:
+    """`value` in UTC (naive: UTC already); a time whose zone puts it before year 1 or after
+    9999 in UTC becomes the first or last time there is (found by fuzzing: an OverflowError)."""
+    if value.tzinfo is None:
+        return value
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:
+        return datetime.min if value.year == datetime.min.year else datetime.max
+
+
 def audit_entries(session: Session, query: AuditQuery) -> list[AuditEntry]:
     """The rows `query` asks for, newest first."""
     row = AuditEntryRow
     stmt = select(row).order_by(row.time.desc(), row.id.desc()).limit(query.limit)
     if query.since is not None:
-        stmt = stmt.where(row.time >= query.since)
+        stmt = stmt.where(row.time >= _utc(query.since))
     if query.until is not None:
-        stmt = stmt.where(row.time < query.until)
+        stmt = stmt.where(row.time < _utc(query.until))
     if query.actor is not None:
         stmt = stmt.where(or_(row.actor == query.actor,
                               row.actor.startswith(query.actor + ":", autoescape=True)))

@@ -5,6 +5,7 @@ audit` reads and filters the log, and nothing but app/db/audit.py writes it."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,13 @@ def test_nothing_but_app_db_audit_writes_the_log() -> None:
                     if p not in allowed and ("AuditEntryRow" in p.read_text()
                                              or '"audit_log"' in p.read_text()))
     assert naming == []
+
+
+def test_times_at_the_ends_of_the_calendar_are_the_ends_of_the_range(sqlite_db: Database) -> None:
+    with sqlite_db.transaction() as s:
+        record_change(s, "cli:alice", "user.create", "alice", None, {"name": "alice"})
+    first = datetime.fromisoformat("0001-01-01T00:00:00+05:00")  # before year 1 in UTC
+    last = datetime.fromisoformat("9999-12-31T23:59:59-05:00")  # after 9999 in UTC
+    with sqlite_db.session() as s:
+        assert len(audit_entries(s, AuditQuery(since=first, until=last))) == 1
+        assert audit_entries(s, AuditQuery(since=last)) == []
