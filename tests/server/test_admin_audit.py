@@ -2,25 +2,34 @@
 either writes one audit row per change, with who made it and the values before and after,
 or is marked read-only (app/admin/audit.py READ_ONLY_ROUTES); and no row holds a secret.
 
-The app in-process (Starlette's TestClient: the real routes, auth and database) with a
-default model that never loads; one registered model (the tests' shared tiny llama) is
-loaded and unloaded for real."""
+The real app under uvicorn on a free loopback port, in this process (so the console's
+AdminClient and the CLI reach it as they would a server), with a default model that never
+loads; one registered model (the tests' shared tiny llama) is loaded and unloaded for
+real."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from fastapi.testclient import TestClient
+import uvicorn
 
+from officellm.admin_ui.admin_client import AdminClient, console_actor
 from officellm.app.admin.audit import READ_ONLY_ROUTES
+from officellm.app.db.database import Database
 from officellm.app.db.keys import hash_key
 from officellm.app.db.tables import ApiKey
 from officellm.app.server import create_app
 from officellm.app.server_settings import ServerSettings
+from officellm.cli import main
+from officellm.cli.actor import cli_actor
 from tests.support.tiny_models import shared_tiny_model
 
 CONSOLE = {"X-Officellm-Client": "console:tester"}
@@ -35,8 +44,10 @@ def _never_loads():
 
 @dataclass
 class Admin:
-    client: TestClient
+    url: str
+    client: httpx.Client
     token: str
+    db_path: Path
     routes: set[str]
     tiny_model: str
 
@@ -57,15 +68,25 @@ class Admin:
 def admin(tmp_path_factory: pytest.TempPathFactory, smollm2_dir) -> Iterator[Admin]:
     tiny = shared_tiny_model("llama", tmp_path_factory, smollm2_dir)
     tmp = tmp_path_factory.mktemp("audit")
-    settings = ServerSettings(no_auth=True, database=str(tmp / "officellm.db"),
-                              admin_remote=True,  # TestClient is no loopback client
-                              engine_in_process=True)
-    app = create_app(settings, _never_loads)
+    db_path = tmp / "officellm.db"
+    app = create_app(ServerSettings(no_auth=True, database=str(db_path),
+                                    engine_in_process=True), _never_loads)
     # The app's own list of its routes, as it declares them (its OpenAPI schema).
     routes = {f"{method.upper()} {path}" for path, methods in app.openapi()["paths"].items()
               if path.startswith("/admin/") for method in methods}
-    with TestClient(app) as client:
-        yield Admin(client, (tmp / "admin_token").read_text().strip(), routes, str(tiny))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    with httpx.Client(base_url=url, timeout=120) as client:
+        yield Admin(url, client, (tmp / "admin_token").read_text().strip(), db_path, routes,
+                    str(tiny))
+    server.should_exit = True
+    thread.join(30)
 
 
 @dataclass
@@ -214,12 +235,35 @@ def test_no_row_holds_a_key_a_token_a_secret_or_a_hash(admin: Admin) -> None:
     assert r.status_code == 201, r.text
     raw, key_id = r.json()["key"], r.json()["id"]
     assert admin.call("DELETE", f"/admin/keys/{key_id}", headers=CONSOLE).is_success
-    db = admin.client.app.state.server.accounts.db  # type: ignore[attr-defined]
+    db = Database(admin.db_path)
     with db.session() as s:
         stored = s.get(ApiKey, key_id)
         assert stored is not None
         jwt_hash = stored.jwt_secret_hash
+    db.close()
     secrets = {raw, hash_key(raw), jwt_secret, admin.token, hash_key(admin.token), jwt_hash}
     logged = json.dumps(admin.audit())
     assert [r["action"] for r in admin.audit(limit=2)] == ["key.revoke", "key.issue"]
     assert not [s for s in secrets if s and s in logged]
+
+
+def test_the_consoles_calls_are_recorded_as_console_and_the_os_user(admin: Admin) -> None:
+    console = AdminClient(admin.url, admin.token)
+    try:
+        console.create_user("dora")
+        newest = console.audit(limit=1)[0]
+    finally:
+        console.close()
+    assert (newest["actor"], newest["action"], newest["target"]) == (
+        console_actor(), "user.create", "dora")
+
+
+def test_the_clis_admin_calls_are_recorded_as_cli_and_the_os_user(admin: Admin,
+                                                                   capsys) -> None:
+    assert admin.call("POST", "/admin/users", {"name": "emil"}).status_code == 201
+    with pytest.raises(SystemExit) as done:
+        main(["users", "purge-cache", "emil", "--url", admin.url, "--db", str(admin.db_path)])
+    assert done.value.code == 0, capsys.readouterr().err
+    newest = admin.audit(limit=1)[0]
+    assert (newest["actor"], newest["action"], newest["target"]) == (
+        cli_actor(), "user.purge_cache", "emil")
