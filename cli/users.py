@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from officellm.app.db import admin_changes
+from officellm.app.db.audit import record_change
 from officellm.app.db.paths import kv_disk_dir
 from officellm.app.db.users import get_user, list_users
 from officellm.cli.actor import cli_actor
@@ -140,9 +141,12 @@ def _purge_disk_directly(args: argparse.Namespace, why: str, delete: bool = Fals
         folder = args.kv_disk_dir or kv_disk_dir(db.files_dir)
         purge_kv_disk(folder, db.kv_disk_key(), prefix_cache_salt(user_id,
                                                                   share_prefix_cache=False))
-        if delete:
-            with db.transaction() as s:
+        with db.transaction() as s:
+            if delete:
                 admin_changes.delete_user(s, cli_actor(), user_id)
+            else:
+                record_change(s, cli_actor(), "user.purge_cache", name, None,
+                              {"user": name, "pool_blocks": 0, "disk_tier": True})
     finally:
         db.close()
     print(f"{name}: the server could not be asked ({why}); removed their blocks from the KV "

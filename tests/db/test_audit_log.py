@@ -15,9 +15,9 @@ from officellm.app.db.audit import AuditQuery, audit_entries, record_change
 from officellm.app.db.database import Database
 from officellm.cli import main
 from officellm.cli.actor import cli_actor
+from tests.support.server_process import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-NO_SERVER = "http://127.0.0.1:9"  # the discard port: nothing answers
 
 
 def run(capsys, target: Path | str, *argv: str) -> tuple[int, str, str]:
@@ -40,6 +40,7 @@ def test_the_clis_own_changes_are_recorded_as_cli_and_the_os_user(
     model = tmp_path / "tiny-model"
     model.mkdir()
     (model / "config.json").write_text("{}")
+    no_server = f"http://127.0.0.1:{free_port()}"
     steps = [
         (("users", "add", "alice"), "user.create", "alice"),
         (("users", "disable", "alice"), "user.disable", "alice"),
@@ -52,8 +53,9 @@ def test_the_clis_own_changes_are_recorded_as_cli_and_the_os_user(
         (("models", "add", "tiny", str(model)), "model.add", "tiny"),
         (("models", "pin", "tiny"), "model.change", "tiny"),
         (("models", "remove", "tiny"), "model.remove", "tiny"),
-        # No server to ask: the CLI deletes the row itself.
-        (("users", "delete", "alice", "--url", NO_SERVER), "user.delete", "alice"),
+        # No server to ask: the CLI purges the disk tier and deletes the row itself.
+        (("users", "purge-cache", "alice", "--url", no_server), "user.purge_cache", "alice"),
+        (("users", "delete", "alice", "--url", no_server), "user.delete", "alice"),
     ]
     for argv, _, _ in steps:
         code, _, err = run(capsys, db_target, *argv)
