@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "officellm.cli.admin",
     "officellm.cli.bench",
     "officellm.cli.cluster",
+    "officellm.cli.audit",
 ]
 
 

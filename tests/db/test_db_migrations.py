@@ -16,7 +16,7 @@ from officellm.app.db.tables import Base
 from officellm.app.db.users import create_user, delete_user
 
 ALL_TABLES = {"users", "api_keys", "policies", "threads", "usage", "events", "settings",
-              "replicas", "registered_models"}
+              "replicas", "registered_models", "audit_log"}
 
 
 def _tables(db: Database) -> set[str]:
@@ -27,7 +27,7 @@ def test_upgrade_empty_to_head(db_path: Path) -> None:
     db = Database(db_path)
     assert db.current_revision() is None
     db.upgrade()
-    assert db.current_revision() == head_revision() == "0009_user_ids_never_reused"
+    assert db.current_revision() == head_revision() == "0010_audit_log"
     assert _tables(db) == ALL_TABLES
     # The default policy row is seeded, with prefix-cache salting on.
     with db.engine.connect() as c:
