@@ -7,6 +7,7 @@ show it as is ("max_context_tokens must be a positive integer", "user bob exists
 
 from __future__ import annotations
 
+import getpass
 from typing import Any
 from urllib.parse import quote
 
@@ -19,6 +20,20 @@ WHAT_IF_TIMEOUT_S = 30.0
 # Loading a model reads its weights and sizes its KV pool before the server answers: up to a
 # minute for a large one on a slow disk, so this route waits far longer than the others.
 LOAD_TIMEOUT_S = 180.0
+# Says to the server which program made a change, and as which OS user, for its audit log
+# (docs/admin_api.md "Who made a change"): "console:USER".
+CLIENT_HEADER = "X-Officellm-Client"
+
+
+def console_actor() -> str:
+    """console:USER, USER the operating-system user in ASCII ("unknown" where the system
+    cannot say)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = ""
+    return "console:" + (user.encode("ascii", "backslashreplace").decode("ascii")[:64]
+                         or "unknown")
 
 
 class AdminError(Exception):
@@ -60,7 +75,8 @@ class AdminClient:
                  timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout,
+                                  headers={CLIENT_HEADER: console_actor()})
 
     def close(self) -> None:
         self._http.close()
@@ -121,6 +137,17 @@ class AdminClient:
             params["model"] = model
         return self._request("GET", "/admin/usage", params=params)
 
+    def audit(self, limit: int = 100, actor: str | None = None,
+              action: str | None = None) -> list[dict]:
+        """The audit log, newest first: {"id", "time", "actor", "action", "target",
+        "before", "after"} each."""
+        params: dict[str, Any] = {"limit": limit}
+        if actor:
+            params["actor"] = actor
+        if action:
+            params["action"] = action
+        return self._request("GET", "/admin/audit", params=params)
+
     # --- users and keys ------------------------------------------------------------------
     def users(self) -> list[dict]:
         return self._request("GET", "/admin/users")
@@ -164,13 +191,16 @@ class AdminClient:
         return self._request("GET", "/admin/models")
 
     def add_model(self, name: str, source: str | None = None, hub_repo: str | None = None,
-                  kind: str | None = None, pinned: bool | None = None) -> dict[str, Any]:
+                  kind: str | None = None, pinned: bool | None = None,
+                  aliases: list[str] | None = None, sleep_idle_seconds: float | None = None,
+                  options: dict[str, Any] | None = None) -> dict[str, Any]:
         """Register a model from `source` (a path on the server's machine) or `hub_repo` (the
         server downloads it in the background: the row reads "downloading" until done).
         Fields left None are left out, so the server's defaults apply."""
         body: dict[str, Any] = {"name": name}
         for key, value in (("source", source), ("hub_repo", hub_repo), ("kind", kind),
-                           ("pinned", pinned)):
+                           ("pinned", pinned), ("aliases", aliases),
+                           ("sleep_idle_seconds", sleep_idle_seconds), ("options", options)):
             if value is not None:
                 body[key] = value
         return self._request("POST", "/admin/models", json=body)

@@ -247,15 +247,31 @@ class ModelStats:
     num_blocks_used: int | None = None
     num_running: int = 0
     num_waiting: int = 0
+    rates: Rates = field(default_factory=Rates)  # its own (a server before them: zeros)
+    latency: Latency = field(default_factory=Latency)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ModelStats:
         total, used = _opt(d, "num_blocks_total"), _opt(d, "num_blocks_used")
+        rates, latency = d.get("rates"), d.get("latency")
         return cls(name=str(d.get("name") or "(unnamed)"), state=str(d.get("state") or "ready"),
                    kv_cache_usage=_opt(d, "kv_cache_usage"),
                    num_blocks_total=None if total is None else int(total),
                    num_blocks_used=None if used is None else int(used),
-                   num_running=int(_f(d, "num_running")), num_waiting=int(_f(d, "num_waiting")))
+                   num_running=int(_f(d, "num_running")), num_waiting=int(_f(d, "num_waiting")),
+                   rates=Rates.from_json(rates if isinstance(rates, dict) else {}),
+                   latency=Latency.from_json(latency if isinstance(latency, dict) else {}))
+
+
+@dataclass(frozen=True)
+class ModelNumbers:
+    """What the dashboard's chart and rate and latency fields show for one model."""
+
+    kv_cache_usage: float
+    num_running: int
+    num_waiting: int
+    rates: Rates
+    latency: Latency
 
 
 def _models(value: Any) -> list[ModelStats]:
@@ -295,6 +311,19 @@ class StatsSnapshot:
         return {"ready": "", "sleeping": " — asleep (the next request wakes it)",
                 "dead": " — failed (the server's log says why)",
                 "stopped": " — stopping"}.get(self.state, " — loading…")
+
+    def numbers_of(self, model: str | None) -> ModelNumbers | None:
+        """`model`'s numbers in this snapshot: the default model's (the top-level ones) for
+        None or its name; None for a model the snapshot does not list."""
+        if not model or model == self.model:
+            e = self.engine
+            return ModelNumbers(e.kv_cache_usage, e.num_running, e.num_waiting, self.rates,
+                                self.latency)
+        m = next((m for m in self.models if m.name == model), None)
+        if m is None:
+            return None
+        return ModelNumbers(m.kv_cache_usage or 0.0, m.num_running, m.num_waiting, m.rates,
+                            m.latency)
 
     @classmethod
     def from_json(cls, d: dict[str, Any], received: float | None = None) -> StatsSnapshot:

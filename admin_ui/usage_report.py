@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BY_CHOICES = ("user", "model", "day")
-UNKNOWN_MODEL = "(unknown)"  # usage counted before rows named their model (migration 0010)
+UNKNOWN_MODEL = "(unknown)"  # usage counted before rows named their model (migration 0011)
 
 
 def _int(value: Any) -> int:

@@ -32,9 +32,9 @@ from officellm.app.error_handlers import install_error_handlers
 from officellm.app.models.idle_sleep import run_idle_sleep
 from officellm.app.models.model_pool import ModelPool
 from officellm.app.observability.metrics import ServerMetrics
+from officellm.app.observability.model_windows import ModelWindows
 from officellm.app.observability.refusals import Refusals
 from officellm.app.observability.stats_sampler import run_sampler
-from officellm.app.observability.stats_window import StatsWindow
 from officellm.app.openai.routes import (
     chat,
     completions,
@@ -70,7 +70,8 @@ def read_registry(db: Database) -> list[ModelEntry]:
 
 def command_line_entry(settings: ServerSettings) -> ModelEntry:
     """The model of `officellm serve [MODEL]` as the registry's first, pinned entry: named
-    by --served-model-name or by the engine once loaded; --model-alias's patterns reach it."""
+    by --served-model-name or as the engine names itself (engine.default_model_name, known
+    before it loads); --model-alias's patterns reach it."""
     return ModelEntry(name="", source=settings.engine.model or BUNDLED, pinned=True,
                       aliases=tuple(settings.model_aliases))
 
@@ -113,15 +114,14 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         if token_file is not None:
             logger.info("Admin token written to %s (readable by this user only)", token_file)
     settings.engine = kv_disk_settings(settings.engine, db)
-    window = StatsWindow(settings.stats_window_s)
+    windows = ModelWindows(settings.stats_window_s)
     # `state` is bound below, before any scrape.
     server_metrics = ServerMetrics(lambda: state.models.engines(), lambda: state.model_name,
-                                   window)
+                                   windows)
     accounts = Accounts.open(db, owns_db=owns_db)
     refusals = Refusals(server_metrics, accounts)
     pool = ModelPool(settings, server_metrics, refusals, settings.memory_budget)
     pool.add(command_line_entry(settings), engine_factory, settings.served_model_name)
-    async_engine = pool.default.async_engine
 
     def active_threads() -> dict[str, int]:
         with db.session() as session:
@@ -142,8 +142,8 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         accounts.start()
         pool.start(lambda: read_registry(db))
-        # The dashboard's rates and preemption events: the default model's engine.
-        sampler = asyncio.ensure_future(run_sampler(async_engine, window, accounts, names))
+        # The dashboard's rates and preemption events: every model's engine.
+        sampler = asyncio.ensure_future(run_sampler(pool.engines, windows, accounts, names))
         heartbeat = asyncio.ensure_future(run_heartbeat(db, me, lambda: state.model_name))
         tasks = [sampler, heartbeat]
         tasks.append(asyncio.ensure_future(run_idle_sleep(pool)))
@@ -161,13 +161,14 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
             accounts.close()
 
     admission = AdmissionControl(accounts, refusals, settings.engine.max_num_seqs,
-                                 settings.max_waiting_requests, settings.retry_after_s)
+                                 settings.max_waiting_requests, settings.retry_after_s,
+                                 share_across_models=settings.engine.scheduling_policy == "fair")
     server_metrics.in_flight.set_function(lambda: admission.in_flight)
     embedding = command_line_embedder(settings)
     if embedding is not None:
         pool.add_embedder(embedding, command_line=True)
     state = ServerState(settings=settings, models=pool, metrics=server_metrics,
-                        accounts=accounts, stats_window=window, admission=admission,
+                        accounts=accounts, stats_windows=windows, admission=admission,
                         refusals=refusals, auth_throttle=AuthThrottle(settings.auth_failure_limit),
                         created=int(time.time()))
     app = FastAPI(title="officellm", version="0.1.0", lifespan=lifespan)

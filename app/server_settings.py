@@ -13,6 +13,10 @@ ACTIVE_THREAD_MINUTES = 15
 # long answer, and a bound on a small model that would otherwise write to the end of its
 # context (minutes on a CPU) for a front end that never sends max_tokens (Open WebUI).
 DEFAULT_MAX_TOKENS = 2048
+# max_tokens of a front end's background task (a chat's title, tags, follow-ups:
+# app/policy/background_tasks.py) that sends none, and the most one that sends it gets: a
+# title or a few suggestions is tens of tokens, and Open WebUI sends no max_tokens for them.
+DEFAULT_TASK_MAX_TOKENS = 256
 
 
 @dataclass
@@ -79,3 +83,6 @@ class ServerSettings:
     # max_tokens of a request that sends none: None = the model's generation_config
     # max_new_tokens, else DEFAULT_MAX_TOKENS; 0 = no default (up to the context window).
     default_max_tokens: int | None = None
+    # A background task's max_tokens when it sends none, and its most when it does
+    # (`--task-max-tokens`); None: no cap of its own (default_max_tokens, as any request).
+    task_max_tokens: int | None = DEFAULT_TASK_MAX_TOKENS

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "officellm.cli.admin",
     "officellm.cli.bench",
     "officellm.cli.cluster",
+    "officellm.cli.audit",
 ]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from officellm.app.db.database import Database
+from officellm.cli.actor import CLIENT_HEADER, cli_actor
 from officellm.cli.db import add_db_argument, database_target
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -49,7 +50,8 @@ def admin_call(args: argparse.Namespace, path: str, method: str = "POST") -> Any
     url = f"{args.url.rstrip('/')}/admin/{path}"
     try:
         # No read timeout: loading a large model takes as long as it takes.
-        return httpx.request(method, url, headers={"Authorization": f"Bearer {token}"},
+        headers = {"Authorization": f"Bearer {token}", CLIENT_HEADER: cli_actor()}
+        return httpx.request(method, url, headers=headers,
                              timeout=httpx.Timeout(10.0, read=None))
     except httpx.TransportError as exc:
         raise NoServer(f"no server answers at {args.url} ({exc}); is it running "

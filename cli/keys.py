@@ -7,7 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from officellm.app.db.keys import issue_key, list_keys, revoke_key
+from officellm.app.db import admin_changes
+from officellm.app.db.keys import list_keys
+from officellm.cli.actor import cli_actor
 from officellm.cli.db import add_db_argument, format_time, open_db
 
 
@@ -63,8 +65,9 @@ def run_issue(args: argparse.Namespace) -> int:
     db = open_db(args)
     try:
         with db.transaction() as s:
-            issued = issue_key(s, _user_ref(args.user), forwarded_users=args.forwarded_users,
-                               jwt_secret=secret, secrets=db.jwt_secrets)
+            issued = admin_changes.issue_key(
+                s, cli_actor(), _user_ref(args.user), forwarded_users=args.forwarded_users,
+                jwt_secret=secret, secrets=db.jwt_secrets)
     finally:
         db.close()
     print(issued.raw)
@@ -104,7 +107,7 @@ def run_revoke(args: argparse.Namespace) -> int:
     db = open_db(args)
     try:
         with db.transaction() as s:
-            key = revoke_key(s, args.key, secrets=db.jwt_secrets)
+            key = admin_changes.revoke_key(s, cli_actor(), args.key, secrets=db.jwt_secrets)
     finally:
         db.close()
     print(f"revoked key {key.id} ({key.prefix}…) of {key.user_name}")

@@ -13,14 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from officellm.app.db import admin_changes
 from officellm.app.db.errors import NotFound
-from officellm.app.db.registered_models import (
-    add_entry,
-    get_entry,
-    list_entries,
-    remove_entry,
-    update_entry,
-)
+from officellm.app.db.registered_models import get_entry, list_entries
 from officellm.app.registry.entry import (
     BUNDLED,
     ENGINE_OPTIONS,
@@ -30,6 +25,7 @@ from officellm.app.registry.entry import (
     PARSER_OPTIONS,
     ModelEntry,
 )
+from officellm.cli.actor import cli_actor
 from officellm.cli.admin_call import (
     NoServer,
     add_server_arguments,
@@ -172,7 +168,7 @@ def run_add(args: argparse.Namespace) -> int:
     db = open_db(args)
     try:
         with db.transaction() as s:
-            add_entry(s, entry)
+            admin_changes.add_model(s, cli_actor(), entry)
     finally:
         db.close()
     print(f"registered {_describe(entry)}")
@@ -205,7 +201,7 @@ def run_remove(args: argparse.Namespace) -> int:
     db = open_db(args)
     try:
         with db.transaction() as s:
-            removed = remove_entry(s, args.name)
+            removed = admin_changes.remove_model(s, cli_actor(), args.name)
     finally:
         db.close()
     if not removed:
@@ -218,7 +214,7 @@ def run_pin(args: argparse.Namespace) -> int:
     db = open_db(args)
     try:
         with db.transaction() as s:
-            entry = update_entry(s, args.name, pinned=args.pinned)
+            entry = admin_changes.change_model(s, cli_actor(), args.name, pinned=args.pinned)
     finally:
         db.close()
     if entry is None:
@@ -265,7 +261,7 @@ def run_pull(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
         entry = _entry(args, name, str(source), hub_repo=args.repo_id)
         with db.transaction() as s:
-            add_entry(s, entry)
+            admin_changes.add_model(s, cli_actor(), entry)
     finally:
         db.close()
     print(f"registered {_describe(entry)}")

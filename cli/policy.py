@@ -6,15 +6,11 @@ import argparse
 import json
 from typing import Any
 
-from officellm.app.db.policies import (
-    POLICY_FIELDS,
-    clear_policy,
-    get_effective_policy,
-    get_policy,
-    set_policy,
-)
+from officellm.app.db import admin_changes
+from officellm.app.db.policies import POLICY_FIELDS, get_effective_policy, get_policy
 from officellm.app.db.tables import ON_LIMIT_CHOICES
 from officellm.app.policy.scheduling import PRIORITY_CHOICES, PRIORITY_WEIGHTS
+from officellm.cli.actor import cli_actor
 from officellm.cli.db import add_db_argument, open_db
 
 _CLEAR_WORDS = ("none", "inherit", "unlimited")
@@ -169,7 +165,7 @@ def run_set(args: argparse.Namespace) -> int:
     db = open_db(args)
     try:
         with db.transaction() as s:
-            stored = set_policy(s, _ref(args.user), **values)
+            stored = admin_changes.set_policy(s, cli_actor(), _ref(args.user), **values)
     finally:
         db.close()
     who = f"user {args.user}" if args.user else "the default policy"
@@ -183,7 +179,7 @@ def run_clear(args: argparse.Namespace) -> int:
     db = open_db(args)
     try:
         with db.transaction() as s:
-            removed = clear_policy(s, _ref(args.user))
+            removed = admin_changes.clear_policy(s, cli_actor(), _ref(args.user))
     finally:
         db.close()
     print(f"user {args.user}: " + ("override removed, the default applies"

@@ -13,7 +13,11 @@ from officellm.app.db import prepare_database
 from officellm.app.profiles import PROFILES, apply_profile
 from officellm.app.registry.entry import PARSER_OPTIONS
 from officellm.app.server import create_app
-from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
+from officellm.app.server_settings import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TASK_MAX_TOKENS,
+    ServerSettings,
+)
 from officellm.app.serving.graceful_server import GracefulServer
 from officellm.cli.db import add_db_argument, database_target
 from officellm.engine import BUNDLED_EMBEDDER, EngineConfig, engine_knobs, parse_memory
@@ -118,6 +122,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="max_tokens of a request that sends none (Open WebUI sends none): "
                         "default the model's generation_config max_new_tokens, else "
                         f"{DEFAULT_MAX_TOKENS}; 0: up to the context window")
+    p.add_argument("--task-max-tokens", type=int, default=DEFAULT_TASK_MAX_TOKENS, metavar="N",
+                   help="max_tokens of a front end's background task (Open WebUI's title, "
+                        "tags, follow-ups, queries, autocomplete) that sends none, and the most "
+                        f"one that sends it gets (default {DEFAULT_TASK_MAX_TOKENS}; 0: no cap "
+                        "of its own)")
     p.add_argument("--reasoning-parser", choices=PARSER_OPTIONS["reasoning_parser"],
                    default="auto", help="move a reasoning model's thinking into "
                    "reasoning_content: auto (harmony for gpt-oss's template, qwen3 when the "
@@ -154,6 +163,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        enable_auto_tool_choice=args.enable_auto_tool_choice,
                        tool_call_parser=args.tool_call_parser,
                        default_max_tokens=args.default_max_tokens,
+                       task_max_tokens=args.task_max_tokens or None,
                        reasoning_parser=args.reasoning_parser,
                        no_auth=args.no_auth, admin_remote=args.admin_remote,
                        forwarded_allow_ips=args.forwarded_allow_ips,
@@ -178,6 +188,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
         raise ValueError("--advertise-url must be 1 to 512 characters.")
     if args.default_max_tokens is not None and args.default_max_tokens < 0:
         raise ValueError("--default-max-tokens must be 0 (up to the context window) or more.")
+    if args.task_max_tokens < 0:
+        raise ValueError("--task-max-tokens must be 0 (no cap of its own) or more.")
     lines = apply_profile(s, args.profile, explicit)
     return s, lines
 

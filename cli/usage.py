@@ -24,7 +24,7 @@ HEADS = {"requests": "REQUESTS", "prompt_tokens": "PROMPT", "cached_tokens": "CA
          "completion_tokens": "COMPLETION", "embedding_requests": "EMBED REQ",
          "embedding_tokens": "EMBED TOK", "task_requests": "TASK REQ",
          "task_tokens": "TASK TOK", "busy_seconds": "BUSY S"}
-UNKNOWN_MODEL = "(unknown)"  # usage counted before rows named their model (migration 0010)
+UNKNOWN_MODEL = "(unknown)"  # usage counted before rows named their model (migration 0011)
 
 
 def _day(value: str) -> date:

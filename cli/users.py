@@ -7,14 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+from officellm.app.db import admin_changes
+from officellm.app.db.audit import record_change
 from officellm.app.db.paths import kv_disk_dir
-from officellm.app.db.users import (
-    create_user,
-    delete_user,
-    get_user,
-    list_users,
-    set_user_disabled,
-)
+from officellm.app.db.users import get_user, list_users
+from officellm.cli.actor import cli_actor
 from officellm.cli.admin_call import NoServer, add_server_arguments, admin_call, report_failure
 from officellm.cli.db import add_db_argument, format_time, open_db
 
@@ -61,7 +58,7 @@ def run_add(args: argparse.Namespace) -> int:
     db = open_db(args)
     try:
         with db.transaction() as s:
-            user = create_user(s, args.name)
+            user = admin_changes.create_user(s, cli_actor(), args.name)
     finally:
         db.close()
     print(f"added user {user.name} (id {user.id}); "
@@ -94,7 +91,7 @@ def run_set_disabled(args: argparse.Namespace) -> int:
     db = open_db(args)
     try:
         with db.transaction() as s:
-            user = set_user_disabled(s, args.name, args.disabled)
+            user = admin_changes.set_user_disabled(s, cli_actor(), args.name, args.disabled)
     finally:
         db.close()
     print(f"user {user.name} {'disabled' if user.disabled else 'enabled'}")
@@ -144,9 +141,12 @@ def _purge_disk_directly(args: argparse.Namespace, why: str, delete: bool = Fals
         folder = args.kv_disk_dir or kv_disk_dir(db.files_dir)
         purge_kv_disk(folder, db.kv_disk_key(), prefix_cache_salt(user_id,
                                                                   share_prefix_cache=False))
-        if delete:
-            with db.transaction() as s:
-                delete_user(s, user_id)
+        with db.transaction() as s:
+            if delete:
+                admin_changes.delete_user(s, cli_actor(), user_id)
+            else:
+                record_change(s, cli_actor(), "user.purge_cache", name, None,
+                              {"user": name, "pool_blocks": 0, "disk_tier": True})
     finally:
         db.close()
     print(f"{name}: the server could not be asked ({why}); removed their blocks from the KV "

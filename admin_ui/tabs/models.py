@@ -269,7 +269,10 @@ class ModelsTab(QWidget):
         """Register `new`; from a Hub repo, the row then reads "downloading" until done."""
         where = new.hub_repo or new.source
         self._act(lambda c: c.add_model(new.name, source=new.source, hub_repo=new.hub_repo,
-                                        kind=new.kind, pinned=new.pinned or None),
+                                        kind=new.kind, pinned=new.pinned or None,
+                                        aliases=list(new.aliases) or None,
+                                        sleep_idle_seconds=new.sleep_idle_seconds,
+                                        options=new.options or None),
                   f"Adding {new.name} from {where}…",
                   lambda row: f"Added {new.name}" + (
                       f": downloading {new.hub_repo} from the Hugging Face Hub."

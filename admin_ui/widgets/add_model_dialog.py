@@ -1,10 +1,12 @@
 """Register a model: its name, its kind, and where it comes from — a file or directory on the
 server's machine (typed, or picked when the server runs on this one), or a Hugging Face Hub
-repo id that the server downloads in the background."""
+repo id that the server downloads in the background — and, as `officellm models add` may, its
+aliases, idle sleep and serve options (admin_ui/model_fields.py reads them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -22,6 +24,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from officellm.admin_ui.model_fields import parse_aliases, parse_options, parse_sleep_idle_seconds
+
 # The registry's kinds (app/registry/entry.py's KINDS, written out: the console imports
 # nothing of the server's).
 KINDS = ("generate", "embed")
@@ -36,6 +40,9 @@ class NewModel:
     source: str | None = None
     hub_repo: str | None = None
     pinned: bool = False
+    aliases: tuple[str, ...] = ()
+    sleep_idle_seconds: float | None = None  # None: the server's --sleep-idle-seconds
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 class AddModelDialog(QDialog):
@@ -52,6 +59,19 @@ class AddModelDialog(QDialog):
         form.addRow("Kind", self.kind_box)
         self.pinned_check = QCheckBox("Pinned (loaded at start, never unloaded to make room)")
         form.addRow("", self.pinned_check)
+        self.aliases_edit = QLineEdit()
+        self.aliases_edit.setPlaceholderText("request names that reach it, e.g. gpt-4*, claude-*")
+        form.addRow("Aliases", self.aliases_edit)
+        self.sleep_edit = QLineEdit()
+        self.sleep_edit.setPlaceholderText("seconds without a request before it sleeps "
+                                           "(0: never; empty: the server's)")
+        form.addRow("Idle sleep", self.sleep_edit)
+        self.options_edit = QLineEdit()
+        self.options_edit.setPlaceholderText("max_model_len=8192 dtype=bfloat16, or JSON")
+        self.options_edit.setToolTip(
+            "Serve options: dtype, quantization, kv_cache_dtype, max_model_len, "
+            "kv_cache_memory, tool_call_parser, reasoning_parser (docs/models.md).")
+        form.addRow("Options", self.options_edit)
         layout.addLayout(form)
 
         self.from_path = QRadioButton("A file or directory on the server's machine")
@@ -110,16 +130,23 @@ class AddModelDialog(QDialog):
             self.from_path.setChecked(True)
 
     def request(self) -> NewModel:
-        """What was filled in (check `problem_text` first)."""
+        """What was filled in (check `problem_text` first: a malformed alias, idle sleep or
+        option raises ValueError here)."""
         hub = self.from_hub.isChecked()
         return NewModel(name=self.name_edit.text().strip(), kind=self.kind_box.currentText(),
                         source=None if hub else self.path_edit.text().strip() or None,
                         hub_repo=(self.hub_edit.text().strip() or None) if hub else None,
-                        pinned=self.pinned_check.isChecked())
+                        pinned=self.pinned_check.isChecked(),
+                        aliases=tuple(parse_aliases(self.aliases_edit.text())),
+                        sleep_idle_seconds=parse_sleep_idle_seconds(self.sleep_edit.text()),
+                        options=parse_options(self.options_edit.text()))
 
     def problem_text(self) -> str | None:
         """Why the form cannot be sent yet; None when it can (the server checks the rest)."""
-        r = self.request()
+        try:
+            r = self.request()
+        except ValueError as exc:
+            return str(exc)
         if not r.name:
             return "Give the model a name."
         if any(c.isspace() for c in r.name):

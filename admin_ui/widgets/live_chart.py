@@ -1,6 +1,7 @@
 """The live chart of the last minutes: KV cache usage (%) above, running and waiting requests
-below, on one time axis. Two plots rather than one with two scales: a 0-100 % curve would
-flatten a count of 3 requests into the floor.
+below, on one time axis, of one model (the default unless the dashboard's picker chose
+another). Two plots rather than one with two scales: a 0-100 % curve would flatten a count
+of 3 requests into the floor.
 
 pyqtgraph does the drawing; this class only keeps the curves fed from the history.
 """
@@ -43,17 +44,20 @@ class LiveChart(pg.GraphicsLayoutWidget):
         self.waiting_curve = self.req_plot.plot(
             [], [], name="waiting", pen=pg.mkPen("#f0ad4e", width=2, style=Qt.PenStyle.DashLine))
 
-    def update_from(self, history: StatsHistory) -> None:
+    def update_from(self, history: StatsHistory, model: str | None = None) -> None:
+        """Draw `model`'s last minutes (None: the default model's) from `history`."""
         snaps = history.within(self.span_s)
-        if not snaps:
+        points = [(s.received, n) for s in snaps
+                  if (n := s.numbers_of(model)) is not None]
+        if not points:
             for c in (self.kv_curve, self.running_curve, self.waiting_curve):
                 c.setData([], [])
             return
         now = snaps[-1].received
-        xs = [s.received - now for s in snaps]
-        running = [s.engine.num_running for s in snaps]
-        waiting = [s.engine.num_waiting for s in snaps]
-        self.kv_curve.setData(xs, [s.engine.kv_cache_usage * 100 for s in snaps])
+        xs = [t - now for t, _ in points]
+        running = [n.num_running for _, n in points]
+        waiting = [n.num_waiting for _, n in points]
+        self.kv_curve.setData(xs, [n.kv_cache_usage * 100 for _, n in points])
         self.running_curve.setData(xs, running)
         self.waiting_curve.setData(xs, waiting)
         self.req_plot.setYRange(0, max(4, max(running + waiting) + 1), padding=0.02)

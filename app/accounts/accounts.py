@@ -52,12 +52,14 @@ class Accounts:
                        thread_key: str | None, turns: int | None,
                        thread_completion_tokens: int | None = None, *, model: str,
                        cached_tokens: int = 0, busy_seconds: float = 0.0,
-                       task: bool = False) -> None:
-        """A served generation request under the served `model`: its usage (`task`: a front
-        end's background task, counted apart too), and (chat) its thread's latest size."""
+                       task: str | None = None) -> None:
+        """A served generation request under the served `model`: its usage, and (chat) its
+        thread's latest size. `task`: the front end's background task it was
+        (app/policy/background_tasks.py), None for a person's own request; a task is the
+        person's usage all the same, and the usage table counts it apart too."""
         self._safely(self.writer.add_usage, user_id, prompt_tokens, completion_tokens,
                      model=model, cached_tokens=cached_tokens, busy_seconds=busy_seconds,
-                     task=task)
+                     task=task is not None)
         if thread_key is not None:
             self._safely(self.writer.record_thread, user_id, thread_key, turns or 0, prompt_tokens,
                          completion_tokens if thread_completion_tokens is None

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends
 
 from officellm.app.admin import (
     activity,
+    audit,
     keys,
     live,
     models,
@@ -23,7 +24,7 @@ from officellm.app.openai.answers import ERROR_RESPONSES
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)],
                    responses=ERROR_RESPONSES)
-for _module in (live, what_if, users, keys, policies, activity, usage, replicas, models):
+for _module in (live, what_if, users, keys, policies, activity, usage, replicas, models, audit):
     router.include_router(_module.router)
 
 __all__ = ["router"]

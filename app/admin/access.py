@@ -2,11 +2,17 @@
 
 The admin token's hash lives in the settings table; it is compared in constant time
 (verify_admin_token). A valid *user* key is a real identity without admin rights: 403, not 401.
+
+Who made a change, for the audit log (admin_actor): the admin token is the only proof, so a
+call is "admin-token" unless its client says more in the X-Officellm-Client header
+("console:alice", "cli:alice": which program, and the operating-system user running it).
+That part is the caller's word, recorded as given by a holder of the admin token.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from fastapi import Request
 
@@ -17,8 +23,20 @@ from officellm.app.admission.auth import (
     record_auth_failure,
 )
 from officellm.app.db import verify_admin_token
+from officellm.app.db.audit import ADMIN_TOKEN_ACTOR
 from officellm.app.errors import APIError
 from officellm.app.serving.state import ServerState
+
+# Which admin client made a call, and as which OS user (docs/admin_api.md "Who made a change").
+CLIENT_HEADER = "X-Officellm-Client"
+_CLIENT_VALUE = re.compile(r"(console|cli):[^\x00-\x1f\x7f]{1,64}")
+
+
+def admin_actor(request: Request) -> str:
+    """Who the audit log says made this admin call: the client's "console:USER" or
+    "cli:USER" when it sent a well-formed X-Officellm-Client, else "admin-token"."""
+    said = request.headers.get(CLIENT_HEADER, "")
+    return said if _CLIENT_VALUE.fullmatch(said) else ADMIN_TOKEN_ACTOR
 
 
 def is_loopback(host: str | None) -> bool:

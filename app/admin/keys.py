@@ -9,9 +9,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 
+from officellm.app.admin.access import admin_actor
 from officellm.app.admin.errors import answered_errors
 from officellm.app.admin.views import IssuedKeyView, KeyView, issued_key_view, key_view
-from officellm.app.db import issue_key, list_keys, revoke_key
+from officellm.app.db import admin_changes, list_keys
 from officellm.app.serving.state import ServerState
 
 router = APIRouter()
@@ -47,7 +48,7 @@ def get_keys(request: Request, user: str | None = None) -> list[KeyView]:
 def post_key(body: NewKey, request: Request) -> IssuedKeyView:
     db = _server(request).accounts.db
     with answered_errors("user"), db.transaction() as session:
-        issued = issue_key(session, body.user, forwarded_users=body.forwarded_users,
+        issued = admin_changes.issue_key(session, admin_actor(request), body.user, forwarded_users=body.forwarded_users,
                            jwt_secret=body.jwt_secret, secrets=db.jwt_secrets)
     return issued_key_view(issued)
 
@@ -57,4 +58,5 @@ def delete_key(request: Request, key_id: int = Path(ge=1, le=MAX_KEY_ID)) -> Key
     """Revoke: the key is refused from the next request on (the record stays, for audit)."""
     db = _server(request).accounts.db
     with answered_errors("id"), db.transaction() as session:
-        return key_view(revoke_key(session, key_id, secrets=db.jwt_secrets))
+        return key_view(admin_changes.revoke_key(session, admin_actor(request), key_id,
+                                                 secrets=db.jwt_secrets))

@@ -24,6 +24,7 @@ from officellm.app.db.users import user_names
 from officellm.app.errors import unavailable
 from officellm.app.models.served_model import ServedModel
 from officellm.app.observability.sharing import user_ids, user_shares
+from officellm.app.observability.stats_window import StatsWindow
 from officellm.app.policy import prefix_cache_salt
 from officellm.app.server_settings import ACTIVE_THREAD_MINUTES
 from officellm.app.serving.state import ServerState
@@ -52,14 +53,15 @@ def get_stats(request: Request) -> Stats:
         ready=default.async_engine.is_ready,
         state=default.state,
         engine=stats,
-        rates=server.stats_window.rates(),
-        latency=server.stats_window.latency(),
+        rates=server.stats_windows.of(default.name).rates(),
+        latency=server.stats_windows.of(default.name).latency(),
         active_threads=[ActiveThread(**t.model_dump(include=set(ActiveThread.model_fields)))
                         for t in threads],
         users=[UserShareView(**asdict(u)) for u in shares],
         structured_requests=dict(server.metrics.structured_by_kind),
         embeddings=_embedding_stats(server),
-        models=[_model_stats(m) for m in server.models.models if m.name],
+        models=[_model_stats(m, server.stats_windows.of(m.name))
+                for m in server.models.models if m.name],
     )
 
 
@@ -72,8 +74,9 @@ def _disk_owner(server: ServerState) -> Callable[[int], str] | None:
     return lambda user_id: kv_disk_owner(key, prefix_cache_salt(user_id, share_prefix_cache=False))
 
 
-def _model_stats(model: ServedModel) -> ModelStats:
-    """One generate model's state and KV pool (the console's gauge per model)."""
+def _model_stats(model: ServedModel, window: StatsWindow) -> ModelStats:
+    """One generate model's state, KV pool (the console's gauge per model), and its rates
+    and latencies over the recent window."""
     stats = model.async_engine.stats() if model.in_memory else None
     return ModelStats(
         name=model.name, state=model.state,
@@ -84,7 +87,8 @@ def _model_stats(model: ServedModel) -> ModelStats:
         num_waiting=stats.num_waiting if stats is not None else 0,
         kv_host=stats.kv_host if stats is not None else None,
         kv_disk=stats.kv_disk if stats is not None else None,
-        kv_tier_hits=stats.kv_tier_hits if stats is not None else 0)
+        kv_tier_hits=stats.kv_tier_hits if stats is not None else 0,
+        rates=window.rates(), latency=window.latency())
 
 
 def _embedding_stats(server: ServerState) -> EmbeddingStats | None:

@@ -14,13 +14,11 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from officellm.app.admin.access import admin_actor
 from officellm.app.admin.errors import answered_errors
-from officellm.app.db.registered_models import (
-    add_entry,
-    list_entries,
-    remove_entry,
-    update_entry,
-)
+from officellm.app.db import admin_changes
+from officellm.app.db.audit import record_change
+from officellm.app.db.registered_models import list_entries
 from officellm.app.errors import APIError
 from officellm.app.models.served import UNLOADED
 from officellm.app.models.served_embedder import ServedEmbedder
@@ -200,10 +198,11 @@ async def post_model(body: NewModel, request: Request) -> ModelRow:
     with answered_errors():
         entry.check()
     _check_new_name(server, request, entry.name)
+    actor = admin_actor(request)
     if body.hub_repo is not None:
-        asyncio.ensure_future(_download(server, server.downloads.start(entry)))
+        asyncio.ensure_future(_download(server, server.downloads.start(entry), actor))
         return _find_row(server, request, entry.name, [])
-    await run_in_threadpool(_store, server, entry)
+    await run_in_threadpool(_store, server, entry, actor)
     entries = await run_in_threadpool(_read_entries, server)
     server.models.registry.apply(entries)
     server.models.estimate_in_background()
@@ -218,21 +217,22 @@ def _check_new_name(server: ServerState, request: Request, name: str) -> None:
                        code="already_exists")
 
 
-def _store(server: ServerState, entry: ModelEntry) -> None:
+def _store(server: ServerState, entry: ModelEntry, actor: str) -> None:
     with answered_errors("name"), server.accounts.db.transaction() as session:
-        add_entry(session, entry)
+        admin_changes.add_model(session, actor, entry)
 
 
-async def _download(server: ServerState, download: Download) -> None:
+async def _download(server: ServerState, download: Download, actor: str) -> None:
     """Download the entry's Hub repo, then register it (a failed download stays listed as
-    failed, with its reason, until it is removed)."""
+    failed, with its reason, until it is removed); the audit log's model.add row is written
+    then, as `actor`'s."""
     entry = download.entry
     try:
         assert entry.hub_repo is not None
         check = check_architecture if entry.kind == GENERATE else None
         source = await asyncio.to_thread(pull, entry.hub_repo, pulled_dir(entry.hub_repo),
                                          None, download.report, check_config=check)
-        await asyncio.to_thread(_store, server, replace(entry, source=str(source)))
+        await asyncio.to_thread(_store, server, replace(entry, source=str(source)), actor)
     except Exception as exc:  # the row says why; the server goes on
         download.error = f"{type(exc).__name__}: {exc}"
         logger.warning("Downloading %s for `%s` failed: %s", entry.hub_repo, entry.name,
@@ -258,9 +258,11 @@ async def patch_model(name: str, body: ModelChange, request: Request) -> ModelRo
     if "aliases" in changes:
         changes["aliases"] = tuple(changes["aliases"])
 
+    actor = admin_actor(request)
+
     def change() -> ModelEntry | None:
         with answered_errors(), server.accounts.db.transaction() as session:
-            return update_entry(session, name, **changes)
+            return admin_changes.change_model(session, actor, name, **changes)
 
     if await run_in_threadpool(change) is None:
         raise _not_registered(server, name)
@@ -288,8 +290,13 @@ async def delete_model(name: str, request: Request) -> Response:
     """Remove a model from the registry (unloading it; 409 while requests use it)."""
     server = _server(request)
     pulls = _pulls(request)
+    actor = admin_actor(request)
     if name in pulls and pulls[name].error is not None:
-        del pulls[name]
+        failed = pulls.pop(name)
+        # Nothing of it was in the database: the row records the forgotten download.
+        await run_in_threadpool(_record, server, actor, "model.remove", name,
+                                {**admin_changes.model_values(failed.entry),
+                                 "error": failed.error}, None)
         return Response(status_code=204)
     model = server.models.find(name)
     if _command_line(server, name):
@@ -300,12 +307,29 @@ async def delete_model(name: str, request: Request) -> Response:
 
     def remove() -> bool:
         with server.accounts.db.transaction() as session:
-            return remove_entry(session, name)
+            return admin_changes.remove_model(session, actor, name)
 
     if not await run_in_threadpool(remove):
         raise _not_registered(server, name)
     await server.models.registry.refresh(force=True)  # it is unloaded and no longer served
     return Response(status_code=204)
+
+
+def _record(server: ServerState, actor: str, action: str, target: str,
+            before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+    """An audit row for a change outside the database (a load, an unload, a forgotten
+    download), in its own transaction."""
+    with server.accounts.db.transaction() as session:
+        record_change(session, actor, action, target, before, after)
+
+
+async def _state_changed(request: Request, server: ServerState, name: str, action: str,
+                         before: str) -> ModelRow:
+    """The model's row after a load or unload, recorded as `action` from `before`."""
+    row = _find_row(server, request, name, await run_in_threadpool(_read_entries, server))
+    await run_in_threadpool(_record, server, admin_actor(request), action, name,
+                            {"state": before}, {"state": row.state})
+    return row
 
 
 async def _registered(request: Request, name: str
@@ -324,12 +348,13 @@ async def load_model(name: str, request: Request) -> ModelRow:
     """Load a model now (making room as a request would; 503 with the budget's sentence if
     it does not fit); answers once it is ready."""
     server, found = await _registered(request, name)
+    before = found.state
     if isinstance(found, ServedEmbedder):
         await found.wake(server.settings.retry_after_s)
     else:
         await server.models.acquire(found)
         server.models.release(found)
-    return _find_row(server, request, name, await run_in_threadpool(_read_entries, server))
+    return await _state_changed(request, server, name, "model.load", before)
 
 
 @router.post("/models/{name}/unload")
@@ -337,6 +362,7 @@ async def unload_model(name: str, request: Request) -> ModelRow:
     """Free a model's memory now (it loads again on its next request); 409 while requests
     use it or for the command line's model."""
     server, found = await _registered(request, name)
+    before = found.state
     if _command_line(server, name):
         raise APIError(409, f"The model `{name}` is served from the command line: it stays "
                             "loaded.", param="name", code="pinned")
@@ -351,5 +377,5 @@ async def unload_model(name: str, request: Request) -> ModelRow:
     elif found.in_memory and not await server.models.unload(found):
         raise APIError(409, f"The model `{name}` is answering {found.leases} request(s) or "
                             "loading; unload it when it is idle.", param="name", code="busy")
-    return _find_row(server, request, name, await run_in_threadpool(_read_entries, server))
+    return await _state_changed(request, server, name, "model.unload", before)
 

@@ -8,9 +8,10 @@ from typing import Any
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import Response
 
+from officellm.app.admin.access import admin_actor
 from officellm.app.admin.errors import answered_errors
 from officellm.app.admin.views import PolicyList, PolicyView, policy_view
-from officellm.app.db import clear_policy, get_policy, get_user, set_policy
+from officellm.app.db import admin_changes, get_policy, get_user
 from officellm.app.db.policies import (
     INT_FIELDS,
     KV_SHARE_RANGE,
@@ -86,7 +87,8 @@ def put_default(request: Request, values: Any = Body(...)) -> PolicyView:
     null means no limit)."""
     values = _validated(values, is_default=True)
     with _server(request).accounts.db.transaction() as session:
-        return policy_view(set_policy(session, None, **values))
+        return policy_view(admin_changes.set_policy(session, admin_actor(request), None,
+                                                    **values))
 
 
 @router.put("/policies/users/{name}", openapi_extra=policy_body(is_default=False))
@@ -94,12 +96,13 @@ def put_user(name: str, request: Request, values: Any = Body(...)) -> PolicyView
     """Set the given fields of a user's override (null: inherit the default)."""
     values = _validated(values, is_default=False)
     with answered_errors("name"), _server(request).accounts.db.transaction() as session:
-        return policy_view(set_policy(session, name, **values))
+        return policy_view(admin_changes.set_policy(session, admin_actor(request), name,
+                                                    **values))
 
 
 @router.delete("/policies/users/{name}", status_code=204)
 def delete_user(name: str, request: Request) -> Response:
     with answered_errors("name"), _server(request).accounts.db.transaction() as session:
         get_user(session, name)  # 404 for an unknown user; no override is fine
-        clear_policy(session, name)
+        admin_changes.clear_policy(session, admin_actor(request), name)
     return Response(status_code=204)

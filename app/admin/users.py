@@ -10,18 +10,19 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
+from officellm.app.admin.access import admin_actor
 from officellm.app.admin.errors import answered_errors
 from officellm.app.admin.views import UserView, user_view
 from officellm.app.db import (
-    create_user,
-    delete_user,
+    admin_changes,
     get_user,
     list_usage,
     list_users,
-    set_user_disabled,
     usage_today,
     utc_today,
 )
+from officellm.app.db.audit import record_change
+from officellm.app.db.users import set_user_disabled, user_info
 from officellm.app.errors import APIError
 from officellm.app.policy import prefix_cache_salt
 from officellm.app.serving.state import ServerState
@@ -54,7 +55,7 @@ def get_users(request: Request) -> list[UserView]:
 @router.post("/users", status_code=201)
 def post_user(body: NewUser, request: Request) -> UserView:
     with answered_errors("name"), _server(request).accounts.db.transaction() as session:
-        user = create_user(session, body.name)
+        user = admin_changes.create_user(session, admin_actor(request), body.name)
     return user_view(user, None)
 
 
@@ -63,7 +64,8 @@ def patch_user(name: str, body: UserChange, request: Request) -> UserView:
     """Disable (or re-enable) a user: their keys are refused from the next request on."""
     server = _server(request)
     with answered_errors("name"), server.accounts.db.transaction() as session:
-        user = set_user_disabled(session, name, body.disabled)
+        user = admin_changes.set_user_disabled(session, admin_actor(request), name,
+                                               body.disabled)
         today = usage_today(session, user.id)
     return user_view(user, today)
 
@@ -86,7 +88,11 @@ async def purge_user_cache(name: str, request: Request) -> CachePurged:
     with answered_errors("name"), server.accounts.db.session() as session:
         user = get_user(session, name)
         user_id, user_name = user.id, user.name
-    return await _purge(server, user_id, user_name)
+    purged = await _purge(server, user_id, user_name)
+    with server.accounts.db.transaction() as session:
+        record_change(session, admin_actor(request), "user.purge_cache", user_name, None,
+                      purged.model_dump())
+    return purged
 
 
 @router.delete("/users/{name}")
@@ -96,16 +102,23 @@ async def remove_user(name: str, request: Request) -> CachePurged:
     request of theirs starts meanwhile; while requests of theirs still run (in this server)
     the answer is a 409, and they stay disabled: delete again once those have finished."""
     server = _server(request)
+    actor = admin_actor(request)
     with answered_errors("name"), server.accounts.db.transaction() as session:
+        found = user_info(get_user(session, name))
         user = set_user_disabled(session, name, True)
     running = server.admission.concurrency.active(user.id)
     if running:
+        # The deletion stops here with the user disabled: that is a change of its own. Not in
+        # the disabling's transaction, whose commit is what the running count is read after.
+        with server.accounts.db.transaction() as session:
+            record_change(session, actor, "user.disable", user.name,
+                          admin_changes.user_values(found), admin_changes.user_values(user))
         raise APIError(409, f"user {user.name!r} has {running} request(s) running; they are "
                             "disabled now (no new request starts): delete them again once "
                             "those have finished", param="name", code="requests_running")
     purged = await _purge(server, user.id, user.name)
     with answered_errors("name"), server.accounts.db.transaction() as session:
-        delete_user(session, user.id)
+        admin_changes.delete_user(session, actor, user.id, before=found)
     return purged
 
 

@@ -135,7 +135,7 @@ class UsageRow(UsageTotals):
 
     user: str | None
     model: str | None = Field(description="The served model's name; '' for usage counted "
-                                          "before per-model usage (migration 0010).")
+                                          "before per-model usage (migration 0011).")
     day: str | None = Field(description="The UTC day, e.g. 2025-01-11.")
 
 
@@ -199,15 +199,20 @@ class ModelStats(BaseModel):
     kv_tier_hits: int = Field(0, description="Prompt tokens copied back from its RAM or disk "
                                              "tier instead of computed, since the model "
                                              "loaded.")
+    rates: dict[str, float] = Field(
+        default_factory=dict, description="The model's own rates, as Stats.rates.")
+    latency: dict[str, float | None] = Field(
+        default_factory=dict, description="The model's own latencies, as Stats.latency.")
 
 
 class Stats(BaseModel):
     """GET /admin/stats: live numbers (also while the model loads, or after it failed)."""
 
     model: str | None = Field(description="The default model's name; null until it has "
-                                          "loaded. `state`, `engine`, `users` and the "
-                                          "threads' caps are the default model's; `models` "
-                                          "has every served model.")
+                                          "loaded. `state`, `engine`, `rates`, `latency`, "
+                                          "`users` and the threads' caps are the default "
+                                          "model's; `models` has every served model, each "
+                                          "with its own rates and latency.")
     uptime_s: float
     ready: bool
     state: str = Field("ready", description="The model's lifecycle: loading, ready, sleeping "
@@ -215,9 +220,11 @@ class Stats(BaseModel):
     engine: EngineStats | None = Field(description="null until the engine has loaded, and "
                                                    "while it sleeps.")
     rates: dict[str, float] = Field(
-        description="prompt_tokens_per_s, generation_tokens_per_s, preemptions_per_min.")
+        description="The default model's prompt_tokens_per_s, generation_tokens_per_s, "
+                    "preemptions_per_min (each model's: `models`).")
     latency: dict[str, float | None] = Field(
-        description="p50 and p99 (seconds) of ttft, itl and e2e over the last window_s.")
+        description="The default model's p50 and p99 (seconds) of ttft, itl and e2e over the "
+                    "last window_s (each model's: `models`).")
     active_threads: list[ActiveThread]
     users: list[UserShareView] = Field(
         description="Who holds the engine: per user holding blocks, running or ever "

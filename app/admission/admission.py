@@ -3,14 +3,16 @@
 `AdmissionControl` (one per app) keeps one counter per concept:
   draining    set at shutdown: new requests get 503, the drain waits for `in_flight`
   in_flight   generation requests admitted and not yet ended (officellm:requests_in_flight)
-  sequences   engine sequences admitted (prompts x n), against --max-num-seqs running plus
-              --max-waiting-requests queued: beyond that 429 at once, not an unbounded wait
+  sequences   engine sequences admitted (prompts x n) per model, each model against its own
+              --max-num-seqs running plus --max-waiting-requests queued: beyond that 429 at
+              once, not an unbounded wait (a busy model never refuses another's requests)
   per user    running requests per user (ConcurrencyLimiter), against the policy's
               max_concurrent_requests
-and checks the user's daily quota. `admit()` is an async context manager: what it takes is
-given back in exactly one place, `Admission._release`, when the block exits, or, for a
-response handed over with `hold()` (a stream), when that response has been sent, however it
-ends (finished, client gone, error, shutdown).
+and checks the user's daily quota. The scheduling tags count the user's recent work on the
+other models (app/policy/cross_model.py). `admit()` is an async context manager: what it
+takes is given back in exactly one place, `Admission._release`, when the block exits, or,
+for a response handed over with `hold()` (a stream), when that response has been sent,
+however it ends (finished, client gone, error, shutdown).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from officellm.app.db import get_effective_policy
 from officellm.app.errors import APIError, unavailable
 from officellm.app.observability.refusals import Refusals
 from officellm.app.policy import EffectivePolicy, SchedulingTags, check_daily_quota, scheduling_tags
+from officellm.app.policy.cross_model import CrossModelService, cross_model_tags
 from officellm.app.principal import Principal
 
 logger = logging.getLogger("officellm.server")
@@ -50,6 +53,7 @@ class Admission:
     endpoint: str
     sequences: int
     scheduling: SchedulingTags
+    model: str = ""  # the registry name its sequences count against ("": unnamed default)
     _held_by_response: bool = field(default=False, repr=False)
     _released: bool = field(default=False, repr=False)
     _on_release: list[Callable[[], None]] = field(default_factory=list, repr=False)
@@ -95,7 +99,9 @@ class AdmissionControl:
     per-user one, which worker threads may also read)."""
 
     def __init__(self, accounts: Accounts, refusals: Refusals, max_running: int,
-                 max_waiting: int, retry_after_s: int) -> None:
+                 max_waiting: int, retry_after_s: int, share_across_models: bool = True) -> None:
+        """`share_across_models`: lower a user's weight on one model by their recent work
+        on the others (the fair policy's; under `priority` a weight is a rank, kept as set)."""
         self.accounts = accounts
         self.refusals = refusals
         self.max_running = max_running
@@ -105,7 +111,9 @@ class AdmissionControl:
         self.draining = False
         self.in_flight = 0
         self.last_active = time.monotonic()  # the last admission or release (idle sleep)
-        self.sequences = 0
+        self.sequences: dict[str, int] = {}  # admitted engine sequences, per model
+        self.cross_model = CrossModelService()  # each user's recent tokens per model
+        self.share_across_models = share_across_models
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -144,22 +152,40 @@ class AdmissionControl:
             self.refusals.policy(principal, decision, endpoint,
                                  {"limit": policy.max_concurrent_requests})
             raise decision_error(decision)
-        # An idle server admits any one request, however large, so a big `n` is never
-        # refused forever.
-        if self.sequences and self.sequences + sequences > self.max_running + self.max_waiting:
+        key = model or ""
+        if not self._fits(key, sequences):
             self.concurrency.release(principal.user_id)
             self.refusals.server_limit(principal, "queue_full")
-            raise self._queue_full()
-        self.sequences += sequences
+            raise self._queue_full(model)
+        self.sequences[key] = self.sequences.get(key, 0) + sequences
         self.in_flight += 1
         self.touch()
         self._idle.clear()
         return Admission(self, principal, policy, endpoint, sequences,
-                         scheduling_tags(principal.user_id, policy))
+                         self._tags(principal.user_id, policy, key), key)
+
+    def _tags(self, user_id: int, policy: EffectivePolicy, model: str) -> SchedulingTags:
+        """The engine's tags for the user's request on `model`: the policy's, with the
+        weight lowered by the user's recent work on the other models."""
+        tags = scheduling_tags(user_id, policy)
+        if not self.share_across_models:
+            return tags
+        return cross_model_tags(tags, self.cross_model.factor(user_id, model))
+
+    def _fits(self, model: str, sequences: int) -> bool:
+        """Whether `model`'s own bound (--max-num-seqs running plus --max-waiting-requests
+        queued) holds `sequences` more. A model with nothing admitted takes any one request,
+        however large, so a big `n` is never refused forever."""
+        admitted = self.sequences.get(model, 0)
+        return not admitted or admitted + sequences <= self.max_running + self.max_waiting
 
     def _leave(self, admission: Admission) -> None:
         self.concurrency.release(admission.principal.user_id)
-        self.sequences = max(0, self.sequences - admission.sequences)
+        left = self.sequences.get(admission.model, 0) - admission.sequences
+        if left > 0:
+            self.sequences[admission.model] = left
+        else:
+            self.sequences.pop(admission.model, None)
         self.in_flight -= 1
         self.touch()
         if self.in_flight <= 0:
@@ -185,10 +211,11 @@ class AdmissionControl:
             raise unavailable("The server is shutting down; retry on another instance or later.",
                               self.retry_after_s)
 
-    def _queue_full(self) -> APIError:
-        """429 with Retry-After: the waiting queue is full."""
+    def _queue_full(self, model: str | None) -> APIError:
+        """429 with Retry-After: the model's waiting queue is full."""
         retry = self.retry_after_s
-        return APIError(429, f"The server is at capacity ({self.max_running} requests running "
+        what = f"The model `{model}`" if model else "The server"
+        return APIError(429, f"{what} is at capacity ({self.max_running} requests running "
                              f"and {self.max_waiting} waiting); retry in {retry} s.",
                         code="server_overloaded", headers={"Retry-After": str(retry)})
 

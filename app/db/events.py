@@ -1,5 +1,6 @@
 """Events the admin reviews later: policy refusals, truncations, preemptions, and the admin's
-own changes (users, keys, policies) as an audit trail."""
+own changes (users, keys, policies) as they happen to a person. Who made a change, with the
+values before and after, is the audit log's (app/db/audit.py)."""
 
 from __future__ import annotations
 

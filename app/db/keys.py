@@ -116,6 +116,12 @@ def find_key(session: Session, prefix_or_id: str | int) -> ApiKey:
     return matches[0]
 
 
+def get_key(session: Session, prefix_or_id: str | int) -> KeyInfo:
+    """A key's record by id or shown prefix (find_key's rules); never its secrets."""
+    key = find_key(session, prefix_or_id)
+    return _info(key, get_user(session, key.user_id).name)
+
+
 def revoke_key(session: Session, prefix_or_id: str | int,
                secrets: JwtSecretStore | None = None) -> KeyInfo:
     """Revoke a key: authenticate() refuses it from the next request on. Its sealed JWT

@@ -157,3 +157,17 @@ class ReplicaInfo(_Record):
     draining: bool
     heartbeat_age_s: float
     stale: bool
+
+
+@dataclass(frozen=True)
+class AuditEntry(_Record):
+    """One row of the audit log (app/db/audit.py): `actor` made the change `action` to
+    `target`; `before` and `after` are the changed thing's values (None: it did not exist)."""
+
+    id: int
+    time: datetime
+    actor: str
+    action: str
+    target: str
+    before: Any
+    after: Any

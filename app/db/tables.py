@@ -1,5 +1,5 @@
 """The ORM schema: users, api_keys, policies, threads, usage, events, settings, replicas,
-registered_models.
+registered_models, audit_log.
 
 This is the *current* schema; its history lives in migrations/versions/, and a test checks
 that the two agree (Alembic autogenerate finds no differences).
@@ -139,7 +139,7 @@ class Usage(Base):
 
     `requests`, `prompt_tokens` and `completion_tokens` are totals: embeddings and front ends'
     background tasks are in them, and are also counted apart in `embedding_*` and `task_*`.
-    `model` is the served model's name; '' on rows from before migrations/versions/0010,
+    `model` is the served model's name; '' on rows from before migrations/versions/0011,
     which did not know it."""
 
     __tablename__ = "usage"
@@ -215,3 +215,19 @@ class RegisteredModel(Base):
     options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     hub_repo: Mapped[str | None] = mapped_column(String(256))
     created: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class AuditEntryRow(Base):
+    """One admin change (app/db/audit.py): who, what, to what, before and after. Rows are
+    only ever added: nothing in the server updates or deletes them, and no foreign key ties
+    them to a user, so deleting a person keeps the record of who deleted them."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    time: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(256))
+    before: Mapped[Any | None] = mapped_column(JSON)
+    after: Mapped[Any | None] = mapped_column(JSON)

@@ -15,7 +15,14 @@ from officellm.app.models.token_text import TokenText
 from officellm.app.observability.refusals import Refusals
 from officellm.app.registry.entry import BUNDLED, ModelEntry
 from officellm.app.server_settings import DEFAULT_MAX_TOKENS, ServerSettings
-from officellm.engine import AsyncLLM, EngineConfig, EngineFrontEnd, EngineState, ModelFootprint
+from officellm.engine import (
+    AsyncLLM,
+    EngineConfig,
+    EngineFrontEnd,
+    EngineState,
+    ModelFootprint,
+    default_model_name,
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class ServedModel(Served):
         # --served-model-name for the command line's model; else the entry's name.
         self._served_names = list(served_names or [])
         self.loaded: LoadedModel | None = None
+        self._name_before_load: str | None = None  # the unnamed model's, found once
         # Requests using it now (ModelPool.acquire and release, their one owner): it is not
         # unloaded under them.
         self.leases = 0
@@ -51,20 +59,28 @@ class ServedModel(Served):
 
     @property
     def name(self) -> str:
-        """The name requests use and answers report ("" for the command line's model
-        before it has loaded, when no --served-model-name names it)."""
+        """The name requests use and answers report ("" only for a command line's model
+        whose files cannot be found, when no --served-model-name names it)."""
         names = self.names
         return names[0] if names else ""
 
     @property
     def names(self) -> list[str]:
         """Every name that reaches this model exactly. An entry without a name (the
-        command line's model) is called what the engine calls it, once loaded."""
+        command line's model) is called what the engine calls it: before it has loaded,
+        the name the engine will give itself (default_model_name, the one rule)."""
         if self._served_names:
             return list(self._served_names)
         if self.entry.name:
             return [self.entry.name]
-        return [self.loaded.name] if self.loaded is not None else []
+        if self.loaded is not None:
+            return [self.loaded.name]
+        if self._name_before_load is None:
+            try:
+                self._name_before_load = default_model_name(self.engine_config().model)
+            except FileNotFoundError:  # the load will fail and say so; no name to give
+                return []
+        return [self._name_before_load]
 
     def answers_to(self, requested: str) -> bool:
         """Whether a request's `model` names this model (or matches one of its aliases)."""

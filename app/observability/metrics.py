@@ -14,8 +14,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from officellm.app.observability.model_windows import ModelWindows
 from officellm.app.observability.sharing import NameLookup, user_ids, user_shares
-from officellm.app.observability.stats_window import StatsWindow
 from officellm.engine import AsyncLLM, EngineStats, IterationStats
 
 # vLLM's buckets, so that existing dashboards' quantiles mean the same thing.
@@ -228,13 +228,13 @@ class ServerMetrics:
     """All of one app's metrics, in its own registry."""
 
     def __init__(self, engines: Engines, model_name: ModelName,
-                 window: StatsWindow | None = None) -> None:
+                 windows: ModelWindows | None = None) -> None:
         """`engines`: every model's engine, by name; `model_name`: the default model's
         name, the label of what is not per model (refusals)."""
         self.registry = CollectorRegistry()
         self._engines = engines
         self._model_name = model_name
-        self.window = window
+        self.windows = windows
         self.registry.register(EngineCollector(engines))
         self.registry.register(KVTiersCollector(engines))
         r, m = self.registry, ["model_name"]
@@ -259,6 +259,17 @@ class ServerMetrics:
                                           registry=r)
         self.user_generation_tokens = Counter("officellm:generation_tokens",
                                               "Generated tokens, per user.", u, registry=r)
+        # A front end's background tasks (app/policy/background_tasks.py), apart: also counted
+        # in the three above, which are everything a user's requests cost.
+        self.task_requests = Counter("officellm:task_requests",
+                                     "Front ends' background tasks served (titles, tags, "
+                                     "follow-ups), per user.", u, registry=r)
+        self.task_prompt_tokens = Counter("officellm:task_prompt_tokens",
+                                          "Prompt tokens of front ends' background tasks, per "
+                                          "user.", u, registry=r)
+        self.task_generation_tokens = Counter("officellm:task_generation_tokens",
+                                              "Tokens generated for front ends' background "
+                                              "tasks, per user.", u, registry=r)
         self.user_refusals = Counter("officellm:refusals",
                                      "Requests refused (4xx/5xx), per user and reason.",
                                      u + ["reason"], registry=r)
@@ -310,11 +321,16 @@ class ServerMetrics:
         self.structured_by_kind[kind] = self.structured_by_kind.get(kind, 0) + 1
 
     def record_request(self, name: str, user: str, prompt_tokens: int,
-                       generation_tokens: int) -> None:
-        """Count one finished request to the model `name` for its user."""
+                       generation_tokens: int, task: bool = False) -> None:
+        """Count one finished request to the model `name` for its user; `task`: a front
+        end's background task, counted apart as well."""
         self.user_requests.labels(name, user).inc()
         self.user_prompt_tokens.labels(name, user).inc(prompt_tokens)
         self.user_generation_tokens.labels(name, user).inc(generation_tokens)
+        if task:
+            self.task_requests.labels(name, user).inc()
+            self.task_prompt_tokens.labels(name, user).inc(prompt_tokens)
+            self.task_generation_tokens.labels(name, user).inc(generation_tokens)
 
     def model_loaded(self, name: str, seconds: float) -> None:
         """The model `name`, out of memory, loaded again in `seconds`."""
@@ -354,16 +370,17 @@ class LatencyTracker:
     def __init__(self, metrics: ServerMetrics, model_name: ModelName) -> None:
         self._m = metrics
         self._model_name = model_name
-        self._window = metrics.window  # recent samples for /admin/stats' percentiles
+        self._windows = metrics.windows  # recent samples for /admin/stats' percentiles
 
     def on_step(self, stats: IterationStats, now: float) -> None:
         name = self._model_name() or "unknown"
+        window = self._windows.of(name) if self._windows is not None else None
         for kind, histogram, values in (("ttft", self._m.ttft, stats.ttft),
                                         ("itl", self._m.itl, stats.itl),
                                         ("e2e", self._m.e2e, stats.e2e)):
             for value in values:
                 histogram.labels(name).observe(value)
-                if self._window is not None:
-                    self._window.observe_latency(kind, value, now)
+                if window is not None:
+                    window.observe_latency(kind, value, now)
         for value in stats.queue:
             self._m.queue_time.labels(name).observe(value)

@@ -1,14 +1,16 @@
-"""The once-a-second sampler of engine counters: feeds /admin/stats' rates and records each
-burst of preemptions as one `preemption` event (the engine counts them; the admin reviews
-them next to the policy refusals). The event names the user whose requests were preempted
-most in the burst, and carries every user's count."""
+"""The once-a-second sampler of every model's engine counters: feeds /admin/stats' rates (per
+model) and records each burst of preemptions as one `preemption` event (the engine counts
+them; the admin reviews them next to the policy refusals). The event names the model and the
+user whose requests were preempted most in the burst, and carries every user's count."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from officellm.app.accounts.accounts import Accounts
+from officellm.app.observability.model_windows import ModelWindows
 from officellm.app.observability.sharing import NameLookup, preemptions_since, user_ids, user_shares
 from officellm.app.observability.stats_window import StatsWindow
 from officellm.engine import AsyncLLM, EngineStats
@@ -18,10 +20,14 @@ logger = logging.getLogger("officellm.server")
 SAMPLE_INTERVAL_S = 1.0
 
 
+Engines = Callable[[], list[tuple[str, AsyncLLM]]]
+
+
 def sample_once(engine: AsyncLLM, window: StatsWindow, accounts: Accounts,
-                names: NameLookup, previous: EngineStats | None) -> EngineStats | None:
-    """Take one snapshot; record an event if preemptions happened since `previous` (the
-    last call's answer). Returns the snapshot, for the next call."""
+                names: NameLookup, previous: EngineStats | None,
+                model: str | None = None) -> EngineStats | None:
+    """Take one snapshot of `model`'s engine; record an event if preemptions happened since
+    `previous` (the last call's answer). Returns the snapshot, for the next call."""
     stats = engine.stats()
     if stats is None:  # still loading
         return previous
@@ -38,19 +44,22 @@ def sample_once(engine: AsyncLLM, window: StatsWindow, accounts: Accounts,
             "count": preempted, "num_preemptions_total": stats.num_preemptions_total,
             "kv_cache_usage": round(stats.kv_cache_usage, 4), "num_running": stats.num_running,
             "num_waiting": stats.num_waiting, "by_user": by_user,
-            "scheduling_policy": stats.scheduling_policy,
+            "scheduling_policy": stats.scheduling_policy, "model": model,
             "heaviest": ({"user": holders[0].user, "kv_share": holders[0].kv_share,
                           "running": holders[0].running} if holders else None)})
     return stats
 
 
-async def run_sampler(engine: AsyncLLM, window: StatsWindow, accounts: Accounts,
+async def run_sampler(engines: Engines, windows: ModelWindows, accounts: Accounts,
                       names: NameLookup, interval: float = SAMPLE_INTERVAL_S) -> None:
-    """Sample until cancelled (the app's lifespan owns the task)."""
-    previous: EngineStats | None = None
+    """Sample every model's engine (`engines()`: name and engine) until cancelled (the app's
+    lifespan owns the task)."""
+    previous: dict[str, EngineStats | None] = {}
     while True:
-        try:
-            previous = sample_once(engine, window, accounts, names, previous)
-        except Exception:  # a sampler bug must not take the server down
-            logger.exception("stats sampling failed")
+        for name, engine in engines():
+            try:
+                previous[name] = sample_once(engine, windows.of(name), accounts, names,
+                                             previous.get(name), name)
+            except Exception:  # a sampler bug must not take the server down
+                logger.exception("stats sampling failed for %s", name)
         await asyncio.sleep(interval)

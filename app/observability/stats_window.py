@@ -49,6 +49,11 @@ class StatsWindow:
                                stats.num_preemptions_total)
         with self._lock:
             last = self._counters[-1] if self._counters else None
+            if last is not None and sample.prompt_tokens_total < last.prompt_tokens_total:
+                # The engine's counters started again (the model was unloaded and loaded
+                # back): rates count from this sample, never negative.
+                self._counters.clear()
+                last = None
             self._counters.append(sample)
             self._prune(sample.t)
         return sample.num_preemptions_total - last.num_preemptions_total if last else 0

@@ -7,7 +7,12 @@ prefix-cache salt; the scheduling tags handed to the engine). The request path i
 docs/design.md.
 """
 
-from officellm.app.policy.background_tasks import background_task, background_task_policy
+from officellm.app.policy.background_tasks import (
+    background_task,
+    background_task_policy,
+    runs_behind_people,
+    task_max_tokens,
+)
 from officellm.app.policy.evaluate import count_turns, drop_turns, evaluate
 from officellm.app.policy.limits import (
     check_concurrency,
@@ -50,7 +55,9 @@ __all__ = [
     "drop_turns",
     "evaluate",
     "prefix_cache_salt",
+    "runs_behind_people",
     "seconds_until_utc_midnight",
+    "task_max_tokens",
     "thread_key",
     "turn_limit_message",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, replace
@@ -20,7 +21,7 @@ from fastapi import Request
 from officellm.app.admission.admission import Admission
 from officellm.app.errors import APIError, invalid_value, unavailable
 from officellm.app.models.served_model import ServedModel
-from officellm.app.policy import prefix_cache_salt
+from officellm.app.policy import prefix_cache_salt, runs_behind_people
 from officellm.app.serving.state import ServerState
 from officellm.engine import (
     CompletionOutput,
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 access_log = logging.getLogger("officellm.access")
 
 T = TypeVar("T")
+# What may not reach the access log of a client's word (a task's name may come from a header).
+_LOG_UNSAFE = re.compile(r"[^\w.-]")
 
 
 @dataclass(frozen=True)
@@ -72,10 +75,12 @@ class Generation:
                  stream: bool,
                  thread_key: str | None = None, turns: int | None = None,
                  grammar: xgr.CompiledGrammar | None = None, kind: str | None = None,
-                 task: bool = False) -> None:
+                 task: str | None = None) -> None:
         """`grammar` is params.structured_outputs compiled (compile_grammar); `kind` names
         the request's structured-output or tool-call kind, for metrics and the access log;
-        `task`: a front end's background task (its usage is counted apart too)."""
+        `task` names the front end's background task it is (app/policy/background_tasks.py;
+        None: a person's own request), whose tokens are counted apart and which runs behind
+        people's own requests."""
         self.server = server
         self.model = model
         self.request_id = request_id
@@ -120,12 +125,15 @@ class Generation:
         # tags (the user's id, their priority's weight, their KV share cap), made from the
         # policy read at admission, so an admin's change applies from the next request.
         tags = self.admission.scheduling
+        # A front end's task is background work: it yields to every person's own prompt.
+        background = self.task is not None and runs_behind_people(self.task)
         kind = OutputKind.DELTA if self.stream else OutputKind.FINAL
         try:
             for eid, ids in zip(self.engine_ids, self.prompt_token_ids, strict=True):
                 engine.add_request(eid, ids, self.params, kind=kind, cache_salt=salt,
                                    fairness_key=tags.fairness_key, priority=tags.priority,
-                                   max_kv_share=tags.max_kv_share, grammar=self.grammar,
+                                   max_kv_share=tags.max_kv_share, background=background,
+                                   grammar=self.grammar,
                                    sink=self._queue)
                 self._unfinished.add(eid)
                 self._started.append(len(self._started))
@@ -246,10 +254,10 @@ class Generation:
         prompt, completion = self.num_prompt_tokens, self.num_completion_tokens
         if status == 200:
             self.server.metrics.record_request(self.model.name, self.principal.user, prompt,
-                                               completion)
+                                               completion, task=self.task is not None)
+        duration = time.monotonic() - self._t0
         # Usage counts whatever the engine processed, even for a client that left midway:
         # that work was done, and the daily quota is about work.
-        duration = time.monotonic() - self._t0
         if self._started:
             # busy_seconds: from the engine taking the request to its end (docs/admin_api.md).
             self.server.accounts.record_request(self.principal.user_id, prompt, completion,
@@ -258,15 +266,19 @@ class Generation:
                                                 model=self.model.name,
                                                 cached_tokens=self.num_cached_tokens,
                                                 busy_seconds=duration, task=self.task)
+            # The user's share across models (app/policy/cross_model.py).
+            self.server.admission.cross_model.record(self.principal.user_id, self.model.name,
+                                                     prompt + completion)
         ttft = f"{self._first_token - self._t0:.3f}s" if self._first_token else "-"
+        task = "" if self.task is None else " task=" + _LOG_UNSAFE.sub("_", self.task)
         finish = (",".join(sorted({f or "abort" for f in self._finish_reasons}))
                   if self._started else "-")
         # Never the prompt's text: only sizes and timings.
         access_log.info(
             "%s user=%s %s stream=%s status=%d prompt_tokens=%d completion_tokens=%d ttft=%s "
-            "duration=%.3fs finish=%s structured=%s model=%s", self.request_id,
+            "duration=%.3fs finish=%s structured=%s model=%s%s", self.request_id,
             self.principal.user, self.endpoint, self.stream, status, prompt, completion, ttft,
-            duration, finish, self.kind or "-", self.model.name)
+            duration, finish, self.kind or "-", self.model.name, task)
 
 
 async def compile_grammar(server: ServerState, model: ServedModel, params: SamplingParams,

@@ -9,7 +9,7 @@ body (GenerationInput) and words the answers in its API's shapes (Answer).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from fastapi import Request
@@ -20,7 +20,7 @@ from officellm.app.admission.auth import get_caller
 from officellm.app.chat.chat_formats import ChatPlan
 from officellm.app.models.prompt import ChatPrompt, Message
 from officellm.app.models.served_model import ServedModel
-from officellm.app.policy import chat_thread
+from officellm.app.policy import chat_thread, task_max_tokens
 from officellm.app.principal import Principal
 from officellm.app.serving.generation import Choice, ClientGone, Generation, compile_grammar
 from officellm.app.serving.state import ServerState
@@ -95,12 +95,26 @@ async def start_chat(server: ServerState, model: ServedModel, request: Request,
         return Started(None, prompt, headers)  # the engine never runs: nothing to count
     assert prompt.token_ids is not None
     params = plan.sampling_params(params)
+    if thread.task is not None:
+        params = task_params(params, server.settings.task_max_tokens, model.default_max_tokens)
     grammar = await compile_grammar(server, model, params, request)
     gen = Generation(server, model, request_id, [prompt.token_ids], params, admission, stream=stream,
                      thread_key=thread.key, turns=prompt.turns, grammar=grammar, kind=plan.kind,
-                     task=thread.task is not None)
+                     task=thread.task)
     gen.start()
     return Started(gen, prompt, headers)
+
+
+def task_params(params: SamplingParams, cap: int | None,
+                default: int | None = None) -> SamplingParams:
+    """A background task's sampling parameters: max_tokens under --task-max-tokens (`cap`;
+    `default`: the model's max_tokens for requests that send none; app/policy/
+    background_tasks.py's rule), min_tokens no more than that."""
+    max_tokens = task_max_tokens(params.max_tokens, cap, default)
+    if max_tokens == params.max_tokens:
+        return params
+    assert max_tokens is not None  # a cap only ever lowers or sets it
+    return replace(params, max_tokens=max_tokens, min_tokens=min(params.min_tokens, max_tokens))
 
 
 @dataclass(frozen=True)

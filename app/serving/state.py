@@ -15,8 +15,8 @@ from officellm.app.errors import unavailable
 from officellm.app.models.model_pool import ModelPool
 from officellm.app.models.served_model import ServedModel
 from officellm.app.observability.metrics import ServerMetrics
+from officellm.app.observability.model_windows import ModelWindows
 from officellm.app.observability.refusals import Refusals
-from officellm.app.observability.stats_window import StatsWindow
 from officellm.app.registry.downloads import Downloads
 from officellm.app.server_settings import ServerSettings
 
@@ -31,7 +31,7 @@ class ServerState:
     models: ModelPool
     metrics: ServerMetrics
     accounts: Accounts
-    stats_window: StatsWindow
+    stats_windows: ModelWindows  # /admin/stats' recent rates and latencies, per model
     admission: AdmissionControl
     refusals: Refusals
     auth_throttle: AuthThrottle  # failed-auth attempts per client address
@@ -46,7 +46,8 @@ class ServerState:
 
     @property
     def model_name(self) -> str | None:
-        """The default model's name once it has loaded (metrics, the replica's heartbeat)."""
+        """The default model's name, known before it loads (metrics, the replica's
+        heartbeat); None only when its files cannot be found."""
         return self.models.default.name or None
 
     async def load_for(self, model: ServedModel, admission: Admission) -> None:

@@ -109,6 +109,9 @@ class EngineCoreRequest:
     # The share of the KV pool above which the key gets no new prefill chunks while others
     # have work (None: no cap). Per key: the key's latest request sets it.
     max_kv_share: float | None = None
+    # Work nobody is waiting to read (a front end's title or tags for a chat): its prompt
+    # work and decodes yield to every other request's prompt work (engine/core/scheduler.py).
+    background: bool = False
     # The compiled grammar of params.structured_outputs (the front end compiles it, off the
     # step loop); each sequence gets its own matcher from it.
     grammar: xgr.CompiledGrammar | None = None
@@ -157,6 +160,7 @@ class Request:
     fairness_key: str = DEFAULT_FAIRNESS_KEY
     priority: float = 1.0
     max_kv_share: float | None = None
+    background: bool = False  # EngineCoreRequest.background
     # time.monotonic() when the core received it, and when it was first admitted: the queue
     # time (vllm:request_queue_time_seconds) is their difference.
     arrival_time: float = field(default_factory=time.monotonic)
@@ -190,7 +194,7 @@ class Request:
         key = DEFAULT_FAIRNESS_KEY if req.fairness_key is None else req.fairness_key
         return cls(req.request_id, req.prompt_token_ids, req.params, eos_token_ids, req.seed,
                    req.cache_salt, fairness_key=key, priority=req.priority,
-                   max_kv_share=req.max_kv_share,
+                   max_kv_share=req.max_kv_share, background=req.background,
                    grammar=grammar)
 
     @property

@@ -1,6 +1,15 @@
 """Iteration-level scheduling: decodes first, chunked prefill, admission and preemption in
 the scheduling policy's order (engine/core/scheduling_policy.py); and the update of every
-request from what its step produced."""
+request from what its step produced.
+
+Background work (EngineCoreRequest.background: a front end's title, tags or follow-ups that
+nobody waits to read) comes after everyone else's, under every policy: a step that gives
+prompt work to any other request gives background requests nothing, neither prompt chunks
+nor decodes, so a person's prompt runs as if alone (its first word is not delayed by a
+task's prefill, nor its chunks paced for a task's decodes); a background request is the
+first to give its blocks or its running slot to another request. Background requests go on
+in every other step, beside the others' decodes.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +44,10 @@ class _Step:
     budget: int  # tokens left in the step
     decodes: list[Request]
     order: list[Request]  # prompt work: running prompts and waiting requests, in turn
+    # Background requests' decodes and prompt work, in the same forms: for the rest of a step
+    # in which no other request's prompt work was scheduled.
+    background_decodes: list[Request]
+    background_order: list[Request]
     long_prompts: set[Request]  # prompts longer than a step's budget (paced for others too)
     decodes_by_key: Counter[str]
     decode_context: float  # the decodes' mean context, for the pacer's cost model
@@ -144,13 +157,17 @@ class Scheduler:
             self._enter_long_context()
         step = self._start_step()
         self._schedule_decodes(step)
-        self._schedule_prompts(step)
+        if not self._schedule_prompts(step, step.order):
+            # No one else's prompt work in this step: the background requests' turn.
+            step.decodes += step.background_decodes
+            self._schedule_decodes(step, step.background_decodes)
+            self._schedule_prompts(step, step.background_order)
         self.policy.charge(step.chosen)
         return self._emit(step)
 
     def _start_step(self) -> _Step:
         """The running requests sorted into decodes and prompt work, and the order prompt
-        work goes in."""
+        work goes in; background requests apart."""
         decodes: list[Request] = []
         prefills: list[Request] = []
         for r in self.running:
@@ -170,19 +187,24 @@ class Scheduler:
         if long_prompts:
             order = [r for r in order if r not in long_prompts] + [
                 r for r in order if r in long_prompts]
+        foreground = [r for r in decodes if not r.background]
         return _Step(
-            budget=self.max_num_batched_tokens, decodes=decodes, order=order,
+            budget=self.max_num_batched_tokens, decodes=foreground,
+            order=[r for r in order if not r.background],
+            background_decodes=[r for r in decodes if r.background],
+            background_order=[r for r in order if r.background],
             long_prompts=long_prompts,
-            decodes_by_key=Counter(r.fairness_key for r in decodes),
-            decode_context=(sum(r.num_computed_tokens for r in decodes) / len(decodes)
-                            if decodes else 0.0),
+            decodes_by_key=Counter(r.fairness_key for r in foreground),
+            decode_context=(sum(r.num_computed_tokens for r in foreground) / len(foreground)
+                            if foreground else 0.0),
             logprob_rows=self.max_num_seqs)
 
-    def _schedule_decodes(self, step: _Step) -> None:
-        """One token for each running decode (with its drafts, where speculation is worth
-        it and free blocks allow), preempting the policy's victims for room."""
+    def _schedule_decodes(self, step: _Step, decodes: list[Request] | None = None) -> None:
+        """One token for each running decode of `decodes` (step.decodes by default; with its
+        drafts, where speculation is worth it and free blocks allow), preempting the
+        policy's victims for room."""
         spec = self.speculation
-        for req in step.decodes:
+        for req in step.decodes if decodes is None else decodes:
             if step.budget == 0:
                 break
             if req.status is not RequestStatus.RUNNING:  # preempted earlier in this loop
@@ -202,14 +224,15 @@ class Scheduler:
             step.chosen[req] = num_new
             step.budget -= num_new
 
-    def _schedule_prompts(self, step: _Step) -> None:
-        """Prompt work in the step's order: running prompts' next chunks, and admissions
-        while nothing had to be preempted. A key over its share cap gets a chunk only if no
-        other key's prompt work was scheduled in this step, so the cap never idles it."""
+    def _schedule_prompts(self, step: _Step, order: list[Request]) -> bool:
+        """Prompt work in `order`: running prompts' next chunks, and admissions while
+        nothing had to be preempted. A key over its share cap gets a chunk only if no other
+        key's prompt work was scheduled in this step, so the cap never idles it. Whether any
+        prompt work was scheduled."""
         policy = self.policy
         prompt_keys: set[str] = set()
         admitting = True
-        for req in step.order:
+        for req in order:
             if step.budget == 0:
                 break
             if prompt_keys and policy.held_back(req) and prompt_keys != {req.fairness_key}:
@@ -227,10 +250,14 @@ class Scheduler:
                 # does not fit ends admission for this step (FCFS within the queue's order).
                 # Requests whose prefix is being copied in count as running: each holds blocks.
                 loading = self.kv.num_loading - self.kv.is_loading(req)
-                if not admitting or step.num_preempted or \
-                        len(self.running) + loading >= self.max_num_seqs:
+                if not admitting or step.num_preempted:
                     continue
                 if req.num_in_flight:  # preempted with a token in flight: resumed once read
+                    continue
+                # Every running slot taken: a background request gives its own up.
+                if len(self.running) + loading >= self.max_num_seqs and not (
+                        self._make_slot(step, req)
+                        and len(self.running) + loading < self.max_num_seqs):
                     continue
                 num_new = self._admit(step, req)
                 if not num_new:
@@ -248,6 +275,7 @@ class Scheduler:
                 if req.owes_prompt_logprobs:
                     step.logprob_rows -= num_new
                 prompt_keys.add(req.fairness_key)
+        return bool(prompt_keys)
 
     def _emit(self, step: _Step) -> SchedulerOutput:
         """The step's chunks in batch order, each request advanced past its chunk."""
@@ -293,7 +321,7 @@ class Scheduler:
         """Allocate for a running request, preempting the policy's victims until it fits;
         the tokens it gets (0 if it was itself preempted)."""
         while not self.kv.allocate_slots(req, num_new):
-            victim, why = self.policy.victim(self.running)
+            victim, why = self._background_victim(req) or self.policy.victim(self.running)
             self._preempt_for(step, victim, why)
             if victim is req:
                 return 0
@@ -302,16 +330,38 @@ class Scheduler:
     def _make_room(self, step: _Step, req: Request, num_blocks: int) -> bool:
         """Preempt the policy's admission victim for a waiting request that needs
         `num_blocks` in all; False when the policy names none."""
-        found = self.policy.admission_victim(req, num_blocks, self.running)
+        found = (self._background_victim(req)
+                 or self.policy.admission_victim(req, num_blocks, self.running))
         if found is None:
             return False
         self._preempt_for(step, *found)
         return True
 
-    def _preempt_for(self, step: _Step, victim: Request, why: str) -> None:
+    def _make_slot(self, step: _Step, req: Request) -> bool:
+        """Preempt a background request so that `req`, waiting while max_num_seqs run, can
+        be admitted; False when none gives way."""
+        found = self._background_victim(req)
+        if found is None:
+            return False
+        self._preempt_for(step, *found, cause=f"all {self.max_num_seqs} running slots taken")
+        return True
+
+    def _background_victim(self, req: Request) -> tuple[Request, str] | None:
+        """The most recently admitted running background request, to give way to `req`
+        (not background itself); None when there is none."""
+        if req.background:
+            return None
+        for victim in reversed(self.running):
+            if victim.background:
+                return victim, "it is background work (a front end's task) and another " \
+                               "request needs room"
+        return None
+
+    def _preempt_for(self, step: _Step, victim: Request, why: str,
+                     cause: str = "KV cache full") -> None:
         """Preempt `victim` in the middle of scheduling: its chunk, if chosen, goes back to
         the budget."""
-        self._preempt(victim, why)
+        self._preempt(victim, why, cause)
         step.num_preempted += 1
         step.budget += step.chosen.pop(victim, 0)
 
@@ -406,7 +456,7 @@ class Scheduler:
         if request.grammar is not None:
             request.grammar.sync(request.output_token_ids)
 
-    def _preempt(self, request: Request, why: str) -> None:
+    def _preempt(self, request: Request, why: str, cause: str = "KV cache full") -> None:
         """Pause by recompute: free its blocks and put it back at the head of the queue."""
         pool = self.kv.pool
         used = pool.num_used_blocks  # before freeing: the state that forced the choice
@@ -418,9 +468,9 @@ class Scheduler:
         self.preemptions_by_key[key] = self.preemptions_by_key.get(key, 0) + 1
         self.waiting.appendleft(request)
         logger.warning(
-            "Preempted request %s of key %r by recompute: KV cache full (%d/%d blocks in use, "
+            "Preempted request %s of key %r by recompute: %s (%d/%d blocks in use, "
             "%.1f%%); chosen because %s (%s policy); %d preemptions in total",
-            request.request_id, key, used, pool.num_blocks,
+            request.request_id, key, cause, used, pool.num_blocks,
             100.0 * used / pool.num_blocks if pool.num_blocks else 0.0, why, self.policy.name,
             self.num_preemptions_total,
         )

@@ -30,6 +30,7 @@ class WireRequest:
     fairness_key: str | None
     priority: float
     max_kv_share: float | None
+    background: bool = False
 
     @classmethod
     def of(cls, r: EngineCoreRequest) -> WireRequest:
@@ -40,12 +41,13 @@ class WireRequest:
             # msgpack carries integers of 64 bits: 10**30 from a client is the same request.
             params = replace(params, max_tokens=MAX_TOKENS_ON_THE_WIRE)
         return cls(r.request_id, r.prompt_token_ids, params, r.seed, r.cache_salt,
-                   r.fairness_key, r.priority, r.max_kv_share)
+                   r.fairness_key, r.priority, r.max_kv_share, r.background)
 
     def core_request(self, grammar: object | None) -> EngineCoreRequest:
         return EngineCoreRequest(self.request_id, self.prompt_token_ids, self.params, self.seed,
                                  self.cache_salt, self.fairness_key, self.priority,
-                                 self.max_kv_share, grammar)  # type: ignore[arg-type]
+                                 self.max_kv_share, background=self.background,
+                                 grammar=grammar)  # type: ignore[arg-type]
 
 
 # -- the server to the engine process ---------------------------------------------------------

@@ -214,6 +214,24 @@ def model_display_name(model_dir: Path) -> str:
     return model_dir.name
 
 
+def default_model_name(model: str | os.PathLike | None) -> str:
+    """The name a model is served under when nothing else names it (no
+    --served-model-name, no registry name): the GGUF file's stem or the model directory's
+    name, as model_display_name gives it once resolve_model_dir has found the directory.
+
+    Decided from what `model` names alone, without describing a GGUF or loading anything,
+    so a server can list the model while it loads under the name it will have; the engine
+    names itself with this same function (LLMEngine), so the two cannot differ.
+    """
+    path = bundled_model_path() if model is None else Path(model).expanduser()
+    if path.name == "config.json":
+        path = path.parent
+    if path.is_dir():
+        return model_display_name(path)
+    # A GGUF's description records the resolved path (SOURCE): a link is named by its target.
+    return path.resolve().stem if path.suffix == ".gguf" else path.name
+
+
 def generation_max_new_tokens(model_dir: Path) -> int | None:
     """The model's own default answer length (generation_config.json max_new_tokens), if
     it names one."""

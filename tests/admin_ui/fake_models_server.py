@@ -149,7 +149,8 @@ class FakeModelsServer:
                                else "name is required.")
         if not body.get("source") and not body.get("hub_repo"):
             return 400, _error("Give a source or a hub_repo.")
-        fields = {k: body[k] for k in ("kind", "pinned", "aliases", "options") if k in body}
+        fields = {k: body[k] for k in ("kind", "pinned", "aliases", "options", "sleep_idle_seconds")
+                  if k in body}
         row = model_row(name, source=body.get("source") or "", hub_repo=body.get("hub_repo"),
                         **fields)
         if not body.get("source"):  # from the Hub: downloading in the background

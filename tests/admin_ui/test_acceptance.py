@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from officellm.admin_ui.admin_client import AdminClient, AdminError
+from officellm.admin_ui.admin_client import AdminClient, AdminError, console_actor
 from officellm.admin_ui.console_settings import REMOTE, ConsoleSettings
 from officellm.admin_ui.local_server import LocalServer
 from officellm.admin_ui.main_window import MainWindow
@@ -155,7 +155,7 @@ def test_4_threads_view_lists_multi_turn_chat(qtbot, window, server, admin):
                     timeout=15_000)
 
 
-def test_3_user_key_and_policy_through_the_ui(qtbot, window, server):
+def test_3_user_key_and_policy_through_the_ui(qtbot, window, server, admin):
     tab = window.users
     window.tabs.setCurrentWidget(tab)
     tab.name_edit.setText("erin")
@@ -196,6 +196,11 @@ def test_3_user_key_and_policy_through_the_ui(qtbot, window, server):
     qtbot.keyClicks(pol.int_edits["max_turns"], "0")
     qtbot.mouseClick(pol.save_button, Qt.MouseButton.LeftButton)
     assert "Max turns" in pol.message.text() and "Not saved" in pol.message.text()
+
+    # The audit log says the console made each change, as the OS user running it.
+    erins = {r["action"] for r in admin.audit(actor=console_actor())
+             if r["target"] == "erin" or (r["after"] or {}).get("user_name") == "erin"}
+    assert {"user.create", "key.issue", "policy.set"} <= erins
 
 
 def test_5_screenshots_of_every_tab(qtbot, window, server, admin, tmp_path):

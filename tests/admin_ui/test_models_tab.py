@@ -243,6 +243,51 @@ def test_add_opens_the_dialog_and_registers_what_it_was_given(
         {"name": "minilm", "source": "/models/all-MiniLM-L6-v2", "kind": "embed"}]
 
 
+def test_the_dialogs_aliases_idle_sleep_and_options_reach_the_admin_api(
+        qtbot, tab: ModelsTab, server: FakeModelsServer, monkeypatch) -> None:
+    def fill(dialog: AddModelDialog) -> int:
+        dialog.name_edit.setText("coder")
+        dialog.path_edit.setText("/models/coder")
+        dialog.aliases_edit.setText("gpt-4*, claude-*")
+        dialog.sleep_edit.setText("600")
+        dialog.options_edit.setText("max_model_len=8192 dtype=bfloat16")
+        return QDialog.DialogCode.Accepted
+
+    monkeypatch.setattr(AddModelDialog, "exec", fill)
+    tab.add_button.click()
+    wait_for_cell(qtbot, tab, "coder", "Kind", "generate")
+    assert server.sent("POST", "/admin/models") == [
+        {"name": "coder", "source": "/models/coder", "kind": "generate",
+         "aliases": ["gpt-4*", "claude-*"], "sleep_idle_seconds": 600.0,
+         "options": {"max_model_len": 8192, "dtype": "bfloat16"}}]
+
+
+@pytest.mark.parametrize("field, text, problem", [
+    ("aliases_edit", "gpt 4", "An alias has no spaces"),
+    ("sleep_edit", "-1", "Idle sleep must be 0 (never) or more seconds."),
+    ("sleep_edit", "soon", "Idle sleep is a number of seconds"),
+    ("options_edit", "dtype", "Write each option as key=value"),
+    ("options_edit", "max_model_len=lots", "max_model_len must be a whole number"),
+    ("options_edit", '{"dtype": ', "The options are not valid JSON"),
+])
+def test_the_dialog_names_a_malformed_field_and_stays_open(qtbot, field, text, problem) -> None:
+    dialog = AddModelDialog()
+    qtbot.addWidget(dialog)
+    dialog.name_edit.setText("coder")
+    dialog.path_edit.setText("/models/coder")
+    getattr(dialog, field).setText(text)
+    dialog.accept()
+    assert dialog.problem.text().startswith(problem)
+    assert dialog.result() != QDialog.DialogCode.Accepted
+
+
+def test_options_may_be_a_json_object(qtbot) -> None:
+    dialog = AddModelDialog()
+    qtbot.addWidget(dialog)
+    dialog.options_edit.setText('{"kv_cache_memory": "2GiB", "max_model_len": 4096}')
+    assert dialog.request().options == {"kv_cache_memory": "2GiB", "max_model_len": 4096}
+
+
 def test_a_name_with_a_hash_reaches_its_route_whole(server: FakeModelsServer) -> None:
     client = AdminClient(server.url, TOKEN)
     try:

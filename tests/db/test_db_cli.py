@@ -215,14 +215,17 @@ def test_a_database_that_is_neither_sqlite_nor_postgresql_is_refused(capsys) -> 
 
 
 def test_a_database_command_imports_neither_torch_nor_the_server(tmp_path: Path) -> None:
-    """`officellm users|keys|policy|db` load only their own module: an admin's command answers
-    in about a second, not after `serve`'s imports (torch and the engine, several seconds)."""
+    """`officellm users|keys|policy|db|audit` load only their own module: an admin's command
+    answers in about a second, not after `serve`'s imports (torch and the engine, several
+    seconds)."""
+    db = str(tmp_path / "p.db")
     probe = ("import sys\n"
              "from officellm.cli import main\n"
-             "try:\n"
-             f"    main(['users', 'add', 'dave', '--db', {str(tmp_path / 'p.db')!r}])\n"
-             "except SystemExit as exc:\n"
-             "    assert exc.code == 0, exc.code\n"
+             f"for argv in (['users', 'add', 'dave', '--db', {db!r}], ['audit', '--db', {db!r}]):\n"
+             "    try:\n"
+             "        main(argv)\n"
+             "    except SystemExit as exc:\n"
+             "        assert exc.code == 0, exc.code\n"
              "print(sorted(m for m in ('torch', 'officellm.engine', 'officellm.app.server')\n"
              "             if m in sys.modules))\n")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,

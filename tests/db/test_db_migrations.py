@@ -17,7 +17,7 @@ from officellm.app.db.tables import Base
 from officellm.app.db.users import create_user, delete_user
 
 ALL_TABLES = {"users", "api_keys", "policies", "threads", "usage", "events", "settings",
-              "replicas", "registered_models"}
+              "replicas", "registered_models", "audit_log"}
 
 
 def _tables(db: Database) -> set[str]:
@@ -28,7 +28,7 @@ def test_upgrade_empty_to_head(db_path: Path) -> None:
     db = Database(db_path)
     assert db.current_revision() is None
     db.upgrade()
-    assert db.current_revision() == head_revision() == "0010_usage_by_model"
+    assert db.current_revision() == head_revision() == "0011_usage_by_model"
     assert _tables(db) == ALL_TABLES
     # The default policy row is seeded, with prefix-cache salting on.
     with db.engine.connect() as c:
@@ -82,7 +82,7 @@ def test_data_written_at_0001_survives_upgrade(db_path: Path) -> None:
     assert db.current_revision() == head_revision()
     con = sqlite3.connect(db_path)
     assert con.execute("SELECT * FROM events ORDER BY 1, 2").fetchall() == before["events"]
-    # usage gained 0010's model (its key: '' for rows from before) and counters (zeros).
+    # usage gained 0011's model (its key: '' for rows from before) and counters (zeros).
     assert con.execute("SELECT user_id, day, requests, prompt_tokens, completion_tokens "
                        "FROM usage ORDER BY 1, 2").fetchall() == before["usage"]
     assert con.execute("SELECT DISTINCT model, cached_tokens, embedding_requests, task_tokens, "
@@ -328,16 +328,16 @@ def test_0009_keeps_every_user_and_never_gives_a_deleted_users_id_again(db_path:
     db.close()
 
 
-def test_0010_keeps_each_days_usage_under_no_model_and_keys_rows_by_model(
+def test_0011_keeps_each_days_usage_under_no_model_and_keys_rows_by_model(
         db_target: Path | str) -> None:
-    """0010 adds the model to the usage key: a day counted before keeps its numbers under the
+    """0011 adds the model to the usage key: a day counted before keeps its numbers under the
     model '' with the new counters zero; a new row for the same user and day under a model
     sits beside it; down again, the day's rows are summed back into one."""
     from officellm.app.db.records import UsageCounts
     from officellm.app.db.usage import add_usage, usage_on
 
     db = Database(db_target)
-    db.upgrade("0009_user_ids_never_reused")
+    db.upgrade("0010_audit_log")
     with db.engine.begin() as c:
         c.execute(text("INSERT INTO users (id, name, disabled, created) VALUES "
                        "(1, 'alice', false, '2026-12-01 09:00:00')"))
@@ -355,7 +355,7 @@ def test_0010_keeps_each_days_usage_under_no_model_and_keys_rows_by_model(
                                                     completion_tokens=5))
     with db.session() as s:
         assert usage_on(s, 1, day).total_tokens == 2900 + 15  # the quota sums every model
-    db.downgrade("0009_user_ids_never_reused")
+    db.downgrade("0010_audit_log")
     with db.engine.connect() as c:
         assert [tuple(r) for r in c.execute(text(
             "SELECT user_id, requests, prompt_tokens, completion_tokens FROM usage"))] == [

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.slow
 class Installed:
     def __init__(self, root: Path, env: dict[str, str]):
         self.root, self.env = root, env
+        self.output = ""  # what install.sh printed, stdout and stderr
         self.prefix = root / "prefix"
         self.launcher = self.prefix / "bin" / "officellm"
         self.venv = self.prefix / "venv"
@@ -53,7 +54,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     # Shown with -s or in the failure report: the number the README and CI budget rely on.
     print(f"\ninstall.sh --prefix into a fresh venv took {elapsed:.0f} s", file=sys.stderr)
     assert result.returncode == 0, result.stdout + result.stderr
+    inst.output = result.stdout + result.stderr
     return inst
+
+
+def test_a_successful_install_prints_no_error_line(installed: Installed):
+    # A newcomer reads a red "ERROR" (pip's resolver on the bundled models' unused
+    # requirements, once) as a failed install.
+    errors = [line for line in installed.output.splitlines() if "ERROR" in line]
+    assert errors == [], installed.output
 
 
 def test_install_lays_out_launcher_desktop_entry_and_unit(installed: Installed):

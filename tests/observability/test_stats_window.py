@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from officellm.app.observability.model_windows import ModelWindows
 from officellm.app.observability.stats_window import StatsWindow
 from officellm.app.percentiles import percentile
 from officellm.engine import EngineStats
@@ -41,3 +42,19 @@ def test_latency_percentiles_forget_old_samples() -> None:
     assert lat["ttft_p50"] is None and lat["e2e_p99"] is None and lat["window_s"] == 10
     assert w.latency(now=61.0)["itl_p50"] is None
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0 and percentile([], 99) is None
+
+
+def test_counters_that_start_again_never_give_a_negative_rate() -> None:
+    w = StatsWindow(window_s=60)
+    w.add_counters(stats(1000, 500, 0), now=100.0)
+    w.add_counters(stats(0, 0, 0), now=110.0)  # the model was unloaded and loaded back
+    w.add_counters(stats(100, 20, 0), now=120.0)
+    assert w.rates(now=120.0)["generation_tokens_per_s"] == 2.0
+
+
+def test_each_model_has_a_window_of_its_own() -> None:
+    windows = ModelWindows(window_s=60)
+    windows.of("coder").observe_latency("ttft", 0.5, now=10.0)
+    assert windows.of("coder").latency(now=11.0)["ttft_p50"] == 0.5
+    assert windows.of("chat").latency(now=11.0)["ttft_p50"] is None
+    assert windows.of("coder") is windows.of("coder")

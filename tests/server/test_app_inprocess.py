@@ -16,6 +16,7 @@ from officellm.app.server import create_app
 from officellm.app.server_settings import ServerSettings
 from officellm.cli import build_parser
 from officellm.cli.serve import settings_from_args
+from officellm.engine import default_model_name
 
 VLLM_NAMES = {
     "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
@@ -63,6 +64,28 @@ def test_health_503_while_loading_then_200(reference_llm, tmp_path) -> None:
     assert not any(n.endswith("_total_total") for n in names)
 
 
+def test_models_lists_the_default_model_as_loading_then_ready(reference_llm, tmp_path) -> None:
+    """Front ends poll /v1/models during a start: the model is listed at once, loading, under
+    the id it keeps once loaded."""
+    gate = threading.Event()
+
+    def slow_factory():
+        gate.wait(60)
+        return reference_llm.llm_engine
+
+    app = create_app(_desk(tmp_path), slow_factory)
+    with TestClient(app) as client:
+        r = client.get("/v1/models")
+        assert r.status_code == 200, r.text
+        [loading] = r.json()["data"]
+        assert loading["state"] == "loading"
+        gate.set()
+        assert app.state.server.default_model.async_engine.wait_ready(60)
+        [ready] = client.get("/v1/models").json()["data"]
+    assert ready["state"] == "ready"
+    assert loading["id"] == ready["id"] == reference_llm.llm_engine.model_name
+
+
 def test_engine_failure_answers_503_and_is_logged(caplog: pytest.LogCaptureFixture,
                                                   tmp_path) -> None:
     def broken_factory():
@@ -97,6 +120,14 @@ def test_profile_defaults_and_flag_overrides() -> None:
     assert s.engine.gpu_memory_utilization == 0.8 and s.served_model_name == ["m"]
     with pytest.raises(ValueError):
         settings_from_args(_args("--no-auth", "--api-key", "k"))
+
+
+def test_task_max_tokens_defaults_to_256_and_0_lifts_the_tasks_own_cap() -> None:
+    assert settings_from_args(_args())[0].task_max_tokens == 256
+    assert settings_from_args(_args("--task-max-tokens", "32"))[0].task_max_tokens == 32
+    assert settings_from_args(_args("--task-max-tokens", "0"))[0].task_max_tokens is None
+    with pytest.raises(ValueError, match="--task-max-tokens"):
+        settings_from_args(_args("--task-max-tokens", "-1"))
 
 
 def test_replica_flags_reach_the_settings_and_overlong_ones_are_refused() -> None:
@@ -151,7 +182,7 @@ def test_admin_is_loopback_only_unless_admin_remote(tmp_path) -> None:
 
 def test_admin_stats_answers_before_any_model(tmp_path) -> None:
     """The console polls /admin/stats while the model loads or after it failed: 200 with
-    nulls (model, engine), not a 500 from its answer's schema."""
+    the model's name and a null engine, not a 500 from its answer's schema."""
     def never_loads():
         raise RuntimeError("no model here")
 
@@ -163,7 +194,8 @@ def test_admin_stats_answers_before_any_model(tmp_path) -> None:
         r = client.get("/admin/stats", headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 200, r.text
         body = r.json()
-        assert body["model"] is None and body["engine"] is None and body["ready"] is False
+        assert body["model"] == default_model_name(None)  # the bundled model's, unloaded
+        assert body["engine"] is None and body["ready"] is False
         assert body["active_threads"] == []
         r = client.get("/admin/plan", headers={"Authorization": f"Bearer {token}"})
         assert r.status_code == 503 and r.json()["error"]["code"] == "service_unavailable"

@@ -144,6 +144,21 @@ def test_a_request_by_name_reaches_that_models_engine(office):
     assert made == answer.usage.completion_tokens
 
 
+def test_admin_stats_has_each_models_own_rates_and_latency(office):
+    office.chat("tiny-llama", max_tokens=8)
+    deadline = time.monotonic() + 10
+    while True:  # the sampler reads the engines' counters once a second
+        r = httpx.get(f"{office.url}/admin/stats", headers=office.admin, timeout=TIMEOUT)
+        assert r.status_code == 200, r.text
+        row = next(m for m in r.json()["models"] if m["name"] == "tiny-llama")
+        if row["rates"]["generation_tokens_per_s"] > 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert row["rates"]["generation_tokens_per_s"] > 0
+    assert row["latency"]["ttft_p50"] is not None
+    assert set(row["latency"]) == set(r.json()["latency"])  # the top-level (default's) keys
+
+
 def test_a_request_without_a_model_gets_the_default(office):
     r = office.chat(None)
     assert r.status_code == 200 and r.json()["model"] == office.default

@@ -17,9 +17,9 @@ async def list_models(principal: Principal = Depends(get_principal),
                       server: ServerState = Depends(get_server)) -> ModelList:
     """Every served model under each of its names (the registry's order, the default first),
     then the embedding models, in OpenAI's list shape, each with its state.
-    Listing never loads a model (front ends poll this)."""
-    if server.default_model.loaded is None:  # not loaded yet (or it failed): 503, saying which
-        server.check_ready()
+    Listing never loads a model (front ends poll this), and answers while the default model
+    loads at start (`"state": "loading"`, under the name it will have): a front end that
+    polls it during a start shows the model coming, not an error."""
     server.admission.refuse_if_draining()
     await server.models.registry.refresh()
     cards = []

@@ -6,8 +6,8 @@ Rows written before this revision did not know their model: they keep their coun
 the model '' (the reports show it as "(unknown)"). Downgrading sums each user's day over
 its models back into one row, and drops the new counters.
 
-Revision ID: 0010_usage_by_model
-Revises: 0009_user_ids_never_reused
+Revision ID: 0011_usage_by_model
+Revises: 0010_audit_log
 Create Date: 2026-12-07
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0010_usage_by_model"
-down_revision: str | None = "0009_user_ids_never_reused"
+revision: str = "0011_usage_by_model"
+down_revision: str | None = "0010_audit_log"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
