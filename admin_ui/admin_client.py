@@ -126,6 +126,17 @@ class AdminClient:
             params["kind"] = kind
         return self._request("GET", "/admin/events", params=params)
 
+    def usage(self, since: str, until: str, by: str, user: str | None = None,
+              model: str | None = None) -> dict[str, Any]:
+        """The usage report of the UTC days `since` to `until` (YYYY-MM-DD), grouped `by`
+        user, model or day: {"since", "until", "by", "rows", "total"}."""
+        params: dict[str, Any] = {"since": since, "until": until, "by": by}
+        if user:
+            params["user"] = user
+        if model:
+            params["model"] = model
+        return self._request("GET", "/admin/usage", params=params)
+
     def audit(self, limit: int = 100, actor: str | None = None,
               action: str | None = None) -> list[dict]:
         """The audit log, newest first: {"id", "time", "actor", "action", "target",

@@ -22,6 +22,7 @@ from officellm.admin_ui.tabs.models import ModelsTab
 from officellm.admin_ui.tabs.policies import PoliciesTab
 from officellm.admin_ui.tabs.replicas import ReplicasTab
 from officellm.admin_ui.tabs.threads import ThreadsTab
+from officellm.admin_ui.tabs.usage import UsageTab
 from officellm.admin_ui.tabs.users import UsersTab
 from officellm.admin_ui.tray import ConsoleTray
 from officellm.admin_ui.widgets.status_banner import DOWN, IDLE, UP, StatusBanner
@@ -60,6 +61,7 @@ class MainWindow(QMainWindow):
         self.capacity = CapacityTab(self.session)
         self.replicas = ReplicasTab(self.session)
         self.models = ModelsTab(self.session)
+        self.usage = UsageTab(self.session)
         self._replicas_asked = 0.0
 
         self.poller = StatsPoller(self.settings.poll_interval_ms)
@@ -73,7 +75,7 @@ class MainWindow(QMainWindow):
                               (self.threads, "Threads"), (self.users, "Users && keys"),
                               (self.policies, "Policies"), (self.diagnosis, "Diagnosis"),
                               (self.capacity, "Capacity"), (self.replicas, "Replicas"),
-                              (self.models, "Models")]:
+                              (self.models, "Models"), (self.usage, "Usage")]:
             self.tabs.addTab(widget, title)
 
         self.tray: ConsoleTray | None = None

@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "officellm.cli.users",
     "officellm.cli.keys",
     "officellm.cli.policy",
+    "officellm.cli.usage",
     "officellm.cli.models",
     "officellm.cli.admin",
     "officellm.cli.bench",

@@ -50,20 +50,29 @@ class Accounts:
 
     def record_request(self, user_id: int, prompt_tokens: int, completion_tokens: int,
                        thread_key: str | None, turns: int | None,
-                       thread_completion_tokens: int | None = None,
+                       thread_completion_tokens: int | None = None, *, model: str,
+                       cached_tokens: int = 0, busy_seconds: float = 0.0,
                        task: str | None = None) -> None:
-        """A served request: its usage, and (chat) its thread's latest size. `task`: the
-        front end's background task it was (app/policy/background_tasks.py), None for a
-        person's own request; a task is the person's usage all the same (its own count
-        is the usage table's to keep)."""
-        self._safely(self.writer.add_usage, user_id, prompt_tokens, completion_tokens)
+        """A served generation request under the served `model`: its usage, and (chat) its
+        thread's latest size. `task`: the front end's background task it was
+        (app/policy/background_tasks.py), None for a person's own request; a task is the
+        person's usage all the same, and the usage table counts it apart too."""
+        self._safely(self.writer.add_usage, user_id, prompt_tokens, completion_tokens,
+                     model=model, cached_tokens=cached_tokens, busy_seconds=busy_seconds,
+                     task=task is not None)
         if thread_key is not None:
             self._safely(self.writer.record_thread, user_id, thread_key, turns or 0, prompt_tokens,
                          completion_tokens if thread_completion_tokens is None
                          else thread_completion_tokens)
 
-    def _safely(self, fn: Any, *args: Any) -> None:
+    def record_embeddings(self, user_id: int, model: str, tokens: int,
+                          busy_seconds: float) -> None:
+        """A served /v1/embeddings request: its input tokens count as prompt tokens."""
+        self._safely(self.writer.add_usage, user_id, tokens, 0, model=model,
+                     busy_seconds=busy_seconds, embedding=True)
+
+    def _safely(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         try:
-            fn(*args)
+            fn(*args, **kwargs)
         except RuntimeError as exc:  # closed: a request outlived the shutdown timeout
             logger.warning("not recorded (%s): %s", fn.__name__, exc)

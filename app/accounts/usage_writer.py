@@ -29,20 +29,14 @@ from officellm.app.db.column_types import utcnow
 from officellm.app.db.database import Database
 from officellm.app.db.events import record_event
 from officellm.app.db.keys import touch_keys
+from officellm.app.db.records import UsageCounts
 from officellm.app.db.threads import record_thread
-from officellm.app.db.usage import add_usage, usage_on, utc_today
+from officellm.app.db.usage import add_usage, usage_model_name, usage_on, utc_today
 
 log = logging.getLogger(__name__)
 
 # How often the buffered usage is committed: also the most a crash can lose (docs/security.md).
 FLUSH_INTERVAL_S = 0.5
-
-
-@dataclass
-class _UsageDelta:
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
 
 
 @dataclass
@@ -56,7 +50,7 @@ class _ThreadUpdate:
 
 @dataclass
 class _Batch:
-    usage: dict[tuple[int, date], _UsageDelta]
+    usage: dict[tuple[int, date, str], UsageCounts]  # (user id, day, model)
     threads: dict[tuple[int, str], _ThreadUpdate]
     keys: dict[int, datetime]
     events: list[tuple[str, int | None, Any, datetime]]
@@ -71,10 +65,7 @@ class _Batch:
     def merge_older(self, older: _Batch) -> None:
         """Fold a batch taken *before* this one back in (after a failed flush)."""
         for k, d in older.usage.items():
-            mine = self.usage.setdefault(k, _UsageDelta())
-            mine.requests += d.requests
-            mine.prompt_tokens += d.prompt_tokens
-            mine.completion_tokens += d.completion_tokens
+            self.usage[k] = self.usage.get(k, UsageCounts()) + d
         for k, t in older.threads.items():
             if k in self.threads:
                 self.threads[k].first_seen = min(self.threads[k].first_seen, t.first_seen)
@@ -108,15 +99,25 @@ class UsageWriter:
     # -- the request path: memory only ---------------------------------------------------
 
     def add_usage(self, user_id: int, prompt_tokens: int, completion_tokens: int,
-                  requests: int = 1, day: date | None = None) -> None:
-        """Count a finished request against the user's day (UTC)."""
-        key = (user_id, day or utc_today())
+                  requests: int = 1, day: date | None = None, *, model: str = "",
+                  cached_tokens: int = 0, busy_seconds: float = 0.0, embedding: bool = False,
+                  task: bool = False) -> None:
+        """Count a finished request against the user's day (UTC) under the served `model`.
+        `embedding` (an /v1/embeddings request) and `task` (a front end's background task,
+        app/policy/background_tasks.py) count it in those columns besides the totals, which
+        the daily quota reads."""
+        tokens = prompt_tokens + completion_tokens
+        delta = UsageCounts(
+            requests=requests, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
+            completion_tokens=completion_tokens,
+            embedding_requests=requests if embedding else 0,
+            embedding_tokens=tokens if embedding else 0,
+            task_requests=requests if task else 0, task_tokens=tokens if task else 0,
+            busy_seconds=busy_seconds)
+        key = (user_id, day or utc_today(), usage_model_name(model))
         with self._lock:
             self._check_open()
-            d = self._batch.usage.setdefault(key, _UsageDelta())
-            d.requests += requests
-            d.prompt_tokens += prompt_tokens
-            d.completion_tokens += completion_tokens
+            self._batch.usage[key] = self._batch.usage.get(key, UsageCounts()) + delta
 
     def record_thread(self, user_id: int, thread_key: str, turns: int, prompt_tokens: int,
                       completion_tokens: int, seen: datetime | None = None) -> None:
@@ -144,10 +145,12 @@ class UsageWriter:
             self._batch.events.append((kind, user_id, detail, time or utcnow()))
 
     def pending_tokens(self, user_id: int, day: date | None = None) -> int:
-        """Tokens counted for the user's day but not yet written (add to usage_today())."""
+        """Tokens counted for the user's day, every model, but not yet written (add to
+        usage_today())."""
+        day = day or utc_today()
         with self._lock:
-            d = self._batch.usage.get((user_id, day or utc_today()))
-            return d.prompt_tokens + d.completion_tokens if d is not None else 0
+            return sum(d.total_tokens for (uid, d_day, _), d in self._batch.usage.items()
+                       if uid == user_id and d_day == day)
 
     def tokens_today(self, user_id: int) -> int:
         """The user's tokens today, committed plus still queued: what max_tokens_per_day is
@@ -199,10 +202,9 @@ class UsageWriter:
 
     def _write(self, batch: _Batch, isolate: bool) -> None:
         ops: list[tuple[str, Callable[[Session], None]]] = []
-        for (user_id, day), d in batch.usage.items():
-            ops.append((f"usage {user_id} {day}", partial(
-                add_usage, user_id=user_id, day=day, requests=d.requests,
-                prompt_tokens=d.prompt_tokens, completion_tokens=d.completion_tokens)))
+        for (user_id, day, model), d in batch.usage.items():
+            ops.append((f"usage {user_id} {day} {model!r}", partial(
+                add_usage, user_id=user_id, day=day, model=model, counts=d)))
         for (user_id, key), t in batch.threads.items():
             ops.append((f"thread {user_id} {key}", partial(
                 record_thread, user_id=user_id, thread_key=key, turns=t.turns,

@@ -15,6 +15,7 @@ from officellm.app.admin import (
     models,
     policies,
     replicas,
+    usage,
     users,
     what_if,
 )
@@ -23,7 +24,7 @@ from officellm.app.openai.answers import ERROR_RESPONSES
 
 router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)],
                    responses=ERROR_RESPONSES)
-for _module in (live, what_if, users, keys, policies, activity, replicas, models, audit):
+for _module in (live, what_if, users, keys, policies, activity, usage, replicas, models, audit):
     router.include_router(_module.router)
 
 __all__ = ["router"]

@@ -1,4 +1,5 @@
-"""/admin/threads, /admin/usage, /admin/events: what the users did (never what they wrote)."""
+"""/admin/threads, /admin/events: what the users did (never what they wrote); /admin/usage is
+app/admin/usage.py."""
 
 from __future__ import annotations
 
@@ -11,19 +12,15 @@ from officellm.app.admin.errors import answered_errors
 from officellm.app.admin.views import (
     EventView,
     ThreadView,
-    UsageRow,
     event_view,
     thread_view,
-    usage_view,
 )
 from officellm.app.db import (
     ThreadInfo,
     get_effective_policy,
     list_threads,
-    list_usage,
     list_users,
     recent_events,
-    utc_today,
 )
 from officellm.app.db.column_types import utcnow
 from officellm.app.serving.state import ServerState
@@ -31,7 +28,7 @@ from officellm.app.serving.state import ServerState
 router = APIRouter()
 
 MAX_THREADS = 1000
-# Ten years, as /admin/usage's `days`; beyond it a timedelta overflows (found by fuzzing).
+# Ten years; beyond it a timedelta overflows (found by fuzzing).
 MAX_ACTIVE_MINUTES = 3660 * 24 * 60
 
 
@@ -63,18 +60,6 @@ def get_threads(request: Request, user: str | None = None,
     server.accounts.writer.flush()  # include the request answered a moment ago
     with answered_errors("user"), server.accounts.db.session() as session:
         return threads_with_caps(server, session, user, active_minutes)
-
-
-@router.get("/usage")
-def get_usage(request: Request, days: int = Query(30, ge=1, le=3660)) -> list[UsageRow]:
-    """Per user per UTC day, newest day first, for the last `days` days (today included)."""
-    server = _server(request)
-    server.accounts.writer.flush()
-    since = utc_today() - timedelta(days=days - 1)
-    with server.accounts.db.session() as session:
-        names = {u.id: u.name for u in list_users(session)}
-        rows = list_usage(session, since=since, limit=100_000)
-    return [usage_view(u, names.get(u.user_id)) for u in rows]
 
 
 @router.get("/events")

@@ -8,9 +8,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from officellm.app.db import EventInfo, KeyInfo, ThreadInfo, UsageDay, UserInfo
+from officellm.app.db import EventInfo, KeyInfo, ThreadInfo, UsageDay, UsageReportRow, UserInfo
 from officellm.app.db.policies import StoredPolicy
 from officellm.app.db.records import IssuedKey
+from officellm.app.db.records import UsageCounts as UsageCountsRecord
 from officellm.app.policy.types import EffectivePolicy
 from officellm.engine import DiskTierStats, EngineStats, HostTierStats, KVPlan
 
@@ -112,14 +113,40 @@ class ActiveThread(BaseModel):
     last_seen: Timestamp
 
 
-class UsageRow(BaseModel):
-    """One user's one UTC day."""
+class UsageTotals(BaseModel):
+    """Counters of GET /admin/usage (docs/admin_api.md): requests and tokens include the
+    embeddings and background tasks also counted apart."""
 
-    user: str | None
-    day: str = Field(description="The UTC day, e.g. 2025-01-11.")
     requests: int
     prompt_tokens: int
+    cached_tokens: int = Field(description="Of prompt_tokens, those found in the prefix cache.")
     completion_tokens: int
+    embedding_requests: int
+    embedding_tokens: int
+    task_requests: int = Field(description="Front ends' background tasks (titles, tags, "
+                                           "follow-ups).")
+    task_tokens: int
+    busy_seconds: float = Field(description="Seconds from the engine (or encoder) taking each "
+                                            "request to its end, summed.")
+
+
+class UsageRow(UsageTotals):
+    """One group of a usage report: `user`, `model` or `day` names it (the others null)."""
+
+    user: str | None
+    model: str | None = Field(description="The served model's name; '' for usage counted "
+                                          "before per-model usage (migration 0011).")
+    day: str | None = Field(description="The UTC day, e.g. 2025-01-11.")
+
+
+class UsageReport(BaseModel):
+    """GET /admin/usage: the UTC days `since` to `until`, grouped `by`, and their total."""
+
+    since: str
+    until: str
+    by: str
+    rows: list[UsageRow]
+    total: UsageTotals
 
 
 class EventView(BaseModel):
@@ -274,8 +301,15 @@ def thread_view(t: ThreadInfo, cap: int | None) -> ThreadView:
                       first_seen=_iso(t.first_seen), last_seen=_iso(t.last_seen), cap=cap)
 
 
-def usage_view(u: UsageDay, user_name: str | None) -> UsageRow:
-    return UsageRow(user=user_name, day=_iso(u.day), **usage_counts(u).model_dump())
+def usage_row_view(r: UsageReportRow) -> UsageRow:
+    return UsageRow(user=r.user, model=r.model, day=iso(r.day), **r.counts.to_dict())
+
+
+def usage_report_view(since: date, until: date, by: str, rows: list[UsageReportRow],
+                      total: UsageCountsRecord) -> UsageReport:
+    return UsageReport(since=_iso(since), until=_iso(until), by=by,
+                       rows=[usage_row_view(r) for r in rows],
+                       total=UsageTotals(**total.to_dict()))
 
 
 def event_view(e: EventInfo, user_name: str | None) -> EventView:

@@ -27,12 +27,14 @@ from officellm.app.db.records import (
     IssuedKey,
     KeyInfo,
     ThreadInfo,
+    UsageCounts,
     UsageDay,
+    UsageReportRow,
     UserInfo,
 )
 from officellm.app.db.startup import prepare_database
 from officellm.app.db.threads import get_thread_state, list_threads, record_thread
-from officellm.app.db.usage import add_usage, list_usage, usage_today, utc_today
+from officellm.app.db.usage import add_usage, list_usage, usage_report, usage_today, utc_today
 from officellm.app.db.users import (
     create_user,
     delete_user,
@@ -53,7 +55,9 @@ __all__ = [
     "NotFound",
     "StoredPolicy",
     "ThreadInfo",
+    "UsageCounts",
     "UsageDay",
+    "UsageReportRow",
     "UserInfo",
     "add_usage",
     "authenticate",
@@ -83,6 +87,7 @@ __all__ = [
     "set_setting",
     "set_user_disabled",
     "delete_user",
+    "usage_report",
     "usage_today",
     "utc_today",
     "verify_admin_token",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, astuple, dataclass
 from datetime import date, datetime
 from typing import Any
 
@@ -87,6 +87,8 @@ class ThreadInfo(_Record):
 
 @dataclass(frozen=True)
 class UsageDay(_Record):
+    """A user's one UTC day over every model: what max_tokens_per_day is checked against."""
+
     user_id: int
     day: date
     requests: int
@@ -96,6 +98,41 @@ class UsageDay(_Record):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class UsageCounts(_Record):
+    """The counters of one usage row, or of a sum of rows (docs/admin_api.md, GET
+    /admin/usage): `requests`, `prompt_tokens` and `completion_tokens` include the embeddings
+    and background tasks that `embedding_*` and `task_*` count apart."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    embedding_requests: int = 0
+    embedding_tokens: int = 0
+    task_requests: int = 0
+    task_tokens: int = 0
+    busy_seconds: float = 0.0
+
+    def __add__(self, other: UsageCounts) -> UsageCounts:
+        return UsageCounts(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class UsageReportRow(_Record):
+    """One group of a usage report: the user, the model or the day it is for (the other two
+    None), and its counters summed."""
+
+    user: str | None
+    model: str | None
+    day: date | None
+    counts: UsageCounts
 
 
 @dataclass(frozen=True)

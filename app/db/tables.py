@@ -41,6 +41,8 @@ NAMING_CONVENTION = {
 }
 
 ON_LIMIT_CHOICES = ("reject", "notify", "truncate")
+# The longest served model name a usage row keeps (longer ones are cut to it).
+MODEL_NAME_LENGTH = 256
 
 
 class Base(DeclarativeBase):
@@ -132,16 +134,33 @@ class Thread(Base):
 
 
 class Usage(Base):
-    """Per user per UTC day: requests and tokens (what max_tokens_per_day is checked against)."""
+    """Per user per model per UTC day: requests, tokens and engine time (never a word of what
+    was asked or answered). max_tokens_per_day sums a person's rows over every model.
+
+    `requests`, `prompt_tokens` and `completion_tokens` are totals: embeddings and front ends'
+    background tasks are in them, and are also counted apart in `embedding_*` and `task_*`.
+    `model` is the served model's name; '' on rows from before migrations/versions/0011,
+    which did not know it."""
 
     __tablename__ = "usage"
 
     user_id: Mapped[int] = mapped_column(
         ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
     day: Mapped[date] = mapped_column(Date, primary_key=True)
+    model: Mapped[str] = mapped_column(String(MODEL_NAME_LENGTH), primary_key=True,
+                                       server_default=text("''"))
     requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    # Of prompt_tokens, those the engine found in its prefix cache (computed once before).
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    embedding_requests: Mapped[int] = mapped_column(BigInteger, default=0,
+                                                    server_default=text("0"))
+    embedding_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    task_requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    task_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    # Seconds from the engine taking each request to its last output (docs/admin_api.md).
+    busy_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
 
 
 class Event(Base):

@@ -255,13 +255,17 @@ class Generation:
         if status == 200:
             self.server.metrics.record_request(self.model.name, self.principal.user, prompt,
                                                completion, task=self.task is not None)
+        duration = time.monotonic() - self._t0
         # Usage counts whatever the engine processed, even for a client that left midway:
         # that work was done, and the daily quota is about work.
         if self._started:
+            # busy_seconds: from the engine taking the request to its end (docs/admin_api.md).
             self.server.accounts.record_request(self.principal.user_id, prompt, completion,
                                                 self.thread_key, self.turns,
                                                 max(self._output_tokens, default=0),
-                                                task=self.task)
+                                                model=self.model.name,
+                                                cached_tokens=self.num_cached_tokens,
+                                                busy_seconds=duration, task=self.task)
             # The user's share across models (app/policy/cross_model.py).
             self.server.admission.cross_model.record(self.principal.user_id, self.model.name,
                                                      prompt + completion)
@@ -274,7 +278,7 @@ class Generation:
             "%s user=%s %s stream=%s status=%d prompt_tokens=%d completion_tokens=%d ttft=%s "
             "duration=%.3fs finish=%s structured=%s model=%s%s", self.request_id,
             self.principal.user, self.endpoint, self.stream, status, prompt, completion, ttft,
-            time.monotonic() - self._t0, finish, self.kind or "-", self.model.name, task)
+            duration, finish, self.kind or "-", self.model.name, task)
 
 
 async def compile_grammar(server: ServerState, model: ServedModel, params: SamplingParams,

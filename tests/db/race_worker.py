@@ -14,6 +14,7 @@ from pathlib import Path
 
 from officellm.app.db.database import Database
 from officellm.app.db.forwarded_users import add_forwarded_user, forwarded_id_digest
+from officellm.app.db.records import UsageCounts
 from officellm.app.db.usage import add_usage, utc_today
 
 
@@ -25,7 +26,8 @@ def main(target: str, go_file: str, action: str, arg: str) -> None:
     if action == "usage":
         for _ in range(int(arg)):
             with db.transaction() as s:
-                add_usage(s, 1, utc_today(), requests=1, prompt_tokens=3, completion_tokens=2)
+                add_usage(s, 1, utc_today(), "smollm2",
+                          UsageCounts(requests=1, prompt_tokens=3, completion_tokens=2))
         print("done", flush=True)
     else:
         with db.transaction() as s:

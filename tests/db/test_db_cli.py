@@ -303,3 +303,56 @@ def test_delete_with_no_server_removes_the_user_their_keys_and_their_files(
     assert con.execute("SELECT name FROM users").fetchall() == [("bob",)]
     assert con.execute("SELECT count(*) FROM api_keys").fetchone() == (0,)
     con.close()
+
+
+def _usage_counted(target: Path | str) -> None:
+    """Alice's and bob's usage of two models today, as the server's writer counts it."""
+    from officellm.app.accounts.usage_writer import UsageWriter
+    from officellm.app.db.users import create_user
+
+    db = Database(target)
+    db.upgrade()
+    with db.transaction() as s:
+        alice, bob = create_user(s, "alice").id, create_user(s, "bob").id
+    with UsageWriter(db, start=False) as writer:
+        writer.add_usage(alice, 100, 20, model="smollm2", cached_tokens=64, busy_seconds=1.5)
+        writer.add_usage(alice, 30, 5, model="smollm2", task=True, busy_seconds=0.5)
+        writer.add_usage(alice, 12, 0, model="minilm", embedding=True, busy_seconds=0.1)
+        writer.add_usage(bob, 7, 3, model="smollm2", busy_seconds=0.2)
+    db.close()
+
+
+def test_usage_csv_parses_and_sums_each_users_models(capsys, db_target: Path | str) -> None:
+    import csv
+
+    _usage_counted(db_target)
+    code, out, _ = run(capsys, db_target, "usage", "--by", "user", "--csv")
+    assert code == 0
+    rows = {r["user"]: r for r in csv.DictReader(out.splitlines())}
+    assert set(rows) == {"alice", "bob"}
+    alice = rows["alice"]
+    assert {k: int(alice[k]) for k in ("requests", "prompt_tokens", "cached_tokens",
+                                       "completion_tokens", "embedding_requests",
+                                       "embedding_tokens", "task_requests", "task_tokens")} == {
+        "requests": 3, "prompt_tokens": 142, "cached_tokens": 64, "completion_tokens": 25,
+        "embedding_requests": 1, "embedding_tokens": 12, "task_requests": 1, "task_tokens": 35}
+    assert float(alice["busy_seconds"]) == 2.1
+    code, out, _ = run(capsys, db_target, "usage", "--by", "model", "--csv", "--user", "bob")
+    assert [(r["model"], r["requests"]) for r in csv.DictReader(out.splitlines())] == [
+        ("smollm2", "1")]
+
+
+def test_usage_table_by_day_ends_with_the_total(capsys, db_path: Path) -> None:
+    from officellm.app.db.usage import utc_today
+
+    _usage_counted(db_path)
+    today = utc_today().isoformat()
+    code, out, _ = run(capsys, db_path, "usage", "--by", "day", "--since", today)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1].split()[:3] == ["DAY", "REQUESTS", "PROMPT"]
+    assert lines[2].split()[:3] == [today, "4", "149"]
+    assert lines[-1].split()[:3] == ["TOTAL", "4", "149"]
+    code, _, err = run(capsys, db_path, "usage", "--since", "2026-12-07", "--until",
+                       "2026-12-01")
+    assert code == 2 and "is before since" in err

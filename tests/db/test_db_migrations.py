@@ -4,6 +4,7 @@ and the ORM models agree with what the migrations build."""
 from __future__ import annotations
 
 import sqlite3
+from datetime import date
 from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
@@ -27,7 +28,7 @@ def test_upgrade_empty_to_head(db_path: Path) -> None:
     db = Database(db_path)
     assert db.current_revision() is None
     db.upgrade()
-    assert db.current_revision() == head_revision() == "0010_audit_log"
+    assert db.current_revision() == head_revision() == "0011_usage_by_model"
     assert _tables(db) == ALL_TABLES
     # The default policy row is seeded, with prefix-cache salting on.
     with db.engine.connect() as c:
@@ -80,8 +81,12 @@ def test_data_written_at_0001_survives_upgrade(db_path: Path) -> None:
     db.upgrade()
     assert db.current_revision() == head_revision()
     con = sqlite3.connect(db_path)
-    for table in ("usage", "events"):
-        assert con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall() == before[table]
+    assert con.execute("SELECT * FROM events ORDER BY 1, 2").fetchall() == before["events"]
+    # usage gained 0011's model (its key: '' for rows from before) and counters (zeros).
+    assert con.execute("SELECT user_id, day, requests, prompt_tokens, completion_tokens "
+                       "FROM usage ORDER BY 1, 2").fetchall() == before["usage"]
+    assert con.execute("SELECT DISTINCT model, cached_tokens, embedding_requests, task_tokens, "
+                       "busy_seconds FROM usage").fetchall() == [("", 0, 0, 0, 0)]
     # users and api_keys gained 0003's columns at the end (api_keys 0007's too), each empty
     # or false.
     for table, added in (("users", (None, None)), ("api_keys", (0, None, None))):
@@ -320,4 +325,40 @@ def test_0009_keeps_every_user_and_never_gives_a_deleted_users_id_again(db_path:
     assert db.integrity_check() == "ok"
     db.downgrade("0008_model_registry")
     assert db.current_revision() == "0008_model_registry"
+    db.close()
+
+
+def test_0011_keeps_each_days_usage_under_no_model_and_keys_rows_by_model(
+        db_target: Path | str) -> None:
+    """0011 adds the model to the usage key: a day counted before keeps its numbers under the
+    model '' with the new counters zero; a new row for the same user and day under a model
+    sits beside it; down again, the day's rows are summed back into one."""
+    from officellm.app.db.records import UsageCounts
+    from officellm.app.db.usage import add_usage, usage_on
+
+    db = Database(db_target)
+    db.upgrade("0010_audit_log")
+    with db.engine.begin() as c:
+        c.execute(text("INSERT INTO users (id, name, disabled, created) VALUES "
+                       "(1, 'alice', false, '2026-12-01 09:00:00')"))
+        c.execute(text("INSERT INTO usage (user_id, day, requests, prompt_tokens, "
+                       "completion_tokens) VALUES (1, '2026-12-03', 7, 2100, 800)"))
+    db.upgrade()
+    day = date(2026, 12, 3)
+    with db.engine.connect() as c:
+        rows = c.execute(text("SELECT model, requests, prompt_tokens, completion_tokens, "
+                              "cached_tokens, embedding_requests, embedding_tokens, "
+                              "task_requests, task_tokens, busy_seconds FROM usage")).all()
+    assert [tuple(r) for r in rows] == [("", 7, 2100, 800, 0, 0, 0, 0, 0, 0)]
+    with db.transaction() as s:
+        add_usage(s, 1, day, "smollm2", UsageCounts(requests=1, prompt_tokens=10,
+                                                    completion_tokens=5))
+    with db.session() as s:
+        assert usage_on(s, 1, day).total_tokens == 2900 + 15  # the quota sums every model
+    db.downgrade("0010_audit_log")
+    with db.engine.connect() as c:
+        assert [tuple(r) for r in c.execute(text(
+            "SELECT user_id, requests, prompt_tokens, completion_tokens FROM usage"))] == [
+            (1, 8, 2110, 805)]
+        assert "model" not in {col["name"] for col in inspect(c).get_columns("usage")}
     db.close()

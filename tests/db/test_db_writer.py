@@ -274,3 +274,20 @@ def test_tokens_today_counts_committed_and_queued(db: Database, users) -> None:
         writer.add_usage(alice, 1000, 0, day=date(2020, 1, 1))  # another day: not today's
         assert writer.tokens_today(alice) == 165
         assert writer.tokens_today(bob) == 2
+
+
+def test_the_daily_quota_counts_a_persons_every_model_queued_and_written(db: Database,
+                                                                         users) -> None:
+    alice, bob = users
+    writer = UsageWriter(db, start=False)
+    writer.add_usage(alice, 10, 5, model="smollm2")
+    writer.add_usage(alice, 4, 0, model="minilm", embedding=True)
+    writer.add_usage(bob, 100, 100, model="smollm2")
+    assert writer.tokens_today(alice) == 19  # queued
+    writer.flush()
+    writer.add_usage(alice, 1, 1, model="qwen3")
+    assert writer.tokens_today(alice) == 21  # written, plus queued
+    writer.close()
+    with db.session() as s:
+        (day,) = list_usage(s, "alice")
+    assert (day.requests, day.total_tokens) == (3, 21)  # one day, its models summed

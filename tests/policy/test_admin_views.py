@@ -79,8 +79,12 @@ def test_users_keys_usage_events_shapes(office: Office, uniq) -> None:
     assert set(key) == {"id", "prefix", "user", "created", "last_used", "revoked",
                         "forwarded_users", "jwt_secret"}
     assert key["id"] == issued["id"] and key["last_used"] is not None
-    (row,) = [u for u in admin.get("/usage?days=2") if u["user"] == user]
-    assert set(row) == {"user", "day", "requests", "prompt_tokens", "completion_tokens"}
+    report = admin.get("/usage?days=2")
+    assert set(report) == {"since", "until", "by", "rows", "total"}
+    (row,) = [u for u in report["rows"] if u["user"] == user]
+    assert set(row) == {"user", "model", "day", "requests", "prompt_tokens", "cached_tokens",
+                        "completion_tokens", "embedding_requests", "embedding_tokens",
+                        "task_requests", "task_tokens", "busy_seconds"}
     assert (row["requests"], row["prompt_tokens"], row["completion_tokens"]) == (
         1, r.usage.prompt_tokens, r.usage.completion_tokens)
     assert admin.get(f"/threads?user={user}") == []  # completions have no threads

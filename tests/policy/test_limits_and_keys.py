@@ -66,7 +66,7 @@ def test_daily_quota_429_until_midnight(office: Office, uniq) -> None:
     users = {u["name"]: u for u in office.admin.get("/users")}
     assert users[user]["usage_today"] == {"requests": 1, "prompt_tokens": r.usage.prompt_tokens,
                                           "completion_tokens": r.usage.completion_tokens}
-    usage = [u for u in office.admin.get("/usage?days=1") if u["user"] == user]
+    usage = [u for u in office.admin.get("/usage?days=1")["rows"] if u["user"] == user]
     assert len(usage) == 1 and usage[0]["requests"] == 1
     m = office.metrics(key)
     assert metric(m, "officellm:policy_refusals_total", user=user,

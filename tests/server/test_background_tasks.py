@@ -1,8 +1,8 @@
 """Open WebUI's background tasks kept small and behind people, replayed from its recorded
 requests (tests/server/recorded/) against a real server: a person's chat message sent while
 the previous message's follow-ups and tags run gets its first word about as fast as alone;
-the tasks stop at --task-max-tokens; /metrics counts their tokens as task tokens
-(app/policy/background_tasks.py, engine/core/scheduler.py's background requests).
+the tasks stop at --task-max-tokens; /metrics and the usage report count their tokens as task
+tokens (app/policy/background_tasks.py, engine/core/scheduler.py's background requests).
 
 The server runs a tiny random-weight model with SmolLM2's chat template (as
 test_recorded_clients.py): the person's message carries Open WebUI's 28 built-in tools, a
@@ -208,3 +208,13 @@ def test_task_tokens_are_counted_as_task_tokens(replay: Replay) -> None:
         before["officellm:task_prompt_tokens_total"] == prompt
     assert after["officellm:task_generation_tokens_total"] - \
         before["officellm:task_generation_tokens_total"] == completion
+
+
+def test_the_usage_report_counts_them_as_task_tokens(server: ServerProcess,
+                                                     replay: Replay) -> None:
+    tokens = sum(t.answer["usage"]["total_tokens"] for t in replay.tasks)
+    r = httpx.get(f"{server.base_url}/admin/usage", timeout=TIMEOUT,
+                  headers={"Authorization": f"Bearer {server.admin_token}"})
+    total = r.json()["total"]  # this module's server saw no other task
+    assert (total["task_requests"], total["task_tokens"]) == (len(replay.tasks), tokens)
+    assert total["requests"] > total["task_requests"]  # the person's messages: not tasks

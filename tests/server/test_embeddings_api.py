@@ -165,6 +165,12 @@ def test_embedding_tokens_count_toward_the_daily_quota(server) -> None:
     assert first.status_code == 200 and first.json()["usage"]["prompt_tokens"] > 5
     over = _post(server, {"model": BUNDLED_EMBEDDER, "input": "hi"}, key)
     assert over.status_code == 429, over.text
+    # The usage report counts it under the encoder, as embeddings besides the totals.
+    (row,) = httpx.get(f"{server.base_url}/admin/usage", params={"by": "model", "user": "emma"},
+                       headers=admin, timeout=TIMEOUT).json()["rows"]
+    tokens = first.json()["usage"]["prompt_tokens"]
+    assert (row["model"], row["requests"], row["prompt_tokens"], row["embedding_requests"],
+            row["embedding_tokens"]) == (BUNDLED_EMBEDDER, 1, tokens, 1, tokens)
 
 
 def test_the_admin_stats_count_the_embeddings_and_the_passes_they_took(server) -> None:

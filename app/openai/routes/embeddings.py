@@ -97,11 +97,12 @@ async def embeddings(body: EmbeddingRequest, request: Request,
         finally:
             embedder.leases -= 1
             served.touch()
-    server.accounts.record_request(principal.user_id, tokens, 0, None, None)
+    busy = time.monotonic() - t0
+    server.accounts.record_embeddings(principal.user_id, name, tokens, busy)
     server.metrics.record_embeddings(name, principal.user, len(ids), tokens)
     access_log.info("embd-%s user=%s embeddings status=200 inputs=%d prompt_tokens=%d "
                     "duration=%.3fs", uuid.uuid4().hex[:12], principal.user, len(ids), tokens,
-                    time.monotonic() - t0)
+                    busy)
     return EmbeddingResponse(
         data=[EmbeddingData(index=i, embedding=encode_vector(v, body.encoding_format))
               for i, v in enumerate(vectors)],
