@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import uvicorn
 
 from officellm.admin_ui.admin_client import AdminClient
 from officellm.admin_ui.capacity import Plan, WhatIf
@@ -27,6 +25,7 @@ from officellm.admin_ui.tabs.capacity import (
 )
 from officellm.app.server import create_app
 from officellm.app.server_settings import ServerSettings
+from tests.support.app_in_thread import app_in_thread
 
 PLAN = {"model": "Qwen2.5-7B-Instruct", "bytes_per_token": 57344, "kv_cache_dtype": "bfloat16",
         "kv_cache_tokens": 197520,
@@ -156,17 +155,8 @@ def admin_server(tmp_path_factory) -> Iterator[AdminServer]:
     data = tmp_path_factory.mktemp("what-if-server")
     app = create_app(ServerSettings(no_auth=True, database=str(data / "officellm.db")),
                      _never_loads)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield AdminServer(f"http://127.0.0.1:{port}", (data / "admin_token").read_text().strip())
-    server.should_exit = True
-    thread.join(10)
+    with app_in_thread(app) as url:
+        yield AdminServer(url, (data / "admin_token").read_text().strip())
 
 
 def test_the_what_if_kv_dtypes_are_the_servers(admin_server):

@@ -6,15 +6,12 @@ Set OFFICELLM_DOCS_SCREENSHOTS=1 to also write docs/img/usage.png."""
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import uvicorn
 from PySide6.QtCore import QDate
 
 from officellm.admin_ui.admin_client import AdminClient
@@ -23,6 +20,7 @@ from officellm.admin_ui.tabs.usage import UsageTab
 from officellm.app.db.usage import utc_today
 from officellm.app.server import create_app
 from officellm.app.server_settings import ServerSettings
+from tests.support.app_in_thread import app_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 # (user, model, days ago, prompt, completion, task): what the office did.
@@ -46,27 +44,17 @@ def usage_server(tmp_path_factory) -> Iterator[UsageServer]:
     data = tmp_path_factory.mktemp("usage-server")
     app = create_app(ServerSettings(no_auth=True, database=str(data / "officellm.db")),
                      _never_loads)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    token = (data / "admin_token").read_text().strip()
-    url = f"http://127.0.0.1:{port}"
-    admin = AdminClient(url, token)
-    ids = {name: admin.create_user(name)["id"] for name in {u[0] for u in USAGE}}
-    admin.close()
-    writer = app.state.server.accounts.writer  # as the request path counts
-    for user, model, ago, prompt, completion, task in USAGE:
-        writer.add_usage(ids[user], prompt, completion, model=model, task=task,
-                         day=utc_today() - timedelta(days=ago), cached_tokens=prompt // 2,
-                         busy_seconds=completion / 20)
-    yield UsageServer(url, token)
-    server.should_exit = True
-    thread.join(10)
+    with app_in_thread(app) as url:
+        token = (data / "admin_token").read_text().strip()
+        admin = AdminClient(url, token)
+        ids = {name: admin.create_user(name)["id"] for name in {u[0] for u in USAGE}}
+        admin.close()
+        writer = app.state.server.accounts.writer  # as the request path counts
+        for user, model, ago, prompt, completion, task in USAGE:
+            writer.add_usage(ids[user], prompt, completion, model=model, task=task,
+                             day=utc_today() - timedelta(days=ago), cached_tokens=prompt // 2,
+                             busy_seconds=completion / 20)
+        yield UsageServer(url, token)
 
 
 @pytest.fixture

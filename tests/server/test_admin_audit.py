@@ -10,8 +10,6 @@ real."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +17,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from officellm.admin_ui.admin_client import AdminClient, console_actor
 from officellm.app.admin.audit import READ_ONLY_ROUTES
@@ -30,6 +27,7 @@ from officellm.app.server import create_app
 from officellm.app.server_settings import ServerSettings
 from officellm.cli import main
 from officellm.cli.actor import cli_actor
+from tests.support.app_in_thread import app_in_thread
 from tests.support.tiny_models import shared_tiny_model
 
 CONSOLE = {"X-Officellm-Client": "console:tester"}
@@ -74,19 +72,9 @@ def admin(tmp_path_factory: pytest.TempPathFactory, smollm2_dir) -> Iterator[Adm
     # The app's own list of its routes, as it declares them (its OpenAPI schema).
     routes = {f"{method.upper()} {path}" for path, methods in app.openapi()["paths"].items()
               if path.startswith("/admin/") for method in methods}
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    with httpx.Client(base_url=url, timeout=120) as client:
+    with app_in_thread(app) as url, httpx.Client(base_url=url, timeout=120) as client:
         yield Admin(url, client, (tmp / "admin_token").read_text().strip(), db_path, routes,
                     str(tiny))
-    server.should_exit = True
-    thread.join(30)
 
 
 @dataclass
