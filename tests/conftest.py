@@ -13,6 +13,16 @@ import pytest
 from officellm.loadgen.local_postgres import PostgresServer
 from officellm.loadgen.local_postgres import missing as postgres_missing
 
+
+def _cpu_has_avx2_without_avx512() -> bool:
+    try:
+        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx2" in flags and "avx512f" not in flags
+
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Under pytest-xdist the workers share the cores: each worker's in-process engines get their
@@ -21,6 +31,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(
         1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+# Under Triton's interpreter tl.dot is numpy's matmul, and numpy's OpenBLAS picks its AVX2+FMA
+# sgemm kernel (Haswell's, also Zen's) on a CPU without AVX-512: that kernel rounds a row
+# differently with its position in the tile, so the batch-invariant kernels' bit-identity
+# tests failed there under the interpreter alone (a GPU's tl.dot keeps a row's result
+# whatever its neighbours, and so did OpenBLAS on the AVX-512 machines CI ran on). Its AVX
+# kernel (measured row-invariant) is picked instead; OpenBLAS reads this when numpy loads,
+# which nothing has done by now.
+if _cpu_has_avx2_without_avx512():
+    os.environ.setdefault("OPENBLAS_CORETYPE", "SandyBridge")
 
 _LIVE_ENGINES: weakref.WeakSet = weakref.WeakSet()
 _engines_made = 0  # how many engines this process has made, for no_leaked_kv_blocks
