@@ -296,7 +296,24 @@ def _check_engine_on_blocks(case: GgufCase) -> None:
         if ref_token != token:
             break
     _dequantizing(llm)
-    assert _greedy(llm) == reference
+    assert_same_greedy(_greedy(llm), reference)
+
+
+# How far the dequantizing run's logprobs may sit from the dense reference's: they were equal
+# to the bit on the AVX-512 machines, and differed by up to 4.3e-6 on an AMD EPYC with AVX2
+# only (qwen2 and gpt-oss, whose layers have biases; llama's were still equal), the float
+# rounding of the same sums in another order inside torch's CPU matmul.
+LOGPROB_ROUNDING = 1e-4
+
+
+def assert_same_greedy(got: tuple[list[int], list[dict[int, float]]],
+                       want: tuple[list[int], list[dict[int, float]]]) -> None:
+    """The same greedy tokens, and at each step the same top logprobs up to rounding."""
+    assert got[0] == want[0]
+    for step, (mine, theirs) in enumerate(zip(got[1], want[1], strict=True)):
+        assert mine.keys() == theirs.keys(), step
+        for token, logprob in mine.items():
+            assert logprob == pytest.approx(theirs[token], abs=LOGPROB_ROUNDING), (step, token)
 
 
 @pytest.mark.parametrize("kind", FAMILIES)
