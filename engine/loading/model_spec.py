@@ -66,10 +66,11 @@ SUPPORTED_ARCHITECTURES: dict[str, Family] = {
                           activation="gelu_tanh", embed_scale=True),
     "phi3": Family("Phi-3/Phi-4", layout="phi3"),
     "granite": Family("Granite 3", multipliers=True),
+    "qwen2_5_vl_text": Family("Qwen2.5-VL", qkv_bias=True),
 }
 # Checkpoints whose language model is one of the above inside a multimodal model: the text
 # model's model_type, and what is skipped (said once at start-up).
-MULTIMODAL_WRAPPERS: dict[str, str] = {"gemma3": "gemma3_text"}
+MULTIMODAL_WRAPPERS: dict[str, str] = {"gemma3": "gemma3_text", "qwen2_5_vl": "qwen2_5_vl_text"}
 
 
 class UnsupportedModelError(ValueError):
@@ -152,6 +153,9 @@ class ModelSpec:
     expert_format: str | None = None
     # The checkpoint is a multimodal model's (its model_type): only its language model runs.
     multimodal_wrapper: str | None = None
+    # M-RoPE (Qwen2.5-VL): the rotary's frequencies (head_dim / 2 of them) cut into sections
+    # turned by a token's temporal, height and width position in turn (engine/models/mrope.py).
+    mrope_section: tuple[int, ...] | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -233,6 +237,7 @@ class ModelSpec:
             layout=family.layout,
             expert_format=_expert_format(cfg),
             multimodal_wrapper=wrapper,
+            mrope_section=_mrope_section(full),
             raw=cfg,
         )
 
@@ -377,6 +382,13 @@ def _rope_settings(cfg: dict[str, Any]) -> dict[str, RopeSpec]:
     if params and all(isinstance(v, dict) or v is None for v in params.values()):
         return {kind: _rope_spec(p) for kind, p in params.items() if p is not None}
     return {"": _rope_spec(params)}
+
+
+def _mrope_section(cfg: dict[str, Any]) -> tuple[int, ...] | None:
+    """M-RoPE's sections (transformers keeps them in the rope settings, its rope type then
+    "default": the frequencies themselves are a plain table's)."""
+    section = (cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}).get("mrope_section")
+    return tuple(int(s) for s in section) if section else None
 
 
 def _rope_spec(params: dict[str, Any]) -> RopeSpec:

@@ -1,6 +1,8 @@
 """Rotary position embedding tables, including rope_scaling (linear, llama3, yarn, longrope,
-dynamic...), partial rotary (Phi-4-mini) and a table per layer type (Gemma 3's sliding
-layers rotate with another base than its global ones)."""
+dynamic...), partial rotary (Phi-4-mini), a table per layer type (Gemma 3's sliding
+layers rotate with another base than its global ones) and M-RoPE (Qwen2.5-VL: each token has
+a temporal, height and width position, and each section of the frequencies turns by one of
+them)."""
 
 from __future__ import annotations
 
@@ -68,6 +70,10 @@ class RotaryTable:
         dim = rotary_dim(spec)
         rtype = (rope.scaling or {}).get("rope_type", "default")
         self.long_offset = 0
+        # M-RoPE: which of a token's three positions each column of cos/sin is read at.
+        self.mrope_rows: torch.Tensor | None = None
+        if spec.mrope_section is not None:
+            self.mrope_rows = mrope_rows(spec.mrope_section, dim).to(device)
         if rtype == "default":
             self.cos, self.sin = _table(_default_inv_freq(rope.theta, dim), 1.0, max_positions,
                                         device)
@@ -85,5 +91,24 @@ class RotaryTable:
 
     def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin [T, rotary_dim] at `positions` [T] (LongRoPE's long rows past
-        long_offset)."""
-        return self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+        long_offset), or at M-RoPE's [3, T] (temporal, height, width) positions: each column
+        read at its section's row, as transformers' Qwen2.5-VL recomposes them. A token whose
+        three positions are equal (all text) gets the plain table's row, so the runner sends
+        [T] whenever a step holds no image token."""
+        if positions.dim() == 1:
+            return self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+        assert self.mrope_rows is not None, "[3, T] positions for a model without M-RoPE"
+        rows = self.mrope_rows.expand(positions.shape[1], -1).unsqueeze(0)
+        cos = self.cos[positions].gather(0, rows).squeeze(0)
+        sin = self.sin[positions].gather(0, rows).squeeze(0)
+        return cos, sin
+
+
+def mrope_rows(section: tuple[int, ...], dim: int) -> torch.Tensor:
+    """For each of the `dim` columns of cos/sin, the row of the token's (temporal, height,
+    width) positions it turns by: the frequencies (dim / 2, both halves alike) are cut into
+    `section`'s parts, part i reading row i % 3 (transformers' recomposition_frequencies)."""
+    if sum(section) * 2 != dim:
+        raise ValueError(f"mrope_section {list(section)} does not cover a rotary of {dim} values.")
+    half = torch.cat([torch.full((n,), i % 3, dtype=torch.long) for i, n in enumerate(section)])
+    return torch.cat([half, half])

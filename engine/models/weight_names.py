@@ -15,7 +15,8 @@ _TEXT_PREFIXES = ("language_model.model.", "model.language_model.")
 _TEXT_HEADS = ("language_model.lm_head.",)
 # What a text-only engine skips of a multimodal checkpoint.
 _SKIPPED = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
-            "model.multi_modal_projector.", "vision_model.", "model.vision_model.")
+            "model.multi_modal_projector.", "vision_model.", "model.vision_model.",
+            "visual.", "model.visual.")  # the last two: Qwen2.5-VL's tower
 
 _MIXTRAL = {"block_sparse_moe.gate.": "mlp.gate.", "block_sparse_moe.experts.": "mlp.experts."}
 _MIXTRAL_EXPERT = {"w1": "gate_proj", "w3": "up_proj", "w2": "down_proj"}

@@ -1,0 +1,149 @@
+"""Qwen2.5-VL in the engine: its language model with M-RoPE, its vision tower and its
+processor give transformers' greedy tokens (float32) on the same tiny random weights.
+
+The model is a Qwen2_5_VLForConditionalGeneration built once for this file from a scaled-down
+Qwen2.5-VL-7B config (hidden 64, 2 layers, M-RoPE sections [2, 3, 3] of the 8 frequencies of
+a 16-wide head; a vision tower of depth 2 whose second layer is its full-attention one, 14-px
+patches merged 2x2 and 56-px windows), with SmolLM2's tokenizer plus Qwen's three vision
+tokens and Qwen2.5-VL's image processor config, written here (no downloads).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from officellm.engine import SamplingParams
+from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.models.mrope import mrope_positions
+from tests.engine.conftest import make_llm
+from tests.support.hf_reference import compare_greedy, hf_greedy
+
+MAX_NEW = 12
+PARAMS = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True, logprobs=2)
+VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+# Qwen2.5-VL's preprocessor_config.json, as shipped (min/max pixels scaled to tiny images).
+IMAGE_PROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessor", "do_resize": True, "do_rescale": True,
+    "rescale_factor": 1 / 255, "do_normalize": True, "do_convert_rgb": True,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "temporal_patch_size": 2,
+    "merge_size": 2,
+}
+
+
+def tiny_qwen2_5_vl_config(tokenizer):
+    """Qwen2.5-VL-7B's config, scaled down (the text model's rope in its M-RoPE form)."""
+    from transformers import AutoConfig
+
+    ids = dict(zip(VISION_TOKENS, tokenizer.convert_tokens_to_ids(VISION_TOKENS)))
+    return AutoConfig.for_model(
+        "qwen2_5_vl",
+        text_config=dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=1024, rms_norm_eps=1e-6,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                          "mrope_section": [2, 3, 3]},
+                         use_sliding_window=False, bos_token_id=1, eos_token_id=2,
+                         pad_token_id=2),
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
+                           out_hidden_size=64, patch_size=14, spatial_merge_size=2,
+                           temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1],
+                           tokens_per_second=2),
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"], image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"], tie_word_embeddings=False)
+
+
+def build_tiny_qwen2_5_vl(out_dir: Path, tokenizer_dir: Path) -> Path:
+    """Save the tiny random Qwen2.5-VL with its tokenizer and image processor config."""
+    from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    tok.add_special_tokens({"additional_special_tokens": VISION_TOKENS})
+    torch.manual_seed(0)
+    model = Qwen2_5_VLForConditionalGeneration(tiny_qwen2_5_vl_config(tok))
+    # Larger weights than the default init: decisive greedy tokens (tiny_models.py's reason).
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.2 if "embed" in name or "lm_head" in name else 0.08)
+            elif "norm" not in name:
+                p.normal_(0.0, 0.05)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out_dir), safe_serialization=True)
+    tok.save_pretrained(str(out_dir))
+    (out_dir / "preprocessor_config.json").write_text(json.dumps(IMAGE_PROCESSOR))
+    return out_dir
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory, smollm2_dir) -> Path:
+    return build_tiny_qwen2_5_vl(tmp_path_factory.mktemp("tiny-qwen2_5_vl"), smollm2_dir)
+
+
+@pytest.fixture(scope="module")
+def hf_model(qwen_dir):
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    return Qwen2_5_VLForConditionalGeneration.from_pretrained(str(qwen_dir),
+                                                              dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def llm(qwen_dir):
+    return make_llm(qwen_dir, kv_cache_memory="16MiB")
+
+
+def test_its_config_is_read_as_a_qwen2_text_model_with_mrope_sections(qwen_dir):
+    spec = ModelSpec.from_json(qwen_dir / "config.json")
+    assert (spec.model_type, spec.multimodal_wrapper) == ("qwen2_5_vl_text", "qwen2_5_vl")
+    assert spec.mrope_section == (2, 3, 3) and spec.qkv_bias and not spec.o_bias
+    assert spec.head_dim == 16 and spec.num_layers == 2
+
+
+def test_a_text_only_prompt_gives_transformers_tokens(llm, hf_model, chat_prompt_ids):
+    prompt = chat_prompt_ids[0]
+    ref = hf_greedy(hf_model, prompt, MAX_NEW, ignore_eos=True)
+    out = llm.generate([prompt], PARAMS)[0].outputs[0]
+    compare_greedy(out.token_ids, out.logprobs, ref)
+
+
+class _Image:
+    def __init__(self, offset: int, length: int, grid_thw: tuple[int, int, int]) -> None:
+        self.offset, self.length, self.grid_thw = offset, length, grid_thw
+
+
+def test_mrope_positions_equal_transformers_rope_index(hf_model):
+    # Text, a 2x3-merged image, text, a 1x1-merged image, text.
+    image_id = hf_model.config.image_token_id
+    ids = [5] * 3 + [image_id] * 6 + [7] * 4 + [image_id] * 1 + [9] * 2
+    types = [int(t == image_id) for t in ids]
+    grids = [(1, 4, 6), (1, 2, 2)]
+    ref, ref_delta = hf_model.model.get_rope_index(
+        torch.tensor([ids]), mm_token_type_ids=torch.tensor([types]),
+        image_grid_thw=torch.tensor(grids))
+    ours = mrope_positions(len(ids), [_Image(3, 6, grids[0]), _Image(13, 1, grids[1])], 2)
+    np.testing.assert_array_equal(ours.prompt, ref[:, 0].numpy())
+    assert ours.delta == int(ref_delta)
+    later = ours.at(len(ids) - 1, 3)  # the last prompt token, then two generated ones
+    np.testing.assert_array_equal(later[:, 0], ours.prompt[:, -1])
+    np.testing.assert_array_equal(later[:, 1:], np.broadcast_to(
+        np.arange(len(ids), len(ids) + 2) + ours.delta, (3, 2)))
+
+
+def test_the_mrope_rotary_equals_transformers(qwen_dir, hf_model):
+    from officellm.engine.models.rotary import RotaryTable
+
+    spec = ModelSpec.from_json(qwen_dir / "config.json")
+    table = RotaryTable(spec, spec.layer_rope(0), 64, torch.device("cpu"))
+    positions = torch.tensor([[0, 1, 2, 2, 2, 2, 4], [0, 1, 2, 2, 3, 3, 4], [0, 1, 2, 3, 2, 3, 4]])
+    cos, sin = table.lookup(positions)
+    ref_cos, ref_sin = hf_model.model.language_model.rotary_emb(
+        torch.zeros(1, dtype=torch.float32), positions[:, None, :])
+    assert torch.equal(cos, ref_cos[0]) and torch.equal(sin, ref_sin[0])
