@@ -156,6 +156,8 @@ class ModelSpec:
     # M-RoPE (Qwen2.5-VL): the rotary's frequencies (head_dim / 2 of them) cut into sections
     # turned by a token's temporal, height and width position in turn (engine/models/mrope.py).
     mrope_section: tuple[int, ...] | None = None
+    # ... and how many patches of an image's grid, each way, one of its tokens merges.
+    mrope_merge_size: int = 1
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -163,6 +165,7 @@ class ModelSpec:
         """Build from a config.json dict; raise UnsupportedModelError for other architectures."""
         model_type = cfg.get("model_type", "")
         wrapper = None
+        outer = cfg
         if model_type in MULTIMODAL_WRAPPERS:
             wrapper, model_type = model_type, MULTIMODAL_WRAPPERS[model_type]
             cfg = {**_text_config(wrapper, cfg), "model_type": model_type}
@@ -238,6 +241,7 @@ class ModelSpec:
             expert_format=_expert_format(cfg),
             multimodal_wrapper=wrapper,
             mrope_section=_mrope_section(full),
+            mrope_merge_size=_mrope_merge_size(outer) if _mrope_section(full) else 1,
             raw=cfg,
         )
 
@@ -389,6 +393,16 @@ def _mrope_section(cfg: dict[str, Any]) -> tuple[int, ...] | None:
     "default": the frequencies themselves are a plain table's)."""
     section = (cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}).get("mrope_section")
     return tuple(int(s) for s in section) if section else None
+
+
+def _mrope_merge_size(cfg: dict[str, Any]) -> int:
+    """The vision tower's spatial merge (Qwen2.5-VL's 2: a token per 2x2 patches), with
+    transformers' default where the file leaves it out."""
+    with TRANSFORMERS:
+        from transformers import AutoConfig
+
+        raw = {k: v for k, v in cfg.items() if k not in ("model_type", "transformers_version")}
+        return int(AutoConfig.for_model(cfg["model_type"], **raw).vision_config.spatial_merge_size)
 
 
 def _rope_spec(params: dict[str, Any]) -> RopeSpec:

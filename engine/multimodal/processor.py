@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 # takes the model directory and its config.json as a dict.
 PROCESSORS: dict[str, str] = {
     "gemma3": "officellm.engine.multimodal.gemma3_processor:Gemma3MultiModalProcessor",
+    "qwen2_5_vl": "officellm.engine.multimodal.qwen2_5_vl_processor:"
+                  "Qwen2_5_VLMultiModalProcessor",
 }
 
 

@@ -14,6 +14,7 @@ from officellm.engine.attention.backend import AttentionBackend, AttentionMetada
 from officellm.engine.core.kv_cache_groups import KVCacheGroups
 from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.models.mrope import MRopePositions, mrope_positions
 from officellm.engine.structured_output.bitmask import GrammarBitmask
 from officellm.engine.worker.host_to_device import stage_int64, to_device
 from officellm.engine.worker.pending_samples import PendingSamples
@@ -36,7 +37,9 @@ class StepBatch:
     it; it is the whole per-step message to the other ranks."""
 
     token_ids: np.ndarray  # [T] int64, every scheduled token in batch order
-    positions: np.ndarray  # [T] int64
+    # [T] int64; M-RoPE (Qwen2.5-VL) [3, T] (temporal, height, width) when an image's
+    # token is among them (engine/models/mrope.py)
+    positions: np.ndarray
     slot_mapping: np.ndarray  # [G, T] int64, per KV cache group the flat slot of each token
     query_lens: list[int]  # [B] new tokens per sequence
     context_lens: list[int]  # [B] tokens in the KV cache once this step has run
@@ -150,6 +153,20 @@ class ModelRunner:
         self._previous: PendingSamples | None = None
         self._previous_so: SchedulerOutput | None = None
         self._previous_rows: dict[str, int] | None = None
+        # M-RoPE: each running request with images, its prompt's positions and delta.
+        self._mrope: dict[str, MRopePositions] = {}
+
+    def _mrope_of(self, req: Any) -> MRopePositions | None:
+        """The M-RoPE positions of a request with images (None: its positions are its token
+        indices, as for every request of a model without M-RoPE)."""
+        if self.spec.mrope_section is None or not req.images:
+            return None
+        found = self._mrope.get(req.request_id)
+        if found is None:
+            found = mrope_positions(len(req.prompt_token_ids), req.images,
+                                    self.spec.mrope_merge_size)
+            self._mrope[req.request_id] = found
+        return found
 
     def batch_for(self, so: SchedulerOutput) -> tuple[StepBatch, SamplingMetadata]:
         """Flatten the scheduled chunks; also return what the sampler reads of the requests
@@ -173,8 +190,17 @@ class ModelRunner:
         prompt_idx: list[int] = []
         prompt_rows: list[PromptLogprobRows] = []
         offset = 0
+        for rid in so.finished_request_ids:
+            self._mrope.pop(rid, None)
+        # M-RoPE chunks whose three rows differ (an image's tokens): their batch offset.
+        spatial: list[tuple[int, np.ndarray]] = []
         for chunk in so.chunks:
             req, start, n = chunk.request, chunk.start, chunk.num_new_tokens
+            mrope = self._mrope_of(req)
+            if mrope is not None:
+                rows = mrope.at(start, n)
+                if not (rows[0] == rows[1]).all() or not (rows[0] == rows[2]).all():
+                    spatial.append((offset, rows))
             if n == 1:  # a decode: plain ints are cheaper than numpy for one token
                 if start < len(req.all_token_ids):
                     ids.append(req.all_token_ids[start])
@@ -182,7 +208,10 @@ class ModelRunner:
                     from_previous.append(offset)
                     previous_rows.append(self._row_in_previous(req.request_id))
                     ids.append(0)
-                positions.append(start + long_offset if req.long_context else start)
+                if mrope is not None:
+                    positions.append(int(rows[0, 0]))
+                else:
+                    positions.append(start + long_offset if req.long_context else start)
                 for g, blocks in enumerate(req.block_ids):
                     slots[g].append(blocks[start // bs] * bs + start % bs)
             else:
@@ -192,8 +221,11 @@ class ModelRunner:
                 else:
                     ids.extend(req.all_token_ids[start : start + n])
                 pos = np.arange(start, start + n, dtype=np.int64)
-                positions.extend((pos + long_offset).tolist() if req.long_context
-                                 else pos.tolist())
+                if mrope is not None:
+                    positions.extend(rows[0].tolist())
+                else:
+                    positions.extend((pos + long_offset).tolist() if req.long_context
+                                     else pos.tolist())
                 for g, blocks in enumerate(req.block_ids):
                     slots[g].extend((np.asarray(blocks, dtype=np.int64)[pos // bs] * bs
                                      + pos % bs).tolist())
@@ -216,7 +248,12 @@ class ModelRunner:
             ctx_lens.append(start + n)
             for g, blocks in enumerate(req.block_ids):
                 tables[g].append(blocks)
-        batch = StepBatch(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64),
+        batch_positions = np.asarray(positions, dtype=np.int64)
+        if spatial:  # three rows, where an image's tokens differ
+            batch_positions = np.repeat(batch_positions[None, :], 3, axis=0)
+            for at, rows in spatial:
+                batch_positions[:, at:at + rows.shape[1]] = rows
+        batch = StepBatch(np.asarray(ids, dtype=np.int64), batch_positions,
                           np.asarray(slots, dtype=np.int64).reshape(num_groups, -1), q_lens,
                           ctx_lens, tables, logits_idx + prompt_idx, from_previous,
                           previous_rows)
@@ -255,7 +292,8 @@ class ModelRunner:
             seq_lens_host=seq_lens.tolist(),
             query_start_loc_host=qsl.tolist(),
         )
-        return StepInputs(input_ids=ids, positions=positions, logits_indices=logits_indices,
+        return StepInputs(input_ids=ids, positions=positions.view(batch.positions.shape),
+                          logits_indices=logits_indices,
                           metadata=metadata, sampling=sampling)
 
     def scrub_blocks(self, block_ids: list[int]) -> None:
@@ -401,8 +439,10 @@ class ModelRunner:
         # The graphs return each token's logits in batch order: right only when every token
         # is a sampled row (a one-token prompt chunk looks like a decode, but its prompt
         # logprobs' row comes after the sampled rows).
+        # A step with an image's M-RoPE positions ([3, T]) runs eagerly too.
         if graphs is not None and graphs.can_run(n, inputs.metadata) and \
-                inputs.logits_indices.shape[0] == n and not sampling.prompt_rows:
+                inputs.logits_indices.shape[0] == n and not sampling.prompt_rows and \
+                inputs.positions.dim() == 1:
             return graphs.run(inputs.input_ids, inputs.positions, inputs.metadata)
         self.attention.set_metadata(inputs.metadata)
         return self.model(inputs.input_ids, inputs.positions, self.attention,

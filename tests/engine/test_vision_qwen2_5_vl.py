@@ -96,6 +96,28 @@ def hf_model(qwen_dir):
 
 
 @pytest.fixture(scope="module")
+def config(qwen_dir) -> dict:
+    return json.loads((qwen_dir / "config.json").read_text())
+
+
+def _image(seed: int, height: int, width: int):
+    from PIL import Image
+
+    pixels = np.random.RandomState(seed).randint(0, 256, (height, width, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def _chat_with_images(config: dict, count: int) -> list[int]:
+    """Token ids of a rendered chat with `count` images, each as Qwen's template writes it."""
+    image = [config["vision_start_token_id"], config["image_token_id"],
+             config["vision_end_token_id"]]
+    ids = [1, 28, 339, 198]
+    for i in range(count):
+        ids += image + [30 + i, 29]
+    return ids + [2, 198, 1, 520, 198]
+
+
+@pytest.fixture(scope="module")
 def llm(qwen_dir):
     return make_llm(qwen_dir, kv_cache_memory="16MiB")
 
@@ -147,3 +169,41 @@ def test_the_mrope_rotary_equals_transformers(qwen_dir, hf_model):
     ref_cos, ref_sin = hf_model.model.language_model.rotary_emb(
         torch.zeros(1, dtype=torch.float32), positions[:, None, :])
     assert torch.equal(cos, ref_cos[0]) and torch.equal(sin, ref_sin[0])
+
+
+def test_the_processor_expands_each_image_pad_as_qwens_processor_does(qwen_dir, config):
+    from transformers import AutoImageProcessor
+
+    from officellm.engine.multimodal.processor import load_multimodal_processor
+
+    images = [_image(0, 56, 84), _image(1, 56, 56)]
+    prompt = load_multimodal_processor(qwen_dir).process(_chat_with_images(config, 2), images)
+    hf = AutoImageProcessor.from_pretrained(str(qwen_dir))(images=images, return_tensors="pt")
+    # Qwen2_5_VLProcessor's rule: <|image_pad|> x grid_t * grid_h * grid_w / merge_size^2.
+    pad = config["image_token_id"]
+    expected: list[int] = []
+    grids = iter(hf["image_grid_thw"].tolist())
+    for token in _chat_with_images(config, 2):
+        expected += [pad] * (int(np.prod(next(grids))) // 4) if token == pad else [token]
+    assert prompt.token_ids == expected
+    assert [im.grid_thw for im in prompt.images] == [(1, 4, 6), (1, 4, 4)]
+    assert torch.equal(torch.cat([im.pixel_values for im in prompt.images]),
+                       hf["pixel_values"])
+    assert [prompt.token_ids[im.offset:im.end] == [pad] * im.length
+            for im in prompt.images] == [True, True]
+
+
+def test_the_vision_tower_equals_transformers(qwen_dir, config, hf_model):
+    from officellm.engine.multimodal.processor import load_multimodal_processor
+    from officellm.engine.multimodal.qwen2_5_vl_tower import Qwen2_5_VLVisionTower
+
+    prompt = load_multimodal_processor(qwen_dir).process(
+        _chat_with_images(config, 2), [_image(0, 56, 84), _image(1, 56, 56)])
+    tower = Qwen2_5_VLVisionTower(qwen_dir, config, torch.float32, torch.device("cpu"))
+    rows = tower.encode(prompt.images)
+    with torch.inference_mode():
+        ref = hf_model.model.get_image_features(
+            torch.cat([im.pixel_values for im in prompt.images]),
+            torch.tensor([im.grid_thw for im in prompt.images])).pooler_output
+    assert [r.shape[0] for r in rows] == [im.length for im in prompt.images]
+    assert all(torch.equal(a, b) for a, b in zip(rows, ref))
