@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
 from officellm.engine.loading.transformers_lock import TRANSFORMERS
 
@@ -32,13 +33,14 @@ _PREFIXES = ("model.visual.", "visual.")
 _MAX_PIXELS = 12845056
 
 
-class Qwen2_5_VLVisionTower:
+class Qwen2_5_VLVisionTower(nn.Module):
     """The tower of one Qwen2.5-VL checkpoint (engine.models.vision.VisionTower)."""
 
     # Qwen2.5-VL's image tokens attend causally, like text (no bidirectional span).
     bidirectional_images = False
 
     def __init__(self, config: dict[str, Any], dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
         with TRANSFORMERS:
             from transformers import AutoConfig
             from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
@@ -56,10 +58,6 @@ class Qwen2_5_VLVisionTower:
         patch = int(vision_config.patch_size)
         self.max_tokens_per_image = _MAX_PIXELS // (patch * self.merge) ** 2
         self.dtype, self.device = dtype, device
-
-    def parameters(self) -> Iterable[torch.nn.Parameter]:
-        """The tower's weights (the worker counts their bytes)."""
-        return self.model.parameters()
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Load the checkpoint's `visual.*` tensors; how many. Raises ValueError for a tensor
