@@ -135,7 +135,10 @@ class EngineCore:
         self.kv_dtype = worker.kv_dtype
         # The model takes images: its vision tower is loaded (engine/models/vision/).
         self.vision: bool = runner.encoder_cache is not None
-        if runner.encoder_cache is not None:
+        # A model whose image tokens attend both ways computes an image in one chunk.
+        whole_images = (runner.encoder_cache is None
+                        or runner.encoder_cache.tower.bidirectional_images)
+        if runner.encoder_cache is not None and whole_images:
             per_image = runner.encoder_cache.tower.max_tokens_per_image
             if config.max_num_batched_tokens < per_image:  # one rank: no workers to stop
                 raise ValueError(
@@ -159,7 +162,7 @@ class EngineCore:
                        if config.speculative_config is not None else None)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens,
                                    self.max_model_len, pacer, config.scheduling_policy,
-                                   speculation, self.spec.long_context_after)
+                                   speculation, self.spec.long_context_after, whole_images)
         self.async_scheduling = uses_async_scheduling(config)
         if self.async_scheduling:
             logger.info("Async scheduling: each step is scheduled and launched while the "

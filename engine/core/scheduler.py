@@ -78,8 +78,12 @@ class Scheduler:
         policy: SchedulingPolicy | str = "fcfs",
         speculation: Speculation | None = None,
         long_context_after: int | None = None,
+        whole_images: bool = True,
     ) -> None:
         self.kv = kv_cache_manager
+        # An image's tokens run in one chunk (they attend both ways: Gemma 3); False where
+        # they attend causally like text (Qwen2.5-VL), so a chunk may end inside an image.
+        self.whole_images = whole_images
         # A request longer than this is computed in the model's long-context form, all of it
         # (LongRoPE: transformers recomputes a sequence's cache as it first grows past its
         # original window, and so do we; None: the model has one form).
@@ -245,7 +249,7 @@ class Scheduler:
                 if room <= 0:
                     continue
                 num_new = min(req.num_tokens_to_compute, step.budget, room)
-                if req.images:  # an image's tokens run in one chunk
+                if req.images and self.whole_images:  # an image's tokens in one chunk
                     num_new = clip_chunk(req.images, req.num_computed_tokens, num_new)
                     if not num_new:
                         continue
@@ -411,7 +415,7 @@ class Scheduler:
         if room <= 0:
             return 0
         num_new = min(req.num_tokens - num_hit, step.budget, room)
-        if req.images:  # an image's tokens run in one chunk
+        if req.images and self.whole_images:  # an image's tokens in one chunk
             num_new = clip_chunk(req.images, num_hit, num_new)
             if not num_new:
                 return 0

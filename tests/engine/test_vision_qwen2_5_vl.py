@@ -20,8 +20,9 @@ import torch
 from officellm.engine import SamplingParams
 from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models.mrope import mrope_positions
+from officellm.engine.multimodal.inputs import MultiModalPrompt
 from tests.engine.conftest import make_llm
-from tests.support.hf_reference import compare_greedy, hf_greedy
+from tests.support.hf_reference import HFGreedy, compare_greedy, hf_greedy
 
 MAX_NEW = 12
 PARAMS = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True, logprobs=2)
@@ -211,3 +212,89 @@ def test_the_vision_tower_equals_transformers(qwen_dir, config, hf_model):
             torch.tensor([im.grid_thw for im in prompt.images])).pooler_output
     assert [r.shape[0] for r in rows] == [im.length for im in prompt.images]
     assert all(torch.equal(a, b) for a, b in zip(rows, ref))
+
+
+
+# -- generation with images -------------------------------------------------------------
+BLOCK = 16
+
+
+@torch.inference_mode()
+def hf_greedy_with_images(model, prompt: MultiModalPrompt) -> HFGreedy:
+    """transformers' greedy generate on the processed prompt (its pixels and grids, and the
+    image tokens' types, from which it computes the M-RoPE positions)."""
+    ids = torch.tensor([prompt.token_ids])
+    out = model.generate(
+        input_ids=ids, attention_mask=torch.ones_like(ids),
+        pixel_values=torch.cat([im.pixel_values for im in prompt.images]),
+        image_grid_thw=torch.tensor([im.grid_thw for im in prompt.images]),
+        mm_token_type_ids=(ids == model.config.image_token_id).int(),
+        do_sample=False, max_new_tokens=MAX_NEW, min_new_tokens=MAX_NEW, eos_token_id=None,
+        output_logits=True, return_dict_in_generate=True, pad_token_id=0,
+        temperature=None, top_p=None, top_k=None)
+    gen = out.sequences[0, ids.shape[1]:].tolist()
+    return HFGreedy(gen, [torch.log_softmax(step[0].float(), dim=-1) for step in out.logits])
+
+
+@pytest.fixture(scope="module")
+def vision(qwen_dir, config, hf_model, chat_prompt_ids):
+    """Prompts of the same token ids with an image from the second KV block on, whole blocks
+    after it, the images of one shape but different pixels; a two-image prompt; their
+    references."""
+    from officellm.engine.multimodal.processor import load_multimodal_processor
+
+    processor = load_multimodal_processor(qwen_dir)
+    text = chat_prompt_ids[1]
+    marker = [config["vision_start_token_id"], config["image_token_id"],
+              config["vision_end_token_id"]]
+    one = text[:BLOCK + 2] + marker + text[BLOCK + 2:]
+    prompts = {name: processor.process(one, [_image(seed, 84, 112)])
+               for seed, name in enumerate(("first", "other", "third"))}
+    prompts["two"] = processor.process(one[:8] + marker + one[8:],
+                                       [_image(5, 56, 84), _image(6, 84, 56)])
+    image = prompts["first"].images[0]
+    assert BLOCK < image.offset and image.end + BLOCK < len(prompts["first"].token_ids)
+    assert len({p.images[0].content_hash for p in prompts.values()}) == 4
+    return prompts, {k: hf_greedy_with_images(hf_model, p) for k, p in prompts.items()}
+
+
+def _check(outputs, refs) -> None:
+    for out, ref in zip(outputs, refs):
+        compare_greedy(out.outputs[0].token_ids, out.outputs[0].logprobs, ref)
+
+
+def test_a_prompt_with_an_image_gives_transformers_tokens(llm, vision):
+    prompts, refs = vision
+    _check(llm.generate([prompts["first"]], PARAMS), [refs["first"]])
+
+
+def test_images_batched_with_a_text_only_request_give_transformers_tokens(
+        llm, vision, hf_model, chat_prompt_ids):
+    prompts, refs = vision
+    text = chat_prompt_ids[3]
+    outputs = llm.generate([prompts["two"], text, prompts["other"]], PARAMS)
+    _check(outputs, [refs["two"], hf_greedy(hf_model, text, MAX_NEW, ignore_eos=True),
+                     refs["other"]])
+
+
+def test_chunked_prefill_with_images_gives_transformers_tokens(qwen_dir, vision):
+    prompts, refs = vision
+    # 8-token chunks: each image is cut across two (its tokens attend causally, so may be).
+    chunked = make_llm(qwen_dir, kv_cache_memory="16MiB", max_num_batched_tokens=8)
+    image = prompts["first"].images[0]
+    assert image.offset // 8 != (image.end - 1) // 8
+    _check(chunked.generate([prompts["first"], prompts["two"]], PARAMS),
+           [refs["first"], refs["two"]])
+
+
+def test_the_same_image_hits_the_prefix_cache_and_a_different_one_misses(llm, vision):
+    prompts, refs = vision
+    kv = llm.llm_engine.engine_core.kv
+    _check(llm.generate([prompts["first"]], PARAMS), [refs["first"]])
+    hits = kv.prefix_cache_hits
+    _check(llm.generate([prompts["first"]], PARAMS), [refs["first"]])
+    assert kv.prefix_cache_hits - hits >= prompts["first"].images[0].end  # past the image
+    hits = kv.prefix_cache_hits
+    # The same token ids with an image never seen: only the blocks before the image hit.
+    _check(llm.generate([prompts["third"]], PARAMS), [refs["third"]])
+    assert 0 < kv.prefix_cache_hits - hits <= prompts["third"].images[0].offset

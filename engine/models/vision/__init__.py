@@ -30,8 +30,9 @@ class VisionTower(Protocol):
     # Whether an image's placeholder tokens attend to each other both ways in the language
     # model (Gemma 3's token_type_ids mask); else they are causal like text.
     bidirectional_images: bool
-    # The most placeholder tokens one image can have: a step's token budget must hold it,
-    # since an image is never split across prefill chunks.
+    # The most placeholder tokens one image can have: a step's token budget must hold it
+    # where images attend both ways, since such an image is never split across prefill
+    # chunks (causal ones may be: engine/core/scheduler.py's whole_images).
     max_tokens_per_image: int
 
     def encode(self, images: Sequence[ImageFeature]) -> list[torch.Tensor]:
