@@ -193,6 +193,11 @@ class Worker:
             logger.warning("Images are not served under tensor parallelism: the vision tower "
                            "runs on one rank only; this model answers text alone.")
             return None
+        if self.config.batch_invariant:
+            # Its row kernels are causal, and an image's tokens may attend both ways.
+            logger.warning("Images are not served with --batch-invariant: this model "
+                           "answers text alone.")
+            return None
         return load_vision_tower(load_config_dict(model_dir), self.dtype, self.device)
 
     def _float32_between_blocks(self, source: Path | None) -> bool:
