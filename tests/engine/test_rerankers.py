@@ -15,10 +15,9 @@ from officellm.engine import (
     CrossEncoderScorer,
     DecoderScorer,
     EngineConfig,
-    bundled_embedder_dir,
     load_scorer,
 )
-from tests.support.tiny_models import build_tiny_model
+from tests.support.tiny_rerankers import build_tiny_cross_encoder, build_tiny_decoder_reranker
 
 QUERY = "Where do invoices go?"
 DOCUMENTS = ["Invoices go to accounting on the third floor.",
@@ -40,30 +39,12 @@ def _cpu_engine() -> EngineConfig:
 
 @pytest.fixture(scope="module")
 def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random one-layer BERT with one label and all-MiniLM's WordPiece tokenizer, saved
-    by sentence-transformers as a CrossEncoder."""
-    from sentence_transformers import CrossEncoder
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    tokenizer = AutoTokenizer.from_pretrained(str(bundled_embedder_dir()))
-    torch.manual_seed(0)
-    model = BertForSequenceClassification(BertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128, num_labels=1))
-    hf_dir = tmp_path_factory.mktemp("bert-hf")
-    model.save_pretrained(str(hf_dir))
-    tokenizer.save_pretrained(str(hf_dir))
-    out = tmp_path_factory.mktemp("cross-encoder")
-    CrossEncoder(str(hf_dir), device="cpu", max_length=128).save(str(out))
-    return out
+    return build_tiny_cross_encoder(tmp_path_factory.mktemp("rerankers") / "cross-encoder")
 
 
 @pytest.fixture(scope="module")
 def decoder_reranker_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Path:
-    """A random two-layer Qwen3 causal LM with SmolLM2's tokenizer (its ChatML tokens, and
-    "yes" and "no" as tokens of their own)."""
-    return build_tiny_model("qwen3", tmp_path_factory.mktemp("qwen3-reranker"), smollm2_dir,
-                            layers=2)
+    return build_tiny_decoder_reranker(tmp_path_factory.mktemp("qwen3-reranker"), smollm2_dir)
 
 
 @pytest.fixture(scope="module")
