@@ -191,3 +191,17 @@ def test_usage_counts_rerank_requests_and_their_tokens(office) -> None:
     tokens = sum(u["total_tokens"] for u in answers)
     assert (row["rerank_requests"], row["rerank_tokens"]) == (2, tokens)
     assert (row["requests"], row["prompt_tokens"]) == (2, tokens)
+
+
+def test_an_unloaded_rerank_model_is_shown_so_and_wakes_on_its_next_request(office,
+                                                                             alice) -> None:
+    _post(office, "/v1/rerank", {"model": "ce", "query": QUERY, "documents": DOCUMENTS}, alice)
+    r = office.client.post("/admin/models/ce/unload", headers=office.admin)
+    assert r.status_code == 200 and r.json()["state"] == "unloaded", r.text
+    rows = {m["name"]: m for m in office.client.get("/admin/models",
+                                                    headers=office.admin).json()["models"]}
+    assert (rows["ce"]["kind"], rows["ce"]["state"]) == ("rerank", "unloaded")
+    _post(office, "/v1/rerank", {"model": "ce", "query": QUERY, "documents": DOCUMENTS}, alice)
+    rows = {m["name"]: m for m in office.client.get("/admin/models",
+                                                    headers=office.admin).json()["models"]}
+    assert rows["ce"]["state"] == "ready"
