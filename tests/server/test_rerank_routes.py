@@ -6,6 +6,7 @@ a 400 or 404 in OpenAI's error shape; a policy's models list applies; usage coun
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from officellm.app.server_settings import ServerSettings
 from officellm.engine import CrossEncoderScorer
 from tests.support.tiny_rerankers import build_tiny_cross_encoder, build_tiny_decoder_reranker
 
+RECORDED = Path(__file__).parent / "recorded"
 QUERY = "Where do invoices go?"
 DOCUMENTS = ["Invoices go to accounting on the third floor.",
              "The printer on floor 2 is out of toner.",
@@ -205,3 +207,17 @@ def test_an_unloaded_rerank_model_is_shown_so_and_wakes_on_its_next_request(offi
     rows = {m["name"]: m for m in office.client.get("/admin/models",
                                                     headers=office.admin).json()["models"]}
     assert rows["ce"]["state"] == "ready"
+
+
+def test_open_webuis_recorded_rerank_request_gets_a_score_for_every_document(
+        office, alice) -> None:
+    """Open WebUI's external reranker (recorded, tests/server/recorded/): it pairs each
+    result's relevance_score with its documents by index, so every document needs one."""
+    record = json.loads((RECORDED / "open_webui_0.12.4_rerank.json").read_text())
+    body = {**record["body"], "model": "ce"}  # the admin's name for its reranker
+    r = office.client.post(record["path"], json=body, headers={**record["headers"], **alice})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert sorted(x["index"] for x in results) == list(range(len(body["documents"])))
+    scores = [x["relevance_score"] for x in results]
+    assert all(isinstance(s, float) for s in scores) and scores == sorted(scores, reverse=True)
