@@ -30,7 +30,9 @@ class Qwen2_5_VLMultiModalProcessor:
     """Qwen2_5_VLProcessor's image-token expansion and image preprocessing
     (MultiModalProcessor)."""
 
-    def __init__(self, model_dir: Path, config: dict[str, Any]) -> None:
+    def __init__(self, model_dir: Path, config: dict[str, Any],
+                 tokenizer: Any | None = None) -> None:
+        """`tokenizer` is not needed: the expansion repeats a token id of the config."""
         with TRANSFORMERS:
             from transformers import AutoImageProcessor
 
