@@ -265,6 +265,7 @@ def _check(outputs, refs) -> None:
 
 def test_a_prompt_with_an_image_gives_transformers_tokens(llm, vision):
     prompts, refs = vision
+    assert llm.llm_engine.front_end.info.vision  # its tower and processor are loaded
     _check(llm.generate([prompts["first"]], PARAMS), [refs["first"]])
 
 
