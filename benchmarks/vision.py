@@ -301,13 +301,16 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     axes[0].bar([r["run"] for r in tower], [r["images_per_s"] for r in tower],
                 color=[colour[r["side"]] for r in tower])
     axes[0].set_ylabel("images / s")
-    axes[0].set_title("(a) vision tower + projector")
+    model = doc["model"]
+    axes[0].set_title(f"(a) vision tower + projector ({model['vision_layers_measured']} of "
+                      f"{model['vision_layers_real']} layers)")
     axes[1].bar([r["run"].replace(" (prefix-cache hit)", "\n(cache hit)") for r in ttft],
                 [r["ttft_s"] for r in ttft],
                 color=["#888" if r["run"].startswith("transformers") else "#36c"
                        for r in ttft])
     axes[1].set_ylabel("seconds to the first token")
-    axes[1].set_title(f"(b) screenshot question, {doc['settings']['text_layers']} text layers")
+    axes[1].set_title(f"(b) screenshot question, {model['text_layers_measured']} of "
+                      f"{model['text_layers_real']} text layers")
     for ax in axes:
         ax.tick_params(axis="x", rotation=12, labelsize=8)
         ax.grid(alpha=0.3, axis="y")
