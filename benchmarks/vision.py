@@ -209,6 +209,7 @@ def write_checkpoint(config: dict[str, Any], out: Path) -> Any:
 def ttft_rows(config: dict[str, Any], args: argparse.Namespace) -> list[dict]:
     """(b): TTFT of a screenshot question, transformers' forward vs the engine's LLM."""
     from officellm.engine import LLM, SamplingParams, load_multimodal_processor
+    from officellm.engine.loading.tokenizer import load_tokenizer
 
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -218,7 +219,7 @@ def ttft_rows(config: dict[str, Any], args: argparse.Namespace) -> list[dict]:
         print(f"checkpoint written in {time.perf_counter() - t0:.0f} s", flush=True)
         processor = load_multimodal_processor(model_dir)
         assert processor is not None
-        tok = processor_tokenizer(model_dir)
+        tok = load_tokenizer(model_dir)
         # Gemma 3's chat template's turn around one image marker and the question.
         before = tok.encode("<start_of_turn>user\n", add_special_tokens=False)
         after = tok.encode(f"{QUESTION}<end_of_turn>\n<start_of_turn>model\n",
@@ -275,12 +276,6 @@ def ttft_rows(config: dict[str, Any], args: argparse.Namespace) -> list[dict]:
     for row in rows:
         row["vs_transformers"] = rows[0]["ttft_s"] / row["ttft_s"]  # >1: faster
     return rows
-
-
-def processor_tokenizer(model_dir: Path) -> Any:
-    from officellm.engine.loading.tokenizer import load_tokenizer
-
-    return load_tokenizer(model_dir)
 
 
 def _time(fn: Any) -> float:
