@@ -2,6 +2,8 @@
 
 (a) every Triton kernel vs its torch reference, fp32/fp16/bf16;
 (b) engine greedy output vs transformers on random Qwen2.5-0.5B-shaped weights, fp32 and bf16;
+(v) images: a tiny random Gemma 3's greedy tokens for image prompts vs transformers', on the
+    default attention backend and the torch one (a backend refusing images is said so);
 (f) the KV tiers below the pool (host RAM, disk): greedy tokens equal with and without them
     under preemption and eviction, and a prefix copied back from RAM against computing it;
 (e) start-up lines of an engine on random Qwen2.5-7B-shaped weights (profiling, pool, graphs);
@@ -132,7 +134,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="toy sizes (automatic without CUDA)")
-    ap.add_argument("--sections", default="abfcde", help="which sections to run, e.g. 'ab'")
+    ap.add_argument("--sections", default="abvfcde", help="which sections to run, e.g. 'ab'")
     ap.add_argument("--deadline", type=float, default=440.0, help="seconds for the whole check")
     ap.add_argument("--batches", default="1,16,64,256")
     ap.add_argument("--context", type=int, default=1024, help="(c) prompt tokens per sequence")
@@ -185,6 +187,10 @@ def main() -> int:
         from benchmarks.gpucheck import parity
 
         _section(report, "b_parity", lambda: parity.run(device, args.smoke))
+    if "v" in args.sections:
+        from benchmarks.gpucheck import vision
+
+        _section(report, "v_vision", lambda: vision.run(device, args.smoke))
     if "f" in args.sections:
         from benchmarks.gpucheck import kv_tiers
 
@@ -208,8 +214,10 @@ def main() -> int:
     failed = (not report.get("a_kernels", {}).get("all_ok", True)) or \
         (report.get("b_parity", {}).get("ok") is False) or \
         (report.get("f_kv_tiers", {}).get("ok") is False) or \
+        (report.get("v_vision", {}).get("ok") is False) or \
         any("error" in report.get(k, {}) for k in ("a_kernels", "b_parity", "c_decode",
-                                                    "d_throughput", "e_startup", "f_kv_tiers"))
+                                                    "d_throughput", "e_startup", "f_kv_tiers",
+                                                    "v_vision"))
     sys.stdout.flush()
     # A transformers run that missed its deadline may still hold a thread: leave at once.
     os._exit(1 if failed else 0)

@@ -90,6 +90,21 @@ def _tiers(f: dict) -> list[str]:
             f"RAM ({f['blocks_from_ram']} blocks) {f['prefix_from_ram_s'] * 1000:.1f} ms"]
 
 
+def _vision(v: dict) -> list[str]:
+    lines = [f"(v) images: greedy parity vs transformers ({v['model']}, {v['prompts']} prompts "
+             f"batched x {v['new_tokens']} tokens; the image changes the answer: "
+             f"{v['images_change_the_answer']}; default backend {v['default_backend']})"]
+    for name, r in v["backends"].items():
+        if "refused" in r:
+            lines.append(f"    {name}: REFUSES images: {r['refused']}")
+            continue
+        lines.append(f"    {name}: identical={r['identical']} agreement={r['agreement']:.1%} "
+                     f"first divergence={r['first_divergence']}")
+        if "note" in r:
+            lines.append(f"    FAIL {r['note']}")
+    return lines
+
+
 def _startup(e: dict) -> list[str]:
     ratio = e.get("pool_vs_plan")
     return ["(e) start-up lines:"] + [f"    {line}" for line in e["log"]] + [
@@ -102,7 +117,8 @@ def _startup(e: dict) -> list[str]:
 def summary(report: dict) -> str:
     out = [f"officellm gpu_check on {report['meta']['device']} "
            f"({'smoke test, toy sizes' if report['meta']['smoke'] else 'full'})"]
-    for key, fn in (("a_kernels", _kernels), ("b_parity", _parity), ("f_kv_tiers", _tiers),
+    for key, fn in (("a_kernels", _kernels), ("b_parity", _parity), ("v_vision", _vision),
+                    ("f_kv_tiers", _tiers),
                     ("e_startup", _startup),
                     ("c_decode", _decode), ("d_throughput", _throughput)):
         sec = report.get(key)

@@ -80,3 +80,14 @@ def test_agent_prefix_runs(tmp_path: Path) -> None:
                tmp_path / "agent.json")
     assert len(doc["runs"]) == 3 and doc["prompt_tokens"] > 0
     assert doc["runs"][1]["cache_read_input_tokens"] > 0
+
+
+def test_vision_runs(tmp_path: Path) -> None:
+    doc = _run(["benchmarks/vision.py", "--smoke", "--threads", "1", "--batches", "1", "2"],
+               tmp_path / "vision.json")
+    assert [r["run"] for r in doc["tower"]] == ["transformers, batch 1", "engine, batch 1",
+                                                "transformers, batch 2", "engine, batch 2"]
+    assert all(r["images_per_s"] > 0 for r in doc["tower"])
+    engine = next(r for r in doc["ttft"] if r["run"] == "engine LLM")
+    assert engine["ttft_s"] > 0 and engine["first_token_equals_transformers"]
+    assert (tmp_path / "vision.png").is_file()

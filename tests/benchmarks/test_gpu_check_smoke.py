@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SECTIONS = ("a_kernels", "b_parity", "c_decode", "d_throughput", "e_startup", "f_kv_tiers")
+SECTIONS = ("a_kernels", "b_parity", "c_decode", "d_throughput", "e_startup", "f_kv_tiers",
+            "v_vision")
 
 
 def _smoke(tmp_path: Path, sections: str) -> dict:
@@ -52,8 +53,10 @@ def test_the_kv_tiers_section_preempts_and_copies_back_with_the_same_tokens(
 
 @pytest.mark.slow
 def test_every_section_runs_green_without_a_gpu(tmp_path: Path) -> None:
-    report = _smoke(tmp_path, "abcdef")
+    report = _smoke(tmp_path, "abcdefv")
     assert report["a_kernels"]["all_ok"] and report["b_parity"]["float32"]["identical"]
+    # Images: the CPU's default backend and the torch one give transformers' tokens.
+    assert report["v_vision"]["ok"] and report["v_vision"]["images_change_the_answer"]
     assert not any("error" in report[key] for key in SECTIONS)
     engine = report["d_throughput"]["engine"]
     assert 0 < engine["ttft_ms"]["p50"] <= engine["ttft_ms"]["p99"]
