@@ -33,6 +33,7 @@ class LoadedModel:
     model_dir: str
     max_model_len: int
     max_new_tokens: int | None
+    vision: bool = False  # it reads images (a vision tower and its processor)
 
 
 class ServedModel(Served):
