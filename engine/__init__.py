@@ -69,6 +69,12 @@ _WHERE: dict[str, str] = {
     "PromptTooLongError": "officellm.engine.frontend.input_processor",
     "apply_chat_template": "officellm.engine.llm",
     "load_tokenizer": "officellm.engine.loading.tokenizer",
+    # Images in prompts (vision models): the processor makes a MultiModalPrompt
+    "ImageFeature": "officellm.engine.multimodal.inputs",
+    "MultiModalPrompt": "officellm.engine.multimodal.inputs",
+    "ImageInputError": "officellm.engine.multimodal.inputs",
+    "MultiModalProcessor": "officellm.engine.multimodal.processor",
+    "load_multimodal_processor": "officellm.engine.multimodal.processor",
     # Results out
     "RequestOutput": "officellm.engine.frontend.outputs",
     "CompletionOutput": "officellm.engine.frontend.outputs",
