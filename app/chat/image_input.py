@@ -26,15 +26,15 @@ import httpx
 from PIL import Image, UnidentifiedImageError
 from starlette.concurrency import run_in_threadpool
 
+# The engine's error for an image it cannot take: one type for every image refusal, the
+# server's (here) and the model's processor's, each a 400 with its sentence.
+from officellm.engine import ImageInputError
+
 # The formats accepted: MIME type -> Pillow's name for it. GIF (animated), BMP, TIFF and
 # the rest are refused: no vision model's processor here reads frames, and a screenshot or
 # a scan comes as one of these three.
 SUPPORTED_FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/webp": "WEBP"}
 _MIME_LIST = "image/png, image/jpeg or image/webp"
-
-
-class ImageInputError(ValueError):
-    """An image the server cannot take, with the sentence the client is answered."""
 
 
 @dataclass(frozen=True)

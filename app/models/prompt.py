@@ -29,8 +29,8 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from officellm.app.admission.admission import Admission
-from officellm.app.chat.image_parts import ChatImages
 from officellm.app.admission.decision_error import decision_error
+from officellm.app.chat.image_parts import ChatImages
 from officellm.app.errors import APIError
 from officellm.app.observability.refusals import Refusals
 from officellm.app.policy import (

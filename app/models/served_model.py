@@ -22,6 +22,7 @@ from officellm.engine import (
     EngineState,
     ModelFootprint,
     default_model_name,
+    load_multimodal_processor,
 )
 
 
@@ -110,14 +111,17 @@ class ServedModel(Served):
         """Build the prompt side for the loaded model from its front end (AsyncLLM.on_ready:
         on the engine's lifecycle thread, before any request is admitted), so no request
         pays for it; after a sleep, the same model again."""
+        vision = engine.info.vision
         self.loaded = LoadedModel(engine.model_name, str(engine.model_dir),
-                                  engine.max_model_len, engine.max_new_tokens)
+                                  engine.max_model_len, engine.max_new_tokens, vision)
         self.loads += 1
         # The idle clock starts when the model is there: a load slower than the idle time
         # must not be followed by a sleep at once.
         self.touch()
         self._token_text = TokenText(engine.tokenizer)
-        self._prompts = Prompts(PromptRenderer(engine.model_dir),
+        # The renderer's own processor, as its own tokenizer: used from worker threads.
+        processor = load_multimodal_processor(engine.model_dir) if vision else None
+        self._prompts = Prompts(PromptRenderer(engine.model_dir, processor),
                                 LengthLimits(engine.input_processor,
                                              self.settings.max_context_tokens),
                                 self.refusals)

@@ -273,7 +273,8 @@ class Generation:
                                                 max(self._output_tokens, default=0),
                                                 model=self.model.name,
                                                 cached_tokens=self.num_cached_tokens,
-                                                busy_seconds=duration, task=self.task)
+                                                busy_seconds=duration, task=self.task,
+                                                images=self.num_images)
             # The user's share across models (app/policy/cross_model.py).
             self.server.admission.cross_model.record(self.principal.user_id, self.model.name,
                                                      prompt + completion)
