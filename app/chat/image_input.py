@@ -86,7 +86,8 @@ def decode_image(data: bytes, mime: str, limits: ImageLimits) -> Image.Image:
     except Image.DecompressionBombError:
         raise ImageInputError(_too_large_message(None, limits)) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
-        raise ImageInputError(f"The image's bytes are not a {_MIME_LIST} image.") from None
+        raise ImageInputError(f"The image's bytes are not a readable {_MIME_LIST} image (no "
+                              "image, an empty 0x0 one, or a corrupt header).") from None
     if image.format != expected:
         raise ImageInputError(f"The image is sent as {mime} but its bytes are "
                               f"{image.format or 'of another format'}: send the image's "
@@ -107,8 +108,10 @@ def decode_image(data: bytes, mime: str, limits: ImageLimits) -> Image.Image:
 
 
 def _too_large_message(size: tuple[int, int] | None, limits: ImageLimits) -> str:
-    what = f"{size[0]}x{size[1]} pixels" if size else "too many pixels"
-    return (f"The image is {what}: at most {limits.max_pixels} pixels (width x height) are "
+    # No size: Pillow's own guard refused the header first (over twice its MAX_IMAGE_PIXELS).
+    what = (f"is {size[0]}x{size[1]} pixels" if size else
+            f"claims over {2 * (Image.MAX_IMAGE_PIXELS or 0)} pixels in its header")
+    return (f"The image {what}: at most {limits.max_pixels} pixels (width x height) are "
             "accepted; scale it down.")
 
 

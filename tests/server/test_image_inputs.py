@@ -1,0 +1,371 @@
+"""Images in chat, through the real app in-process and the real `openai` and `anthropic`
+clients: Chat Completions' image_url parts, the Responses API's input_image parts and
+Anthropic's image blocks reach a vision model (a tiny random Gemma 3 with its SigLIP tower)
+as the engine's own LLM.generate takes them, and their tokens count in usage; every bad image
+(truncated, 0x0, 20,000 x 20,000, a wrong MIME type, not an image, an http URL when URLs are
+off, too many) is a 400 in its API's shape and the next request is served; with
+--allow-image-urls an image is fetched from a local HTTP server within its size cap and
+timeout; a model without vision refuses images by name."""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from officellm.app.server import create_app
+from officellm.app.server_settings import ServerSettings
+from officellm.engine import (
+    LLM,
+    EngineConfig,
+    MultiModalPrompt,
+    SamplingParams,
+    load_multimodal_processor,
+)
+from tests.support.openai_errors import anthropic_error, openai_error
+from tests.support.tiny_models import build_tiny_gemma3_vision
+
+GEMMA3_TEMPLATE = Path(__file__).parents[1] / "support" / "chat_templates" / "gemma3.jinja"
+# Gemma 3's image tokens, added to SmolLM2's tokenizer so the tiny model's last three ids
+# (its boi, eoi and image token: tiny_gemma3_multimodal_config) are them.
+IMAGE_TOKENS = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+ENGINE = dict(dtype="float32", quantization="none", kv_cache_dtype="float32",
+              kv_cache_memory="64MiB", num_threads=1)
+QUESTION = "What is in this picture?"
+MAX_TOKENS = 4
+
+
+def png(size: tuple[int, int] = (40, 32), seed: int = 1) -> bytes:
+    """A small PNG of coloured noise (a different picture per seed)."""
+    import random
+
+    rng = random.Random(seed)
+    image = Image.new("RGB", size)
+    image.putdata([(rng.randrange(256), rng.randrange(256), rng.randrange(256))
+                   for _ in range(size[0] * size[1])])
+    buf = io.BytesIO()
+    image.save(buf, "PNG")
+    return buf.getvalue()
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG's signature and header claiming `width` x `height`, and no pixels: what a
+    decompression bomb or a 0x0 image looks like before decoding."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data)))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b"")
+
+
+def data_uri(data: bytes, mime: str = "image/png") -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def image_chat(url: str, **extra: object) -> dict:
+    """A chat completion body asking about the image at `url`."""
+    return {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url, "detail": "high"}},
+        {"type": "text", "text": QUESTION}]}],
+        "max_tokens": MAX_TOKENS, "temperature": 0, **extra}
+
+
+@pytest.fixture(scope="module")
+def vision_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Path:
+    """A tiny random Gemma 3 image-text checkpoint: SmolLM2's tokenizer with Gemma 3's image
+    tokens, Gemma 3's chat template (images as <start_of_image>), its image processor."""
+    from transformers import AutoTokenizer
+
+    tokenizer_dir = tmp_path_factory.mktemp("gemma3-tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir))
+    tokenizer.add_special_tokens({"additional_special_tokens": IMAGE_TOKENS},
+                                 replace_additional_special_tokens=False)
+    tokenizer.save_pretrained(str(tokenizer_dir))
+    out = build_tiny_gemma3_vision(tmp_path_factory.mktemp("gemma3-vision") / "model",
+                                   tokenizer_dir)
+    (out / "chat_template.jinja").write_text(GEMMA3_TEMPLATE.read_text())
+    return out
+
+
+@dataclass
+class App:
+    """The app in-process and the real clients pointed at it."""
+
+    http: TestClient
+    openai: openai.OpenAI
+    anthropic: anthropic.Anthropic
+    model: str
+    admin: dict[str, str]
+
+
+@contextmanager
+def serving(vision_dir: Path, tmp_path: Path, **image_settings: object) -> Iterator[App]:
+    """The app serving the vision model (its engine on a thread of this process) to a user
+    with a key, with `image_settings` (ServerSettings' image knobs)."""
+    settings = ServerSettings(engine=EngineConfig(model=str(vision_dir), **ENGINE),
+                              engine_in_process=True, admin_remote=True,
+                              database=str(tmp_path / "officellm.db"), **image_settings)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OFFICELLM_DATA_DIR", str(tmp_path))  # the admin token's place
+        app = create_app(settings)
+        admin = {"Authorization":
+                 f"Bearer {next(tmp_path.rglob('admin_token')).read_text().strip()}"}
+        with TestClient(app) as http:
+            server = app.state.server
+            assert server.default_model.async_engine.wait_ready(120)
+            assert http.post("/admin/users", json={"name": "ada"},
+                             headers=admin).status_code == 201
+            key = http.post("/admin/keys", json={"user": "ada"}, headers=admin).json()["key"]
+            http.headers["Authorization"] = f"Bearer {key}"
+            yield App(http,
+                      openai.OpenAI(base_url="http://testserver/v1", api_key=key,
+                                    http_client=http, max_retries=0),
+                      anthropic.Anthropic(base_url="http://testserver", api_key=key,
+                                          http_client=http, max_retries=0),
+                      server.model_name, admin)
+
+
+@pytest.fixture(scope="module")
+def app(vision_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+    """Image URLs off (the default)."""
+    with serving(vision_dir, tmp_path_factory.mktemp("app")) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def reference(vision_dir: Path) -> Iterator[LLM]:
+    """The engine's own LLM on the same checkpoint: what the server must answer."""
+    llm = LLM(str(vision_dir), **ENGINE)
+    yield llm
+    llm.close()
+
+
+@dataclass(frozen=True)
+class Expected:
+    """LLM.generate's greedy answer to QUESTION about an image, and its prompt."""
+
+    text: str
+    token_ids: list[int]
+    prompt: MultiModalPrompt
+
+
+def expected(llm: LLM, vision_dir: Path, image: bytes, ignore_eos: bool = True) -> Expected:
+    """The prompt rendered by transformers' tokenizer with Gemma 3's template, expanded by
+    the engine's processor, and run by LLM.generate (greedy, MAX_TOKENS)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(vision_dir))
+    messages = [{"role": "user", "content": [{"type": "image"},
+                                             {"type": "text", "text": QUESTION}]}]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    processor = load_multimodal_processor(vision_dir)
+    assert processor is not None
+    prompt = processor.process(tokenizer.encode(text, add_special_tokens=False),
+                               [Image.open(io.BytesIO(image)).convert("RGB")])
+    [out] = llm.generate(multimodal=prompt, sampling_params=SamplingParams(
+        temperature=0, max_tokens=MAX_TOKENS, ignore_eos=ignore_eos))
+    return Expected(out.outputs[0].text, list(out.outputs[0].token_ids), prompt)
+
+
+def usage_images(app: App) -> int:
+    r = app.http.get("/admin/usage", params={"by": "user"}, headers=app.admin)
+    assert r.status_code == 200, r.text
+    return sum(row["images"] for row in r.json()["rows"])
+
+
+# -- the answers ------------------------------------------------------------------------------
+
+def test_a_chat_with_an_image_answers_the_engines_tokens_and_counts_its_tokens(
+        app: App, reference: LLM, vision_dir: Path) -> None:
+    image = png()
+    want = expected(reference, vision_dir, image)
+    images_before = usage_images(app)
+    answer = app.openai.chat.completions.create(
+        model=app.model, **image_chat(data_uri(image)), extra_body={"ignore_eos": True})
+    assert answer.choices[0].message.content == want.text
+    # The image's tokens are prompt tokens: the prompt as expanded, image tokens included.
+    assert answer.usage.prompt_tokens == len(want.prompt.token_ids)
+    assert answer.usage.completion_tokens == len(want.token_ids)
+    assert usage_images(app) == images_before + 1
+
+
+def test_an_anthropic_image_block_answers_the_engines_tokens(
+        app: App, reference: LLM, vision_dir: Path) -> None:
+    image = png(seed=2)
+    want = expected(reference, vision_dir, image, ignore_eos=False)
+    message = app.anthropic.messages.create(
+        model=app.model, max_tokens=MAX_TOKENS, temperature=0, messages=[
+            {"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(image).decode()}},
+            {"type": "text", "text": QUESTION}]}])
+    assert "".join(block.text for block in message.content) == want.text
+    assert message.usage.output_tokens == len(want.token_ids)
+    assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == len(
+        want.prompt.token_ids)
+
+
+def test_a_responses_input_image_is_read_as_the_chats(app: App) -> None:
+    image = png(seed=3)
+    chat = app.openai.chat.completions.create(model=app.model, **image_chat(data_uri(image)))
+    response = app.openai.responses.create(
+        model=app.model, max_output_tokens=MAX_TOKENS, temperature=0, input=[
+            {"role": "user", "content": [{"type": "input_image", "image_url": data_uri(image),
+                                          "detail": "auto"},
+                                         {"type": "input_text", "text": QUESTION}]}])
+    assert response.usage.input_tokens == chat.usage.prompt_tokens
+    assert response.output_text == chat.choices[0].message.content
+
+
+def test_tokenize_counts_an_images_tokens_as_the_chat_does(app: App) -> None:
+    body = image_chat(data_uri(png(seed=4)))
+    chat = app.http.post("/v1/chat/completions", json=body).json()
+    r = app.http.post("/tokenize", json={"messages": body["messages"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["count"] == chat["usage"]["prompt_tokens"]
+
+
+# -- bad images: a 400 in the API's shape, and the next request is served --------------------
+
+GOOD = data_uri(png(seed=5))
+BAD_IMAGES = {
+    "truncated": (data_uri(png()[:200]), "truncated or corrupt"),
+    "zero-by-zero": (data_uri(png_header(0, 0)), "0x0"),
+    "20000-by-20000": (data_uri(png_header(20_000, 20_000)), "pixels"),
+    "gif": (data_uri(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;", "image/gif"),
+            "Image type 'image/gif' is not supported"),
+    "png-sent-as-jpeg": (data_uri(png(), "image/jpeg"), "its bytes are PNG"),
+    "not-an-image": (data_uri(b"%PDF-1.7 a memo", "image/png"), "not a readable"),
+    "empty": (data_uri(b""), "empty"),
+    "not-base64": ("data:image/png;base64,@@@", "not valid base64"),
+    "http-url-when-off": ("http://127.0.0.1:9/screenshot.png", "--allow-image-urls"),
+}
+
+
+@pytest.mark.parametrize("url, says", BAD_IMAGES.values(), ids=BAD_IMAGES.keys())
+def test_a_bad_image_is_a_400_saying_why_and_the_next_chat_is_served(
+        app: App, url: str, says: str) -> None:
+    error = openai_error(app.http.post("/v1/chat/completions", json=image_chat(url)), 400)
+    assert says in error["message"] and error["param"] == "messages"
+    assert app.http.post("/v1/chat/completions", json=image_chat(GOOD)).status_code == 200
+
+
+def test_a_bad_image_block_is_a_400_in_anthropics_shape(app: App) -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(png()[:200]).decode()}}
+    body = {"model": app.model, "max_tokens": MAX_TOKENS,
+            "messages": [{"role": "user", "content": [image]}]}
+    message = anthropic_error(app.http.post("/v1/messages", json=body), 400,
+                              "invalid_request_error")
+    assert "truncated or corrupt" in message
+    with pytest.raises(anthropic.BadRequestError, match="allow-image-urls"):
+        app.anthropic.messages.create(model=app.model, max_tokens=MAX_TOKENS, messages=[
+            {"role": "user", "content": [{"type": "image", "source": {
+                "type": "url", "url": "https://example.com/scan.png"}}]}])
+
+
+def test_more_images_than_the_cap_are_refused(app: App) -> None:
+    parts = [{"type": "image_url", "image_url": {"url": GOOD}}] * 9
+    body = {"messages": [{"role": "user", "content": parts}], "max_tokens": 1}
+    error = openai_error(app.http.post("/v1/chat/completions", json=body), 400)
+    assert "9 images; at most 8" in error["message"]
+
+
+def test_an_image_in_an_assistant_message_is_refused(app: App) -> None:
+    body = {"messages": [
+        {"role": "user", "content": "Draw."},
+        {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": GOOD}}]},
+        {"role": "user", "content": "Again."}], "max_tokens": 1}
+    error = openai_error(app.http.post("/v1/chat/completions", json=body), 400)
+    assert "user messages only" in error["message"]
+
+
+# -- image URLs, when the admin allows them ----------------------------------------------------
+
+SLOW_S = 3.0
+
+
+class _Images(BaseHTTPRequestHandler):
+    """/ok.png: a PNG; /big.png: more bytes than the fetch cap; /slow.png: an answer that
+    takes SLOW_S; /missing.png: 404."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path == "/missing.png":
+            self.send_error(404)
+            return
+        body = png(seed=6) if self.path != "/big.png" else png((200, 200), seed=7)
+        if self.path == "/slow.png":
+            time.sleep(SLOW_S)
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def images_site() -> Iterator[str]:
+    """A local HTTP server holding images (127.0.0.1, a free port)."""
+    site = ThreadingHTTPServer(("127.0.0.1", 0), _Images)
+    thread = threading.Thread(target=site.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{site.server_address[1]}"
+    site.shutdown()
+    site.server_close()
+
+
+@pytest.fixture(scope="module")
+def url_app(app: App, vision_dir: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+    """Image URLs on, at most 40 kB and 1 s a fetch. After `app` (one engine at a time)."""
+    with serving(vision_dir, tmp_path_factory.mktemp("url-app"), allow_image_urls=True,
+                 image_fetch_max_bytes=40_000, image_fetch_timeout=1.0) as served:
+        yield served
+
+
+def test_an_allowed_image_url_is_fetched_and_read_as_its_data_uri(
+        url_app: App, images_site: str) -> None:
+    by_url = url_app.http.post("/v1/chat/completions",
+                               json=image_chat(f"{images_site}/ok.png"))
+    inline = url_app.http.post("/v1/chat/completions", json=image_chat(data_uri(png(seed=6))))
+    assert by_url.status_code == 200, by_url.text
+    assert by_url.json()["choices"] == inline.json()["choices"]
+
+
+@pytest.mark.parametrize("path, says", [("/big.png", "over 40000 bytes"),
+                                        ("/slow.png", "longer than 1 s"),
+                                        ("/missing.png", "HTTP 404")],
+                         ids=["over-the-size-cap", "over-the-timeout", "not-found"])
+def test_an_image_url_past_its_limits_is_a_400(url_app: App, images_site: str, path: str,
+                                              says: str) -> None:
+    t0 = time.monotonic()
+    error = openai_error(url_app.http.post("/v1/chat/completions",
+                                           json=image_chat(images_site + path)), 400)
+    assert says in error["message"]
+    assert time.monotonic() - t0 < SLOW_S
+    assert url_app.http.post("/v1/chat/completions", json=image_chat(GOOD)).status_code == 200
+
+
+# -- a model without vision ---------------------------------------------------------------------
+
+def test_a_model_without_vision_refuses_an_image_naming_itself(client: openai.OpenAI,
+                                                               model: str) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=model, **image_chat(GOOD))
+    assert f"Model {model!r} has no vision" in refused.value.body["message"]
