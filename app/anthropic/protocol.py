@@ -8,7 +8,8 @@ and one silently ignored would answer something the client did not ask for. The 
 change nothing for a local model are accepted and listed in IGNORED_FIELDS (docs/clients.md
 says why each is harmless). What is honoured: `system` (a string or text blocks; Claude
 Code's per-request billing block is dropped, docs/clients.md), text, tool_use, tool_result
-and thinking blocks in the history, custom tools, tool_choice, max_tokens, temperature,
+and thinking blocks in the history, image blocks (base64 or url sources, for a vision
+model: app/chat/image_parts.py), custom tools, tool_choice, max_tokens, temperature,
 top_p, top_k, stop_sequences, thinking (the template's switch), output_config.format (a JSON
 schema the grammar enforces) and metadata.user_id (the person, on a front-end key).
 """

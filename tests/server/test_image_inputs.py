@@ -92,8 +92,7 @@ def vision_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> P
 
     tokenizer_dir = tmp_path_factory.mktemp("gemma3-tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir))
-    tokenizer.add_special_tokens({"additional_special_tokens": IMAGE_TOKENS},
-                                 replace_additional_special_tokens=False)
+    tokenizer.add_tokens(IMAGE_TOKENS, special_tokens=True)
     tokenizer.save_pretrained(str(tokenizer_dir))
     out = build_tiny_gemma3_vision(tmp_path_factory.mktemp("gemma3-vision") / "model",
                                    tokenizer_dir)
