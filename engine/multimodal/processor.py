@@ -35,17 +35,27 @@ class MultiModalProcessor(Protocol):
         ...
 
 
-def load_multimodal_processor(model_dir: str | Path) -> MultiModalProcessor | None:
-    """The processor of a model directory's vision model; None when the model has no vision
-    (not a family with a processor here, or no image processor config beside it)."""
+def vision_model_type(model_dir: str | Path) -> str | None:
+    """The model_type of a model directory whose images the engine can take (a family with a
+    processor here, its image processor's config beside it: a Hugging Face checkpoint, not
+    a GGUF's description), else None."""
     model_dir = Path(model_dir)
     config_file = model_dir / "config.json"
     if not config_file.is_file() or not (model_dir / "preprocessor_config.json").is_file():
         return None
-    config = json.loads(config_file.read_text())
-    where = PROCESSORS.get(config.get("model_type", ""))
-    if where is None:
+    model_type = json.loads(config_file.read_text()).get("model_type", "")
+    return model_type if model_type in PROCESSORS else None
+
+
+def load_multimodal_processor(model_dir: str | Path) -> MultiModalProcessor | None:
+    """The processor of a model directory's vision model; None when the model has no vision
+    (vision_model_type's rule)."""
+    model_dir = Path(model_dir)
+    model_type = vision_model_type(model_dir)
+    if model_type is None:
         return None
+    config = json.loads((model_dir / "config.json").read_text())
+    where = PROCESSORS[model_type]
     module, name = where.split(":")
     factory = getattr(importlib.import_module(module), name)
     return factory(model_dir, config)  # type: ignore[no-any-return]
