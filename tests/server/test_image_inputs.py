@@ -207,7 +207,9 @@ def test_an_anthropic_image_block_answers_the_engines_tokens(
     image = png(seed=2)
     want = expected(reference, vision_dir, image, ignore_eos=False)
     message = app.anthropic.messages.create(
-        model=app.model, max_tokens=MAX_TOKENS, temperature=0, messages=[
+        # The SDK no longer sends temperature (Anthropic's newer models take none); the API
+        # and this server do: greedy goes in the body.
+        model=app.model, max_tokens=MAX_TOKENS, extra_body={"temperature": 0}, messages=[
             {"role": "user", "content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                          "data": base64.b64encode(image).decode()}},
@@ -236,6 +238,23 @@ def test_tokenize_counts_an_images_tokens_as_the_chat_does(app: App) -> None:
     r = app.http.post("/tokenize", json={"messages": body["messages"]})
     assert r.status_code == 200, r.text
     assert r.json()["count"] == chat["usage"]["prompt_tokens"]
+
+
+def test_an_image_after_a_tool_result_stays_an_image_on_a_template_without_tools(
+        app: App) -> None:
+    """Gemma 3's template renders no tool turns: results become user text, and the user's
+    image that follows them must stay an image part, not text."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "screenshot", "arguments": "{}"}}
+    body = {"messages": [
+        {"role": "user", "content": "Take a screenshot."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Taken."},
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": GOOD}},
+                                     {"type": "text", "text": QUESTION}]}],
+        "max_tokens": 1}
+    r = app.http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
 
 
 # -- bad images: a 400 in the API's shape, and the next request is served --------------------
@@ -312,7 +331,10 @@ class _Images(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "image/png")
         self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.wfile.write(body)
+        except BrokenPipeError:  # /slow.png: the server gave up first, as it should
+            pass
 
     def log_message(self, *args: object) -> None:
         pass
