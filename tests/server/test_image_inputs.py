@@ -31,7 +31,6 @@ from officellm.app.server import create_app
 from officellm.app.server_settings import ServerSettings
 from officellm.engine import (
     LLM,
-    EngineConfig,
     MultiModalPrompt,
     SamplingParams,
     load_multimodal_processor,
@@ -111,16 +110,61 @@ class App:
     admin: dict[str, str]
 
 
+@dataclass(frozen=True)
+class Expected:
+    """LLM.generate's greedy answer to QUESTION about an image, and its prompt."""
+
+    text: str
+    token_ids: list[int]
+    prompt: MultiModalPrompt
+
+
+def expected(llm: LLM, vision_dir: Path, image: bytes, ignore_eos: bool) -> Expected:
+    """The prompt rendered by transformers' tokenizer with Gemma 3's template, expanded by
+    the engine's processor, and run by LLM.generate (greedy, MAX_TOKENS)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(vision_dir))
+    messages = [{"role": "user", "content": [{"type": "image"},
+                                             {"type": "text", "text": QUESTION}]}]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    processor = load_multimodal_processor(vision_dir)
+    assert processor is not None
+    prompt = processor.process(tokenizer.encode(text, add_special_tokens=False),
+                               [Image.open(io.BytesIO(image)).convert("RGB")])
+    [out] = llm.generate(multimodal=prompt, sampling_params=SamplingParams(
+        temperature=0, max_tokens=MAX_TOKENS, ignore_eos=ignore_eos))
+    return Expected(out.outputs[0].text, list(out.outputs[0].token_ids), prompt)
+
+
+CHAT_IMAGE, ANTHROPIC_IMAGE = png(seed=1), png(seed=2)
+
+
+@pytest.fixture(scope="module")
+def engine(vision_dir: Path) -> Iterator[LLM]:
+    """The engine's own LLM on the checkpoint, loaded once: the reference answers come from
+    it first, then the apps serve from its engine."""
+    llm = LLM(str(vision_dir), **ENGINE)
+    yield llm
+    llm.close()
+
+
+@pytest.fixture(scope="module")
+def reference(engine: LLM, vision_dir: Path) -> dict[str, Expected]:
+    """What the server must answer, from LLM.generate before any app drives the engine."""
+    return {"chat": expected(engine, vision_dir, CHAT_IMAGE, ignore_eos=True),
+            "anthropic": expected(engine, vision_dir, ANTHROPIC_IMAGE, ignore_eos=False)}
+
+
 @contextmanager
-def serving(vision_dir: Path, tmp_path: Path, **image_settings: object) -> Iterator[App]:
-    """The app serving the vision model (its engine on a thread of this process) to a user
-    with a key, with `image_settings` (ServerSettings' image knobs)."""
-    settings = ServerSettings(engine=EngineConfig(model=str(vision_dir), **ENGINE),
-                              engine_in_process=True, admin_remote=True,
-                              database=str(tmp_path / "officellm.db"), **image_settings)
+def serving(engine: LLM, tmp_path: Path, **image_settings: object) -> Iterator[App]:
+    """The app serving `engine` to a user with a key, with `image_settings` (ServerSettings'
+    image knobs)."""
+    settings = ServerSettings(admin_remote=True, database=str(tmp_path / "officellm.db"),
+                              **image_settings)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("OFFICELLM_DATA_DIR", str(tmp_path))  # the admin token's place
-        app = create_app(settings)
+        app = create_app(settings, lambda: engine.llm_engine)
         admin = {"Authorization":
                  f"Bearer {next(tmp_path.rglob('admin_token')).read_text().strip()}"}
         with TestClient(app) as http:
@@ -139,45 +183,11 @@ def serving(vision_dir: Path, tmp_path: Path, **image_settings: object) -> Itera
 
 
 @pytest.fixture(scope="module")
-def app(vision_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+def app(engine: LLM, reference: dict[str, Expected],
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
     """Image URLs off (the default)."""
-    with serving(vision_dir, tmp_path_factory.mktemp("app")) as served:
+    with serving(engine, tmp_path_factory.mktemp("app")) as served:
         yield served
-
-
-@pytest.fixture(scope="module")
-def reference(vision_dir: Path) -> Iterator[LLM]:
-    """The engine's own LLM on the same checkpoint: what the server must answer."""
-    llm = LLM(str(vision_dir), **ENGINE)
-    yield llm
-    llm.close()
-
-
-@dataclass(frozen=True)
-class Expected:
-    """LLM.generate's greedy answer to QUESTION about an image, and its prompt."""
-
-    text: str
-    token_ids: list[int]
-    prompt: MultiModalPrompt
-
-
-def expected(llm: LLM, vision_dir: Path, image: bytes, ignore_eos: bool = True) -> Expected:
-    """The prompt rendered by transformers' tokenizer with Gemma 3's template, expanded by
-    the engine's processor, and run by LLM.generate (greedy, MAX_TOKENS)."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(vision_dir))
-    messages = [{"role": "user", "content": [{"type": "image"},
-                                             {"type": "text", "text": QUESTION}]}]
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    processor = load_multimodal_processor(vision_dir)
-    assert processor is not None
-    prompt = processor.process(tokenizer.encode(text, add_special_tokens=False),
-                               [Image.open(io.BytesIO(image)).convert("RGB")])
-    [out] = llm.generate(multimodal=prompt, sampling_params=SamplingParams(
-        temperature=0, max_tokens=MAX_TOKENS, ignore_eos=ignore_eos))
-    return Expected(out.outputs[0].text, list(out.outputs[0].token_ids), prompt)
 
 
 def usage_images(app: App) -> int:
@@ -189,12 +199,11 @@ def usage_images(app: App) -> int:
 # -- the answers ------------------------------------------------------------------------------
 
 def test_a_chat_with_an_image_answers_the_engines_tokens_and_counts_its_tokens(
-        app: App, reference: LLM, vision_dir: Path) -> None:
-    image = png()
-    want = expected(reference, vision_dir, image)
+        app: App, reference: dict[str, Expected]) -> None:
+    want = reference["chat"]
     images_before = usage_images(app)
     answer = app.openai.chat.completions.create(
-        model=app.model, **image_chat(data_uri(image)), extra_body={"ignore_eos": True})
+        model=app.model, **image_chat(data_uri(CHAT_IMAGE)), extra_body={"ignore_eos": True})
     assert answer.choices[0].message.content == want.text
     # The image's tokens are prompt tokens: the prompt as expanded, image tokens included.
     assert answer.usage.prompt_tokens == len(want.prompt.token_ids)
@@ -203,16 +212,15 @@ def test_a_chat_with_an_image_answers_the_engines_tokens_and_counts_its_tokens(
 
 
 def test_an_anthropic_image_block_answers_the_engines_tokens(
-        app: App, reference: LLM, vision_dir: Path) -> None:
-    image = png(seed=2)
-    want = expected(reference, vision_dir, image, ignore_eos=False)
+        app: App, reference: dict[str, Expected]) -> None:
+    want = reference["anthropic"]
     message = app.anthropic.messages.create(
         # The SDK no longer sends temperature (Anthropic's newer models take none); the API
         # and this server do: greedy goes in the body.
         model=app.model, max_tokens=MAX_TOKENS, extra_body={"temperature": 0}, messages=[
             {"role": "user", "content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                         "data": base64.b64encode(image).decode()}},
+                                         "data": base64.b64encode(ANTHROPIC_IMAGE).decode()}},
             {"type": "text", "text": QUESTION}]}])
     assert "".join(block.text for block in message.content) == want.text
     assert message.usage.output_tokens == len(want.token_ids)
@@ -352,10 +360,10 @@ def images_site() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def url_app(app: App, vision_dir: Path,
+def url_app(app: App, engine: LLM,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
-    """Image URLs on, at most 40 kB and 1 s a fetch. After `app` (one engine at a time)."""
-    with serving(vision_dir, tmp_path_factory.mktemp("url-app"), allow_image_urls=True,
+    """Image URLs on, at most 40 kB and 1 s a fetch: a second app on the same engine."""
+    with serving(engine, tmp_path_factory.mktemp("url-app"), allow_image_urls=True,
                  image_fetch_max_bytes=40_000, image_fetch_timeout=1.0) as served:
         yield served
 
