@@ -248,6 +248,24 @@ def test_tokenize_counts_an_images_tokens_as_the_chat_does(app: App) -> None:
     assert r.json()["count"] == chat["usage"]["prompt_tokens"]
 
 
+def test_an_images_tokens_count_against_the_persons_context_cap(app: App) -> None:
+    text_only = [{"role": "user", "content": QUESTION}]
+    with_image = image_chat(GOOD)["messages"]
+    text_tokens = app.http.post("/tokenize", json={"messages": text_only}).json()["count"]
+    image_tokens = app.http.post("/tokenize", json={"messages": with_image}).json()["count"]
+    assert image_tokens > text_tokens + 2
+    cap = {"max_context_tokens": text_tokens + 2, "on_limit": "reject"}
+    assert app.http.put("/admin/policies/users/ada", json=cap,
+                        headers=app.admin).status_code == 200
+    try:
+        error = openai_error(app.http.post("/v1/chat/completions", json=image_chat(GOOD)), 400)
+        assert f"over your limit of {text_tokens + 2}" in error["message"]
+        r = app.http.post("/v1/chat/completions", json={"messages": text_only, "max_tokens": 1})
+        assert r.status_code == 200, r.text
+    finally:
+        app.http.delete("/admin/policies/users/ada", headers=app.admin)
+
+
 def test_an_image_after_a_tool_result_stays_an_image_on_a_template_without_tools(
         app: App) -> None:
     """Gemma 3's template renders no tool turns: results become user text, and the user's
