@@ -135,12 +135,6 @@ class EngineCore:
         self.kv_dtype = worker.kv_dtype
         # The model takes images: its vision tower is loaded (engine/models/vision/).
         self.vision: bool = runner.encoder_cache is not None
-        if runner.encoder_cache is not None:
-            per_image = runner.encoder_cache.tower.max_tokens_per_image
-            if config.max_num_batched_tokens < per_image:  # one rank: no workers to stop
-                raise ValueError(
-                    f"max_num_batched_tokens ({config.max_num_batched_tokens}) must hold one "
-                    f"image's {per_image} tokens: an image is never split across steps.")
         self.weight_format = worker.weight_format  # dense, in blocks, or both (in words)
         self.weight_bytes = worker.weight_bytes
         self.backend, self.model = worker.backend, worker.model

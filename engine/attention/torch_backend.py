@@ -121,10 +121,10 @@ class TorchAttention:
                 mask = None if window is None else (k_pos <= q_pos) & (k_pos > q_pos - window)
                 plans.append(PrefillPlan(start, n, ctx, 0, None, mask))
                 continue
+            # A chunk with a two-way span reads its keys back from the cache even when they
+            # are all its own: the Triton backend runs such chunks through this path after
+            # its kernel has written (and rotated) them.
             mask = _allowed(q_pos, k_pos, window, spans)
-            if ctx == n:
-                plans.append(PrefillPlan(start, n, ctx, 0, None, mask, bidirectional=True))
-                continue
             table = md.block_tables[group, b, : -(-ctx // bs)]
             plans.append(PrefillPlan(start, n, ctx, first_key, table[first_key // bs:], mask,
                                      table, bool(spans)))
@@ -150,6 +150,13 @@ class TorchAttention:
             rows = slice(p.q_start, p.q_start + p.q_len)
             out[rows] = self._prefill(layer, p, q[rows], k[rows], v[rows])
         return out
+
+    def cached_prefill(self, layer: int, p: PrefillPlan, q: torch.Tensor) -> torch.Tensor:
+        """Attention of one prefill chunk's rotated q rows over keys and values already in
+        the layer's cache (a plan with blocks): how another backend runs a chunk whose mask
+        its kernel lacks (an image's two-way span)."""
+        assert p.blocks is not None
+        return self._prefill(layer, p, q, q, q)
 
     def _prefill(self, layer: int, p: PrefillPlan, q: torch.Tensor, k: torch.Tensor,
                  v: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,21 @@ def clip_chunk(images: Sequence[PromptImage], start: int, num_new: int) -> int:
     return num_new
 
 
+def image_chunk(images: Sequence[PromptImage], start: int, num_new: int, budget: int) -> int:
+    """A prompt chunk of up to `num_new` tokens from `start` (what the step's budget and the
+    prefill pacer allow) that cuts no image; when that leaves nothing because an image
+    starting at `start` is longer than the pacer's room, the image alone if it fits the
+    step's `budget`: else an image longer than what the pacer grants while others decode
+    would never run."""
+    fit = clip_chunk(images, start, num_new)
+    if fit:
+        return fit
+    for image in images:
+        if image.offset == start:
+            return image.length if image.length <= budget else 0
+    return 0
+
+
 def hit_blocks_outside_images(images: Sequence[PromptImage], num_blocks: int,
                               block_size: int) -> int:
     """The most leading blocks (<= num_blocks) whose end is not inside an image: a cached

@@ -19,7 +19,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from officellm.engine.core.image_ranges import clip_chunk
+from officellm.engine.core.image_ranges import image_chunk
 from officellm.engine.core.kv_cache_manager import GroupBlocks, KVCacheManager
 from officellm.engine.core.logprob import Logprob
 from officellm.engine.core.prefill_pacer import PrefillPacer
@@ -246,7 +246,8 @@ class Scheduler:
                     continue
                 num_new = min(req.num_tokens_to_compute, step.budget, room)
                 if req.images:  # an image's tokens run in one chunk
-                    num_new = clip_chunk(req.images, req.num_computed_tokens, num_new)
+                    num_new = image_chunk(req.images, req.num_computed_tokens, num_new,
+                                          min(req.num_tokens_to_compute, step.budget))
                     if not num_new:
                         continue
                 num_new = self._fit(step, req, num_new)
@@ -412,7 +413,8 @@ class Scheduler:
             return 0
         num_new = min(req.num_tokens - num_hit, step.budget, room)
         if req.images:  # an image's tokens run in one chunk
-            num_new = clip_chunk(req.images, num_hit, num_new)
+            num_new = image_chunk(req.images, num_hit, num_new,
+                                  min(req.num_tokens - num_hit, step.budget))
             if not num_new:
                 return 0
         num_blocks = self.kv.num_blocks_after(req, num_new, num_hit)

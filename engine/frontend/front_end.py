@@ -52,4 +52,4 @@ class EngineFrontEnd:
         # Token ids with image markers and PIL images -> a MultiModalPrompt (None: the model
         # takes no images).
         self.multimodal_processor: MultiModalProcessor | None = (
-            load_multimodal_processor(self.model_dir) if info.vision else None)
+            load_multimodal_processor(self.model_dir, self.tokenizer) if info.vision else None)

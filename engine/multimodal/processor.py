@@ -9,7 +9,7 @@ import importlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from officellm.engine.multimodal.inputs import ImageInputError, MultiModalPrompt
 
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from PIL import Image
 
 # A checkpoint's model_type (config.json) -> "module:factory" of its processor; each factory
-# takes the model directory and its config.json as a dict.
+# takes the model directory, its config.json as a dict and the model's tokenizer (None: it
+# loads it).
 PROCESSORS: dict[str, str] = {
     "gemma3": "officellm.engine.multimodal.gemma3_processor:Gemma3MultiModalProcessor",
 }
@@ -47,9 +48,10 @@ def vision_model_type(model_dir: str | Path) -> str | None:
     return model_type if model_type in PROCESSORS else None
 
 
-def load_multimodal_processor(model_dir: str | Path) -> MultiModalProcessor | None:
+def load_multimodal_processor(model_dir: str | Path,
+                              tokenizer: Any | None = None) -> MultiModalProcessor | None:
     """The processor of a model directory's vision model; None when the model has no vision
-    (vision_model_type's rule)."""
+    (vision_model_type's rule). `tokenizer`: the model's, when the caller has it loaded."""
     model_dir = Path(model_dir)
     model_type = vision_model_type(model_dir)
     if model_type is None:
@@ -58,7 +60,7 @@ def load_multimodal_processor(model_dir: str | Path) -> MultiModalProcessor | No
     where = PROCESSORS[model_type]
     module, name = where.split(":")
     factory = getattr(importlib.import_module(module), name)
-    return factory(model_dir, config)  # type: ignore[no-any-return]
+    return factory(model_dir, config, tokenizer)  # type: ignore[no-any-return]
 
 
 def content_hash(pixel_values: torch.Tensor, grid_thw: tuple[int, int, int] | None) -> str:

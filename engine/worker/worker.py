@@ -193,7 +193,18 @@ class Worker:
             logger.warning("Images are not served under tensor parallelism: the vision tower "
                            "runs on one rank only; this model answers text alone.")
             return None
-        return load_vision_tower(load_config_dict(model_dir), self.dtype, self.device)
+        if self.config.batch_invariant:
+            # Its row kernels are causal, and an image's tokens may attend both ways.
+            logger.warning("Images are not served with --batch-invariant: this model "
+                           "answers text alone.")
+            return None
+        tower = load_vision_tower(load_config_dict(model_dir), self.dtype, self.device)
+        if tower is not None and self.config.max_num_batched_tokens < tower.max_tokens_per_image:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.config.max_num_batched_tokens}) must hold one "
+                f"image's {tower.max_tokens_per_image} tokens: an image is never split across "
+                "steps.")
+        return tower
 
     def _float32_between_blocks(self, source: Path | None) -> bool:
         """--dtype auto chose bf16 for a GGUF whose matmuls read blocks on this CPU: then
