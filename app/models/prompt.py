@@ -48,6 +48,7 @@ from officellm.engine import (
     MultiModalPrompt,
     PromptTooLongError,
     apply_chat_template,
+    load_multimodal_processor,
     load_tokenizer,
 )
 
@@ -69,9 +70,12 @@ class PromptRenderer:
     own copy, used by one worker thread at a time.
     """
 
-    def __init__(self, model_dir: Path, processor: MultiModalProcessor | None = None) -> None:
+    def __init__(self, model_dir: Path, vision: bool = False) -> None:
         self._tokenizer = load_tokenizer(model_dir)
-        self._processor = processor  # the model's image preprocessing (None: no vision)
+        # A vision model's image preprocessing and marker expansion (None: no vision), on
+        # this tokenizer: like it, used by one worker thread at a time.
+        self._processor: MultiModalProcessor | None = (
+            load_multimodal_processor(model_dir, self._tokenizer) if vision else None)
         self._lock = threading.Lock()
         self._special: tuple[list[int], list[int]] | None = None  # with_special_tokens'
 

@@ -22,7 +22,6 @@ from officellm.engine import (
     EngineState,
     ModelFootprint,
     default_model_name,
-    load_multimodal_processor,
 )
 
 
@@ -119,9 +118,7 @@ class ServedModel(Served):
         # must not be followed by a sleep at once.
         self.touch()
         self._token_text = TokenText(engine.tokenizer)
-        # The renderer's own processor, as its own tokenizer: used from worker threads.
-        processor = load_multimodal_processor(engine.model_dir) if vision else None
-        self._prompts = Prompts(PromptRenderer(engine.model_dir, processor),
+        self._prompts = Prompts(PromptRenderer(engine.model_dir, vision),
                                 LengthLimits(engine.input_processor,
                                              self.settings.max_context_tokens),
                                 self.refusals)
