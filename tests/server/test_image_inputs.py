@@ -9,8 +9,10 @@ timeout; a model without vision refuses images by name."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+import json
 import struct
 import threading
 import time
@@ -27,6 +29,8 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
+from officellm.app.chat.image_parts import image_part, load_chat_images, text_part
+from officellm.app.policy import thread_key
 from officellm.app.server import create_app
 from officellm.app.server_settings import ServerSettings
 from officellm.engine import (
@@ -281,6 +285,24 @@ def test_an_image_after_a_tool_result_stays_an_image_on_a_template_without_tools
         "max_tokens": 1}
     r = app.http.post("/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text
+
+
+def test_a_thread_knows_an_image_by_its_picture_never_its_bytes() -> None:
+    """The same picture as PNG and as lossless WebP opens the same thread, and the messages
+    the thread is hashed from hold no image data."""
+    webp = io.BytesIO()
+    Image.open(io.BytesIO(CHAT_IMAGE)).save(webp, "WEBP", lossless=True)
+
+    def opening(url: str) -> list[dict]:
+        asked = [{"role": "user", "content": [image_part(url), text_part(QUESTION)]}]
+        loaded, _ = asyncio.run(load_chat_images(asked, ServerSettings().image_limits,
+                                                 vision=True, model="m"))
+        return loaded
+
+    as_png, as_webp = opening(data_uri(CHAT_IMAGE)), opening(data_uri(webp.getvalue(),
+                                                                      "image/webp"))
+    assert thread_key(1, as_png) == thread_key(1, as_webp)
+    assert "base64" not in json.dumps(as_png)
 
 
 # -- bad images: a 400 in the API's shape, and the next request is served --------------------
