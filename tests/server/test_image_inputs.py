@@ -218,18 +218,20 @@ def test_a_chat_with_an_image_answers_the_engines_tokens_and_counts_its_tokens(
 def test_an_anthropic_image_block_answers_the_engines_tokens(
         app: App, reference: dict[str, Expected]) -> None:
     want = reference["anthropic"]
-    message = app.anthropic.messages.create(
-        # The SDK no longer sends temperature (Anthropic's newer models take none); the API
-        # and this server do: greedy goes in the body.
-        model=app.model, max_tokens=MAX_TOKENS, extra_body={"temperature": 0}, messages=[
-            {"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                         "data": base64.b64encode(ANTHROPIC_IMAGE).decode()}},
-            {"type": "text", "text": QUESTION}]}])
+    asked = [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": base64.b64encode(ANTHROPIC_IMAGE).decode()}},
+        {"type": "text", "text": QUESTION}]}]
+    # The SDK no longer sends temperature (Anthropic's newer models take none); the API and
+    # this server do: greedy goes in the body.
+    message = app.anthropic.messages.create(model=app.model, max_tokens=MAX_TOKENS,
+                                            extra_body={"temperature": 0}, messages=asked)
     assert "".join(block.text for block in message.content) == want.text
     assert message.usage.output_tokens == len(want.token_ids)
     assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == len(
         want.prompt.token_ids)
+    counted = app.anthropic.messages.count_tokens(model=app.model, messages=asked)
+    assert counted.input_tokens == len(want.prompt.token_ids)
 
 
 def test_a_responses_input_image_is_read_as_the_chats(app: App) -> None:
