@@ -33,6 +33,16 @@ _WHERE: dict[str, str] = {
     "EmbedderStats": "officellm.engine.embedding.async_embedder",
     "BUNDLED_EMBEDDER": "officellm.engine.embedding.bundled",
     "bundled_embedder_dir": "officellm.engine.embedding.bundled",
+    # Rerank models: a cross-encoder (sentence-transformers) or a decoder reranker (the
+    # engine's yes/no logit) on its own thread, batched
+    "AsyncReranker": "officellm.engine.rerank.async_reranker",
+    "RerankerStats": "officellm.engine.rerank.async_reranker",
+    "Scorer": "officellm.engine.rerank.scorer",
+    "ScoredPair": "officellm.engine.rerank.scorer",
+    "RerankerInfo": "officellm.engine.rerank.scorer",
+    "load_scorer": "officellm.engine.rerank.scorer",
+    "CrossEncoderScorer": "officellm.engine.rerank.cross_encoder_scorer",
+    "DecoderScorer": "officellm.engine.rerank.decoder_scorer",
     "EngineState": "officellm.engine.model_lifecycle",
     "LoadFailure": "officellm.engine.model_lifecycle",
     "EngineDeadError": "officellm.engine.model_lifecycle",
