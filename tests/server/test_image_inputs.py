@@ -27,6 +27,7 @@ import anthropic
 import openai
 import pytest
 from fastapi.testclient import TestClient
+from openai.types.chat import ChatCompletionChunk
 from PIL import Image
 
 from officellm.app.chat.image_parts import image_part, load_chat_images, text_part
@@ -39,6 +40,7 @@ from officellm.engine import (
     SamplingParams,
     load_multimodal_processor,
 )
+from officellm.engine.kv_plan import ALLOW_LONG_MAX_MODEL_LEN
 from tests.support.openai_errors import anthropic_error, openai_error
 from tests.support.tiny_models import build_tiny_gemma3_vision
 
@@ -46,8 +48,13 @@ GEMMA3_TEMPLATE = Path(__file__).parents[1] / "support" / "chat_templates" / "ge
 # Gemma 3's image tokens, added to SmolLM2's tokenizer so the tiny model's last three ids
 # (its boi, eoi and image token: tiny_gemma3_multimodal_config) are them.
 IMAGE_TOKENS = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+# A 16k window past the tiny model's trained 1,024 positions (OFFICELLM_ALLOW_LONG_MAX_MODEL_LEN,
+# as tests/server/test_recorded_clients.py does): Open WebUI's recorded request describes its
+# 28 built-in tools in thousands of tokens; what the model writes does not matter there.
 ENGINE = dict(dtype="float32", quantization="none", kv_cache_dtype="float32",
-              kv_cache_memory="64MiB", num_threads=1)
+              kv_cache_memory="128MiB", num_threads=1, max_model_len=16384)
+RECORDED = Path(__file__).parent / "recorded"
+DEFAULT_MAX_TOKENS = 3  # the apps', for requests that name none (Open WebUI's)
 QUESTION = "What is in this picture?"
 MAX_TOKENS = 4
 
@@ -148,7 +155,9 @@ CHAT_IMAGE, ANTHROPIC_IMAGE = png(seed=1), png(seed=2)
 def engine(vision_dir: Path) -> Iterator[LLM]:
     """The engine's own LLM on the checkpoint, loaded once: the reference answers come from
     it first, then the apps serve from its engine."""
-    llm = LLM(str(vision_dir), **ENGINE)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(ALLOW_LONG_MAX_MODEL_LEN, "1")
+        llm = LLM(str(vision_dir), **ENGINE)
     yield llm
     llm.close()
 
@@ -165,7 +174,7 @@ def serving(engine: LLM, tmp_path: Path, **image_settings: object) -> Iterator[A
     """The app serving `engine` to a user with a key, with `image_settings` (ServerSettings'
     image knobs)."""
     settings = ServerSettings(admin_remote=True, database=str(tmp_path / "officellm.db"),
-                              **image_settings)
+                              default_max_tokens=DEFAULT_MAX_TOKENS, **image_settings)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("OFFICELLM_DATA_DIR", str(tmp_path))  # the admin token's place
         app = create_app(settings, lambda: engine.llm_engine)
@@ -244,6 +253,41 @@ def test_a_responses_input_image_is_read_as_the_chats(app: App) -> None:
                                          {"type": "input_text", "text": QUESTION}]}])
     assert response.usage.input_tokens == chat.usage.prompt_tokens
     assert response.output_text == chat.choices[0].message.content
+
+
+def replay(app: App, name: str) -> list[str]:
+    """A recorded request (tests/server/recorded/), sent as recorded but for the model's
+    name and the key: the data lines of its stream."""
+    record = json.loads((RECORDED / name).read_text())
+    body = {**record["body"], "model": app.model}
+    with app.http.stream("POST", record["path"], json=body) as r:
+        assert r.status_code == 200, r.read()
+        return [line.removeprefix("data: ") for line in r.iter_lines()
+                if line.startswith("data: ")]
+
+
+def test_open_webuis_recorded_image_chat_is_served(app: App) -> None:
+    """Its screenshot inlined as a data URI after an <attached_files> text part, its 28
+    built-in tools, no max_tokens: streamed to [DONE], the image's tokens in the prompt."""
+    lines = replay(app, "open_webui_0.12.4_image_chat.json")
+    assert lines[-1] == "[DONE]"
+    chunks = [ChatCompletionChunk.model_validate_json(line) for line in lines[:-1]]
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and
+              c.choices[0].finish_reason]
+    assert finish in (["stop"], ["length"], ["tool_calls"])
+
+
+def test_open_webuis_recorded_image_responses_request_is_served(app: App) -> None:
+    """The same message through the Responses API: an input_image part (a string
+    image_url, detail auto) after two input_text parts; streamed to its last event (cut
+    by the server's default max_tokens: incomplete, for max_output_tokens)."""
+    events = [json.loads(line) for line in replay(app, "open_webui_0.12.4_image_responses.json")]
+    last = events[-1]
+    assert last["type"] in ("response.completed", "response.incomplete")
+    if last["type"] == "response.incomplete":
+        assert last["response"]["incomplete_details"]["reason"] == "max_output_tokens"
+    usage = last["response"]["usage"]
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] <= DEFAULT_MAX_TOKENS
 
 
 def test_tokenize_counts_an_images_tokens_as_the_chat_does(app: App) -> None:
