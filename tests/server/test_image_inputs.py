@@ -5,7 +5,11 @@ as the engine's own LLM.generate takes them, and their tokens count in usage; ev
 (truncated, 0x0, 20,000 x 20,000, a wrong MIME type, not an image, an http URL when URLs are
 off, too many) is a 400 in its API's shape and the next request is served; with
 --allow-image-urls an image is fetched from a local HTTP server within its size cap and
-timeout; a model without vision refuses images by name."""
+timeout; an image's tokens count against a person's context cap; Open WebUI's recorded image
+requests are served; a model without vision refuses images by name.
+
+One engine for the file: LLM.generate's reference answers come first, then the apps serve
+from its engine (in-process, the real clients over Starlette's TestClient)."""
 
 from __future__ import annotations
 
