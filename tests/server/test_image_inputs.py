@@ -34,10 +34,13 @@ from fastapi.testclient import TestClient
 from openai.types.chat import ChatCompletionChunk
 from PIL import Image
 
+from officellm.app.chat.image_input import ImageLimits
 from officellm.app.chat.image_parts import image_part, load_chat_images, text_part
 from officellm.app.policy import thread_key
 from officellm.app.server import create_app
 from officellm.app.server_settings import ServerSettings
+from officellm.cli import build_parser
+from officellm.cli.serve import settings_from_args
 from officellm.engine import (
     LLM,
     MultiModalPrompt,
@@ -353,6 +356,18 @@ def test_a_thread_knows_an_image_by_its_picture_never_its_bytes() -> None:
                                                                       "image/webp"))
     assert thread_key(1, as_png) == thread_key(1, as_webp)
     assert "base64" not in json.dumps(as_png)
+
+
+def test_the_image_flags_set_the_image_limits() -> None:
+    args = build_parser().parse_args([
+        "serve", "--allow-image-urls", "--image-fetch-max-bytes", "1000",
+        "--image-fetch-timeout", "2.5", "--max-images-per-request", "3",
+        "--max-image-pixels", "4096"])
+    settings, _ = settings_from_args(args)
+    assert settings.image_limits == ImageLimits(max_images=3, max_pixels=4096, allow_urls=True,
+                                                fetch_max_bytes=1000, fetch_timeout_s=2.5)
+    default, _ = settings_from_args(build_parser().parse_args(["serve"]))
+    assert not default.image_limits.allow_urls
 
 
 # -- bad images: a 400 in the API's shape, and the next request is served --------------------
