@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from officellm.app.chat.image_input import ImageLimits
 from officellm.engine import EngineConfig
 
 # A thread counts as active (/admin/stats, officellm:active_threads) while its user is
@@ -17,6 +18,9 @@ DEFAULT_MAX_TOKENS = 2048
 # app/policy/background_tasks.py) that sends none, and the most one that sends it gets: a
 # title or a few suggestions is tens of tokens, and Open WebUI sends no max_tokens for them.
 DEFAULT_TASK_MAX_TOKENS = 256
+# The most pixels (width x height) of one image in a chat: an 8K screenshot (7680 x 4320).
+# Refused from the header, before decoding: a tiny file can claim a huge picture.
+DEFAULT_MAX_IMAGE_PIXELS = 7680 * 4320
 
 
 @dataclass
@@ -86,3 +90,21 @@ class ServerSettings:
     # A background task's max_tokens when it sends none, and its most when it does
     # (`--task-max-tokens`); None: no cap of its own (default_max_tokens, as any request).
     task_max_tokens: int | None = DEFAULT_TASK_MAX_TOKENS
+    # Images in chat (app/chat/image_input.py, docs/configuration.md): how many one request
+    # may hold, the most pixels of one, and whether http(s) image URLs are fetched by the
+    # server (`--allow-image-urls`; off: the server reaches out to no address a client
+    # names), with the most bytes and seconds one fetch may take.
+    max_images_per_request: int = 8
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    allow_image_urls: bool = False
+    image_fetch_max_bytes: int = 20 * 1024 * 1024
+    image_fetch_timeout: float = 10.0
+
+    @property
+    def image_limits(self) -> ImageLimits:
+        """The image knobs as the image loader takes them."""
+        return ImageLimits(max_images=self.max_images_per_request,
+                           max_pixels=self.max_image_pixels,
+                           allow_urls=self.allow_image_urls,
+                           fetch_max_bytes=self.image_fetch_max_bytes,
+                           fetch_timeout_s=self.image_fetch_timeout)

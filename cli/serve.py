@@ -14,6 +14,7 @@ from officellm.app.profiles import PROFILES, apply_profile
 from officellm.app.registry.entry import PARSER_OPTIONS
 from officellm.app.server import create_app
 from officellm.app.server_settings import (
+    DEFAULT_MAX_IMAGE_PIXELS,
     DEFAULT_MAX_TOKENS,
     DEFAULT_TASK_MAX_TOKENS,
     ServerSettings,
@@ -127,6 +128,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "tags, follow-ups, queries, autocomplete) that sends none, and the most "
                         f"one that sends it gets (default {DEFAULT_TASK_MAX_TOKENS}; 0: no cap "
                         "of its own)")
+    p.add_argument("--max-images-per-request", type=int, default=8, metavar="N",
+                   help="images one chat request may hold (default 8)")
+    p.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_IMAGE_PIXELS,
+                   metavar="N", help="the most pixels (width x height) of one image, read "
+                   f"from its header before decoding (default {DEFAULT_MAX_IMAGE_PIXELS}: "
+                   "an 8K screen)")
+    p.add_argument("--allow-image-urls", action="store_true",
+                   help="fetch http(s) image URLs sent in chats (default: off, only data "
+                        "URIs are read; the server reaches no address a client names)")
+    p.add_argument("--image-fetch-max-bytes", type=int, default=20 * 1024 * 1024, metavar="N",
+                   help="the most bytes one image URL fetch reads (default 20 MiB)")
+    p.add_argument("--image-fetch-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="the most seconds one image URL fetch takes, in all (default 10)")
     p.add_argument("--reasoning-parser", choices=PARSER_OPTIONS["reasoning_parser"],
                    default="auto", help="move a reasoning model's thinking into "
                    "reasoning_content: auto (harmony for gpt-oss's template, qwen3 when the "
@@ -165,6 +179,11 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        default_max_tokens=args.default_max_tokens,
                        task_max_tokens=args.task_max_tokens or None,
                        reasoning_parser=args.reasoning_parser,
+                       max_images_per_request=args.max_images_per_request,
+                       max_image_pixels=args.max_image_pixels,
+                       allow_image_urls=args.allow_image_urls,
+                       image_fetch_max_bytes=args.image_fetch_max_bytes,
+                       image_fetch_timeout=args.image_fetch_timeout,
                        no_auth=args.no_auth, admin_remote=args.admin_remote,
                        forwarded_allow_ips=args.forwarded_allow_ips,
                        replica_name=args.replica_name, advertise_url=args.advertise_url,

@@ -8,7 +8,8 @@ and one silently ignored would answer something the client did not ask for. The 
 change nothing for a local model are accepted and listed in IGNORED_FIELDS (docs/clients.md
 says why each is harmless). What is honoured: `system` (a string or text blocks; Claude
 Code's per-request billing block is dropped, docs/clients.md), text, tool_use, tool_result
-and thinking blocks in the history, custom tools, tool_choice, max_tokens, temperature,
+and thinking blocks in the history, image blocks (base64 or url sources, for a vision
+model: app/chat/image_parts.py), custom tools, tool_choice, max_tokens, temperature,
 top_p, top_k, stop_sequences, thinking (the template's switch), output_config.format (a JSON
 schema the grammar enforces) and metadata.user_id (the person, on a front-end key).
 """
@@ -20,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from officellm.app.chat.image_parts import image_part, part_content, text_part
 from officellm.app.chat.output_constraint import Constraint, JSONSchemaFormat, ResponseFormat
 from officellm.app.chat.output_constraint import format_constraint as _format_constraint
 from officellm.app.chat.reasoning_effort import budget_effort, effort_kwargs
@@ -113,6 +115,44 @@ class ThinkingBlock(BaseModel):
     thinking: str
 
 
+class ImageSource(BaseModel):
+    """Where an image block's picture is: inline base64 with its media type, or a URL."""
+
+    model_config = _BLOCK_IGNORED
+
+    type: Literal["base64", "url", "file"]
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> ImageSource:
+        if self.type == "file":
+            raise ValueError("An image source of type 'file' is not supported: this server "
+                             "has no files API; send the image as base64 or a url.")
+        if self.type == "base64" and (self.media_type is None or self.data is None):
+            raise ValueError("A base64 image source needs media_type and data.")
+        if self.type == "url" and self.url is None:
+            raise ValueError("A url image source needs url.")
+        return self
+
+    def image_url(self) -> str:
+        """The picture as the other APIs name one: a data URI, or the URL."""
+        if self.type == "base64":
+            return f"data:{self.media_type};base64,{self.data}"
+        assert self.url is not None  # _complete
+        return self.url
+
+
+class ImageBlock(BaseModel):
+    """A picture in a user's turn (a screenshot, a scanned page), for a vision model."""
+
+    model_config = _BLOCK_IGNORED
+
+    type: Literal["image"]
+    source: ImageSource
+
+
 class RedactedThinkingBlock(BaseModel):
     """Encrypted thinking from Anthropic's own models: nothing here can read it; dropped."""
 
@@ -121,8 +161,9 @@ class RedactedThinkingBlock(BaseModel):
     type: Literal["redacted_thinking"]
 
 
-_BLOCKS = {"text": TextBlock, "tool_use": ToolUseBlock, "tool_result": ToolResultBlock,
-           "thinking": ThinkingBlock, "redacted_thinking": RedactedThinkingBlock}
+_BLOCKS = {"text": TextBlock, "image": ImageBlock, "tool_use": ToolUseBlock,
+           "tool_result": ToolResultBlock, "thinking": ThinkingBlock,
+           "redacted_thinking": RedactedThinkingBlock}
 
 
 def _block_type(block: Any) -> str | None:
@@ -134,13 +175,15 @@ def _block_type(block: Any) -> str | None:
 
 ContentBlock = Annotated[
     Annotated[TextBlock, Tag("TextBlock")]
+    | Annotated[ImageBlock, Tag("ImageBlock")]
     | Annotated[ToolUseBlock, Tag("ToolUseBlock")]
     | Annotated[ToolResultBlock, Tag("ToolResultBlock")]
     | Annotated[ThinkingBlock, Tag("ThinkingBlock")]
     | Annotated[RedactedThinkingBlock, Tag("RedactedThinkingBlock")],
     Discriminator(_block_type, custom_error_type="content_block",
                   custom_error_message="Each content block is an object with a type: text, "
-                                       "tool_use, tool_result, thinking or redacted_thinking."),
+                                       "image, tool_use, tool_result, thinking or "
+                                       "redacted_thinking."),
 ]
 # Pydantic puts these tags in an error's path: no field of the request (error_handlers).
 UNION_TAGS = frozenset({"Text", "Blocks", "TextBlocks",
@@ -148,12 +191,15 @@ UNION_TAGS = frozenset({"Text", "Blocks", "TextBlocks",
 
 
 def _unsupported_block(kind: Any, where: str) -> str:
-    if kind in ("image", "document", "search_result"):
-        return (f"Content block type {kind!r} ({where}) is not supported: the served model "
-                "reads text only; send the content as text.")
-    return (f"Content block type {kind!r} ({where}) is not supported: send text, tool_use, "
-            "tool_result, thinking and redacted_thinking blocks (this server runs no server "
-            "tools).")
+    if kind == "image":  # only inside a tool_result: the top level takes images
+        return (f"An image block inside a tool_result ({where}) is not supported: send the "
+                "image in the user's message beside the result.")
+    if kind in ("document", "search_result"):
+        return (f"Content block type {kind!r} ({where}) is not supported: send the content "
+                "as text.")
+    return (f"Content block type {kind!r} ({where}) is not supported: send text, image, "
+            "tool_use, tool_result, thinking and redacted_thinking blocks (this server runs "
+            "no server tools).")
 
 
 Content = Annotated[
@@ -392,29 +438,36 @@ def _system_text(blocks: list[Any]) -> str:
 
 
 def _add_user(out: list[Message], blocks: list[Any]) -> None:
-    text: list[str] = []
+    parts: list[dict[str, Any]] = []
     for block in blocks:
         if isinstance(block, ToolResultBlock):
-            _flush_user(out, text)
+            _flush_user(out, parts)
+            parts = []
             out.append({"role": "tool", "tool_call_id": block.tool_use_id,
                         "content": block.text()})
         elif isinstance(block, TextBlock):
-            text.append(block.text)
+            parts.append(text_part(block.text))
+        elif isinstance(block, ImageBlock):
+            parts.append(image_part(block.source.image_url()))
         else:
             raise ValueError(f"A user message cannot hold a {block.type} block (only the "
                              "assistant's messages do).")
-    _flush_user(out, text)
+    _flush_user(out, parts)
 
 
-def _flush_user(out: list[Message], text: list[str]) -> None:
-    if not text:
+def _flush_user(out: list[Message], parts: list[dict[str, Any]]) -> None:
+    """The user's text (blocks joined by blank lines) or, with an image, its parts, added to
+    the user's turn before it if there is one (Anthropic combines consecutive turns)."""
+    if not parts:
         return
-    joined = "\n\n".join(text)
-    text.clear()
     if out and out[-1]["role"] == "user":
-        out[-1]["content"] += "\n\n" + joined
+        before = out[-1]["content"]
+        parts = [text_part(before)] + parts if isinstance(before, str) else before + parts
+    out_content = part_content(parts, "\n\n")
+    if out and out[-1]["role"] == "user":
+        out[-1]["content"] = out_content
     else:
-        out.append({"role": "user", "content": joined})
+        out.append({"role": "user", "content": out_content})
 
 
 def _add_assistant(out: list[Message], blocks: list[Any]) -> None:
@@ -431,9 +484,9 @@ def _add_assistant(out: list[Message], blocks: list[Any]) -> None:
             message.setdefault("tool_calls", []).append(
                 {"id": block.id, "type": "function",
                  "function": {"name": block.name, "arguments": json.dumps(block.input)}})
-        elif isinstance(block, ToolResultBlock):
-            raise ValueError("An assistant message cannot hold a tool_result block (the "
-                             "user's messages carry results).")
+        elif isinstance(block, ToolResultBlock | ImageBlock):
+            raise ValueError(f"An assistant message cannot hold a {block.type} block (the "
+                             "user's messages carry them).")
 
 
 class CountTokensRequest(_Conversation):

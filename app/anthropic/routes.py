@@ -45,7 +45,12 @@ from officellm.app.models.served_model import ServedModel
 from officellm.app.openai.sse import SSEResponse, sse
 from officellm.app.principal import Principal
 from officellm.app.serving.generation import Choice, Generation, RequestFailed
-from officellm.app.serving.generation_pipeline import ChatInput, GenerationCall, run_generation
+from officellm.app.serving.generation_pipeline import (
+    ChatInput,
+    GenerationCall,
+    load_images,
+    run_generation,
+)
 from officellm.app.serving.heartbeats import with_heartbeats
 from officellm.app.serving.state import ServerState, admitted_server
 from officellm.engine import CompletionOutput, EngineDeadError
@@ -108,10 +113,12 @@ async def count_tokens(body: CountTokensRequest, request: Request,
     principal = await get_caller(request, principal, None)
     async with server.models.using(body.model) as model:
         plan, messages = _read(model, body)
+        messages, images = await load_images(server, model, principal, messages)
         try:
-            ids = await run_in_threadpool(model.prompts.renderer.render, messages,
-                                          not body.continues_answer,
-                                          {**body.template_kwargs(), **plan.template_kwargs})
+            ids, _ = await run_in_threadpool(model.prompts.renderer.render_chat, messages,
+                                             not body.continues_answer,
+                                             {**body.template_kwargs(), **plan.template_kwargs},
+                                             images)
         except ValueError as exc:
             raise invalid_value(exc, "messages") from exc
     # Never the text: only its size, like a generation's access line.

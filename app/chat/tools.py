@@ -226,6 +226,12 @@ def text_tool_turns(messages: list[dict[str, Any]], parser_name: str) -> list[di
             out.append({**{k: v for k, v in message.items() if k != "tool_calls"},
                         "content": text})
             merge = False
+        elif role == "user" and merge and isinstance(message.get("content"), list):
+            # A user's parts (an image among them: app/chat/image_parts.py) after results:
+            # the results' text becomes their first part, so the image stays a part.
+            results = {"type": "text", "text": out[-1]["content"]}
+            out[-1] = {**out[-1], "content": [results, *message["content"]]}
+            merge = False
         elif role in ("tool", "user") and (role == "tool" or merge):
             text = (TOOL_RESPONSE.format(content=message.get("content") or "")
                     if role == "tool" else message.get("content") or "")

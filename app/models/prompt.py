@@ -12,7 +12,11 @@ sentence from one source:
      the room left (generation stops at the window, finish_reason "length"), as clients that
      always send a large max_tokens (Anthropic's, agents) expect;
   3. the server's --max-context-tokens, always a refusal (app.policy.messages).
-The engine then receives token ids.
+The engine then receives token ids. A chat with images (app/chat/image_parts.py) is rendered
+with the model's image marker in place of each, and the engine's MultiModalProcessor expands
+every marker to the image's tokens: all three rules count the expanded prompt, so an image
+costs its tokens against the caps and the quota like text; the engine receives the
+MultiModalPrompt.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 
 from officellm.app.admission.admission import Admission
 from officellm.app.admission.decision_error import decision_error
+from officellm.app.chat.image_parts import ChatImages
 from officellm.app.errors import APIError
 from officellm.app.observability.refusals import Refusals
 from officellm.app.policy import (
@@ -39,8 +44,11 @@ from officellm.app.policy import (
 )
 from officellm.engine import (
     InputProcessor,
+    MultiModalProcessor,
+    MultiModalPrompt,
     PromptTooLongError,
     apply_chat_template,
+    load_multimodal_processor,
     load_tokenizer,
 )
 
@@ -62,8 +70,12 @@ class PromptRenderer:
     own copy, used by one worker thread at a time.
     """
 
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, vision: bool = False) -> None:
         self._tokenizer = load_tokenizer(model_dir)
+        # A vision model's image preprocessing and marker expansion (None: no vision), on
+        # this tokenizer: like it, used by one worker thread at a time.
+        self._processor: MultiModalProcessor | None = (
+            load_multimodal_processor(model_dir, self._tokenizer) if vision else None)
         self._lock = threading.Lock()
         self._special: tuple[list[int], list[int]] | None = None  # with_special_tokens'
 
@@ -77,6 +89,27 @@ class PromptRenderer:
             except Exception as exc:  # jinja errors (e.g. roles out of order) are the client's
                 raise ValueError(
                     f"The chat template could not render these messages: {exc}") from exc
+
+    def expand(self, token_ids: list[int], images: list[Any]) -> MultiModalPrompt:
+        """A rendered prompt with each image marker expanded to its image's tokens, the
+        images preprocessed as the model's processor does it (blocking). ValueError
+        (ImageInputError) for images the processor cannot take, or a count of markers the
+        template wrote that is not the count of images."""
+        assert self._processor is not None, "only a vision model's messages hold images"
+        with self._lock:
+            return self._processor.process(token_ids, images)
+
+    def render_chat(self, messages: list[Message], add_generation_prompt: bool,
+                    template_kwargs: dict[str, Any], images: ChatImages | None
+                    ) -> tuple[list[int], MultiModalPrompt | None]:
+        """The prompt of a conversation (blocking): its token ids, and with images among
+        the messages their MultiModalPrompt (whose token_ids are the ids returned)."""
+        ids = self.render(messages, add_generation_prompt, template_kwargs)
+        pictures = images.in_order(messages) if images is not None else []
+        if not pictures:
+            return ids, None
+        prompt = self.expand(ids, pictures)
+        return prompt.token_ids, prompt
 
     def encode(self, prompt: str | list[int], add_special_tokens: bool = True) -> list[int]:
         """Token ids of a completion prompt (blocking); `add_special_tokens` as transformers'
@@ -130,22 +163,29 @@ class _MeasuredMessages:
     it rendered, so the list finally chosen is not rendered again."""
 
     def __init__(self, renderer: PromptRenderer, add_generation_prompt: bool,
-                 template_kwargs: dict[str, Any]) -> None:
+                 template_kwargs: dict[str, Any], images: ChatImages | None = None) -> None:
         self._renderer = renderer
-        self._args = (add_generation_prompt, template_kwargs)
+        self._args = (add_generation_prompt, template_kwargs, images)
         # Keyed by the identity of the message dicts: drop_turns() keeps the same objects,
         # and the lists stay alive in the values, so an id is never reused while cached.
-        self._ids: dict[tuple[int, ...], tuple[list[Message], list[int]]] = {}
+        self._ids: dict[tuple[int, ...],
+                        tuple[list[Message], list[int], MultiModalPrompt | None]] = {}
 
     def __call__(self, messages: list[Message]) -> int:
         return len(self.ids(messages))
 
     def ids(self, messages: list[Message]) -> list[int]:
+        """The prompt's token ids, each image's tokens included."""
+        return self.prompt(messages)[0]
+
+    def prompt(self, messages: list[Message]) -> tuple[list[int], MultiModalPrompt | None]:
+        """The prompt's token ids and, with images among the messages, their
+        MultiModalPrompt (a truncated list holds the images of the turns it kept)."""
         key = tuple(id(m) for m in messages)
         hit = self._ids.get(key)
         if hit is None:
-            hit = self._ids[key] = (messages, self._renderer.render(messages, *self._args))
-        return hit[1]
+            hit = self._ids[key] = (messages, *self._renderer.render_chat(messages, *self._args))
+        return hit[1], hit[2]
 
 
 @dataclass(frozen=True)
@@ -163,6 +203,7 @@ class LengthDecision:
 
     decision: Decision
     token_ids: list[int] | None = None
+    multimodal: MultiModalPrompt | None = None  # a chat's images, expanded in token_ids
 
 
 def decide_length(policy: EffectivePolicy | None, messages: list[Message] | None,
@@ -172,6 +213,7 @@ def decide_length(policy: EffectivePolicy | None, messages: list[Message] | None
     `messages` and their `measure`; a completion its `token_ids`. Raises ValueError for a
     prompt the model cannot read at all (empty, ids outside the vocabulary)."""
     decision = Decision("allow")
+    multimodal = None
     if messages is not None:
         assert measure is not None
         if policy is not None and (policy.max_context_tokens is not None
@@ -182,7 +224,7 @@ def decide_length(policy: EffectivePolicy | None, messages: list[Message] | None
             if decision.action == "truncate":
                 assert decision.messages is not None
                 messages = decision.messages
-        token_ids = measure.ids(messages)
+        token_ids, multimodal = measure.prompt(messages)
     assert token_ids is not None
     try:
         limits.model.check_prompt(token_ids)
@@ -193,7 +235,7 @@ def decide_length(policy: EffectivePolicy | None, messages: list[Message] | None
     if cap is not None and len(token_ids) > cap:
         return LengthDecision(Decision("reject", message=context_limit_message(len(token_ids), cap),
                                        status=400, reason=SERVER_CAP))
-    return LengthDecision(decision, token_ids)
+    return LengthDecision(decision, token_ids, multimodal)
 
 
 @dataclass(frozen=True)
@@ -204,6 +246,8 @@ class ChatPrompt:
     token_ids: list[int] | None
     thread_key: str | None
     turns: int
+    # The images the prompt holds, expanded in token_ids (None: text only).
+    multimodal: MultiModalPrompt | None = None
 
     @property
     def truncated_turns(self) -> int:
@@ -219,10 +263,13 @@ class Prompts:
         self.refusals = refusals
 
     async def chat(self, admission: Admission, messages: list[Message], thread: ChatThread,
-                   add_generation_prompt: bool, template_kwargs: dict[str, Any]) -> ChatPrompt:
-        """The prompt of a chat request; raises the APIError of a refusal. A front end's
-        background task is held to background_task_policy: it is no turn of its chat."""
-        measure = _MeasuredMessages(self.renderer, add_generation_prompt, template_kwargs)
+                   add_generation_prompt: bool, template_kwargs: dict[str, Any],
+                   images: ChatImages | None = None) -> ChatPrompt:
+        """The prompt of a chat request (its `images` loaded: app/chat/image_parts.py);
+        raises the APIError of a refusal. A front end's background task is held to
+        background_task_policy: it is no turn of its chat."""
+        measure = _MeasuredMessages(self.renderer, add_generation_prompt, template_kwargs,
+                                    images)
         policy = (background_task_policy(admission.policy) if thread.task is not None
                   else admission.policy)
         outcome = await self._decide(admission, "messages", policy, messages, measure, None)
@@ -238,7 +285,8 @@ class Prompts:
             self.refusals.policy(admission.principal, d, admission.endpoint, detail)
             if d.action == "reject":
                 raise decision_error(d)
-        return ChatPrompt(d, outcome.token_ids, thread.key, count_turns(messages))
+        return ChatPrompt(d, outcome.token_ids, thread.key, count_turns(messages),
+                          outcome.multimodal)
 
     async def completion(self, admission: Admission, prompt: str | list[int]) -> list[int]:
         """The token ids of one completion prompt; raises the APIError of a refusal."""

@@ -33,6 +33,7 @@ class LoadedModel:
     model_dir: str
     max_model_len: int
     max_new_tokens: int | None
+    vision: bool = False  # it reads images (a vision tower and its processor)
 
 
 class ServedModel(Served):
@@ -109,14 +110,15 @@ class ServedModel(Served):
         """Build the prompt side for the loaded model from its front end (AsyncLLM.on_ready:
         on the engine's lifecycle thread, before any request is admitted), so no request
         pays for it; after a sleep, the same model again."""
+        vision = engine.info.vision
         self.loaded = LoadedModel(engine.model_name, str(engine.model_dir),
-                                  engine.max_model_len, engine.max_new_tokens)
+                                  engine.max_model_len, engine.max_new_tokens, vision)
         self.loads += 1
         # The idle clock starts when the model is there: a load slower than the idle time
         # must not be followed by a sleep at once.
         self.touch()
         self._token_text = TokenText(engine.tokenizer)
-        self._prompts = Prompts(PromptRenderer(engine.model_dir),
+        self._prompts = Prompts(PromptRenderer(engine.model_dir, vision),
                                 LengthLimits(engine.input_processor,
                                              self.settings.max_context_tokens),
                                 self.refusals)

@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from officellm.app.chat.image_parts import image_part, part_content, text_part
 from officellm.app.chat.output_constraint import (
     Constraint,
     ResponseFormat,
@@ -166,20 +167,33 @@ class ChatMessage(BaseModel):
     content: str | list[dict[str, Any]] | None = None
 
     def to_template_dict(self) -> dict[str, Any]:
-        """A plain dict for the chat template, with text parts joined into one string."""
+        """A plain dict for the chat template: text parts joined into one string, or, with
+        an image_url part among them, the parts as the template takes them
+        (app/chat/image_parts.py). An image_url's `detail` is accepted and changes nothing:
+        the model's own processor decides the resolution."""
         d = self.model_dump(exclude_none=True)
         content = self.content
         if isinstance(content, list):
-            texts = []
-            for part in content:
-                if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                    raise ValueError(
-                        f"Only text content parts are supported, got type {part.get('type')!r}.")
-                texts.append(part["text"])
-            d["content"] = "\n".join(texts)
+            d["content"] = part_content([_content_part(part) for part in content], "\n")
         elif content is None:
             d["content"] = ""
         return template_message(d)
+
+
+def _content_part(part: dict[str, Any]) -> dict[str, Any]:
+    """A chat message's content part as a template part; ValueError (a 400) for another."""
+    kind = part.get("type")
+    if kind == "text" and isinstance(part.get("text"), str):
+        return text_part(part["text"])
+    if kind == "image_url":
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        if not isinstance(url, str):
+            raise ValueError("An image_url part is {\"type\": \"image_url\", \"image_url\": "
+                             "{\"url\": a data URI or an http(s) URL}}.")
+        return image_part(url)
+    raise ValueError(f"Content part type {kind!r} is not supported: send text and image_url "
+                     "parts.")
 
 
 def check_roles(messages: list[ChatMessage]) -> None:

@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from officellm.app.chat.image_parts import image_part, part_content, text_part
 from officellm.app.chat.output_constraint import (
     Constraint,
     JSONSchemaFormat,
@@ -115,9 +116,36 @@ class TextPart(BaseModel):
     @classmethod
     def _text_only(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("type") not in (None, "input_text", "output_text"):
-            raise ValueError(f"Content part type {data['type']!r} is not supported: this server "
-                             "reads text only (input_text and output_text parts).")
+            raise ValueError(f"Content part type {data['type']!r} is not supported: send "
+                             "input_text, input_image and output_text parts.")
         return data
+
+
+class ImagePart(BaseModel):
+    """An input_image part: `image_url` a data URI or an http(s) URL; `detail` is accepted
+    and changes nothing (the model's own processor decides the resolution). `file_id` is
+    refused: this server has no files API."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: str | None = None
+
+    @model_validator(mode="after")
+    def _by_url(self) -> ImagePart:
+        if self.image_url is None:
+            if self.file_id is not None:
+                raise ValueError("An input_image's file_id is not supported: this server has "
+                                 "no files API; send image_url (a data URI or an http(s) URL).")
+            raise ValueError("An input_image part needs image_url (a data URI or an http(s) "
+                             "URL).")
+        return self
+
+    def template_part(self) -> dict[str, Any]:
+        assert self.image_url is not None  # _by_url
+        return image_part(self.image_url)
 
 
 def _text_or_list(tags: tuple[str, str]) -> Discriminator:
@@ -138,6 +166,34 @@ def _text(content: str | list[TextPart]) -> str:
     return content if isinstance(content, str) else "\n".join(p.text for p in content)
 
 
+def _part_tag(part: Any) -> str:
+    if isinstance(part, dict):
+        return "ImagePart" if part.get("type") == "input_image" else "TextPart"
+    return type(part).__name__
+
+
+# A message's content part: a text or an image.
+MessagePart = Annotated[
+    Annotated[TextPart, Tag("TextPart")] | Annotated[ImagePart, Tag("ImagePart")],
+    Discriminator(_part_tag),
+]
+# A message's content: a text, or text and image parts.
+MessageContent = Annotated[
+    Annotated[str, Tag("ContentText")] | Annotated[list[MessagePart], Tag("ContentParts")],
+    _text_or_list(("ContentText", "ContentParts")),
+]
+
+
+def _message_content(content: str | list[TextPart | ImagePart]) -> str | list[dict[str, Any]]:
+    """A message's content for the template: one text (parts joined by newlines, as the
+    chat route joins them), or with an image among them, the parts
+    (app/chat/image_parts.py)."""
+    if isinstance(content, str):
+        return content
+    return part_content([p.template_part() if isinstance(p, ImagePart) else text_part(p.text)
+                         for p in content], "\n")
+
+
 class MessageItem(BaseModel):
     """A message: the client's (user, system, developer) or an earlier answer (assistant).
     `type` may be left out, as OpenAI allows for `{"role", "content"}`."""
@@ -146,7 +202,7 @@ class MessageItem(BaseModel):
 
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: TextContent
+    content: MessageContent
 
 
 class FunctionCallItem(BaseModel):
@@ -257,6 +313,7 @@ Input = Annotated[
 # Pydantic puts these tags in the path of an error inside their branch: no field of the
 # request, so app/error_handlers.py leaves them out of `param`.
 UNION_TAGS = frozenset({"ContentText", "ContentParts", "InputText", "InputItems",
+                        "TextPart", "ImagePart",
                         *(model.__name__ for model in _ITEM_TYPES.values())})
 
 
@@ -578,7 +635,7 @@ class ResponsesRequest(BaseModel):
             if isinstance(item, ReasoningItem):
                 reasoning = "\n".join(p.text for p in item.content or []) or reasoning
             elif isinstance(item, MessageItem):
-                message = {"role": item.role, "content": _text(item.content)}
+                message = {"role": item.role, "content": _message_content(item.content)}
                 if item.role == "assistant" and reasoning:
                     message["reasoning_content"], reasoning = reasoning, None
                 out.append(message)

@@ -26,6 +26,7 @@ from officellm.app.serving.state import ServerState
 from officellm.engine import (
     CompletionOutput,
     EngineDeadError,
+    MultiModalPrompt,
     OutputKind,
     PromptLogprobs,
     RequestAborted,
@@ -75,12 +76,13 @@ class Generation:
                  stream: bool,
                  thread_key: str | None = None, turns: int | None = None,
                  grammar: xgr.CompiledGrammar | None = None, kind: str | None = None,
-                 task: str | None = None) -> None:
+                 task: str | None = None, multimodal: MultiModalPrompt | None = None) -> None:
         """`grammar` is params.structured_outputs compiled (compile_grammar); `kind` names
         the request's structured-output or tool-call kind, for metrics and the access log;
         `task` names the front end's background task it is (app/policy/background_tasks.py;
         None: a person's own request), whose tokens are counted apart and which runs behind
-        people's own requests."""
+        people's own requests. `multimodal`: the one prompt's images (a chat with images;
+        its token_ids are the prompt)."""
         self.server = server
         self.model = model
         self.request_id = request_id
@@ -100,6 +102,7 @@ class Generation:
         self.grammar = grammar
         self.kind = kind
         self.task = task
+        self.multimodal = multimodal
         self.engine_ids = ([request_id] if len(prompts) == 1
                            else [f"{request_id}-{i}" for i in range(len(prompts))])
         self.num_choices = len(prompts) * params.n
@@ -133,7 +136,7 @@ class Generation:
                 engine.add_request(eid, ids, self.params, kind=kind, cache_salt=salt,
                                    fairness_key=tags.fairness_key, priority=tags.priority,
                                    max_kv_share=tags.max_kv_share, background=background,
-                                   grammar=self.grammar,
+                                   grammar=self.grammar, multimodal=self.multimodal,
                                    sink=self._queue)
                 self._unfinished.add(eid)
                 self._started.append(len(self._started))
@@ -225,6 +228,11 @@ class Generation:
         return sum(len(self.prompt_token_ids[i]) for i in self._started)
 
     @property
+    def num_images(self) -> int:
+        """Images in the prompt the engine took (their tokens are in its prompt tokens)."""
+        return len(self.multimodal.images) if self.multimodal is not None and self._started else 0
+
+    @property
     def num_completion_tokens(self) -> int:
         return sum(self._output_tokens)
 
@@ -265,7 +273,8 @@ class Generation:
                                                 max(self._output_tokens, default=0),
                                                 model=self.model.name,
                                                 cached_tokens=self.num_cached_tokens,
-                                                busy_seconds=duration, task=self.task)
+                                                busy_seconds=duration, task=self.task,
+                                                images=self.num_images)
             # The user's share across models (app/policy/cross_model.py).
             self.server.admission.cross_model.record(self.principal.user_id, self.model.name,
                                                      prompt + completion)
@@ -276,9 +285,9 @@ class Generation:
         # Never the prompt's text: only sizes and timings.
         access_log.info(
             "%s user=%s %s stream=%s status=%d prompt_tokens=%d completion_tokens=%d ttft=%s "
-            "duration=%.3fs finish=%s structured=%s model=%s%s", self.request_id,
+            "duration=%.3fs finish=%s structured=%s model=%s images=%d%s", self.request_id,
             self.principal.user, self.endpoint, self.stream, status, prompt, completion, ttft,
-            duration, finish, self.kind or "-", self.model.name, task)
+            duration, finish, self.kind or "-", self.model.name, self.num_images, task)
 
 
 async def compile_grammar(server: ServerState, model: ServedModel, params: SamplingParams,

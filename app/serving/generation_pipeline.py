@@ -18,7 +18,10 @@ from fastapi.responses import Response
 from officellm.app.admission.admission import Admission
 from officellm.app.admission.auth import get_caller
 from officellm.app.chat.chat_formats import ChatPlan
-from officellm.app.models.prompt import ChatPrompt, Message
+from officellm.app.chat.image_input import ImageInputError
+from officellm.app.chat.image_parts import ChatImages, load_chat_images
+from officellm.app.errors import invalid_value
+from officellm.app.models.prompt import INVALID, ChatPrompt, Message
 from officellm.app.models.served_model import ServedModel
 from officellm.app.policy import chat_thread, task_max_tokens
 from officellm.app.principal import Principal
@@ -82,13 +85,17 @@ async def start_chat(server: ServerState, model: ServedModel, request: Request,
     and ClientGone if the client leaves while its grammar compiles (nothing ran then).
     """
     principal = admission.principal
+    # Images first: a refusal (no vision, a bad image) costs nothing further, and from here
+    # on the messages hold each image's content hash, never its bytes.
+    messages, images = await load_images(server, model, principal, messages)
     # The client's id for the thread (X-Thread-Id, Open WebUI's chat id, else `user` unless
     # it names a person), else the opening messages; a front end's background task (a
     # title, tags) belongs to none.
     thread = chat_thread(principal.user_id, messages, request.headers,
                          None if principal.front_end is not None else user)
     prompt = await model.prompts.chat(admission, messages, thread, add_generation_prompt,
-                                       {**(template_kwargs or {}), **plan.template_kwargs})
+                                       {**(template_kwargs or {}), **plan.template_kwargs},
+                                       images)
     turns = prompt.truncated_turns
     headers = {TRUNCATED_HEADER: str(turns)} if turns else None
     if prompt.decision.action == "notify":
@@ -100,9 +107,22 @@ async def start_chat(server: ServerState, model: ServedModel, request: Request,
     grammar = await compile_grammar(server, model, params, request)
     gen = Generation(server, model, request_id, [prompt.token_ids], params, admission, stream=stream,
                      thread_key=thread.key, turns=prompt.turns, grammar=grammar, kind=plan.kind,
-                     task=thread.task)
+                     task=thread.task, multimodal=prompt.multimodal)
     gen.start()
     return Started(gen, prompt, headers)
+
+
+async def load_images(server: ServerState, model: ServedModel, principal: Principal,
+                      messages: list[Message]) -> tuple[list[Message], ChatImages | None]:
+    """The messages with their images loaded (app/chat/image_parts.py); APIError 400 for an
+    image the model or the server cannot take."""
+    assert model.loaded is not None  # loaded before its messages are read
+    try:
+        return await load_chat_images(messages, server.settings.image_limits,
+                                      model.loaded.vision, model.name)
+    except ImageInputError as exc:
+        server.refusals.server_limit(principal, INVALID)
+        raise invalid_value(exc, "messages") from exc
 
 
 def task_params(params: SamplingParams, cap: int | None,

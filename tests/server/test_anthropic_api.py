@@ -247,13 +247,22 @@ def test_an_unknown_field_is_refused_naming_it(server, model) -> None:
     assert "'mcp_servers'" in anthropic_error(r, 400, "invalid_request_error")
 
 
-def test_an_image_block_is_refused_naming_where_it_is(server, model) -> None:
+def test_an_image_block_on_a_model_without_vision_is_refused_naming_it(server, model) -> None:
     image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                          "data": "iVBORw0KGgo="}}
     r = post(server, "/v1/messages", {"model": model, "max_tokens": 8, "messages": [
         {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]})
     message = anthropic_error(r, 400, "invalid_request_error")
-    assert "'image'" in message and "messages.0.content.1" in message
+    assert f"Model {model!r} has no vision" in message
+
+
+def test_a_document_block_is_refused_naming_where_it_is(server, model) -> None:
+    document = {"type": "document", "source": {"type": "text", "media_type": "text/plain",
+                                               "data": "a memo"}}
+    r = post(server, "/v1/messages", {"model": model, "max_tokens": 8, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Summarise"}, document]}]})
+    message = anthropic_error(r, 400, "invalid_request_error")
+    assert "'document'" in message and "messages.0.content.1" in message
 
 
 def test_a_missing_max_tokens_is_a_400_naming_it(server, model) -> None:

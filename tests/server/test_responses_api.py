@@ -310,10 +310,22 @@ def test_a_custom_tools_grammar_that_does_not_compile_is_refused_when_it_must_co
     assert "The Lark grammar does not compile" in error["message"]
 
 
-def test_an_image_input_is_refused_by_name(server) -> None:
+def test_an_image_input_on_a_model_without_vision_is_refused_naming_it(server) -> None:
     image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
     error = openai_error(post(server, {"input": [{"role": "user", "content": [image]}]}), 400)
-    assert error["message"].startswith("Content part type 'input_image' is not supported")
+    assert "has no vision" in error["message"] and error["param"] == "messages"
+
+
+def test_an_input_image_by_file_id_is_refused_for_want_of_a_files_api(server) -> None:
+    image = {"type": "input_image", "file_id": "file-123"}
+    error = openai_error(post(server, {"input": [{"role": "user", "content": [image]}]}), 400)
+    assert "file_id is not supported" in error["message"]
+
+
+def test_an_unknown_content_part_is_refused_by_name(server) -> None:
+    part = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    error = openai_error(post(server, {"input": [{"role": "user", "content": [part]}]}), 400)
+    assert error["message"].startswith("Content part type 'input_audio' is not supported")
 
 
 def test_max_output_tokens_out_of_range_is_refused_by_name(server) -> None:

@@ -18,9 +18,9 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from officellm.app.admission.auth import get_caller, get_principal
-from officellm.app.chat.chat_formats import ChatPlan
 from officellm.app.errors import APIError, invalid_value
 from officellm.app.models.prompt import PromptRenderer
+from officellm.app.models.served_model import ServedModel
 from officellm.app.openai.answers import ERROR_RESPONSES, DetokenizeResponse, TokenizeResponse
 from officellm.app.openai.protocol import (
     DetokenizeRequest,
@@ -29,6 +29,7 @@ from officellm.app.openai.protocol import (
     TokenizeRequest,
 )
 from officellm.app.principal import Principal
+from officellm.app.serving.generation_pipeline import load_images
 from officellm.app.serving.state import ServerState, admitted_server
 
 access_log = logging.getLogger("officellm.access")
@@ -47,8 +48,7 @@ async def tokenize(body: TokenizeRequest, request: Request,
     principal = await get_caller(request, principal, None)
     async with server.models.using(body.model) as model:
         # Shaped as the chat route shapes a request without tools (earlier turns included).
-        ids, strs = await _tokenize(model.prompts.renderer, model.chat_formats.plan(None, None),
-                                    body)
+        ids, strs = await _tokenize(server, model, principal, body)
         assert model.loaded is not None  # using(): loaded
         max_model_len = model.loaded.max_model_len
     _log(principal, "tokenize", len(ids), t0)
@@ -56,15 +56,22 @@ async def tokenize(body: TokenizeRequest, request: Request,
                             token_strs=strs)
 
 
-async def _tokenize(renderer: PromptRenderer, plan: ChatPlan, body: TokenizeRequest
-                    ) -> tuple[list[int], list[str] | None]:
-    """The request's token ids (a chat's messages as `plan` shapes them) and, with
-    return_token_strs, their strings."""
+async def _tokenize(server: ServerState, model: ServedModel, principal: Principal,
+                    body: TokenizeRequest) -> tuple[list[int], list[str] | None]:
+    """The request's token ids (a chat's messages as the chat route shapes a request without
+    tools, each image's tokens included) and, with return_token_strs, their strings."""
+    renderer = model.prompts.renderer
     if isinstance(body, TokenizeChatRequest):
+        plan = model.chat_formats.plan(None, None)
         try:
             messages = plan.messages([m.to_template_dict() for m in body.messages])
-            ids = await run_in_threadpool(renderer.render, messages, body.add_generation_prompt,
-                                          body.chat_template_kwargs or {})
+        except ValueError as exc:
+            raise invalid_value(exc, "messages") from exc
+        messages, images = await load_images(server, model, principal, messages)
+        try:
+            ids, _ = await run_in_threadpool(renderer.render_chat, messages,
+                                             body.add_generation_prompt,
+                                             body.chat_template_kwargs or {}, images)
             if body.add_special_tokens:
                 ids = await run_in_threadpool(renderer.with_special_tokens, ids)
         except ValueError as exc:
