@@ -84,7 +84,8 @@ def test_users_keys_usage_events_shapes(office: Office, uniq) -> None:
     (row,) = [u for u in report["rows"] if u["user"] == user]
     assert set(row) == {"user", "model", "day", "requests", "prompt_tokens", "cached_tokens",
                         "completion_tokens", "embedding_requests", "embedding_tokens",
-                        "task_requests", "task_tokens", "busy_seconds"}
+                        "task_requests", "task_tokens", "busy_seconds", "images",
+                        "audio_requests", "audio_seconds", "rerank_requests", "rerank_tokens"}
     assert (row["requests"], row["prompt_tokens"], row["completion_tokens"]) == (
         1, r.usage.prompt_tokens, r.usage.completion_tokens)
     assert admin.get(f"/threads?user={user}") == []  # completions have no threads
