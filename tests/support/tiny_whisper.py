@@ -1,0 +1,91 @@
+"""A tiny random-weight Whisper, saved as a model directory the transcriber loads: a
+scaled-down copy of whisper-tiny's config (d_model 64, 2 encoder and 2 decoder layers, 80
+mel bins, the real 30 s window of 1500 encoder positions) with a byte-level tokenizer of
+its own (256 byte tokens plus Whisper's special tokens: a few languages, the tasks, the
+1501 timestamps), written from dicts, so nothing is downloaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# A few of Whisper's languages (its token order starts en, zh, de, es, ...: the order does
+# not matter to the model, only that each code has its token).
+LANGUAGES = ("en", "de", "fr", "es")
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-to-character map, which Whisper's byte-level BPE uses."""
+    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+          + list(range(ord("®"), ord("ÿ") + 1)))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs), strict=True))
+
+
+def special_tokens() -> list[str]:
+    """Whisper's special tokens in its order: end of text, start of transcript, the
+    languages, the tasks, the LM/previous/no-speech/no-timestamps markers, 0.00 to 30.00."""
+    return (["<|endoftext|>", "<|startoftranscript|>"] + [f"<|{c}|>" for c in LANGUAGES]
+            + ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>",
+               "<|nospeech|>", "<|notimestamps|>"]
+            + [f"<|{i * 0.02:.2f}|>" for i in range(1501)])
+
+
+def write_whisper_processor(out_dir: Path) -> None:
+    """A WhisperProcessor (80-bin feature extractor and the byte-level tokenizer) in
+    `out_dir`."""
+    from transformers import WhisperFeatureExtractor, WhisperProcessor, WhisperTokenizer
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vocab = {ch: i for i, ch in enumerate(_bytes_to_unicode().values())}
+    (out_dir / "vocab.json").write_text(json.dumps(vocab))
+    (out_dir / "merges.txt").write_text("#version: 0.2\n")
+    tokenizer = WhisperTokenizer(str(out_dir / "vocab.json"), str(out_dir / "merges.txt"),
+                                 unk_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                 eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": special_tokens()[1:]})
+    extractor = WhisperFeatureExtractor(feature_size=80)
+    WhisperProcessor(feature_extractor=extractor, tokenizer=tokenizer).save_pretrained(out_dir)
+
+
+def build_tiny_whisper(out_dir: Path, seed: int = 0, d_model: int = 64,
+                       layers: int = 2) -> Path:
+    """Write a random-weight Whisper and its processor into `out_dir` (returned)."""
+    import torch
+    from transformers import (
+        GenerationConfig,
+        WhisperConfig,
+        WhisperForConditionalGeneration,
+        WhisperTokenizer,
+    )
+
+    write_whisper_processor(out_dir)
+    tokenizer = WhisperTokenizer.from_pretrained(str(out_dir))
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in special_tokens()[:12]}
+    eot, sot = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
+    no_timestamps = ids["<|notimestamps|>"]
+    config = WhisperConfig(
+        vocab_size=len(tokenizer), num_mel_bins=80, d_model=d_model,
+        encoder_layers=layers, decoder_layers=layers,
+        encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model,
+        max_source_positions=1500, max_target_positions=448,
+        decoder_start_token_id=sot, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot)
+    torch.manual_seed(seed)
+    model = WhisperForConditionalGeneration(config).eval()
+    model.save_pretrained(out_dir)
+    generation = GenerationConfig(
+        decoder_start_token_id=sot, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot,
+        max_length=448, is_multilingual=True,
+        lang_to_id={f"<|{c}|>": ids[f"<|{c}|>"] for c in LANGUAGES},
+        task_to_id={"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]},
+        no_timestamps_token_id=no_timestamps, prev_sot_token_id=ids["<|startofprev|>"],
+        suppress_tokens=[], begin_suppress_tokens=[eot], begin_index=3)
+    generation.save_pretrained(out_dir)
+    return out_dir
