@@ -28,6 +28,11 @@ class UsageRow:
     task_requests: int = 0
     task_tokens: int = 0
     busy_seconds: float = 0.0
+    images: int = 0
+    audio_requests: int = 0
+    audio_seconds: float = 0.0
+    rerank_requests: int = 0
+    rerank_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -38,7 +43,7 @@ class UsageRow:
         name = row.get(by)
         if by == "model" and not name:
             name = UNKNOWN_MODEL
-        busy = row.get("busy_seconds")
+        busy, audio = row.get("busy_seconds"), row.get("audio_seconds")
         return cls(name=str(name or ""), requests=_int(row.get("requests")),
                    prompt_tokens=_int(row.get("prompt_tokens")),
                    cached_tokens=_int(row.get("cached_tokens")),
@@ -47,7 +52,11 @@ class UsageRow:
                    embedding_tokens=_int(row.get("embedding_tokens")),
                    task_requests=_int(row.get("task_requests")),
                    task_tokens=_int(row.get("task_tokens")),
-                   busy_seconds=float(busy) if isinstance(busy, (int, float)) else 0.0)
+                   busy_seconds=float(busy) if isinstance(busy, (int, float)) else 0.0,
+                   images=_int(row.get("images")), audio_requests=_int(row.get("audio_requests")),
+                   audio_seconds=float(audio) if isinstance(audio, (int, float)) else 0.0,
+                   rerank_requests=_int(row.get("rerank_requests")),
+                   rerank_tokens=_int(row.get("rerank_tokens")))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ from officellm.cli.db import add_db_argument, open_db
 HEADS = {"requests": "REQUESTS", "prompt_tokens": "PROMPT", "cached_tokens": "CACHED",
          "completion_tokens": "COMPLETION", "embedding_requests": "EMBED REQ",
          "embedding_tokens": "EMBED TOK", "task_requests": "TASK REQ",
-         "task_tokens": "TASK TOK", "busy_seconds": "BUSY S"}
+         "task_tokens": "TASK TOK", "busy_seconds": "BUSY S", "images": "IMAGES",
+         "audio_requests": "AUDIO REQ", "audio_seconds": "AUDIO S", "rerank_requests": "RERANK REQ",
+         "rerank_tokens": "RERANK TOK"}
 UNKNOWN_MODEL = "(unknown)"  # usage counted before rows named their model (migration 0011)
 
 

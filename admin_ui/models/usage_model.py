@@ -26,6 +26,12 @@ class UsageModel(RecordTableModel[UsageRow]):
         _count("task_requests", "Tasks", "Front ends' background tasks: titles, tags, "
                                           "follow-ups (in Requests too)"),
         _count("task_tokens", "Task tokens"),
+        _count("images", "Images", "Images in chat requests (their tokens are in Prompt)"),
+        _count("audio_requests", "Transcriptions"),
+        Column("Audio", lambda r: f"{r.audio_seconds / 60:,.1f} min",
+               sort_key=lambda r: r.audio_seconds, numeric=True,
+               tooltip=lambda r: "Minutes of audio transcribed or translated"),
+        _count("rerank_requests", "Reranks", "Rerank and score requests (in Requests too)"),
         Column("Busy", lambda r: f"{r.busy_seconds:,.1f} s", sort_key=lambda r: r.busy_seconds,
                numeric=True, tooltip=lambda r: "Time the engine spent on these requests"),
     ]

@@ -52,14 +52,14 @@ class Accounts:
                        thread_key: str | None, turns: int | None,
                        thread_completion_tokens: int | None = None, *, model: str,
                        cached_tokens: int = 0, busy_seconds: float = 0.0,
-                       task: str | None = None) -> None:
+                       task: str | None = None, images: int = 0) -> None:
         """A served generation request under the served `model`: its usage, and (chat) its
         thread's latest size. `task`: the front end's background task it was
         (app/policy/background_tasks.py), None for a person's own request; a task is the
         person's usage all the same, and the usage table counts it apart too."""
         self._safely(self.writer.add_usage, user_id, prompt_tokens, completion_tokens,
                      model=model, cached_tokens=cached_tokens, busy_seconds=busy_seconds,
-                     task=task is not None)
+                     task=task is not None, images=images)
         if thread_key is not None:
             self._safely(self.writer.record_thread, user_id, thread_key, turns or 0, prompt_tokens,
                          completion_tokens if thread_completion_tokens is None
@@ -70,6 +70,18 @@ class Accounts:
         """A served /v1/embeddings request: its input tokens count as prompt tokens."""
         self._safely(self.writer.add_usage, user_id, tokens, 0, model=model,
                      busy_seconds=busy_seconds, embedding=True)
+
+    def record_transcription(self, user_id: int, model: str, audio_seconds: float,
+                             completion_tokens: int, busy_seconds: float) -> None:
+        """A served transcription or translation: its audio's seconds, its text's tokens."""
+        self._safely(self.writer.add_usage, user_id, 0, completion_tokens, model=model,
+                     busy_seconds=busy_seconds, audio_seconds=audio_seconds)
+
+    def record_rerank(self, user_id: int, model: str, tokens: int, busy_seconds: float) -> None:
+        """A served rerank or score request: the tokens of its query-document pairs count as
+        prompt tokens."""
+        self._safely(self.writer.add_usage, user_id, tokens, 0, model=model,
+                     busy_seconds=busy_seconds, rerank=True)
 
     def _safely(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         try:

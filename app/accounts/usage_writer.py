@@ -101,11 +101,13 @@ class UsageWriter:
     def add_usage(self, user_id: int, prompt_tokens: int, completion_tokens: int,
                   requests: int = 1, day: date | None = None, *, model: str = "",
                   cached_tokens: int = 0, busy_seconds: float = 0.0, embedding: bool = False,
-                  task: bool = False) -> None:
+                  task: bool = False, images: int = 0, audio_seconds: float | None = None,
+                  rerank: bool = False) -> None:
         """Count a finished request against the user's day (UTC) under the served `model`.
         `embedding` (an /v1/embeddings request) and `task` (a front end's background task,
         app/policy/background_tasks.py) count it in those columns besides the totals, which
-        the daily quota reads."""
+        the daily quota reads; so do `rerank` (a rerank or score request) and a transcription
+        (`audio_seconds` given: the seconds of audio it read). `images`: the images in a chat."""
         tokens = prompt_tokens + completion_tokens
         delta = UsageCounts(
             requests=requests, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens,
@@ -113,7 +115,10 @@ class UsageWriter:
             embedding_requests=requests if embedding else 0,
             embedding_tokens=tokens if embedding else 0,
             task_requests=requests if task else 0, task_tokens=tokens if task else 0,
-            busy_seconds=busy_seconds)
+            busy_seconds=busy_seconds, images=images,
+            audio_requests=requests if audio_seconds is not None else 0,
+            audio_seconds=audio_seconds or 0.0,
+            rerank_requests=requests if rerank else 0, rerank_tokens=tokens if rerank else 0)
         key = (user_id, day or utc_today(), usage_model_name(model))
         with self._lock:
             self._check_open()

@@ -128,6 +128,12 @@ class UsageTotals(BaseModel):
     task_tokens: int
     busy_seconds: float = Field(description="Seconds from the engine (or encoder) taking each "
                                             "request to its end, summed.")
+    images: int = Field(0, description="Images in chat requests (their tokens are in "
+                                       "prompt_tokens).")
+    audio_requests: int = Field(0, description="Transcriptions and translations.")
+    audio_seconds: float = Field(0.0, description="Seconds of audio transcribed or translated.")
+    rerank_requests: int = Field(0, description="Rerank and score requests.")
+    rerank_tokens: int = 0
 
 
 class UsageRow(UsageTotals):

@@ -104,7 +104,8 @@ class UsageDay(_Record):
 class UsageCounts(_Record):
     """The counters of one usage row, or of a sum of rows (docs/admin_api.md, GET
     /admin/usage): `requests`, `prompt_tokens` and `completion_tokens` include the embeddings
-    and background tasks that `embedding_*` and `task_*` count apart."""
+    and background tasks that `embedding_*` and `task_*` count apart, and the transcriptions and
+    rerankings that `audio_*` and `rerank_*` count apart."""
 
     requests: int = 0
     prompt_tokens: int = 0
@@ -115,6 +116,11 @@ class UsageCounts(_Record):
     task_requests: int = 0
     task_tokens: int = 0
     busy_seconds: float = 0.0
+    images: int = 0  # images in chat requests (their tokens are in prompt_tokens)
+    audio_requests: int = 0
+    audio_seconds: float = 0.0  # seconds of audio transcribed or translated
+    rerank_requests: int = 0
+    rerank_tokens: int = 0
 
     def __add__(self, other: UsageCounts) -> UsageCounts:
         return UsageCounts(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))

@@ -161,6 +161,13 @@ class Usage(Base):
     task_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     # Seconds from the engine taking each request to its last output (docs/admin_api.md).
     busy_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
+    # Issue 58's inputs (migrations/versions/0012): images in chats (their tokens are in
+    # prompt_tokens), transcriptions with their audio's seconds, rerankings with their tokens.
+    images: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    audio_requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    audio_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
+    rerank_requests: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    rerank_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
 
 
 class Event(Base):

@@ -17,6 +17,7 @@ from officellm.app.db.users import UserRef, get_user
 
 # The counters, named as UsageCounts' fields and the usage table's columns alike.
 COUNTERS = tuple(f.name for f in fields(UsageCounts))
+FLOAT_COUNTERS = tuple(f.name for f in fields(UsageCounts) if f.type in (float, "float"))
 
 ReportBy = Literal["user", "model", "day"]
 REPORT_BY: tuple[ReportBy, ...] = ("user", "model", "day")
@@ -130,5 +131,5 @@ def report_total(rows: list[UsageReportRow]) -> UsageCounts:
 
 
 def _counts(values: list) -> UsageCounts:
-    return UsageCounts(*(float(v) if c == "busy_seconds" else int(v)
+    return UsageCounts(*(float(v) if c in FLOAT_COUNTERS else int(v)
                          for c, v in zip(COUNTERS, values, strict=True)))

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-GENERATE, EMBED = "generate", "embed"
-KINDS = (GENERATE, EMBED)
+GENERATE, EMBED, TRANSCRIBE, RERANK = "generate", "embed", "transcribe", "rerank"
+# Vision is not a kind: it is what a generate model's checkpoint can do (its vision tower).
+KINDS = (GENERATE, EMBED, TRANSCRIBE, RERANK)
 # `source` of the bundled models: SmolLM2-135M-Instruct (generate) or all-MiniLM-L6-v2 (embed).
 BUNDLED = "bundled"
 # Serve options an entry may set; everything else is the server's (its flags).

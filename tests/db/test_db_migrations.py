@@ -28,7 +28,7 @@ def test_upgrade_empty_to_head(db_path: Path) -> None:
     db = Database(db_path)
     assert db.current_revision() is None
     db.upgrade()
-    assert db.current_revision() == head_revision() == "0011_usage_by_model"
+    assert db.current_revision() == head_revision() == "0012_office_inputs_usage"
     assert _tables(db) == ALL_TABLES
     # The default policy row is seeded, with prefix-cache salting on.
     with db.engine.connect() as c:
