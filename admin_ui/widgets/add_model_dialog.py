@@ -28,7 +28,7 @@ from officellm.admin_ui.model_fields import parse_aliases, parse_options, parse_
 
 # The registry's kinds (app/registry/entry.py's KINDS, written out: the console imports
 # nothing of the server's).
-KINDS = ("generate", "embed")
+KINDS = ("generate", "embed", "transcribe", "rerank")
 
 
 @dataclass(frozen=True)

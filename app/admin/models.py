@@ -23,6 +23,7 @@ from officellm.app.errors import APIError
 from officellm.app.models.served import UNLOADED
 from officellm.app.models.served_embedder import ServedEmbedder
 from officellm.app.models.served_model import ServedModel
+from officellm.app.models.served_transcriber import ServedTranscriber
 from officellm.app.registry.downloads import Download
 from officellm.app.registry.entry import GENERATE, ModelEntry
 from officellm.app.registry.hub_pull import pull, pulled_dir
@@ -108,9 +109,12 @@ def _server(request: Request) -> ServerState:
 
 
 def _row(server: ServerState, entry: ModelEntry, model: ServedModel | None = None,
-         embedder: ServedEmbedder | None = None, default: bool = False) -> ModelRow:
+         embedder: ServedEmbedder | ServedTranscriber | None = None,
+         default: bool = False) -> ModelRow:
+    # `embedder`: a model beside the generate ones (an embedder or a transcriber).
     stats = model.async_engine.stats() if model is not None and model.in_memory else None
-    footprint = model.footprint if model is not None else None
+    footprint = (model.footprint if model is not None else
+                 embedder.footprint if isinstance(embedder, ServedTranscriber) else None)
     budget = server.models.budget_bytes
     state, error, last_used = "unloaded", None, None
     if model is not None:
@@ -118,7 +122,7 @@ def _row(server: ServerState, entry: ModelEntry, model: ServedModel | None = Non
         error = model.async_engine.error if state == "failed" else None
     elif embedder is not None:
         state, last_used = embedder.state, embedder.last_used_at
-        error = embedder.embedder.error if state == "failed" else None
+        error = embedder.lifecycle.error if state == "failed" else None
     return ModelRow(
         **{k: v for k, v in entry.to_dict().items() if k != "name"},
         name=model.name if model is not None and model.name else entry.name,
@@ -132,7 +136,7 @@ def _row(server: ServerState, entry: ModelEntry, model: ServedModel | None = Non
               budget is None or footprint.total_bytes <= budget),
         error=error,
         requests_running=(model.leases if model is not None else
-                          embedder.embedder.leases if embedder is not None else 0),
+                          embedder.leases if embedder is not None else 0),
         kv_cache_usage=stats.kv_cache_usage if stats is not None else None,
         engine_pid=model.async_engine.engine_pid if model is not None else None,
         download=None, default=default)
@@ -147,7 +151,8 @@ def _rows(server: ServerState, entries: list[ModelEntry],
     rows += [_row(server, e.entry, embedder=e) for e in pool.embedders if e.command_line]
     for entry in entries:
         rows.append(_row(server, entry, pool.find(entry.name) if entry.kind == GENERATE
-                         else None, pool.find_embedder(entry.name)))
+                         else None,
+                         pool.find_embedder(entry.name) or pool.find_transcriber(entry.name)))
     for pulling in pulls.values():
         row = _row(server, pulling.entry)
         rows.append(row.model_copy(update={
@@ -333,10 +338,11 @@ async def _state_changed(request: Request, server: ServerState, name: str, actio
 
 
 async def _registered(request: Request, name: str
-                      ) -> tuple[ServerState, ServedModel | ServedEmbedder]:
+                      ) -> tuple[ServerState, ServedModel | ServedEmbedder | ServedTranscriber]:
     server = _server(request)
     await server.models.registry.refresh(force=True)
-    found = server.models.find(name) or server.models.find_embedder(name)
+    found = (server.models.find(name) or server.models.find_embedder(name)
+             or server.models.find_transcriber(name))
     if found is None:
         raise APIError(404, f"No model `{name}` is registered.", param="name",
                        code="not_found")
@@ -351,6 +357,8 @@ async def load_model(name: str, request: Request) -> ModelRow:
     before = found.state
     if isinstance(found, ServedEmbedder):
         await found.wake(server.settings.retry_after_s)
+    elif isinstance(found, ServedTranscriber):
+        await server.models.load_transcriber(found)
     else:
         await server.models.acquire(found)
         server.models.release(found)
@@ -366,8 +374,8 @@ async def unload_model(name: str, request: Request) -> ModelRow:
     if _command_line(server, name):
         raise APIError(409, f"The model `{name}` is served from the command line: it stays "
                             "loaded.", param="name", code="pinned")
-    if isinstance(found, ServedEmbedder):
-        embedder = found.embedder
+    if isinstance(found, (ServedEmbedder, ServedTranscriber)):
+        embedder = found.embedder if isinstance(found, ServedEmbedder) else found.transcriber
         if embedder.is_ready:
             if not embedder.sleep():
                 raise APIError(409, f"The model `{name}` is answering requests; unload it "

@@ -23,17 +23,21 @@ from officellm.app.models.registry_sync import RegistrySync
 from officellm.app.models.served import SLEEPING, UNLOADED
 from officellm.app.models.served_embedder import ServedEmbedder
 from officellm.app.models.served_model import ServedModel
+from officellm.app.models.served_transcriber import ServedTranscriber, weight_bytes
 from officellm.app.registry.entry import BUNDLED, ModelEntry
 from officellm.app.server_settings import ServerSettings
 from officellm.engine import (
     BUNDLED_EMBEDDER,
     AsyncEmbedder,
     AsyncLLM,
+    AsyncTranscriber,
     Encoder,
     EngineConfig,
     EngineState,
     LLMEngine,
+    ModelFootprint,
     ProcessEncoder,
+    WhisperTranscriber,
     bundled_embedder_dir,
     load_encoder,
 )
@@ -76,6 +80,7 @@ class ModelPool:
         self.budget = MemoryBudget(settings, budget_bytes)
         self.models: list[ServedModel] = []
         self.embedders: list[ServedEmbedder] = []  # /v1/embeddings' models
+        self.transcribers: list[ServedTranscriber] = []  # /v1/audio/*'s models
         self._plan_lock = asyncio.Lock()
         self.registry = RegistrySync(self)
         self._started = False
@@ -140,6 +145,33 @@ class ModelPool:
             served.embedder.start(asleep=not entry.pinned)
         return served
 
+    def add_transcriber(self, entry: ModelEntry,
+                        factory: Callable[[], WhisperTranscriber] | None = None
+                        ) -> ServedTranscriber:
+        """Serve the speech-to-text model `entry` on /v1/audio/* (started asleep unless
+        pinned, once the pool starts): its transcriber built by `factory` (tests), else a
+        WhisperTranscriber of the entry's directory on the engine's device."""
+        device = "cuda" if self.settings.engine.device.startswith("cuda") else "cpu"
+        factory = factory or (lambda: WhisperTranscriber(entry.source, device))
+        served = ServedTranscriber(entry, AsyncTranscriber(factory), self.settings)
+        self.transcribers.append(served)
+        if self._started:
+            served.transcriber.start(asleep=not entry.pinned)
+        return served
+
+    def find_transcriber(self, name: str) -> ServedTranscriber | None:
+        return next((t for t in self.transcribers if t.name == name), None)
+
+    def forget_transcriber(self, served: ServedTranscriber) -> bool:
+        """Stop serving a transcription model removed from the registry: False while in
+        use."""
+        transcriber = served.transcriber
+        if not (transcriber.sleep() or transcriber.state is EngineState.SLEEPING):
+            return False
+        transcriber.stop(timeout=0)
+        self.transcribers.remove(served)
+        return True
+
     def serving_besides(self, this: ServedModel | ServedEmbedder | None) -> bool:
         """Whether a model other than `this` is loaded and serving (a new load then runs
         behind it: engine/core_client/child_side.py)."""
@@ -165,6 +197,8 @@ class ModelPool:
             model.async_engine.start(asleep=not model.entry.pinned)
         for served in self.embedders:
             served.embedder.start(asleep=not served.entry.pinned)
+        for spoken in self.transcribers:
+            spoken.transcriber.start(asleep=not spoken.entry.pinned)
 
     def stop(self, timeout: float = 10.0) -> None:
         for model in self.models:
@@ -173,6 +207,8 @@ class ModelPool:
             model.async_engine.stop(timeout)
         for served in self.embedders:
             served.embedder.stop(timeout)
+        for spoken in self.transcribers:
+            spoken.transcriber.stop(timeout)
 
     def abort_all(self) -> None:
         for model in self.models:
@@ -210,6 +246,10 @@ class ModelPool:
         if self.find_embedder(requested) is not None:
             raise APIError(400, f"The model `{requested}` is an embedding model: it serves "
                            "/v1/embeddings only.", param="model")
+        if self.find_transcriber(requested) is not None:
+            raise APIError(400, f"The model `{requested}` is a speech-to-text model: it serves "
+                           "/v1/audio/transcriptions and /v1/audio/translations only.",
+                           param="model")
         raise APIError(404, f"The model `{requested}` does not exist.", param="model",
                        code="model_not_found")
 
@@ -307,16 +347,65 @@ class ModelPool:
             raise APIError(404, "This server serves no embedding model (start it with "
                            "--embedding-model, or register one).", param="model",
                            code="model_not_found")
-        if requested and self._match(requested) is not None:
+        if requested and (self._match(requested) is not None
+                          or self.find_transcriber(requested) is not None):
             names = ", ".join(f"`{e.name}`" for e in self.embedders) or "no model here"
-            raise APIError(400, f"The model `{requested}` generates text; embeddings come "
+            raise APIError(400, f"The model `{requested}` does not embed; embeddings come "
                            f"from {names}.", param="model")
         raise APIError(404, f"The model `{requested}` does not exist.", param="model",
                        code="model_not_found")
 
+    async def resolve_transcriber(self, requested: str | None) -> ServedTranscriber:
+        """The speech-to-text model `requested` names (None: the first one): 400 for a
+        model of another kind, 404 for an unknown name or none served."""
+        served = (self.transcribers[0] if not requested and self.transcribers
+                  else self.find_transcriber(requested or ""))
+        if served is None and requested:
+            await self.registry.refresh()
+            served = self.find_transcriber(requested)
+        if served is not None:
+            return served
+        if not requested:
+            raise APIError(404, "This server serves no speech-to-text model (register one of "
+                           "kind transcribe).", param="model", code="model_not_found")
+        if self._match(requested) is not None or self.find_embedder(requested) is not None:
+            names = ", ".join(f"`{t.name}`" for t in self.transcribers) or "no model here"
+            raise APIError(400, f"The model `{requested}` does not transcribe speech; "
+                           f"transcriptions come from {names}.", param="model")
+        raise APIError(404, f"The model `{requested}` does not exist.", param="model",
+                       code="model_not_found")
+
+    async def load_transcriber(self, served: ServedTranscriber) -> None:
+        """Bring a speech-to-text model into memory, its weights planned in the memory
+        budget like a generate model's (the least recently used idle models are unloaded
+        to make room; 503 naming what is loaded if it still does not fit)."""
+        transcriber = served.transcriber
+        if transcriber.is_ready:
+            served.touch()
+            return
+        async with self._plan_lock:
+            if not (transcriber.is_ready or transcriber.waking):
+                need = ModelFootprint(weight_bytes(served.entry.source), 0, 0, True)
+                others = [t.footprint for t in self.transcribers
+                          if t is not served and t.in_memory and t.footprint is not None]
+                served.footprint = need
+                await self.budget.make_room_for(
+                    served.name, need.total_bytes, sum(f.total_bytes for f in others),
+                    self.models, [m for m in self.models if self._unloadable(m)],
+                    self.unload, self._describe)
+        await served.wake(self.settings.retry_after_s)
+
     async def sleep_idle(self) -> None:
         """Put each model idle for its --sleep-idle-seconds to sleep."""
         now = time.monotonic()
+        for spoken in self.transcribers:
+            idle_s = spoken.idle_seconds
+            if (idle_s and spoken.transcriber.is_ready and now - spoken.last_used >= idle_s
+                    and spoken.transcriber.sleep()):
+                spoken.resting = SLEEPING
+                await spoken.transcriber.until_asleep()
+                logger.info("No request for %.0f s: the speech-to-text model `%s` sleeps",
+                            now - spoken.last_used, spoken.name)
         for served in self.embedders:
             idle_s = served.idle_seconds
             if (idle_s and served.embedder.is_ready and now - served.last_used >= idle_s

@@ -24,6 +24,10 @@ class ServedEmbedder(Served):
     def name(self) -> str:
         return self.entry.name
 
+    @property
+    def leases(self) -> int:
+        return self.embedder.leases
+
 
     async def wake(self, retry_after_s: int) -> None:
         """Load it if it is out of memory (the request waits); 503 if that fails, or while

@@ -308,6 +308,16 @@ class ServerMetrics:
         self.embedding_tokens = Counter("officellm:embedding_tokens",
                                         "Tokens of the inputs embedded, per user.", u,
                                         registry=r)
+        # Speech to text (/v1/audio/*), labelled with the speech model's name.
+        self.audio_requests = Counter("officellm:audio_requests",
+                                      "Transcriptions and translations served, per user.", u,
+                                      registry=r)
+        self.audio_seconds = Counter("officellm:audio_seconds",
+                                     "Seconds of audio transcribed or translated, per user.",
+                                     u, registry=r)
+        self.audio_windows = Counter("officellm:audio_windows",
+                                     "30 s windows of audio decoded, per user.", u,
+                                     registry=r)
         self.in_flight = Gauge("officellm:requests_in_flight",
                                "Generation requests being served now.", registry=r)
 
@@ -342,6 +352,13 @@ class ServerMetrics:
         self.embedding_requests.labels(model, user).inc()
         self.embedding_inputs.labels(model, user).inc(inputs)
         self.embedding_tokens.labels(model, user).inc(tokens)
+
+    def record_transcription(self, model: str, user: str, seconds: float,
+                             windows: int) -> None:
+        """Count one served transcription or translation of `model` for its user."""
+        self.audio_requests.labels(model, user).inc()
+        self.audio_seconds.labels(model, user).inc(seconds)
+        self.audio_windows.labels(model, user).inc(windows)
 
     def record_refusal(self, user: str, reason: str) -> None:
         self.user_refusals.labels(self.model_name, user, reason).inc()
