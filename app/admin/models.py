@@ -44,7 +44,7 @@ class ModelRow(BaseModel):
 
     name: str
     source: str
-    kind: str = Field(description="generate or embed.")
+    kind: str = Field(description="generate, embed, transcribe or rerank.")
     pinned: bool = Field(description="Loaded at start, never unloaded to make room.")
     aliases: list[str]
     sleep_idle_seconds: float | None

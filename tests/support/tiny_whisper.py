@@ -54,9 +54,11 @@ def write_whisper_processor(out_dir: Path) -> None:
     WhisperProcessor(feature_extractor=extractor, tokenizer=tokenizer).save_pretrained(out_dir)
 
 
-def build_tiny_whisper(out_dir: Path, seed: int = 0, d_model: int = 64,
-                       layers: int = 2) -> Path:
-    """Write a random-weight Whisper and its processor into `out_dir` (returned)."""
+def build_tiny_whisper(out_dir: Path, seed: int = 0, d_model: int = 64, layers: int = 2,
+                       max_new_tokens: int | None = None) -> Path:
+    """Write a random-weight Whisper and its processor into `out_dir` (returned).
+    `max_new_tokens`: its generation config's cap on a window's tokens (a random model
+    never writes its end of text, so a server test caps each window short)."""
     import torch
     from transformers import (
         GenerationConfig,
@@ -76,9 +78,15 @@ def build_tiny_whisper(out_dir: Path, seed: int = 0, d_model: int = 64,
         encoder_attention_heads=4, decoder_attention_heads=4,
         encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model,
         max_source_positions=1500, max_target_positions=448,
-        decoder_start_token_id=sot, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot)
+        decoder_start_token_id=sot, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot,
+        tie_word_embeddings=False)
     torch.manual_seed(seed)
     model = WhisperForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        # Random weights spread the next token over 1,769 ids, 1,501 of them timestamps: the
+        # byte tokens' output rows are made larger so the model writes text (what a trained
+        # Whisper does between its timestamps), which the tests then compare.
+        model.proj_out.weight[:256] *= 50.0
     model.save_pretrained(out_dir)
     generation = GenerationConfig(
         decoder_start_token_id=sot, bos_token_id=eot, eos_token_id=eot, pad_token_id=eot,
@@ -86,6 +94,7 @@ def build_tiny_whisper(out_dir: Path, seed: int = 0, d_model: int = 64,
         lang_to_id={f"<|{c}|>": ids[f"<|{c}|>"] for c in LANGUAGES},
         task_to_id={"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]},
         no_timestamps_token_id=no_timestamps, prev_sot_token_id=ids["<|startofprev|>"],
-        suppress_tokens=[], begin_suppress_tokens=[eot], begin_index=3)
+        suppress_tokens=[], begin_suppress_tokens=[eot], begin_index=3,
+        max_new_tokens=max_new_tokens)
     generation.save_pretrained(out_dir)
     return out_dir
