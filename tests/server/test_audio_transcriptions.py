@@ -211,6 +211,16 @@ def test_a_model_that_does_not_transcribe_is_refused(served, speech_wav):
         served.client.audio.transcriptions.create(model=CHAT_MODEL, file=f)
 
 
+def test_the_models_tab_and_v1_models_list_it_with_its_kind(served):
+    r = httpx.get(f"{served.url}/admin/models", timeout=60,
+                  headers={"Authorization": f"Bearer {served.admin_token}"})
+    assert r.status_code == 200, r.text
+    [row] = [m for m in r.json()["models"] if m["name"] == MODEL]
+    assert row["kind"] == "transcribe" and row["state"] == "ready"
+    assert row["memory_bytes"] > 0  # its weights, planned in the memory budget
+    assert MODEL in [m.id for m in served.client.models.list().data]
+
+
 def _usage_total(served: Served) -> dict:
     r = httpx.get(f"{served.url}/admin/usage", params={"user": "key1"}, timeout=60,
                   headers={"Authorization": f"Bearer {served.admin_token}"})

@@ -29,7 +29,8 @@ async def health(server: ServerState = Depends(get_server)) -> JSONResponse:
         return exc.response()
     return JSONResponse({"status": "ok", "model": server.model_name, "state": default.state,
                          "models": {m.name: m.state for m in server.models.models if m.name}
-                         | {e.name: e.state for e in server.models.embedders}})
+                         | {e.name: e.state for e in server.models.embedders}
+                         | {t.name: t.state for t in server.models.transcribers}})
 
 
 @router.get("/metrics")
