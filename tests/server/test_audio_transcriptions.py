@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,10 +240,41 @@ def test_usage_counts_the_request_and_its_audio_seconds(served, speech_wav):
     assert after["requests"] == before["requests"] + 1
 
 
-def test_the_policys_audio_minutes_per_day_refuses_past_the_limit(served, speech_wav):
-    r = httpx.put(f"{served.url}/admin/policies/users/key1", json={"audio_minutes_per_day": 1},
-                  headers={"Authorization": f"Bearer {served.admin_token}"}, timeout=60)
+def _admin(served: Served, method: str, path: str, body: dict | None = None) -> dict:
+    r = httpx.request(method, f"{served.url}/admin{path}", json=body, timeout=60,
+                      headers={"Authorization": f"Bearer {served.admin_token}"})
     assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_a_policys_models_restrict_it_like_any_model(served, speech_wav):
+    _admin(served, "PUT", "/policies/users/key1", {"models": [CHAT_MODEL]})
+    try:
+        with speech_wav.open("rb") as f, pytest.raises(openai.PermissionDeniedError,
+                                                       match="does not let you use"):
+            served.client.audio.transcriptions.create(model=MODEL, file=f)
+    finally:
+        _admin(served, "PUT", "/policies/users/key1", {"models": None})
+
+
+def test_it_sleeps_when_idle_and_the_next_request_wakes_it(served, speech_wav):
+    _admin(served, "PATCH", f"/models/{MODEL}", {"sleep_idle_seconds": 0.5})
+    try:
+        deadline = time.monotonic() + 30
+        while served.transcriber.is_ready and time.monotonic() < deadline:
+            time.sleep(0.2)
+            served.client.models.list()  # re-reads the registry: the entry's new idle time
+        [row] = [m for m in _admin(served, "GET", "/models")["models"] if m["name"] == MODEL]
+        assert row["state"] == "sleeping"
+        with speech_wav.open("rb") as f:
+            assert served.client.audio.transcriptions.create(model=MODEL, file=f,
+                                                             language="en").text
+    finally:
+        _admin(served, "PATCH", f"/models/{MODEL}", {"sleep_idle_seconds": 0})
+
+
+def test_the_policys_audio_minutes_per_day_refuses_past_the_limit(served, speech_wav):
+    _admin(served, "PUT", "/policies/users/key1", {"audio_minutes_per_day": 1})
     two_minutes = np.tile(decode_audio(speech_wav.read_bytes()), 60)[:120 * SAMPLE_RATE]
     buf = io.BytesIO()
     _write_flac(buf, two_minutes)
