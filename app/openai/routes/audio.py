@@ -115,14 +115,8 @@ async def _serve(request: Request, principal: Principal, server: ServerState,
     served = await server.models.resolve_transcriber(form.model)
     name, transcriber = served.name, served.transcriber
     server.admission.refuse_if_draining()
-    try:
-        audio = await run_in_threadpool(decode_audio, form.data,
-                                        server.settings.audio_max_seconds)
-    except AudioDecodeError as exc:
-        raise APIError(400, str(exc), param="file") from exc
-    seconds = audio.size / SAMPLE_RATE
-    await run_in_threadpool(_check_audio_minutes, server, principal, seconds)
     t0 = time.monotonic()
+    seconds = 0.0
 
     def record(windows: list[WindowTranscript]) -> None:
         busy = time.monotonic() - t0
@@ -142,6 +136,14 @@ async def _serve(request: Request, principal: Principal, server: ServerState,
         # admission): idle sleep never frees it in between.
         transcriber.leases += 1
         admission.on_release(release)
+        # Decoded once admitted: a long file's decoding is the user's work like its windows.
+        try:
+            audio = await run_in_threadpool(decode_audio, form.data,
+                                            server.settings.audio_max_seconds)
+        except AudioDecodeError as exc:
+            raise APIError(400, str(exc), param="file") from exc
+        seconds = audio.size / SAMPLE_RATE
+        await run_in_threadpool(_check_audio_minutes, server, principal, seconds)
         try:
             await server.models.load_transcriber(served)
             _check_model_options(served, form.options)
