@@ -42,6 +42,7 @@ from officellm.app.openai.routes import (
     embeddings,
     models,
     monitoring,
+    rerank,
     responses,
     tokenize,
 )
@@ -188,8 +189,8 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins,
                            allow_methods=["GET", "POST", "PUT", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "X-Thread-Id"])
-    for module in (chat, completions, responses, embeddings, models, tokenize, monitoring,
-                   audio):
+    for module in (chat, completions, responses, embeddings, rerank, models, tokenize,
+                   monitoring, audio):
         app.include_router(module.router)
     app.include_router(anthropic_router)
     app.include_router(admin_router)

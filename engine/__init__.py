@@ -45,6 +45,16 @@ _WHERE: dict[str, str] = {
     "decode_audio": "officellm.engine.speech.audio_decoding",
     "AudioDecodeError": "officellm.engine.speech.audio_decoding",
     "SAMPLE_RATE": "officellm.engine.speech.audio_decoding",
+    # Rerank models: a cross-encoder (sentence-transformers) or a decoder reranker (the
+    # engine's yes/no logit) on its own thread, batched
+    "AsyncReranker": "officellm.engine.rerank.async_reranker",
+    "RerankerStats": "officellm.engine.rerank.async_reranker",
+    "Scorer": "officellm.engine.rerank.scorer",
+    "ScoredPair": "officellm.engine.rerank.scorer",
+    "RerankerInfo": "officellm.engine.rerank.scorer",
+    "load_scorer": "officellm.engine.rerank.scorer",
+    "CrossEncoderScorer": "officellm.engine.rerank.cross_encoder_scorer",
+    "DecoderScorer": "officellm.engine.rerank.decoder_scorer",
     "EngineState": "officellm.engine.model_lifecycle",
     "LoadFailure": "officellm.engine.model_lifecycle",
     "EngineDeadError": "officellm.engine.model_lifecycle",
@@ -81,6 +91,12 @@ _WHERE: dict[str, str] = {
     "PromptTooLongError": "officellm.engine.frontend.input_processor",
     "apply_chat_template": "officellm.engine.llm",
     "load_tokenizer": "officellm.engine.loading.tokenizer",
+    # Images in prompts (vision models): the processor makes a MultiModalPrompt
+    "ImageFeature": "officellm.engine.multimodal.inputs",
+    "MultiModalPrompt": "officellm.engine.multimodal.inputs",
+    "ImageInputError": "officellm.engine.multimodal.inputs",
+    "MultiModalProcessor": "officellm.engine.multimodal.processor",
+    "load_multimodal_processor": "officellm.engine.multimodal.processor",
     # Results out
     "RequestOutput": "officellm.engine.frontend.outputs",
     "CompletionOutput": "officellm.engine.frontend.outputs",

@@ -35,6 +35,7 @@ from officellm.engine.model_lifecycle import (
     LoadFailure,
     ModelLifecycle,
 )
+from officellm.engine.multimodal.inputs import ImageInputError, MultiModalPrompt
 from officellm.engine.stats import EngineStats
 from officellm.engine.structured_output import StructuredOutputsParams
 
@@ -136,7 +137,8 @@ class AsyncLLM(ModelLifecycle):
                     fairness_key: str | None = None, priority: float = 1.0,
                     max_kv_share: float | None = None, background: bool = False,
                     grammar: object | None = None,
-                    sink: asyncio.Queue | None = None) -> asyncio.Queue:
+                    sink: asyncio.Queue | None = None,
+                    multimodal: MultiModalPrompt | None = None) -> asyncio.Queue:
         """Queue a request whose prompt the caller has checked (app/models/prompt.py);
         return the queue its outputs arrive on: RequestOutputs, RequestAborted, or an
         EngineDeadError instance. Several requests may share one `sink`. Raises
@@ -146,14 +148,18 @@ class AsyncLLM(ModelLifecycle):
         tags (the server's per-user salt and scheduling tags, app/policy/); `background`
         marks work nobody waits to read (a front end's task), which yields to every other
         request's prompt work (engine/core/scheduler.py); `grammar` is
-        what compile_grammar() returned for params.structured_outputs."""
+        what compile_grammar() returned for params.structured_outputs; `multimodal` a
+        prompt with images (front_end.multimodal_processor's, its token_ids
+        `prompt_token_ids`): ImageInputError on a model without vision (EngineInfo.vision)."""
         front_end = self.front_end
         if self.state is not EngineState.READY or front_end is None:
             raise EngineDeadError(self.unavailable_reason())
+        if multimodal is not None and not front_end.info.vision:
+            raise ImageInputError(f"The model {front_end.model_name} does not take images.")
         core_requests = InputProcessor.core_requests(
             request_id, prompt_token_ids, params, cache_salt, fairness_key=fairness_key,
             priority=priority, max_kv_share=max_kv_share, background=background,
-            grammar=grammar)  # type: ignore[arg-type]
+            grammar=grammar, multimodal=multimodal)  # type: ignore[arg-type]
         front_end.output_processor.add_request(request_id, None, core_requests, kind)
         sink = sink if sink is not None else asyncio.Queue()
         self._sinks[request_id] = sink

@@ -133,6 +133,8 @@ class EngineCore:
         self.runner = runner  # rank 0's: for introspection (tests, benchmarks), not for steps
         self.spec, self.dtype, self.device = worker.spec, worker.dtype, worker.device
         self.kv_dtype = worker.kv_dtype
+        # The model takes images: its vision tower is loaded (engine/models/vision/).
+        self.vision: bool = runner.encoder_cache is not None
         self.weight_format = worker.weight_format  # dense, in blocks, or both (in words)
         self.weight_bytes = worker.weight_bytes
         self.backend, self.model = worker.backend, worker.model

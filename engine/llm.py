@@ -11,8 +11,10 @@ from officellm.engine.frontend.output_processor import OutputKind
 from officellm.engine.frontend.outputs import RequestOutput
 from officellm.engine.frontend.sampling_params import SamplingParams
 from officellm.engine.llm_engine import LLMEngine
+from officellm.engine.multimodal.inputs import MultiModalPrompt
 
-Prompt = str | list[int]
+# Text, token ids, or token ids with images (LLMEngine.multimodal_processor makes those).
+Prompt = str | list[int] | MultiModalPrompt
 Message = dict[str, Any]
 
 
@@ -39,14 +41,22 @@ class LLM:
     def get_tokenizer(self) -> Any:
         return self.llm_engine.tokenizer
 
-    def generate(self, prompts: Prompt | Sequence[Prompt],
+    def generate(self, prompts: Prompt | Sequence[Prompt] | None = None,
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 ) -> list[RequestOutput]:
+                 multimodal: MultiModalPrompt | None = None) -> list[RequestOutput]:
         """Run every prompt to completion; outputs come back in the prompts' order.
 
-        A prompt is a string or a list of token ids.
+        A prompt is a string, a list of token ids, or a MultiModalPrompt (token ids with
+        images); `multimodal=` is one such prompt given alone (prompts None).
         """
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        if multimodal is not None:
+            if prompts is not None:
+                raise ValueError("Give the prompts, or one multimodal prompt, not both.")
+            prompts = [multimodal]
+        if prompts is None:
+            raise ValueError("Give at least one prompt.")
+        if isinstance(prompts, (str, MultiModalPrompt)) or (
+                prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # type: ignore[list-item]
         prompts = list(prompts)  # type: ignore[arg-type]
         if sampling_params is None:
@@ -57,7 +67,11 @@ class LLM:
             raise ValueError("Give one SamplingParams, or one per prompt.")
         ids = [f"gen-{next(self._ids)}" for _ in prompts]
         for rid, prompt, p in zip(ids, prompts, params):
-            self.llm_engine.add_request(rid, prompt, p, output_kind=OutputKind.FINAL)
+            if isinstance(prompt, MultiModalPrompt):
+                self.llm_engine.add_request(rid, None, p, output_kind=OutputKind.FINAL,
+                                            multimodal=prompt)
+            else:
+                self.llm_engine.add_request(rid, prompt, p, output_kind=OutputKind.FINAL)
         return self._run(ids)
 
     def chat(self, messages: list[Message] | list[list[Message]],

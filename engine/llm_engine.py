@@ -17,6 +17,7 @@ from officellm.engine.loading.model_loader import (
     resolve_model_dir,
 )
 from officellm.engine.loading.tokenizer import load_tokenizer
+from officellm.engine.multimodal.inputs import ImageInputError, MultiModalPrompt
 from officellm.engine.stats import EngineStats
 
 
@@ -41,7 +42,8 @@ class LLMEngine:
         self.front_end = EngineFrontEnd(
             EngineInfo(str(model_dir), default_model_name(config.model),
                        self.engine_core.max_model_len, generation_max_new_tokens(model_dir),
-                       self.engine_core.spec.vocab_size, sorted(eos)), tokenizer)
+                       self.engine_core.spec.vocab_size, sorted(eos),
+                       vision=self.engine_core.vision), tokenizer)
         front = self.front_end
         self.model_dir, self.model_name, self.tokenizer = model_dir, front.model_name, tokenizer
         # The model's default answer length (generation_config's max_new_tokens), or None.
@@ -50,6 +52,7 @@ class LLMEngine:
         self.input_processor = front.input_processor
         self.output_processor = front.output_processor
         self.grammar_compiler = front.grammar_compiler
+        self.multimodal_processor = front.multimodal_processor
 
     def close(self) -> None:
         """Stop the tensor-parallel worker processes, if any (idempotent). An engine that is
@@ -63,12 +66,17 @@ class LLMEngine:
         self.close()
 
     # -- requests ------------------------------------------------------------------------
-    def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams, *,
+    def add_request(self, request_id: str, prompt: str | list[int] | None,
+                    params: SamplingParams, *,
                     cache_salt: str | None = None, check_max_tokens: bool = False,
                     output_kind: OutputKind = OutputKind.DELTA, fairness_key: str | None = None,
                     priority: float = 1.0, max_kv_share: float | None = None,
-                    background: bool = False) -> None:
-        """Queue a request. A prompt is text or token ids. Raises PromptTooLongError or
+                    background: bool = False, multimodal: MultiModalPrompt | None = None
+                    ) -> None:
+        """Queue a request. A prompt is text or token ids, or, with images, `multimodal`
+        (made by self.multimodal_processor; its token_ids are the prompt, and `prompt` is
+        None or those ids). Raises ImageInputError for images on a model without vision,
+        PromptTooLongError or
         ValueError (an empty prompt, ids outside the vocabulary, an id in use, a priority
         that is not a positive weight, a max_kv_share outside (0, 1], a structured-output
         spec that does not compile: StructuredOutputError). A structured-output grammar is
@@ -82,13 +90,22 @@ class LLMEngine:
         With check_max_tokens, a max_tokens that would run past max_model_len is refused
         (the server's behaviour); otherwise generation just stops at max_model_len.
         """
+        if multimodal is not None:
+            if not self.front_end.info.vision:
+                raise ImageInputError(f"The model {self.model_name} does not take images.")
+            if prompt is not None and prompt != multimodal.token_ids:
+                raise ValueError("With multimodal=, the prompt is its token_ids.")
+            prompt = multimodal.token_ids
+        if prompt is None:
+            raise ValueError("A request needs a prompt.")
         ids = self.input_processor.encode(prompt)
         self.input_processor.check_prompt(ids, params.max_tokens if check_max_tokens else None)
         grammar = (None if params.structured_outputs is None
                    else self.grammar_compiler.compile(params.structured_outputs))
         core_requests = self.input_processor.core_requests(
             request_id, ids, params, cache_salt, fairness_key=fairness_key, priority=priority,
-            max_kv_share=max_kv_share, background=background, grammar=grammar)
+            max_kv_share=max_kv_share, background=background, grammar=grammar,
+            multimodal=multimodal)
         self.output_processor.add_request(request_id, prompt if isinstance(prompt, str) else None,
                                           core_requests, output_kind)
         for core_request in core_requests:

@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from officellm.app.models.registry_sync import RegistrySync
 from officellm.app.models.served import SLEEPING, UNLOADED
 from officellm.app.models.served_embedder import ServedEmbedder
 from officellm.app.models.served_model import ServedModel
+from officellm.app.models.served_reranker import ServedReranker
 from officellm.app.models.served_transcriber import ServedTranscriber, weight_bytes
 from officellm.app.registry.entry import BUNDLED, ModelEntry
 from officellm.app.server_settings import ServerSettings
@@ -30,6 +32,7 @@ from officellm.engine import (
     BUNDLED_EMBEDDER,
     AsyncEmbedder,
     AsyncLLM,
+    AsyncReranker,
     AsyncTranscriber,
     Encoder,
     EngineConfig,
@@ -37,9 +40,11 @@ from officellm.engine import (
     LLMEngine,
     ModelFootprint,
     ProcessEncoder,
+    Scorer,
     WhisperTranscriber,
     bundled_embedder_dir,
     load_encoder,
+    load_scorer,
 )
 
 if TYPE_CHECKING:
@@ -68,6 +73,20 @@ def encoder_factory(entry: ModelEntry, in_process: bool,
     return load
 
 
+def scorer_factory(entry: ModelEntry, engine: EngineConfig) -> Callable[[], Scorer]:
+    """How a rerank entry's scorer loads (on its own thread, in this process): a decoder
+    reranker's engine takes the server's knobs (device, dtype...) and the entry's options, on
+    one device, with its own KV pool (the entry's kv_cache_memory, else the scorer's
+    default) and no KV tiers below it; a cross-encoder needs none of them."""
+    def load() -> Scorer:
+        own = {"kv_cache_memory": None, "tensor_parallel_size": 1,
+               "kv_offloading_size": None, "kv_disk_dir": None, "speculative_config": None}
+        config = replace(engine, model=entry.source, **(own | entry.engine_options()))
+        return load_scorer(entry.source, engine_config=config)
+
+    return load
+
+
 class ModelPool:
     """The served generate models in registry order; the first is the default (the
     command line's model), which answers requests that name no model."""
@@ -81,6 +100,7 @@ class ModelPool:
         self.models: list[ServedModel] = []
         self.embedders: list[ServedEmbedder] = []  # /v1/embeddings' models
         self.transcribers: list[ServedTranscriber] = []  # /v1/audio/*'s models
+        self.rerankers: list[ServedReranker] = []  # /v1/rerank's, /v2/rerank's and /score's
         self._plan_lock = asyncio.Lock()
         self.registry = RegistrySync(self)
         self._started = False
@@ -172,11 +192,56 @@ class ModelPool:
         self.transcribers.remove(served)
         return True
 
+    def add_reranker(self, entry: ModelEntry,
+                     factory: Callable[[], Scorer] | None = None) -> ServedReranker:
+        """Serve the rerank model `entry` (started asleep unless pinned, once the pool
+        starts): its scorer built by `factory` (tests), else as scorer_factory says."""
+        reranker = AsyncReranker(factory or scorer_factory(entry, self.settings.engine))
+        served = ServedReranker(entry, reranker, self.settings)
+        self.rerankers.append(served)
+        if self._started:
+            reranker.start(asleep=not entry.pinned)
+        return served
+
+    def find_reranker(self, name: str) -> ServedReranker | None:
+        return next((r for r in self.rerankers if r.name == name), None)
+
+    def forget_reranker(self, served: ServedReranker) -> bool:
+        """Stop serving a rerank model removed from the registry: False while in use."""
+        if not (served.reranker.sleep() or served.reranker.state is EngineState.SLEEPING):
+            return False
+        served.reranker.stop(timeout=0)
+        self.rerankers.remove(served)
+        return True
+
+    async def resolve_reranker(self, requested: str | None) -> ServedReranker:
+        """The rerank model `requested` names (None: the first one): 400 for a model of
+        another kind, 404 for an unknown name or none served."""
+        served = (self.rerankers[0] if not requested and self.rerankers
+                  else self.find_reranker(requested or ""))
+        if served is None and requested:
+            await self.registry.refresh()
+            served = self.find_reranker(requested)
+        if served is not None:
+            return served
+        if not self.rerankers and not requested:
+            raise APIError(404, "This server serves no rerank model (register one of kind "
+                           "rerank).", param="model", code="model_not_found")
+        if requested and (self._match(requested) is not None
+                          or self.find_embedder(requested) is not None
+                          or self.find_transcriber(requested) is not None):
+            names = ", ".join(f"`{r.name}`" for r in self.rerankers) or "no model here"
+            raise APIError(400, f"The model `{requested}` is not a rerank model; rerank and "
+                           f"score come from {names}.", param="model")
+        raise APIError(404, f"The model `{requested}` does not exist.", param="model",
+                       code="model_not_found")
+
     def serving_besides(self, this: ServedModel | ServedEmbedder | None) -> bool:
         """Whether a model other than `this` is loaded and serving (a new load then runs
         behind it: engine/core_client/child_side.py)."""
         return (any(m.async_engine.is_ready for m in self.models if m is not this)
-                or any(e.embedder.is_ready for e in self.embedders if e is not this))
+                or any(e.embedder.is_ready for e in self.embedders if e is not this)
+                or any(r.reranker.is_ready for r in self.rerankers))
 
     def find_embedder(self, name: str) -> ServedEmbedder | None:
         return next((e for e in self.embedders if e.name == name), None)
@@ -199,6 +264,8 @@ class ModelPool:
             served.embedder.start(asleep=not served.entry.pinned)
         for spoken in self.transcribers:
             spoken.transcriber.start(asleep=not spoken.entry.pinned)
+        for reranker in self.rerankers:
+            reranker.reranker.start(asleep=not reranker.entry.pinned)
 
     def stop(self, timeout: float = 10.0) -> None:
         for model in self.models:
@@ -209,6 +276,8 @@ class ModelPool:
             served.embedder.stop(timeout)
         for spoken in self.transcribers:
             spoken.transcriber.stop(timeout)
+        for reranker in self.rerankers:
+            reranker.reranker.stop(timeout)
 
     def abort_all(self) -> None:
         for model in self.models:
@@ -250,6 +319,9 @@ class ModelPool:
             raise APIError(400, f"The model `{requested}` is a speech-to-text model: it serves "
                            "/v1/audio/transcriptions and /v1/audio/translations only.",
                            param="model")
+        if self.find_reranker(requested) is not None:
+            raise APIError(400, f"The model `{requested}` is a rerank model: it serves "
+                           "/v1/rerank, /v2/rerank and /score only.", param="model")
         raise APIError(404, f"The model `{requested}` does not exist.", param="model",
                        code="model_not_found")
 
@@ -348,7 +420,8 @@ class ModelPool:
                            "--embedding-model, or register one).", param="model",
                            code="model_not_found")
         if requested and (self._match(requested) is not None
-                          or self.find_transcriber(requested) is not None):
+                          or self.find_transcriber(requested) is not None
+                          or self.find_reranker(requested) is not None):
             names = ", ".join(f"`{e.name}`" for e in self.embedders) or "no model here"
             raise APIError(400, f"The model `{requested}` does not embed; embeddings come "
                            f"from {names}.", param="model")
@@ -368,7 +441,8 @@ class ModelPool:
         if not requested:
             raise APIError(404, "This server serves no speech-to-text model (register one of "
                            "kind transcribe).", param="model", code="model_not_found")
-        if self._match(requested) is not None or self.find_embedder(requested) is not None:
+        if (self._match(requested) is not None or self.find_embedder(requested) is not None
+                or self.find_reranker(requested) is not None):
             names = ", ".join(f"`{t.name}`" for t in self.transcribers) or "no model here"
             raise APIError(400, f"The model `{requested}` does not transcribe speech; "
                            f"transcriptions come from {names}.", param="model")
@@ -414,6 +488,14 @@ class ModelPool:
                 await served.embedder.until_asleep()
                 logger.info("No request for %.0f s: the embedding model `%s` sleeps",
                             now - served.last_used, served.name)
+        for reranker in self.rerankers:
+            idle_s = reranker.idle_seconds
+            if (idle_s and reranker.reranker.is_ready and now - reranker.last_used >= idle_s
+                    and reranker.reranker.sleep()):
+                reranker.resting = SLEEPING
+                await reranker.reranker.until_asleep()
+                logger.info("No request for %.0f s: the rerank model `%s` sleeps",
+                            now - reranker.last_used, reranker.name)
         for model in list(self.models):
             idle_s = model.idle_seconds
             if (idle_s and model.async_engine.is_ready and model.leases == 0

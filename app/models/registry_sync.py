@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from officellm.app.registry.entry import EMBED, GENERATE, TRANSCRIBE, ModelEntry
+from officellm.app.registry.entry import EMBED, GENERATE, RERANK, TRANSCRIBE, ModelEntry
 
 if TYPE_CHECKING:
     from officellm.app.models.model_pool import ModelPool
@@ -86,3 +86,14 @@ class RegistrySync:
             if (pool.find(entry.name) is None and pool.find_embedder(entry.name) is None
                     and pool.find_transcriber(entry.name) is None):
                 pool.add_transcriber(entry)
+        scorers = {e.name: e for e in entries if e.kind == RERANK}
+        for reranker in list(pool.rerankers):
+            entry = scorers.pop(reranker.name, None)
+            if entry is None:
+                pool.forget_reranker(reranker)
+            elif entry != reranker.entry:
+                reranker.entry = entry
+        for entry in scorers.values():
+            if not (pool.find(entry.name) or pool.find_embedder(entry.name)
+                    or pool.find_reranker(entry.name)):
+                pool.add_reranker(entry)

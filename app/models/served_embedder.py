@@ -26,8 +26,8 @@ class ServedEmbedder(Served):
 
     @property
     def leases(self) -> int:
+        """Requests using it now."""
         return self.embedder.leases
-
 
     async def wake(self, retry_after_s: int) -> None:
         """Load it if it is out of memory (the request waits); 503 if that fails, or while

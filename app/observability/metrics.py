@@ -318,6 +318,15 @@ class ServerMetrics:
         self.audio_windows = Counter("officellm:audio_windows",
                                      "30 s windows of audio decoded, per user.", u,
                                      registry=r)
+        # Reranking (/v1/rerank, /v2/rerank, /score), labelled with the rerank model's name.
+        self.rerank_requests = Counter("officellm:rerank_requests",
+                                       "Rerank and score requests served, per user.", u,
+                                       registry=r)
+        self.rerank_documents = Counter("officellm:rerank_documents",
+                                        "Query-document pairs scored, per user.", u,
+                                        registry=r)
+        self.rerank_tokens = Counter("officellm:rerank_tokens",
+                                     "Tokens of the pairs scored, per user.", u, registry=r)
         self.in_flight = Gauge("officellm:requests_in_flight",
                                "Generation requests being served now.", registry=r)
 
@@ -359,6 +368,11 @@ class ServerMetrics:
         self.audio_requests.labels(model, user).inc()
         self.audio_seconds.labels(model, user).inc(seconds)
         self.audio_windows.labels(model, user).inc(windows)
+    def record_rerank(self, model: str, user: str, documents: int, tokens: int) -> None:
+        """Count one served rerank or score request of `model` for its user."""
+        self.rerank_requests.labels(model, user).inc()
+        self.rerank_documents.labels(model, user).inc(documents)
+        self.rerank_tokens.labels(model, user).inc(tokens)
 
     def record_refusal(self, user: str, reason: str) -> None:
         self.user_refusals.labels(self.model_name, user, reason).inc()

@@ -59,6 +59,11 @@ class AttentionMetadata:
     max_query_len: int  # the longest sequence's new tokens (0 for an empty step)
     seq_lens_host: list[int]  # [B] seq_lens on the host
     query_start_loc_host: list[int]  # [B+1] query_start_loc on the host
+    # Per sequence, position spans [start, end) whose tokens attend to each other both ways
+    # on top of the causal rule (an image's tokens in Gemma 3; within a sliding layer's
+    # window still); None when no sequence has one. The scheduler keeps a span within one
+    # prefill chunk, so a span's keys are all this step's or all cached.
+    bidirectional: list[list[tuple[int, int]]] | None = None
 
     @property
     def num_seqs(self) -> int:

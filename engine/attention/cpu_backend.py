@@ -50,7 +50,8 @@ class CpuAttention(TorchAttention):
 
     def _prefill(self, layer: int, p: PrefillPlan, q: torch.Tensor, k: torch.Tensor,
                  v: torch.Tensor) -> torch.Tensor:
-        if p.table is None or p.q_len > CHUNK_KERNEL_MAX_ROWS:
+        # The chunk kernel is causal: a chunk with an image's two-way span runs SDPA's mask.
+        if p.table is None or p.q_len > CHUNK_KERNEL_MAX_ROWS or p.bidirectional:
             return super()._prefill(layer, p, q, k, v)
         info = self.layers[layer]
         return self.kernel.paged_chunk_attention(q, self.k_caches[layer], self.v_caches[layer],

@@ -34,6 +34,7 @@ class PrefillPlan:
     blocks: torch.Tensor | None  # the blocks holding keys [first_key, seq_len); None: all are this step's
     mask: torch.Tensor | None  # [q_len, keys] bool; None when plainly causal
     table: torch.Tensor | None = None  # the sequence's whole block table up to seq_len
+    bidirectional: bool = False  # the mask lets some queries see later keys (an image's)
 
 
 @dataclass
@@ -115,16 +116,18 @@ class TorchAttention:
                 first_key = max(0, ctx - n - window + 1) // bs * bs
             q_pos = torch.arange(ctx - n, ctx, device=dev).unsqueeze(1)
             k_pos = torch.arange(first_key, ctx, device=dev).unsqueeze(0)
-            if ctx == n:  # nothing cached before it: attend to this step's own keys
+            spans = md.bidirectional[b] if md.bidirectional is not None else []
+            if ctx == n and not spans:  # nothing cached before it: its own keys, causal
                 mask = None if window is None else (k_pos <= q_pos) & (k_pos > q_pos - window)
                 plans.append(PrefillPlan(start, n, ctx, 0, None, mask))
                 continue
-            mask = k_pos <= q_pos
-            if window is not None:
-                mask &= k_pos > q_pos - window
+            # A chunk with a two-way span reads its keys back from the cache even when they
+            # are all its own: the Triton backend runs such chunks through this path after
+            # its kernel has written (and rotated) them.
+            mask = _allowed(q_pos, k_pos, window, spans)
             table = md.block_tables[group, b, : -(-ctx // bs)]
             plans.append(PrefillPlan(start, n, ctx, first_key, table[first_key // bs:], mask,
-                                     table))
+                                     table, bool(spans)))
         return plans
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -147,6 +150,13 @@ class TorchAttention:
             rows = slice(p.q_start, p.q_start + p.q_len)
             out[rows] = self._prefill(layer, p, q[rows], k[rows], v[rows])
         return out
+
+    def cached_prefill(self, layer: int, p: PrefillPlan, q: torch.Tensor) -> torch.Tensor:
+        """Attention of one prefill chunk's rotated q rows over keys and values already in
+        the layer's cache (a plan with blocks): how another backend runs a chunk whose mask
+        its kernel lacks (an image's two-way span)."""
+        assert p.blocks is not None
+        return self._prefill(layer, p, q, q, q)
 
     def _prefill(self, layer: int, p: PrefillPlan, q: torch.Tensor, k: torch.Tensor,
                  v: torch.Tensor) -> torch.Tensor:
@@ -180,6 +190,19 @@ class TorchAttention:
         qg = q.view(bd, hk, hq // hk, d)  # the group's query heads act as a query length
         o = _attend(qg, keys, vals, plan.mask, self.scale, self.layers[layer].sinks, hk)
         return o.reshape(bd, hq, d)
+
+
+def _allowed(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int | None,
+             spans: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """Which keys each query sees: causal, or both in one bidirectional span
+    (transformers' blockwise overlay), and within a sliding layer's window after that
+    (Gemma 3's AND(window, OR(causal, block)))."""
+    mask = k_pos <= q_pos
+    for lo, hi in spans:
+        mask |= (q_pos >= lo) & (q_pos < hi) & (k_pos >= lo) & (k_pos < hi)
+    if window is not None:
+        mask &= k_pos > q_pos - window
+    return mask
 
 
 def _attend(q: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor, mask: torch.Tensor | None,

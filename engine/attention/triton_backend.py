@@ -7,6 +7,10 @@ in CUDA graphs) runs the split-K decode kernel; any step with a prefill runs the
 kernel once for all sequences. Both read the paged cache through the metadata's
 block_tables / seq_lens / query_start_loc on the device, which is what lets a captured
 graph replay with new lengths.
+
+The varlen kernel is causal: a prefill chunk holding an image whose tokens attend to each
+other both ways (Gemma 3) has its rows computed again by the torch reference over the
+cache the kernel wrote (TorchAttention.cached_prefill), only in steps with such a chunk.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from officellm.engine.attention.backend import AttentionMetadata, LayerAttention
+from officellm.engine.attention.torch_backend import TorchAttention
 from officellm.kernels.triton import ops as triton_ops
 from officellm.kernels.triton.decode_attention import default_num_splits
 
@@ -30,10 +35,17 @@ class TritonAttention:
         self.scale = scale
         self.layers = list(layers)
         self.metadata: AttentionMetadata | None = None
+        # The reference that runs chunks with a two-way span (made on first need).
+        self._two_way: TorchAttention | None = None
 
     def set_metadata(self, metadata: AttentionMetadata) -> None:
         """Take the step's metadata (the kernels read it as it is)."""
         self.metadata = metadata
+        if metadata.bidirectional is not None:
+            if self._two_way is None:
+                self._two_way = TorchAttention(self.k_caches, self.v_caches, self.scale,
+                                               _no_rotary, self.layers)
+            self._two_way.set_metadata(metadata)
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -52,6 +64,18 @@ class TritonAttention:
             return triton_ops.paged_decode_attention(
                 q, kc, vc, tables, md.seq_lens, self.scale, num_splits=splits,
                 window=info.window or 0, sinks=info.sinks)
-        return triton_ops.paged_prefill_attention(
+        out = triton_ops.paged_prefill_attention(
             q, kc, vc, tables, md.seq_lens, md.query_start_loc, self.scale,
             max_query_len=md.max_query_len, window=info.window or 0, sinks=info.sinks)
+        if md.bidirectional is not None and self._two_way is not None:
+            for plan in self._two_way.prefills[info.group]:
+                if plan.bidirectional:
+                    rows = slice(plan.q_start, plan.q_start + plan.q_len)
+                    out[rows] = self._two_way.cached_prefill(layer, plan, q[rows])
+        return out
+
+
+def _no_rotary(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+               sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fallback's rotary: never called (it attends over rows already rotated)."""
+    raise AssertionError("the two-way fallback does not rotate")

@@ -9,11 +9,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
-def hash_block_tokens(parent_hash: bytes | None, token_ids: Sequence[int], salt: str | None) -> bytes:
+def hash_block_tokens(parent_hash: bytes | None, token_ids: Sequence[int], salt: str | None,
+                      image_hashes: Sequence[str] = ()) -> bytes:
     """Chain a block's hash to its parent's, so equal prefixes map to equal blocks.
 
     The salt enters only the first block (parent None): requests with different salts never
-    share blocks. blake2b keeps collisions, and so wrong KV reuse, out of reach.
+    share blocks. `image_hashes`: the content hashes of the images the block's tokens hold
+    placeholders of (vLLM's extra keys): their ids are the same for every image, their KV
+    is not. blake2b keeps collisions, and so wrong KV reuse, out of reach.
     """
     h = hashlib.blake2b(digest_size=16)
     if parent_hash is None:
@@ -21,6 +24,8 @@ def hash_block_tokens(parent_hash: bytes | None, token_ids: Sequence[int], salt:
     else:
         h.update(parent_hash)
     h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
+    for image_hash in image_hashes:
+        h.update(b"image:" + image_hash.encode())
     return h.digest()
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from officellm.engine.core.block_pool import BlockPool, KVBlock, hash_block_tokens
+from officellm.engine.core.image_ranges import block_image_hashes, hit_blocks_outside_images
 from officellm.engine.core.kv_cache_groups import KVCacheGroups, first_needed_block
 from officellm.engine.core.lower_tier import BlockSave, LowerTier
 from officellm.engine.core.request import Request
@@ -101,7 +102,9 @@ class KVCacheManager:
         while (len(hashes) + 1) * bs <= len(tokens):
             i = len(hashes)
             parent = hashes[-1] if hashes else None
-            hashes.append(hash_block_tokens(parent, tokens[i * bs : (i + 1) * bs], salt))
+            images = (block_image_hashes(request.images, i * bs, (i + 1) * bs)
+                      if request.images else ())
+            hashes.append(hash_block_tokens(parent, tokens[i * bs : (i + 1) * bs], salt, images))
 
     # -- admission -----------------------------------------------------------------------
     def get_computed_blocks(self, request: Request) -> tuple[GroupBlocks, int]:
@@ -222,6 +225,8 @@ class KVCacheManager:
         compute): the pool's block, the key of one the lower tier holds (`use_tier`), or
         None."""
         num = (request.num_tokens - 1) // self.block_size
+        if request.images:  # a hit never ends inside an image: back off to its start
+            num = hit_blocks_outside_images(request.images, num, self.block_size)
         found: list[list[KVBlock | bytes | None]] = []
         for g in range(len(self.windows)):
             keys = [_cache_key(h, g) for h in request.block_hashes[:num]]

@@ -61,6 +61,34 @@ class SequenceGrammar(Protocol):
     def fill_bitmask(self, bitmask: Any, row: int) -> None: ...
 
 
+class PromptImage(Protocol):
+    """An image of a prompt as the core reads it (engine/multimodal/inputs.py's ImageFeature
+    is the implementation; the model runner reads its pixels): its placeholder tokens are
+    prompt positions [offset, offset + length), and its content hash keys its KV blocks."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def content_hash(self) -> str: ...
+
+    @property
+    def end(self) -> int: ...
+
+
+class ImagePrompt(Protocol):
+    """A prompt with images (engine/multimodal/inputs.py's MultiModalPrompt)."""
+
+    @property
+    def token_ids(self) -> list[int]: ...
+
+    @property
+    def images(self) -> tuple[PromptImage, ...]: ...
+
+
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -115,8 +143,14 @@ class EngineCoreRequest:
     # The compiled grammar of params.structured_outputs (the front end compiles it, off the
     # step loop); each sequence gets its own matcher from it.
     grammar: xgr.CompiledGrammar | None = None
+    # A prompt with images: its token_ids are prompt_token_ids, its images' placeholder
+    # ranges and pixels go with the request to the model runner (engine/multimodal/).
+    multimodal: ImagePrompt | None = None
 
     def __post_init__(self) -> None:
+        if self.multimodal is not None and self.multimodal.token_ids != self.prompt_token_ids:
+            raise ValueError("A multimodal request's prompt_token_ids are its "
+                             "MultiModalPrompt's token_ids.")
         if not self.priority > 0:
             raise ValueError(f"priority must be a positive weight, not {self.priority!r}.")
         if self.max_kv_share is not None and not 0 < self.max_kv_share <= 1:
@@ -182,6 +216,10 @@ class Request:
     # (what position j's logits say of it), until they go out with the first sampled token.
     prompt_logprobs: list[dict[int, Logprob]] = field(default_factory=list)
     prompt_logprobs_sent: bool = False
+    # The prompt's images in prompt order (placeholder ranges, content hashes, pixels): the
+    # scheduler keeps each image's range in one chunk, the prefix cache keys blocks by their
+    # hashes, the model runner encodes them (engine/worker/encoder_cache.py).
+    images: tuple[PromptImage, ...] = ()
 
     def __post_init__(self) -> None:
         self.all_token_ids: list[int] = list(self.prompt_token_ids)
@@ -195,7 +233,8 @@ class Request:
         return cls(req.request_id, req.prompt_token_ids, req.params, eos_token_ids, req.seed,
                    req.cache_salt, fairness_key=key, priority=req.priority,
                    max_kv_share=req.max_kv_share, background=req.background,
-                   grammar=grammar)
+                   grammar=grammar,
+                   images=() if req.multimodal is None else req.multimodal.images)
 
     @property
     def queue_time(self) -> float | None:

@@ -19,6 +19,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from officellm.engine.core.image_ranges import image_chunk
 from officellm.engine.core.kv_cache_manager import GroupBlocks, KVCacheManager
 from officellm.engine.core.logprob import Logprob
 from officellm.engine.core.prefill_pacer import PrefillPacer
@@ -243,7 +244,13 @@ class Scheduler:
                 room = self._prefill_room(step, req, req.num_computed_tokens)
                 if room <= 0:
                     continue
-                num_new = self._fit(step, req, min(req.num_tokens_to_compute, step.budget, room))
+                num_new = min(req.num_tokens_to_compute, step.budget, room)
+                if req.images:  # an image's tokens run in one chunk
+                    num_new = image_chunk(req.images, req.num_computed_tokens, num_new,
+                                          min(req.num_tokens_to_compute, step.budget))
+                    if not num_new:
+                        continue
+                num_new = self._fit(step, req, num_new)
             else:
                 # Admit new work only while nothing had to be preempted: otherwise we would
                 # take blocks from the very requests we just paused. The first request that
@@ -405,6 +412,11 @@ class Scheduler:
         if room <= 0:
             return 0
         num_new = min(req.num_tokens - num_hit, step.budget, room)
+        if req.images:  # an image's tokens run in one chunk
+            num_new = image_chunk(req.images, num_hit, num_new,
+                                  min(req.num_tokens - num_hit, step.budget))
+            if not num_new:
+                return 0
         num_blocks = self.kv.num_blocks_after(req, num_new, num_hit)
         while not self.kv.allocate_slots(req, num_new, hits):
             if not self._make_room(step, req, num_blocks):

@@ -15,6 +15,7 @@ from typing import Any
 from officellm.engine.frontend.input_processor import InputProcessor
 from officellm.engine.frontend.output_processor import OutputProcessor
 from officellm.engine.loading.tokenizer import load_tokenizer
+from officellm.engine.multimodal.processor import MultiModalProcessor, load_multimodal_processor
 from officellm.engine.structured_output.compiler import GrammarCompiler
 
 
@@ -22,7 +23,8 @@ from officellm.engine.structured_output.compiler import GrammarCompiler
 class EngineInfo:
     """What a loaded core says of its model: where it is, what it is called, its length
     rule, its default answer length (generation_config's max_new_tokens, or None), the
-    width of its logits and the ids that end a sequence."""
+    width of its logits, the ids that end a sequence, and whether it takes images (a vision
+    tower the engine runs and a processor for its prompts: engine/multimodal/)."""
 
     model_dir: str
     model_name: str
@@ -30,6 +32,7 @@ class EngineInfo:
     max_new_tokens: int | None
     vocab_size: int
     eos_token_ids: list[int]
+    vision: bool = False
 
 
 class EngineFrontEnd:
@@ -46,3 +49,7 @@ class EngineFrontEnd:
         self.output_processor = OutputProcessor(self.tokenizer)
         self.grammar_compiler = GrammarCompiler(self.tokenizer, info.vocab_size,
                                                 sorted(info.eos_token_ids))
+        # Token ids with image markers and PIL images -> a MultiModalPrompt (None: the model
+        # takes no images).
+        self.multimodal_processor: MultiModalProcessor | None = (
+            load_multimodal_processor(self.model_dir, self.tokenizer) if info.vision else None)

@@ -10,6 +10,8 @@ from officellm.engine.frontend.sampling_params import SamplingParams
 if TYPE_CHECKING:
     import xgrammar as xgr
 
+    from officellm.engine.multimodal.inputs import MultiModalPrompt
+
 
 class PromptTooLongError(ValueError):
     """The prompt (plus at least one generated token) exceeds max_model_len."""
@@ -55,18 +57,20 @@ class InputProcessor:
     def core_requests(request_id: str, token_ids: list[int], params: SamplingParams,
                       cache_salt: str | None = None, *, fairness_key: str | None = None,
                       priority: float = 1.0, max_kv_share: float | None = None,
-                      background: bool = False, grammar: xgr.CompiledGrammar | None = None
-                      ) -> list[EngineCoreRequest]:
+                      background: bool = False, grammar: xgr.CompiledGrammar | None = None,
+                      multimodal: MultiModalPrompt | None = None) -> list[EngineCoreRequest]:
         """The n sequences of a request: the request's id when n is 1, else `id#i`, each
         seeded with the request's seed plus its index. All carry the same opaque tags (the
         prefix-cache salt; the scheduling policy's key, weight and KV share cap; whether it
         is background work) and the
-        same compiled grammar (each sequence matches it on its own)."""
+        same compiled grammar (each sequence matches it on its own), and the same images
+        (`multimodal`, whose token_ids are `token_ids`)."""
         if (grammar is None) != (params.structured_outputs is None):
             raise ValueError("A request with structured_outputs needs its compiled grammar "
                              "(GrammarCompiler.compile), and only such a request has one.")
         tags = {"cache_salt": cache_salt, "fairness_key": fairness_key, "priority": priority,
-                "max_kv_share": max_kv_share, "background": background, "grammar": grammar}
+                "max_kv_share": max_kv_share, "background": background, "grammar": grammar,
+                "multimodal": multimodal}
         if params.n == 1:
             return [EngineCoreRequest(request_id, token_ids, params, params.seed, **tags)]
         return [EngineCoreRequest(f"{request_id}#{i}", token_ids, params,

@@ -147,6 +147,8 @@ class SamplingParams:
     a request asking for them computes its whole prompt, taking nothing from the prefix cache.
     `structured_outputs` constrains the output to a schema, regex, choice or grammar
     (engine/structured_output/); logprobs stay those of the unconstrained distribution.
+    `logprob_token_ids` (with `logprobs` set): each sampled position's entry also holds these
+    tokens' raw logprobs, wherever they rank (a decoder reranker reads its "yes" and "no").
     """
 
     n: int = 1
@@ -165,6 +167,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    logprob_token_ids: list[int] = field(default_factory=list)
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     structured_outputs: StructuredOutputsParams | None = None
@@ -192,6 +195,9 @@ class SamplingParams:
             value = getattr(self, name)
             if value is not None and not bound.contains(value):
                 raise SamplingParamsError.out_of_range(name, bound, value)
+        if self.logprob_token_ids and self.logprobs is None:
+            raise SamplingParamsError("logprob_token_ids",
+                                      "logprob_token_ids needs logprobs (0 or more).")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise SamplingParamsError(
                 "min_tokens",

@@ -46,6 +46,7 @@ from officellm.engine.models.parallel_linear import ColumnParallelLinear, RowPar
 from officellm.engine.models.quantized_linear import QuantizedWeight, QuantMatmul, QuantPack
 from officellm.engine.models.rotary import RotaryTable
 from officellm.engine.models.shard_plan import ShardPlan
+from officellm.engine.models.vision import VisionTower
 from officellm.engine.models.vocab_parallel import ParallelLMHead, VocabParallelEmbedding
 from officellm.engine.models.weight_names import decoder_name, is_skipped
 from officellm.kernels.reference import quant_reference
@@ -104,6 +105,15 @@ class DecoderLayer(nn.Module):
     def dense_matmuls(self) -> list[ColumnParallelLinear | RowParallelLinear]:
         mlp = [self.gate_up, self.down] if self.moe is None else []
         return [m for m in (self.qkv, self.o_proj, *mlp) if m is not None]
+
+
+@dataclass(frozen=True)
+class ImageEmbeds:
+    """A step's image rows: the flat token rows of image placeholders ([N] int64) and what
+    the vision tower made for them ([N, hidden])."""
+
+    rows: torch.Tensor
+    embeds: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -289,21 +299,30 @@ class DecoderModel(nn.Module):
 
     # -- loading -------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]],
-                     expert_blocks: ExpertBlocks | None = None) -> None:
+                     expert_blocks: ExpertBlocks | None = None,
+                     vision: VisionTower | None = None) -> None:
         """Load a checkpoint's tensors (any family's naming: engine/models/weight_names.py),
         fusing q/k/v and gate/up as they arrive and stacking experts; under tensor
         parallelism each tensor is cut to this rank's slice first. Experts a checkpoint
         ships in blocks (gpt-oss's MXFP4) go to `expert_blocks`' holding (kept in their
-        blocks, or dequantized; by default dequantized)."""
+        blocks, or dequantized; by default dequantized). A multimodal checkpoint's vision
+        tensors go to `vision` (the engine serves its images), else they are skipped."""
         loader = _WeightLoader(self, expert_blocks or ExpertBlocks())
         skipped = 0
+        vision_tensors: list[tuple[str, torch.Tensor]] = []
         for name, tensor in weights:
             if is_skipped(name):
                 skipped += 1
+                if vision is not None:
+                    vision_tensors.append((name, tensor))
                 continue
             loader.load(decoder_name(name, self.spec.layout), tensor)
         loader.finish()
-        if skipped:
+        if vision is not None:
+            loaded = vision.load_weights(vision_tensors)
+            logger.info("Loaded %d tensors of the %s checkpoint's vision tower: images are "
+                        "served", loaded, self.spec.multimodal_wrapper or self.spec.model_type)
+        elif skipped:
             logger.info("Skipped %d tensors of the %s checkpoint's vision tower: its language "
                         "model is served, images are not", skipped,
                         self.spec.multimodal_wrapper or self.spec.model_type)
@@ -315,10 +334,13 @@ class DecoderModel(nn.Module):
         positions: torch.Tensor,
         attention: Any,
         logits_indices: torch.Tensor,
+        image_embeds: ImageEmbeds | None = None,
     ) -> torch.Tensor | None:
         """Run flat tokens [T] through the model; return logits (float32) at logits_indices
-        (on rank 0; None on the other tensor-parallel ranks)."""
-        logits = self.lm_head(self.hidden_states(input_ids, positions, attention, logits_indices))
+        (on rank 0; None on the other tensor-parallel ranks). `image_embeds`: the vision
+        tower's rows that replace the embeddings of the image placeholder tokens."""
+        logits = self.lm_head(self.hidden_states(input_ids, positions, attention, logits_indices,
+                                                 image_embeds))
         if logits is None:
             return None
         spec = self.spec
@@ -336,7 +358,8 @@ class DecoderModel(nn.Module):
         return max((t.long_offset for t in self.rotary.values()), default=0)
 
     def hidden_states(self, input_ids: torch.Tensor, positions: torch.Tensor, attention: Any,
-                      indices: torch.Tensor) -> torch.Tensor:
+                      indices: torch.Tensor, image_embeds: ImageEmbeds | None = None
+                      ) -> torch.Tensor:
         """The final norm's output at `indices` of the flat tokens [T]: what the LM head
         reads, and what a decoder embedding model pools."""
         ops, spec = self.ops, self.spec
@@ -348,6 +371,10 @@ class DecoderModel(nn.Module):
         x = self.embed(input_ids)
         if self.embed_scale is not None:
             x = x * self.embed_scale
+        if image_embeds is not None:
+            # vLLM's way: the text tokens embedded, the encoder's rows scattered over the
+            # image placeholders' (unscaled: transformers scales only the token embeddings).
+            x = x.index_copy(0, image_embeds.rows, image_embeds.embeds.to(x.dtype))
         residual = None
         for i, layer in enumerate(self.layers):
             if residual is None:

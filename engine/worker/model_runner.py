@@ -14,7 +14,9 @@ from officellm.engine.attention.backend import AttentionBackend, AttentionMetada
 from officellm.engine.core.kv_cache_groups import KVCacheGroups
 from officellm.engine.core.scheduler_output import SamplerOutput, SchedulerOutput
 from officellm.engine.loading.model_spec import ModelSpec
+from officellm.engine.models.vision import VisionTower
 from officellm.engine.structured_output.bitmask import GrammarBitmask
+from officellm.engine.worker.encoder_cache import EncoderCache, ImageSlice
 from officellm.engine.worker.host_to_device import stage_int64, to_device
 from officellm.engine.worker.pending_samples import PendingSamples
 from officellm.engine.worker.sampler import Sampler
@@ -46,6 +48,11 @@ class StepBatch:
     # host has not read yet, and each one's row in that step's samples (read on the device).
     from_previous: list[int] = field(default_factory=list)
     previous_rows: list[int] = field(default_factory=list)
+    # Images (rank 0 alone: a vision model runs on one rank): the placeholder rows the
+    # vision tower's outputs replace, and per sequence the [start, end) position spans
+    # whose tokens attend to each other both ways (a model with bidirectional images).
+    images: list[ImageSlice] = field(default_factory=list)
+    bidirectional: list[list[tuple[int, int]]] | None = None
 
 
 @dataclass
@@ -117,7 +124,8 @@ class ModelRunner:
 
     def __init__(self, model: Any, spec: ModelSpec, num_blocks: int, block_size: int,
                  kv_dtype: torch.dtype, device: torch.device, seed: int = 0,
-                 attention_backend: str | None = None, batch_invariant: bool = False) -> None:
+                 attention_backend: str | None = None, batch_invariant: bool = False,
+                 vision: VisionTower | None = None) -> None:
         self.model = model
         self.spec = spec
         self.block_size = block_size
@@ -143,6 +151,8 @@ class ModelRunner:
         self.attention: AttentionBackend = selection.attention_for(
             device, self.k_caches, self.v_caches, spec.scale, attention_backend,
             batch_invariant, model.attention_layers(self.groups))
+        # The vision tower and its outputs until their placeholder tokens are computed.
+        self.encoder_cache = EncoderCache(vision) if vision is not None else None
         self.decode_graphs: DecodeGraphs | None = None  # once captured
         self.sampler = Sampler(seed)
         # The last sampled step, its samples still on the device, and the row of each
@@ -172,9 +182,15 @@ class ModelRunner:
         # ones as the logits' leading rows, and their order stays the one they had.
         prompt_idx: list[int] = []
         prompt_rows: list[PromptLogprobRows] = []
+        images: list[ImageSlice] = []
+        bidirectional: list[list[tuple[int, int]]] = []
         offset = 0
         for chunk in so.chunks:
             req, start, n = chunk.request, chunk.start, chunk.num_new_tokens
+            spans: list[tuple[int, int]] = []
+            if req.images and start < req.images[-1].end and not chunk.draft:
+                spans = self._image_slices(req, start, n, offset, images)
+            bidirectional.append(spans)
             if n == 1:  # a decode: plain ints are cheaper than numpy for one token
                 if start < len(req.all_token_ids):
                     ids.append(req.all_token_ids[start])
@@ -219,8 +235,29 @@ class ModelRunner:
         batch = StepBatch(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64),
                           np.asarray(slots, dtype=np.int64).reshape(num_groups, -1), q_lens,
                           ctx_lens, tables, logits_idx + prompt_idx, from_previous,
-                          previous_rows)
+                          previous_rows, images,
+                          bidirectional if any(bidirectional) else None)
         return batch, SamplingMetadata(sampling, prompt_rows)
+
+    def _image_slices(self, req: Any, start: int, n: int, row: int,
+                      out: list[ImageSlice]) -> list[tuple[int, int]]:
+        """Append the slices of `req`'s images that its chunk [start, start + n) computes
+        (the chunk's first token at flat row `row`); return the spans of those images when
+        the model's image tokens attend both ways, else none."""
+        cache = self.encoder_cache
+        if cache is None:
+            raise ValueError("A request with images reached a model without a vision tower.")
+        spans: list[tuple[int, int]] = []
+        end = start + n
+        for index, image in enumerate(req.images):
+            first, last = max(start, image.offset), min(end, image.end)
+            if first >= last:
+                continue
+            out.append(ImageSlice(req.request_id, index, image, row + first - start,
+                                  first - image.offset, last - first))
+            if cache.tower.bidirectional_images:
+                spans.append((image.offset, image.end))
+        return spans
 
     def inputs_for(self, batch: StepBatch, sampling: SamplingMetadata) -> StepInputs:
         """The tensors of one forward pass (on any rank): staged in one host buffer and copied
@@ -254,6 +291,7 @@ class ModelRunner:
             max_query_len=int(q_lens.max()) if q_lens.size else 0,
             seq_lens_host=seq_lens.tolist(),
             query_start_loc_host=qsl.tolist(),
+            bidirectional=batch.bidirectional,
         )
         return StepInputs(input_ids=ids, positions=positions, logits_indices=logits_indices,
                           metadata=metadata, sampling=sampling)
@@ -352,6 +390,8 @@ class ModelRunner:
         there on the device (async scheduling). One process only: the other tensor-parallel
         ranks never have that token."""
         self.sampler.release(so.finished_request_ids)
+        if self.encoder_cache is not None:
+            self.encoder_cache.release(so.finished_request_ids)
         batch, sampling = self.batch_for(so)
         return QueuedForward(so, self.forward(batch, sampling), sampling)
 
@@ -402,8 +442,13 @@ class ModelRunner:
         # is a sampled row (a one-token prompt chunk looks like a decode, but its prompt
         # logprobs' row comes after the sampled rows).
         if graphs is not None and graphs.can_run(n, inputs.metadata) and \
-                inputs.logits_indices.shape[0] == n and not sampling.prompt_rows:
+                inputs.logits_indices.shape[0] == n and not sampling.prompt_rows and \
+                not batch.images:
             return graphs.run(inputs.input_ids, inputs.positions, inputs.metadata)
         self.attention.set_metadata(inputs.metadata)
+        image_embeds = None
+        if batch.images:
+            assert self.encoder_cache is not None  # _image_slices refused it otherwise
+            image_embeds = self.encoder_cache.embeds_for(batch.images, self.device)
         return self.model(inputs.input_ids, inputs.positions, self.attention,
-                          inputs.logits_indices)
+                          inputs.logits_indices, image_embeds)

@@ -19,6 +19,8 @@ from officellm.engine.worker.sampling_metadata import PromptLogprobRows
 
 # Per row, on the device: the scored token's logprob and rank, the top-k logprobs and ids.
 RowLogprobs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+# Per row, on the device: SamplingParams.logprob_token_ids' logprobs, ranks and ids.
+NamedLogprobs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def _entry(token: int, chosen: float, rank: int, top_ids: list[int], top_vals: list[float],
@@ -41,18 +43,28 @@ class PendingSamples:
     def __init__(self, tokens: torch.Tensor, invalid: torch.Tensor,
                  logprobs: RowLogprobs | None, want_logprobs: list[int | None],
                  prompt_logprobs: RowLogprobs | None = None,
-                 prompt_rows: list[PromptLogprobRows] | None = None) -> None:
+                 prompt_rows: list[PromptLogprobRows] | None = None,
+                 named: NamedLogprobs | None = None,
+                 named_ids: list[list[int]] | None = None) -> None:
         self.tokens = tokens
         self.num_rows = tokens.shape[0]
         self._want = want_logprobs
         self._prompt_rows = prompt_rows or []
         # ints: tokens, NaN flags, then (with logprobs) each chosen token's rank and the
-        # top-k ids, then (with prompt logprobs) theirs; floats: the chosen tokens'
-        # logprobs and the top-k logprobs, then the prompt rows'.
+        # top-k ids, then (with named tokens) their ranks, then (with prompt logprobs) theirs;
+        # floats: the chosen tokens' logprobs and the top-k logprobs, the named tokens',
+        # then the prompt rows'.
         parts = [tokens, invalid.to(torch.int64)]
         float_parts: list[torch.Tensor] = []
         self._has_logprobs = logprobs is not None
         self._max_k = self._pack(logprobs, parts, float_parts)
+        self._named_ids = named_ids if named is not None else None
+        self._named_width = 0
+        if named is not None:
+            vals, ranks, _ = named
+            parts.append(ranks.to(torch.int64).reshape(-1))
+            float_parts.append(vals.float().reshape(-1))
+            self._named_width = vals.shape[1]
         self._prompt_k = self._pack(prompt_logprobs, parts, float_parts)
         ints = torch.cat(parts)
         floats = torch.cat(float_parts) if float_parts else None
@@ -102,6 +114,15 @@ class PendingSamples:
                     lp_out[row] = _entry(tokens[row], chosen[row], ranks[row],
                                          top_idx[row * k:(row + 1) * k],
                                          top_vals[row * k:(row + 1) * k], want)
+        if self._named_ids is not None:
+            w = self._named_width
+            ranks, vals = ints[i:i + n * w], floats[f:f + n * w]
+            i, f = i + n * w, f + n * w
+            for row, ids in enumerate(self._named_ids):
+                entry = lp_out[row]
+                for j, token in enumerate(ids):
+                    if entry is not None and token not in entry:
+                        entry[token] = Logprob(vals[row * w + j], ranks[row * w + j])
         prompt_out: list[list[dict[int, Logprob]]] = []
         if self._prompt_rows:
             m, pk = sum(len(p.next_token_ids) for p in self._prompt_rows), self._prompt_k

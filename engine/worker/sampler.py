@@ -88,13 +88,16 @@ class Sampler:
             tokens = logits.argmax(dim=-1)
         else:
             tokens = self._sample(logits, requests, greedy)
-        logprobs = None
+        logprobs = named = None
+        named_ids = [p.logprob_token_ids for p in params]
         if raw_logprobs is not None:
             logprobs = self._logprobs_of(raw_logprobs, tokens, max(k or 0 for k in want_logprobs))
+            if any(named_ids):
+                named = self._named_logprobs(raw_logprobs, named_ids)
         # The step's one read of the device, when the result is read: the tokens, the NaN
         # flags and any logprobs, prompt logprobs too, come back together.
         return PendingSamples(tokens, nan_rows, logprobs, want_logprobs, prompt_logprobs,
-                              sampling.prompt_rows)
+                              sampling.prompt_rows, named, named_ids)
 
     # -- logits processing -------------------------------------------------------------
     @staticmethod
@@ -236,6 +239,20 @@ class Sampler:
         targets = to_device([t for rows in sampling.prompt_rows for t in rows.next_token_ids],
                             torch.long, logits.device)
         return cls._logprobs_of(raw, targets, max(r.num_top for r in sampling.prompt_rows))
+
+    @staticmethod
+    def _named_logprobs(raw: torch.Tensor,
+                        named_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor,
+                                                             torch.Tensor]:
+        """On the device: each row's SamplingParams.logprob_token_ids' raw logprobs and ranks
+        ([rows, widest], rows with fewer padded with token 0) and the ids themselves."""
+        width = max(len(ids) for ids in named_ids)
+        ids = to_device([[*row, *[0] * (width - len(row))] for row in named_ids], torch.long,
+                        raw.device)
+        vals = raw.gather(1, ids)
+        # A column at a time: a [rows, width, vocab] comparison would hold it all at once.
+        ranks = torch.stack([(raw > vals[:, j:j + 1]).sum(-1) + 1 for j in range(width)], 1)
+        return vals, ranks, ids
 
     @staticmethod
     def _logprobs_of(raw: torch.Tensor, tokens: torch.Tensor,

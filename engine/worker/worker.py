@@ -27,6 +27,8 @@ from officellm.engine.loading.model_spec import ModelSpec
 from officellm.engine.models import packed_linear
 from officellm.engine.models.decoder import DecoderModel
 from officellm.engine.models.fixed_order_linear import FixedOrderWeight
+from officellm.engine.models.vision import VisionTower, load_vision_tower
+from officellm.engine.multimodal.processor import vision_model_type
 from officellm.engine.precision.dtype_choice import resolve_dtype
 from officellm.engine.precision.kv_cache_dtype import resolve_kv_cache_dtype, scale_bytes
 from officellm.engine.precision.weight_quantization import (
@@ -151,13 +153,18 @@ class Worker:
                  and packed_linear.can_pack(self.device, self.matmul_dtype)
                  and not config.batch_invariant)
         kept = self._keep_quantized(model_dir, source, gguf, packs)
-        self.model.load_weights(iter_weights(model_dir, skip=kept.released), holding)
+        self.vision = self._vision_tower(model_dir)
+        self.model.load_weights(iter_weights(model_dir, skip=kept.released), holding,
+                                self.vision)
         moe_kept += sum(1 for layer in self.model.layers
                         if layer.moe is not None and layer.moe.quantized is not None
                         and gguf is None)
         self.weight_format = kept.words + (f", {moe_kept} MoE layers' experts in blocks"
                                            if moe_kept else "")
         self.weight_bytes = self.model.weight_bytes()
+        if isinstance(self.vision, torch.nn.Module):
+            self.weight_bytes += sum(p.numel() * p.element_size()
+                                     for p in self.vision.parameters())
         if config.batch_invariant:
             ops = self.model.ops
             assert ops.fixed_order_pack is not None and ops.fixed_order_matmul is not None
@@ -176,6 +183,28 @@ class Worker:
                             features.describe())
         self.load_seconds = time.monotonic() - t0
         self.runner: ModelRunner | None = None
+
+    def _vision_tower(self, model_dir: Path) -> VisionTower | None:
+        """The model's vision tower when the engine serves its images (a vision checkpoint
+        with its image processor, on one rank), else None (its language model alone)."""
+        if vision_model_type(model_dir) is None:
+            return None
+        if self.parallel.world_size > 1:
+            logger.warning("Images are not served under tensor parallelism: the vision tower "
+                           "runs on one rank only; this model answers text alone.")
+            return None
+        if self.config.batch_invariant:
+            # Its row kernels are causal, and an image's tokens may attend both ways.
+            logger.warning("Images are not served with --batch-invariant: this model "
+                           "answers text alone.")
+            return None
+        tower = load_vision_tower(load_config_dict(model_dir), self.dtype, self.device)
+        if tower is not None and self.config.max_num_batched_tokens < tower.max_tokens_per_image:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.config.max_num_batched_tokens}) must hold one "
+                f"image's {tower.max_tokens_per_image} tokens: an image is never split across "
+                "steps.")
+        return tower
 
     def _float32_between_blocks(self, source: Path | None) -> bool:
         """--dtype auto chose bf16 for a GGUF whose matmuls read blocks on this CPU: then
@@ -303,7 +332,8 @@ class Worker:
         cfg = self.config
         self.model.init_rotary(max_model_len + 1)
         self.runner = ModelRunner(self.model, self.spec, num_blocks, cfg.block_size, self.kv_dtype,
-                                  self.device, cfg.seed, self.backend, cfg.batch_invariant)
+                                  self.device, cfg.seed, self.backend, cfg.batch_invariant,
+                                  self.vision)
         if self.graph_batch():
             self.runner.capture_decode_graphs(cfg.max_num_seqs, max_model_len)
         return self.runner

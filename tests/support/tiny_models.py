@@ -127,9 +127,10 @@ def _new_family_config(kind: str, vocab: int, layers: int):
     raise ValueError(kind)
 
 
-def tiny_gemma3_multimodal_config(vocab: int):
+def tiny_gemma3_multimodal_config(vocab: int, image_size: int = 28, mm_tokens_per_image: int = 1):
     """A Gemma 3 image-text checkpoint's config: the gemma3_text tiny model's language model,
-    beside a one-layer SigLIP vision tower and its projector."""
+    beside a one-layer SigLIP vision tower (14-pixel patches of `image_size`-pixel images)
+    and its projector (pooled to `mm_tokens_per_image` tokens an image)."""
     from transformers import AutoConfig
 
     text = _new_family_config("gemma3_text", vocab, 4).to_dict()
@@ -138,15 +139,44 @@ def tiny_gemma3_multimodal_config(vocab: int):
     return AutoConfig.for_model(
         "gemma3", text_config=text,
         vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                           num_attention_heads=2, image_size=28, patch_size=14),
-        mm_tokens_per_image=1, image_token_index=vocab - 1, boi_token_index=vocab - 3,
+                           num_attention_heads=2, image_size=image_size, patch_size=14),
+        mm_tokens_per_image=mm_tokens_per_image, image_token_index=vocab - 1,
+        boi_token_index=vocab - 3,
         eoi_token_index=vocab - 2)
 
 
+# Gemma 3's preprocessor_config.json (google/gemma-3-4b-it's), its image size made the tiny
+# tower's: what AutoImageProcessor reads beside a vision checkpoint.
+GEMMA3_IMAGE_PROCESSOR = {
+    "do_convert_rgb": None, "do_normalize": True, "do_pan_and_scan": None, "do_rescale": True,
+    "do_resize": True, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+    "image_processor_type": "Gemma3ImageProcessor", "image_seq_length": 256,
+    "pan_and_scan_max_num_crops": None, "pan_and_scan_min_crop_size": None,
+    "pan_and_scan_min_ratio_to_activate": None, "processor_class": "Gemma3Processor",
+    "resample": 2, "rescale_factor": 0.00392156862745098, "size": {"height": 896, "width": 896},
+}
+
+
+def build_tiny_gemma3_vision(out_dir: Path, tokenizer_dir: Path, image_size: int = 56,
+                             mm_tokens_per_image: int = 4, seed: int = 0) -> Path:
+    """A random-weight Gemma 3 image-text checkpoint (tiny_gemma3_multimodal_config's) with its
+    image processor's config: a vision model the engine serves images to."""
+    import json
+
+    build_tiny_model("gemma3", out_dir, tokenizer_dir, seed, gemma3_vision=(
+        image_size, mm_tokens_per_image))
+    config = {**GEMMA3_IMAGE_PROCESSOR, "image_seq_length": mm_tokens_per_image,
+              "size": {"height": image_size, "width": image_size}}
+    (out_dir / "preprocessor_config.json").write_text(json.dumps(config, indent=2))
+    return out_dir
+
+
 def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 0,
-                     layers: int = 3, overrides: dict | None = None) -> Path:
+                     layers: int = 3, overrides: dict | None = None,
+                     gemma3_vision: tuple[int, int] = (28, 1)) -> Path:
     """Save a random-weight model of `kind` (`layers` deep, tiny_config's `overrides`) with
-    the tokenizer of `tokenizer_dir`."""
+    the tokenizer of `tokenizer_dir`; `gemma3_vision`: the gemma3 kind's image size and
+    tokens per image."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
@@ -154,7 +184,8 @@ def build_tiny_model(kind: str, out_dir: Path, tokenizer_dir: Path, seed: int = 
     if kind == "gemma3":
         from transformers import Gemma3ForConditionalGeneration
 
-        model = Gemma3ForConditionalGeneration(tiny_gemma3_multimodal_config(len(tok)))
+        model = Gemma3ForConditionalGeneration(
+            tiny_gemma3_multimodal_config(len(tok), *gemma3_vision))
     else:
         cfg = tiny_config(kind, len(tok), layers, overrides)
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)

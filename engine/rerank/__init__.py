@@ -1,0 +1,1 @@
+"""Rerank models: a query and documents in, one relevance score per document out."""
