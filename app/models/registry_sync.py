@@ -70,6 +70,17 @@ class RegistrySync:
         for entry in encoders.values():
             if pool.find(entry.name) is None and pool.find_embedder(entry.name) is None:
                 pool.add_embedder(entry)
+        scorers = {e.name: e for e in entries if e.kind == RERANK}
+        for reranker in list(pool.rerankers):
+            entry = scorers.pop(reranker.name, None)
+            if entry is None:
+                pool.forget_reranker(reranker)
+            elif entry != reranker.entry:
+                reranker.entry = entry
+        for entry in scorers.values():
+            if not (pool.find(entry.name) or pool.find_embedder(entry.name)
+                    or pool.find_transcriber(entry.name) or pool.find_reranker(entry.name)):
+                pool.add_reranker(entry)
         self._apply_transcribers([e for e in entries if e.kind == TRANSCRIBE])
 
     def _apply_transcribers(self, entries: list[ModelEntry]) -> None:
@@ -83,17 +94,6 @@ class RegistrySync:
             elif entry != served.entry:
                 served.entry = entry
         for entry in registered.values():
-            if (pool.find(entry.name) is None and pool.find_embedder(entry.name) is None
-                    and pool.find_transcriber(entry.name) is None):
-                pool.add_transcriber(entry)
-        scorers = {e.name: e for e in entries if e.kind == RERANK}
-        for reranker in list(pool.rerankers):
-            entry = scorers.pop(reranker.name, None)
-            if entry is None:
-                pool.forget_reranker(reranker)
-            elif entry != reranker.entry:
-                reranker.entry = entry
-        for entry in scorers.values():
             if not (pool.find(entry.name) or pool.find_embedder(entry.name)
-                    or pool.find_reranker(entry.name)):
-                pool.add_reranker(entry)
+                    or pool.find_transcriber(entry.name) or pool.find_reranker(entry.name)):
+                pool.add_transcriber(entry)
