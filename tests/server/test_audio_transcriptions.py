@@ -8,7 +8,9 @@ the policy's audio_minutes_per_day."""
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import shutil
 import subprocess
 import time
@@ -35,7 +37,8 @@ from tests.support.app_in_thread import app_in_thread
 from tests.support.tiny_whisper import build_tiny_whisper
 
 KEY = "sk-audio-test"
-MODEL = "tiny-whisper"
+RECORDED = Path(__file__).parent / "recorded"
+MODEL = "whisper-tiny"  # the name Open WebUI was set to send (tests/server/recorded/)
 CHAT_MODEL = "chat-model"  # a generate model (never loaded: only its kind matters)
 MAX_NEW_TOKENS = 8  # a random model never ends its window: keep each short
 SENTENCE = "The quarterly budget meeting moves to Thursday at ten."
@@ -278,6 +281,47 @@ def test_the_policys_audio_minutes_per_day_refuses_past_the_limit(served, speech
     two_minutes = np.tile(decode_audio(speech_wav.read_bytes()), 60)[:120 * SAMPLE_RATE]
     buf = io.BytesIO()
     _write_flac(buf, two_minutes)
-    with pytest.raises(openai.RateLimitError, match="minutes of audio a day"):
-        served.client.audio.transcriptions.create(model=MODEL, file=("long.flac",
-                                                                     buf.getvalue()))
+    try:
+        with pytest.raises(openai.RateLimitError, match="minutes of audio a day"):
+            served.client.audio.transcriptions.create(model=MODEL, file=("long.flac",
+                                                                         buf.getvalue()))
+    finally:
+        _admin(served, "PUT", "/policies/users/key1", {"audio_minutes_per_day": None})
+
+
+def _recorded_body(recording: dict) -> bytes:
+    """The multipart bytes a recording's body_encoding describes."""
+    form = recording["body"]["multipart"]
+    boundary = form["boundary"].encode()
+    body = b""
+    for part in form["parts"]:
+        head = b"".join(f"{k}: {v}\r\n".encode() for k, v in part["headers"].items())
+        value = (base64.b64decode(part["base64"]) if "base64" in part
+                 else part["value"].encode())
+        body += b"--" + boundary + b"\r\n" + head + b"\r\n" + value + b"\r\n"
+    return body + b"--" + boundary + b"--\r\n"
+
+
+@pytest.mark.parametrize("name", ["open_webui_0.12.4_transcription.json",
+                                  "open_webui_0.12.4_transcription_upload.json"],
+                         ids=["microphone", "upload"])
+def test_open_webuis_recorded_upload_is_transcribed(served, reference, name):
+    """Open WebUI's speech-to-text engine `openai` (recorded): an MP3 of espeak-ng's
+    sentence, only the fields model and file, the body chunked; it reads `text`."""
+    recording = json.loads((RECORDED / name).read_text())
+    body = _recorded_body(recording)
+
+    def chunked():  # no content-length, as aiohttp sent it
+        yield body[:4096]
+        yield body[4096:]
+
+    r = httpx.post(f"{served.url}{recording['path']}", content=chunked(), timeout=120,
+                   headers={"content-type": recording["headers"]["content-type"],
+                            "Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 200, r.text
+    mp3 = next(base64.b64decode(p["base64"]) for p in recording["body"]["multipart"]["parts"]
+               if p["name"] == "file")
+    audio = decode_audio(mp3)
+    windows = [audio[i:i + 30 * SAMPLE_RATE] for i in range(0, audio.size, 30 * SAMPLE_RATE)]
+    direct = reference.transcribe(windows, list(range(len(windows))), TranscriptionOptions())
+    assert r.json()["text"] == "".join(w.text for w in direct).strip()
