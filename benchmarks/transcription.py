@@ -32,9 +32,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import wave
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -127,7 +130,6 @@ def through_route(model_dir: Path, audio: np.ndarray, tmp: Path, repeats: int
     at once, to the real app (in this process, under uvicorn)."""
     from officellm.app.server import create_app
     from officellm.app.server_settings import ServerSettings
-    from tests.support.app_in_thread import app_in_thread
 
     def no_chat_model():
         raise RuntimeError("the benchmark serves no chat model")
@@ -161,6 +163,23 @@ def through_route(model_dir: Path, audio: np.ndarray, tmp: Path, repeats: int
     return one, four
 
 
+@contextmanager
+def app_in_thread(app) -> Iterator[str]:
+    """Serve `app` under uvicorn from a thread of this process; yields its base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
 def plot(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
@@ -191,7 +210,7 @@ def main() -> None:
     import torch
     from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-    from tests.support.tiny_whisper import build_tiny_whisper
+    from benchmarks.random_whisper import build_tiny_whisper
 
     torch.set_num_threads(args.threads)
     t_start = time.monotonic()

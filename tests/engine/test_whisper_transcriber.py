@@ -1,5 +1,5 @@
 """The Whisper transcriber against transformers' own Whisper generate, on a tiny random
-Whisper (tests/support/tiny_whisper.py): a window's tokens are generate's for that window
+Whisper (benchmarks/random_whisper.py): a window's tokens are generate's for that window
 alone, batching windows changes nothing, and a long recording is cut into 30 s windows whose
 segments are timed from the recording's start."""
 
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.random_whisper import build_tiny_whisper
 from officellm.engine import (
     SAMPLE_RATE,
     AsyncTranscriber,
     TranscriptionOptions,
     WhisperTranscriber,
 )
-from officellm.tests.support.tiny_whisper import build_tiny_whisper
 
 MAX_NEW_TOKENS = 12
 

@@ -1,6 +1,6 @@
 """POST /v1/audio/transcriptions and /v1/audio/translations through the real `openai`
 client, on the real app in this process serving a tiny random Whisper
-(tests/support/tiny_whisper.py) registered as a transcribe model: a sentence espeak-ng
+(benchmarks/random_whisper.py) registered as a transcribe model: a sentence espeak-ng
 speaks into a WAV comes back in every response format as the transcriber itself writes it,
 streamed too; a 30-minute recording is cut into 30 s windows and answered; bad audio and a
 model of another kind are 400s; the audio's seconds are counted in the usage and held to
@@ -24,6 +24,7 @@ import numpy as np
 import openai
 import pytest
 
+from benchmarks.random_whisper import build_tiny_whisper
 from officellm.app.server import create_app
 from officellm.app.server_settings import ServerSettings
 from officellm.engine import (
@@ -34,7 +35,6 @@ from officellm.engine import (
     decode_audio,
 )
 from tests.support.app_in_thread import app_in_thread
-from tests.support.tiny_whisper import build_tiny_whisper
 
 KEY = "sk-audio-test"
 RECORDED = Path(__file__).parent / "recorded"

@@ -1,4 +1,5 @@
-"""A tiny random-weight Whisper, saved as a model directory the transcriber loads: a
+"""A random-weight Whisper (the tests' tiny one, or whisper-tiny's shape for the benchmark), saved
+as a model directory the transcriber loads: by default a
 scaled-down copy of whisper-tiny's config (d_model 64, 2 encoder and 2 decoder layers, 80
 mel bins, the real 30 s window of 1500 encoder positions) with a byte-level tokenizer of
 its own (256 byte tokens plus Whisper's special tokens: a few languages, the tasks, the
