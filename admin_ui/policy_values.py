@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-INT_FIELDS = ("max_context_tokens", "max_turns", "max_concurrent_requests", "max_tokens_per_day")
+INT_FIELDS = ("max_context_tokens", "max_turns", "max_concurrent_requests", "max_tokens_per_day",
+              "audio_minutes_per_day")
 ON_LIMIT_CHOICES = ("reject", "notify", "truncate")
 # The server's (app/policy/scheduling.py): the weight each priority gets under the fair
 # scheduler, shown beside the choice.
@@ -25,6 +26,7 @@ LABELS = {
     "on_limit": "When a thread hits its limit",
     "max_concurrent_requests": "Max concurrent requests",
     "max_tokens_per_day": "Max tokens per day",
+    "audio_minutes_per_day": "Audio minutes per day",
     "share_prefix_cache": "Share prefix cache",
     "priority": "Priority (fair scheduling)",
     "max_kv_share": "Max share of the KV cache",
@@ -47,6 +49,7 @@ class PolicyForm:
     on_limit: str = ""
     max_concurrent_requests: str = ""
     max_tokens_per_day: str = ""
+    audio_minutes_per_day: str = ""
     share_prefix_cache: str = ""  # "yes" | "no" | "" (inherit)
     priority: str = ""  # "low" | "normal" | "high" | "" (inherit)
     max_kv_share: str = ""  # "0.5" or "50%"; "" = no cap (default) or inherit (user)

@@ -36,6 +36,7 @@ from officellm.app.observability.model_windows import ModelWindows
 from officellm.app.observability.refusals import Refusals
 from officellm.app.observability.stats_sampler import run_sampler
 from officellm.app.openai.routes import (
+    audio,
     chat,
     completions,
     embeddings,
@@ -178,7 +179,9 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
     app.state.authenticator = make_authenticator(db, settings.api_keys, settings.no_auth)
     app.state.people = ForwardedPeople(db)
     install_error_handlers(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    # An audio upload's own limit (--audio-max-bytes), with room for the form's other fields.
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes,
+                       path_limits={"/v1/audio/": settings.audio_max_bytes + 64 * 1024})
     app.add_middleware(ReplicaHeader, name=me.name)
     if settings.cors_origins:
         # Off unless configured: without CORS headers no other site's page, opened in an
@@ -187,7 +190,7 @@ def create_app(settings: ServerSettings, engine_factory: EngineFactory | None = 
                            allow_methods=["GET", "POST", "PUT", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "X-Thread-Id"])
     for module in (chat, completions, responses, embeddings, rerank, models, tokenize,
-                   monitoring):
+                   monitoring, audio):
         app.include_router(module.router)
     app.include_router(anthropic_router)
     app.include_router(admin_router)

@@ -71,6 +71,10 @@ class ServerSettings:
     max_context_tokens: int | None = None
     retry_after_s: int = 5  # what 503 answers tell clients to wait
     max_request_bytes: int = 10 * 1024 * 1024  # bodies over this get 413 (0: no limit)
+    # Speech to text (/v1/audio/*): the largest audio file accepted (OpenAI's limit is 25 MB;
+    # it replaces max_request_bytes on those routes) and the longest recording, in seconds.
+    audio_max_bytes: int = 25 * 1024 * 1024
+    audio_max_seconds: float = 3 * 3600.0
     # Requests queued beyond the max_num_seqs running; more get 429 + Retry-After at once
     # (app/admission/admission.py) rather than an unbounded wait.
     max_waiting_requests: int = 128

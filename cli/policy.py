@@ -94,6 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-concurrent-requests", type=_limit, metavar="N", default=unset)
     s.add_argument("--max-tokens-per-day", type=_limit, metavar="N", default=unset,
                    help="prompt + completion tokens per UTC day")
+    s.add_argument("--audio-minutes-per-day", type=_limit, metavar="N", default=unset,
+                   help="minutes of audio /v1/audio/transcriptions and translations read per "
+                        "UTC day")
     s.add_argument("--share-prefix-cache", action=argparse.BooleanOptionalAction, default=unset,
                    help="let the prompts share cached blocks with other sharing users'")
     weights = ", ".join(f"{p} {w:g}" for p, w in PRIORITY_WEIGHTS.items())

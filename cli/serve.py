@@ -102,6 +102,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="refuse prompts longer than this (0: no cap; default: the profile's)")
     p.add_argument("--max-request-bytes", type=int, default=10 * 1024 * 1024,
                    help="request bodies over this many bytes get 413 (default 10 MiB; 0: no limit)")
+    p.add_argument("--audio-max-bytes", type=int, default=25 * 1024 * 1024,
+                   help="the largest audio file /v1/audio/transcriptions and translations "
+                        "accept (default 25 MiB, OpenAI's limit)")
+    p.add_argument("--audio-max-seconds", type=float, default=3 * 3600.0,
+                   help="the longest recording they accept, in seconds (default 3 hours)")
     p.add_argument("--max-waiting-requests", type=int, default=128,
                    help="requests that may wait beyond the --max-num-seqs running; more get "
                         "429 with Retry-After at once (default 128)")
@@ -171,6 +176,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[ServerSettings, list[s
                        embedding_model_name=args.embedding_model_name,
                        api_keys=list(args.api_key), shutdown_timeout=args.shutdown_timeout,
                        max_request_bytes=args.max_request_bytes,
+                       audio_max_bytes=args.audio_max_bytes,
+                       audio_max_seconds=args.audio_max_seconds,
                        max_waiting_requests=args.max_waiting_requests,
                        cors_origins=list(args.cors_origin),
                        auth_failure_limit=args.auth_failure_limit,

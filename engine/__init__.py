@@ -33,6 +33,18 @@ _WHERE: dict[str, str] = {
     "EmbedderStats": "officellm.engine.embedding.async_embedder",
     "BUNDLED_EMBEDDER": "officellm.engine.embedding.bundled",
     "bundled_embedder_dir": "officellm.engine.embedding.bundled",
+    # Speech to text: audio decoded by PyAV, a Whisper model on its own thread, windows batched
+    "AsyncTranscriber": "officellm.engine.speech.async_transcriber",
+    "TranscriberStats": "officellm.engine.speech.async_transcriber",
+    "WhisperTranscriber": "officellm.engine.speech.whisper_transcriber",
+    "TranscriptionOptions": "officellm.engine.speech.whisper_transcriber",
+    "TranscriberInfo": "officellm.engine.speech.whisper_transcriber",
+    "WindowTranscript": "officellm.engine.speech.whisper_transcriber",
+    "Segment": "officellm.engine.speech.whisper_transcriber",
+    "WINDOW_SECONDS": "officellm.engine.speech.whisper_transcriber",
+    "decode_audio": "officellm.engine.speech.audio_decoding",
+    "AudioDecodeError": "officellm.engine.speech.audio_decoding",
+    "SAMPLE_RATE": "officellm.engine.speech.audio_decoding",
     # Rerank models: a cross-encoder (sentence-transformers) or a decoder reranker (the
     # engine's yes/no logit) on its own thread, batched
     "AsyncReranker": "officellm.engine.rerank.async_reranker",

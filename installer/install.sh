@@ -285,6 +285,9 @@ ensure_apt_packages "the Qt admin console" "${QT_APT_PACKAGES[@]}"
 # The database tests run on a real PostgreSQL too, and the cluster tests behind a real HAProxy
 # (tests/support/postgres.py, haproxy.py); without them they skip, saying so.
 [ "$DEV" = 1 ] && ensure_apt_packages "the database and router tests" "postgresql" "haproxy"
+# The speech-to-text tests speak a sentence into a WAV with espeak-ng
+# (tests/server/test_audio_transcriptions.py); without it they skip, saying so.
+[ "$DEV" = 1 ] && ensure_apt_packages "the speech-to-text tests" "espeak-ng"
 make_venv "$VENV"
 
 if [ -n "$BUNDLE_DIR" ]; then

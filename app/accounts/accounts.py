@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from officellm.app.accounts.usage_writer import FLUSH_INTERVAL_S, UsageWriter
-from officellm.app.db import Database
+from officellm.app.db import Database, get_effective_policy
 
 logger = logging.getLogger("officellm.server")
 
@@ -76,6 +76,13 @@ class Accounts:
         """A served transcription or translation: its audio's seconds, its text's tokens."""
         self._safely(self.writer.add_usage, user_id, 0, completion_tokens, model=model,
                      busy_seconds=busy_seconds, audio_seconds=audio_seconds)
+
+    def audio_today(self, user_id: int) -> tuple[float, int | None]:
+        """The user's seconds of audio today and their policy's audio_minutes_per_day
+        (None: no limit), read now (a policy changed applies to the next request)."""
+        with self.db.session() as session:
+            limit = get_effective_policy(session, user_id).audio_minutes_per_day
+        return (self.writer.audio_seconds_today(user_id) if limit is not None else 0.0), limit
 
     def record_rerank(self, user_id: int, model: str, tokens: int, busy_seconds: float) -> None:
         """A served rerank or score request: the tokens of its query-document pairs count as

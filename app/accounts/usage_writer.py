@@ -31,7 +31,13 @@ from officellm.app.db.events import record_event
 from officellm.app.db.keys import touch_keys
 from officellm.app.db.records import UsageCounts
 from officellm.app.db.threads import record_thread
-from officellm.app.db.usage import add_usage, usage_model_name, usage_on, utc_today
+from officellm.app.db.usage import (
+    add_usage,
+    audio_seconds_on,
+    usage_model_name,
+    usage_on,
+    utc_today,
+)
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +172,18 @@ class UsageWriter:
             with self.db.session() as session:
                 committed = usage_on(session, user_id, day).total_tokens
             return committed + self.pending_tokens(user_id, day)
+
+    def audio_seconds_today(self, user_id: int) -> float:
+        """The user's seconds of audio today, committed plus still queued: what a policy's
+        audio_minutes_per_day is checked against."""
+        day = utc_today()
+        with self._flush_lock:
+            with self.db.session() as session:
+                committed = audio_seconds_on(session, user_id, day)
+            with self._lock:
+                pending = sum(d.audio_seconds for (uid, d_day, _), d in self._batch.usage.items()
+                              if uid == user_id and d_day == day)
+            return committed + pending
 
     # -- the background side ---------------------------------------------------------
 

@@ -24,6 +24,7 @@ from officellm.app.models.served import UNLOADED
 from officellm.app.models.served_embedder import ServedEmbedder
 from officellm.app.models.served_model import ServedModel
 from officellm.app.models.served_reranker import ServedReranker
+from officellm.app.models.served_transcriber import ServedTranscriber
 from officellm.app.registry.downloads import Download
 from officellm.app.registry.entry import GENERATE, ModelEntry
 from officellm.app.registry.hub_pull import pull, pulled_dir
@@ -109,10 +110,12 @@ def _server(request: Request) -> ServerState:
 
 
 def _row(server: ServerState, entry: ModelEntry, model: ServedModel | None = None,
-         embedder: ServedEmbedder | ServedReranker | None = None,
+         embedder: ServedEmbedder | ServedTranscriber | ServedReranker | None = None,
          default: bool = False) -> ModelRow:
+    # `embedder`: a model beside the generate ones (an embedder, transcriber or reranker).
     stats = model.async_engine.stats() if model is not None and model.in_memory else None
-    footprint = model.footprint if model is not None else None
+    footprint = (model.footprint if model is not None else
+                 embedder.footprint if isinstance(embedder, ServedTranscriber) else None)
     budget = server.models.budget_bytes
     state, error, last_used = "unloaded", None, None
     if model is not None:
@@ -150,7 +153,8 @@ def _rows(server: ServerState, entries: list[ModelEntry],
     for entry in entries:
         rows.append(_row(server, entry, pool.find(entry.name) if entry.kind == GENERATE
                          else None,
-                         pool.find_embedder(entry.name) or pool.find_reranker(entry.name)))
+                         pool.find_embedder(entry.name) or pool.find_transcriber(entry.name)
+                         or pool.find_reranker(entry.name)))
     for pulling in pulls.values():
         row = _row(server, pulling.entry)
         rows.append(row.model_copy(update={
@@ -336,11 +340,12 @@ async def _state_changed(request: Request, server: ServerState, name: str, actio
 
 
 async def _registered(request: Request, name: str
-                      ) -> tuple[ServerState, ServedModel | ServedEmbedder | ServedReranker]:
+                      ) -> tuple[ServerState, ServedModel | ServedEmbedder | ServedTranscriber
+                                 | ServedReranker]:
     server = _server(request)
     await server.models.registry.refresh(force=True)
     found = (server.models.find(name) or server.models.find_embedder(name)
-             or server.models.find_reranker(name))
+             or server.models.find_transcriber(name) or server.models.find_reranker(name))
     if found is None:
         raise APIError(404, f"No model `{name}` is registered.", param="name",
                        code="not_found")
@@ -355,6 +360,8 @@ async def load_model(name: str, request: Request) -> ModelRow:
     before = found.state
     if isinstance(found, (ServedEmbedder, ServedReranker)):
         await found.wake(server.settings.retry_after_s)
+    elif isinstance(found, ServedTranscriber):
+        await server.models.load_transcriber(found)
     else:
         await server.models.acquire(found)
         server.models.release(found)
@@ -370,8 +377,10 @@ async def unload_model(name: str, request: Request) -> ModelRow:
     if _command_line(server, name):
         raise APIError(409, f"The model `{name}` is served from the command line: it stays "
                             "loaded.", param="name", code="pinned")
-    if isinstance(found, (ServedEmbedder, ServedReranker)):
-        embedder = found.embedder if isinstance(found, ServedEmbedder) else found.reranker
+    if isinstance(found, (ServedEmbedder, ServedTranscriber, ServedReranker)):
+        embedder = (found.embedder if isinstance(found, ServedEmbedder) else
+                    found.transcriber if isinstance(found, ServedTranscriber) else
+                    found.reranker)
         if embedder.is_ready:
             if not embedder.sleep():
                 raise APIError(409, f"The model `{name}` is answering requests; unload it "

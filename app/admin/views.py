@@ -74,6 +74,9 @@ class PolicyView(BaseModel):
     on_limit: str | None
     max_concurrent_requests: int | None
     max_tokens_per_day: int | None
+    audio_minutes_per_day: int | None = Field(None, description="Minutes of audio a day the "
+                                              "speech-to-text routes may read; null: no limit "
+                                              "(default) or inherit (user's).")
     share_prefix_cache: bool | None
     priority: str | None = Field(description="low | normal | high: the user's weight under the "
                                              "fair scheduler (0.5, 1, 2).")

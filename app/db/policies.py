@@ -14,7 +14,8 @@ from officellm.app.db.users import UserRef, get_user
 from officellm.app.policy.scheduling import DEFAULT_PRIORITY, PRIORITY_CHOICES
 from officellm.app.policy.types import EffectivePolicy
 
-INT_FIELDS = ("max_context_tokens", "max_turns", "max_concurrent_requests", "max_tokens_per_day")
+INT_FIELDS = ("max_context_tokens", "max_turns", "max_concurrent_requests", "max_tokens_per_day",
+              "audio_minutes_per_day")
 # A limit is a whole number in this range; the top is SQLite's largest integer (a larger one
 # cannot be stored at all).
 LIMIT_RANGE = (1, 2**63 - 1)
@@ -40,6 +41,7 @@ class StoredPolicy:
     on_limit: str | None = None
     max_concurrent_requests: int | None = None
     max_tokens_per_day: int | None = None
+    audio_minutes_per_day: int | None = None
     share_prefix_cache: bool | None = None
     priority: str | None = None
     max_kv_share: float | None = None

@@ -107,6 +107,8 @@ class Policy(Base):
     on_limit: Mapped[str | None] = mapped_column(String(16))
     max_concurrent_requests: Mapped[int | None] = mapped_column(BigInteger)
     max_tokens_per_day: Mapped[int | None] = mapped_column(BigInteger)
+    # Minutes of audio a day the speech-to-text routes may read for the user (migration 0013).
+    audio_minutes_per_day: Mapped[int | None] = mapped_column(BigInteger)
     share_prefix_cache: Mapped[bool | None] = mapped_column(Boolean)
     # The fair scheduler's weight (app/policy/scheduling.py) and KV share cap (0-1].
     priority: Mapped[str | None] = mapped_column(String(8))

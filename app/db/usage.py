@@ -61,6 +61,13 @@ def usage_on(session: Session, user_id: int, day: date) -> UsageDay:
     return UsageDay(user_id, day, int(requests), int(prompt), int(completion))
 
 
+def audio_seconds_on(session: Session, user_id: int, day: date) -> float:
+    """A user's seconds of audio transcribed or translated on one day, every model."""
+    seconds = session.scalar(select(func.coalesce(func.sum(Usage.audio_seconds), 0.0))
+                             .where(Usage.user_id == user_id, Usage.day == day))
+    return float(seconds or 0.0)
+
+
 def usage_today(session: Session, user_id: int, now: datetime | None = None) -> UsageDay:
     """A user's counters for the current UTC day, as committed (see UsageWriter.pending_tokens
     for what is still queued)."""

@@ -124,6 +124,35 @@ class MemoryBudget:
                 f"{gib(max(0, budget - used))} of the {gib(budget)} memory budget "
                 f"is free. Loaded: {held}. Retry when one is idle, or unload one.")
 
+    async def make_room_for(self, name: str, need: int, held_besides: int,
+                            models: Sequence[ServedModel], unloadable: Sequence[ServedModel],
+                            unload: Callable[[ServedModel], Awaitable[bool]],
+                            describe: Callable[[ServedModel], str]) -> None:
+        """make_room for a model that is not a generate model (a speech-to-text model):
+        `need` bytes, `held_besides` the bytes others of its kind hold now."""
+        if self.budget_bytes is None:
+            return
+        for other in models:
+            if other.in_memory:
+                await self.measure(other)
+        budget = self.budget_bytes
+        if need > budget:
+            raise self.refusal(f"The model `{name}` needs {gib(need)}, more than the memory "
+                               f"budget of {gib(budget)} (--memory-budget).")
+        for victim in sorted(unloadable, key=lambda m: m.last_used):
+            if self.used_bytes(models) + held_besides + need <= budget:
+                break
+            logger.info("Unloading `%s` (least recently used) to make room for `%s`",
+                        victim.name, name)
+            await unload(victim)
+        used = self.used_bytes(models) + held_besides
+        if used + need > budget:
+            held = "; ".join(describe(m) for m in models if m.in_memory)
+            raise self.refusal(
+                f"The model `{name}` needs {gib(need)} but only "
+                f"{gib(max(0, budget - used))} of the {gib(budget)} memory budget "
+                f"is free. Loaded: {held}. Retry when one is idle, or unload one.")
+
     @staticmethod
     def describe(model: ServedModel, why: str) -> str:
         """A model in memory as a refusal names it: its planned size and why it stays."""

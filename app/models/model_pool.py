@@ -25,6 +25,7 @@ from officellm.app.models.served import SLEEPING, UNLOADED
 from officellm.app.models.served_embedder import ServedEmbedder
 from officellm.app.models.served_model import ServedModel
 from officellm.app.models.served_reranker import ServedReranker
+from officellm.app.models.served_transcriber import ServedTranscriber, weight_bytes
 from officellm.app.registry.entry import BUNDLED, ModelEntry
 from officellm.app.server_settings import ServerSettings
 from officellm.engine import (
@@ -32,12 +33,15 @@ from officellm.engine import (
     AsyncEmbedder,
     AsyncLLM,
     AsyncReranker,
+    AsyncTranscriber,
     Encoder,
     EngineConfig,
     EngineState,
     LLMEngine,
+    ModelFootprint,
     ProcessEncoder,
     Scorer,
+    WhisperTranscriber,
     bundled_embedder_dir,
     load_encoder,
     load_scorer,
@@ -95,6 +99,7 @@ class ModelPool:
         self.budget = MemoryBudget(settings, budget_bytes)
         self.models: list[ServedModel] = []
         self.embedders: list[ServedEmbedder] = []  # /v1/embeddings' models
+        self.transcribers: list[ServedTranscriber] = []  # /v1/audio/*'s models
         self.rerankers: list[ServedReranker] = []  # /v1/rerank's, /v2/rerank's and /score's
         self._plan_lock = asyncio.Lock()
         self.registry = RegistrySync(self)
@@ -160,6 +165,33 @@ class ModelPool:
             served.embedder.start(asleep=not entry.pinned)
         return served
 
+    def add_transcriber(self, entry: ModelEntry,
+                        factory: Callable[[], WhisperTranscriber] | None = None
+                        ) -> ServedTranscriber:
+        """Serve the speech-to-text model `entry` on /v1/audio/* (started asleep unless
+        pinned, once the pool starts): its transcriber built by `factory` (tests), else a
+        WhisperTranscriber of the entry's directory on the engine's device."""
+        device = "cuda" if self.settings.engine.device.startswith("cuda") else "cpu"
+        factory = factory or (lambda: WhisperTranscriber(entry.source, device))
+        served = ServedTranscriber(entry, AsyncTranscriber(factory), self.settings)
+        self.transcribers.append(served)
+        if self._started:
+            served.transcriber.start(asleep=not entry.pinned)
+        return served
+
+    def find_transcriber(self, name: str) -> ServedTranscriber | None:
+        return next((t for t in self.transcribers if t.name == name), None)
+
+    def forget_transcriber(self, served: ServedTranscriber) -> bool:
+        """Stop serving a transcription model removed from the registry: False while in
+        use."""
+        transcriber = served.transcriber
+        if not (transcriber.sleep() or transcriber.state is EngineState.SLEEPING):
+            return False
+        transcriber.stop(timeout=0)
+        self.transcribers.remove(served)
+        return True
+
     def add_reranker(self, entry: ModelEntry,
                      factory: Callable[[], Scorer] | None = None) -> ServedReranker:
         """Serve the rerank model `entry` (started asleep unless pinned, once the pool
@@ -196,7 +228,8 @@ class ModelPool:
             raise APIError(404, "This server serves no rerank model (register one of kind "
                            "rerank).", param="model", code="model_not_found")
         if requested and (self._match(requested) is not None
-                          or self.find_embedder(requested) is not None):
+                          or self.find_embedder(requested) is not None
+                          or self.find_transcriber(requested) is not None):
             names = ", ".join(f"`{r.name}`" for r in self.rerankers) or "no model here"
             raise APIError(400, f"The model `{requested}` is not a rerank model; rerank and "
                            f"score come from {names}.", param="model")
@@ -229,6 +262,8 @@ class ModelPool:
             model.async_engine.start(asleep=not model.entry.pinned)
         for served in self.embedders:
             served.embedder.start(asleep=not served.entry.pinned)
+        for spoken in self.transcribers:
+            spoken.transcriber.start(asleep=not spoken.entry.pinned)
         for reranker in self.rerankers:
             reranker.reranker.start(asleep=not reranker.entry.pinned)
 
@@ -239,6 +274,8 @@ class ModelPool:
             model.async_engine.stop(timeout)
         for served in self.embedders:
             served.embedder.stop(timeout)
+        for spoken in self.transcribers:
+            spoken.transcriber.stop(timeout)
         for reranker in self.rerankers:
             reranker.reranker.stop(timeout)
 
@@ -278,6 +315,10 @@ class ModelPool:
         if self.find_embedder(requested) is not None:
             raise APIError(400, f"The model `{requested}` is an embedding model: it serves "
                            "/v1/embeddings only.", param="model")
+        if self.find_transcriber(requested) is not None:
+            raise APIError(400, f"The model `{requested}` is a speech-to-text model: it serves "
+                           "/v1/audio/transcriptions and /v1/audio/translations only.",
+                           param="model")
         if self.find_reranker(requested) is not None:
             raise APIError(400, f"The model `{requested}` is a rerank model: it serves "
                            "/v1/rerank, /v2/rerank and /score only.", param="model")
@@ -379,16 +420,66 @@ class ModelPool:
                            "--embedding-model, or register one).", param="model",
                            code="model_not_found")
         if requested and (self._match(requested) is not None
+                          or self.find_transcriber(requested) is not None
                           or self.find_reranker(requested) is not None):
             names = ", ".join(f"`{e.name}`" for e in self.embedders) or "no model here"
-            raise APIError(400, f"The model `{requested}` generates text; embeddings come "
+            raise APIError(400, f"The model `{requested}` does not embed; embeddings come "
                            f"from {names}.", param="model")
         raise APIError(404, f"The model `{requested}` does not exist.", param="model",
                        code="model_not_found")
 
+    async def resolve_transcriber(self, requested: str | None) -> ServedTranscriber:
+        """The speech-to-text model `requested` names (None: the first one): 400 for a
+        model of another kind, 404 for an unknown name or none served."""
+        served = (self.transcribers[0] if not requested and self.transcribers
+                  else self.find_transcriber(requested or ""))
+        if served is None and requested:
+            await self.registry.refresh()
+            served = self.find_transcriber(requested)
+        if served is not None:
+            return served
+        if not requested:
+            raise APIError(404, "This server serves no speech-to-text model (register one of "
+                           "kind transcribe).", param="model", code="model_not_found")
+        if (self._match(requested) is not None or self.find_embedder(requested) is not None
+                or self.find_reranker(requested) is not None):
+            names = ", ".join(f"`{t.name}`" for t in self.transcribers) or "no model here"
+            raise APIError(400, f"The model `{requested}` does not transcribe speech; "
+                           f"transcriptions come from {names}.", param="model")
+        raise APIError(404, f"The model `{requested}` does not exist.", param="model",
+                       code="model_not_found")
+
+    async def load_transcriber(self, served: ServedTranscriber) -> None:
+        """Bring a speech-to-text model into memory, its weights planned in the memory
+        budget like a generate model's (the least recently used idle models are unloaded
+        to make room; 503 naming what is loaded if it still does not fit)."""
+        transcriber = served.transcriber
+        if transcriber.is_ready:
+            served.touch()
+            return
+        async with self._plan_lock:
+            if not (transcriber.is_ready or transcriber.waking):
+                need = ModelFootprint(weight_bytes(served.entry.source), 0, 0, True)
+                others = [t.footprint for t in self.transcribers
+                          if t is not served and t.in_memory and t.footprint is not None]
+                served.footprint = need
+                await self.budget.make_room_for(
+                    served.name, need.total_bytes, sum(f.total_bytes for f in others),
+                    self.models, [m for m in self.models if self._unloadable(m)],
+                    self.unload, self._describe)
+        await served.wake(self.settings.retry_after_s)
+
     async def sleep_idle(self) -> None:
         """Put each model idle for its --sleep-idle-seconds to sleep."""
         now = time.monotonic()
+        for spoken in self.transcribers:
+            idle_s = spoken.idle_seconds
+            if (idle_s and spoken.transcriber.is_ready and now - spoken.last_used >= idle_s
+                    and spoken.transcriber.sleep()):
+                spoken.resting = SLEEPING
+                await spoken.transcriber.until_asleep()
+                logger.info("No request for %.0f s: the speech-to-text model `%s` sleeps",
+                            now - spoken.last_used, spoken.name)
         for served in self.embedders:
             idle_s = served.idle_seconds
             if (idle_s and served.embedder.is_ready and now - served.last_used >= idle_s

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from officellm.app.registry.entry import EMBED, GENERATE, RERANK, ModelEntry
+from officellm.app.registry.entry import EMBED, GENERATE, RERANK, TRANSCRIBE, ModelEntry
 
 if TYPE_CHECKING:
     from officellm.app.models.model_pool import ModelPool
@@ -79,5 +79,21 @@ class RegistrySync:
                 reranker.entry = entry
         for entry in scorers.values():
             if not (pool.find(entry.name) or pool.find_embedder(entry.name)
-                    or pool.find_reranker(entry.name)):
+                    or pool.find_transcriber(entry.name) or pool.find_reranker(entry.name)):
                 pool.add_reranker(entry)
+        self._apply_transcribers([e for e in entries if e.kind == TRANSCRIBE])
+
+    def _apply_transcribers(self, entries: list[ModelEntry]) -> None:
+        """The speech-to-text entries, applied as apply() does the others."""
+        pool = self.pool
+        registered = {e.name: e for e in entries}
+        for served in list(pool.transcribers):
+            entry = registered.pop(served.name, None)
+            if entry is None:
+                pool.forget_transcriber(served)
+            elif entry != served.entry:
+                served.entry = entry
+        for entry in registered.values():
+            if not (pool.find(entry.name) or pool.find_embedder(entry.name)
+                    or pool.find_transcriber(entry.name) or pool.find_reranker(entry.name)):
+                pool.add_transcriber(entry)

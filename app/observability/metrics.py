@@ -308,6 +308,16 @@ class ServerMetrics:
         self.embedding_tokens = Counter("officellm:embedding_tokens",
                                         "Tokens of the inputs embedded, per user.", u,
                                         registry=r)
+        # Speech to text (/v1/audio/*), labelled with the speech model's name.
+        self.audio_requests = Counter("officellm:audio_requests",
+                                      "Transcriptions and translations served, per user.", u,
+                                      registry=r)
+        self.audio_seconds = Counter("officellm:audio_seconds",
+                                     "Seconds of audio transcribed or translated, per user.",
+                                     u, registry=r)
+        self.audio_windows = Counter("officellm:audio_windows",
+                                     "30 s windows of audio decoded, per user.", u,
+                                     registry=r)
         # Reranking (/v1/rerank, /v2/rerank, /score), labelled with the rerank model's name.
         self.rerank_requests = Counter("officellm:rerank_requests",
                                        "Rerank and score requests served, per user.", u,
@@ -352,6 +362,12 @@ class ServerMetrics:
         self.embedding_inputs.labels(model, user).inc(inputs)
         self.embedding_tokens.labels(model, user).inc(tokens)
 
+    def record_transcription(self, model: str, user: str, seconds: float,
+                             windows: int) -> None:
+        """Count one served transcription or translation of `model` for its user."""
+        self.audio_requests.labels(model, user).inc()
+        self.audio_seconds.labels(model, user).inc(seconds)
+        self.audio_windows.labels(model, user).inc(windows)
     def record_rerank(self, model: str, user: str, documents: int, tokens: int) -> None:
         """Count one served rerank or score request of `model` for its user."""
         self.rerank_requests.labels(model, user).inc()

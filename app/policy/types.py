@@ -18,6 +18,8 @@ class EffectivePolicy:
     on_limit: OnLimit = "reject"
     max_concurrent_requests: int | None = None
     max_tokens_per_day: int | None = None
+    # Minutes of audio a day /v1/audio/* may read for the user (app/openai/routes/audio.py).
+    audio_minutes_per_day: int | None = None
     share_prefix_cache: bool = False
     # The fair scheduler's tags (app/policy/scheduling.py): low | normal | high, and the share
     # of the KV pool above which the user's prompts wait while others have work (None: no cap).
@@ -34,6 +36,7 @@ class EffectivePolicy:
             "on_limit": self.on_limit,
             "max_concurrent_requests": self.max_concurrent_requests,
             "max_tokens_per_day": self.max_tokens_per_day,
+            "audio_minutes_per_day": self.audio_minutes_per_day,
             "share_prefix_cache": self.share_prefix_cache,
             "priority": self.priority,
             "max_kv_share": self.max_kv_share,

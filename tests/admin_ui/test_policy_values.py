@@ -9,12 +9,13 @@ from officellm.admin_ui.policy_values import PolicyError, PolicyForm, form_to_po
 DEFAULT_POLICY = {"max_context_tokens": None, "max_turns": None, "on_limit": "reject",
                   "max_concurrent_requests": None, "max_tokens_per_day": None,
                   "share_prefix_cache": False, "priority": "normal", "max_kv_share": None,
-                  "models": None}
+                  "models": None, "audio_minutes_per_day": None}
 
 
 def test_round_trip_default():
     stored = {"max_context_tokens": 8192, "max_turns": None, "on_limit": "notify",
               "max_concurrent_requests": 2, "max_tokens_per_day": None,
+              "audio_minutes_per_day": None,
               "share_prefix_cache": False, "priority": "normal", "max_kv_share": 0.5,
               "models": None}
     assert form_to_policy(PolicyForm.from_policy(stored), is_default=True) == stored
@@ -24,6 +25,7 @@ def test_user_blanks_inherit():
     body = form_to_policy(PolicyForm(max_context_tokens="1,024"), is_default=False)
     assert body == {"max_context_tokens": 1024, "max_turns": None, "on_limit": None,
                     "max_concurrent_requests": None, "max_tokens_per_day": None,
+                    "audio_minutes_per_day": None,
                     "share_prefix_cache": None, "priority": None, "max_kv_share": None,
                     "models": None}
 

@@ -28,7 +28,7 @@ def test_upgrade_empty_to_head(db_path: Path) -> None:
     db = Database(db_path)
     assert db.current_revision() is None
     db.upgrade()
-    assert db.current_revision() == head_revision() == "0012_office_inputs_usage"
+    assert db.current_revision() == head_revision() == "0013_audio_minutes"
     assert _tables(db) == ALL_TABLES
     # The default policy row is seeded, with prefix-cache salting on.
     with db.engine.connect() as c:
@@ -94,11 +94,12 @@ def test_data_written_at_0001_survives_upgrade(db_path: Path) -> None:
         assert [row[:-len(added)] for row in after_rows] == before[table]
         assert {row[-len(added):] for row in after_rows} == {added}
     # policies gained share_prefix_cache (0002), priority and max_kv_share (0004), models
-    # (0008): the default row's are false, 'normal', NULL (no cap) and NULL (every model);
-    # users' rows NULL (inherit).
+    # (0008), audio_minutes_per_day (0013): the default row's are false, 'normal', NULL (no
+    # cap), NULL (every model) and NULL (no limit); users' rows NULL (inherit).
     after = con.execute("SELECT * FROM policies ORDER BY 1, 2").fetchall()
-    assert [row[:-4] for row in after] == before["policies"]
-    assert [row[-4:] for row in after] == [(0, "normal", None, None), (None, None, None, None)]
+    assert [row[:-5] for row in after] == before["policies"]
+    assert [row[-5:] for row in after] == [(0, "normal", None, None, None),
+                                           (None, None, None, None, None)]
     assert con.execute("SELECT count(*) FROM threads").fetchone() == (0,)
     con.close()
 

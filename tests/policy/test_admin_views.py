@@ -9,7 +9,8 @@ from tests.policy.helpers import Office, chat, metric
 
 MODEL = "SmolLM2-135M-Instruct.Q4_1"
 POLICY = {"max_context_tokens", "max_turns", "on_limit", "max_concurrent_requests",
-          "max_tokens_per_day", "share_prefix_cache", "priority", "max_kv_share", "models"}
+          "max_tokens_per_day", "audio_minutes_per_day", "share_prefix_cache", "priority",
+          "max_kv_share", "models"}
 
 
 def test_stats_and_plan(office: Office, uniq) -> None:

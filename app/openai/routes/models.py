@@ -16,7 +16,8 @@ router = APIRouter(responses=ERROR_RESPONSES)
 async def list_models(principal: Principal = Depends(get_principal),
                       server: ServerState = Depends(get_server)) -> ModelList:
     """Every served model under each of its names (the registry's order, the default first),
-    then the embedding and rerank models, in OpenAI's list shape, each with its state.
+    then the embedding, speech-to-text and rerank models, in OpenAI's list shape, each with
+    its state.
     Listing never loads a model (front ends poll this), and answers while the default model
     loads at start (`"state": "loading"`, under the name it will have): a front end that
     polls it during a start shows the model coming, not an error."""
@@ -37,6 +38,9 @@ async def list_models(principal: Principal = Depends(get_principal),
                                root=str(embedder.model_dir) if ready else served.entry.source,
                                max_model_len=embedder.info.max_input_tokens if ready else None,
                                state=served.state))
+    cards += [ModelCard(id=spoken.name, created=server.created, root=spoken.entry.source,
+                        max_model_len=None, state=spoken.state)
+              for spoken in server.models.transcribers]
     for served in server.models.rerankers:
         reranker = served.reranker
         ready = reranker.is_ready

@@ -30,6 +30,7 @@ async def health(server: ServerState = Depends(get_server)) -> JSONResponse:
     return JSONResponse({"status": "ok", "model": server.model_name, "state": default.state,
                          "models": {m.name: m.state for m in server.models.models if m.name}
                          | {e.name: e.state for e in server.models.embedders}
+                         | {t.name: t.state for t in server.models.transcribers}
                          | {r.name: r.state for r in server.models.rerankers}})
 
 
