@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from officellm.app.errors import APIError, unavailable
 from officellm.app.models.memory_budget import MemoryBudget
 from officellm.app.models.registry_sync import RegistrySync
-from officellm.app.models.served import SLEEPING, UNLOADED
+from officellm.app.models.served import SLEEPING, UNLOADED, Served
 from officellm.app.models.served_embedder import ServedEmbedder
 from officellm.app.models.served_model import ServedModel
 from officellm.app.models.served_reranker import ServedReranker
@@ -432,29 +432,11 @@ class ModelPool:
         """Put each model idle for its --sleep-idle-seconds to sleep."""
         now = time.monotonic()
         for spoken in self.transcribers:
-            idle_s = spoken.idle_seconds
-            if (idle_s and spoken.transcriber.is_ready and now - spoken.last_used >= idle_s
-                    and spoken.transcriber.sleep()):
-                spoken.resting = SLEEPING
-                await spoken.transcriber.until_asleep()
-                logger.info("No request for %.0f s: the speech-to-text model `%s` sleeps",
-                            now - spoken.last_used, spoken.name)
+            await self._sleep_if_idle(spoken, spoken.transcriber, now, "speech-to-text model")
         for served in self.embedders:
-            idle_s = served.idle_seconds
-            if (idle_s and served.embedder.is_ready and now - served.last_used >= idle_s
-                    and served.embedder.sleep()):
-                served.resting = SLEEPING
-                await served.embedder.until_asleep()
-                logger.info("No request for %.0f s: the embedding model `%s` sleeps",
-                            now - served.last_used, served.name)
+            await self._sleep_if_idle(served, served.embedder, now, "embedding model")
         for reranker in self.rerankers:
-            idle_s = reranker.idle_seconds
-            if (idle_s and reranker.reranker.is_ready and now - reranker.last_used >= idle_s
-                    and reranker.reranker.sleep()):
-                reranker.resting = SLEEPING
-                await reranker.reranker.until_asleep()
-                logger.info("No request for %.0f s: the rerank model `%s` sleeps",
-                            now - reranker.last_used, reranker.name)
+            await self._sleep_if_idle(reranker, reranker.reranker, now, "rerank model")
         for model in list(self.models):
             idle_s = model.idle_seconds
             if (idle_s and model.async_engine.is_ready and model.leases == 0
@@ -483,6 +465,17 @@ class ModelPool:
         side.stop(timeout=0)
         served_list.remove(served)
         return True
+
+    async def _sleep_if_idle(self, served: Served, side: BatchingThread, now: float,
+                             noun: str) -> None:
+        """Put `served` (its model `side`) to sleep if it has been idle for its
+        --sleep-idle-seconds and no request uses it; `noun` names its kind in the log."""
+        idle_s = served.idle_seconds
+        if idle_s and side.is_ready and now - served.last_used >= idle_s and side.sleep():
+            served.resting = SLEEPING
+            await side.until_asleep()
+            logger.info("No request for %.0f s: the %s `%s` sleeps", now - served.last_used,
+                        noun, served.entry.name)
 
     async def _resolve_side(self, served_list: list[SideT], requested: str | None,
                             none_served: str, wrong_kind: str) -> SideT:
