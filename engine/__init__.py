@@ -110,6 +110,7 @@ _WHERE: dict[str, str] = {
     "EngineStats": "officellm.engine.stats",
     "IterationStats": "officellm.engine.frontend.output_processor",
     "ModelLifecycle": "officellm.engine.model_lifecycle",
+    "BatchingThread": "officellm.engine.batching_thread",
     "DiskTierStats": "officellm.engine.stats",
     "HostTierStats": "officellm.engine.stats",
     "tier_ram_bytes": "officellm.engine.memory_footprint",

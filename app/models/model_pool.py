@@ -16,12 +16,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from officellm.app.errors import APIError, unavailable
 from officellm.app.models.memory_budget import MemoryBudget
 from officellm.app.models.registry_sync import RegistrySync
-from officellm.app.models.served import SLEEPING, UNLOADED
+from officellm.app.models.served import SLEEPING, UNLOADED, Served
 from officellm.app.models.served_embedder import ServedEmbedder
 from officellm.app.models.served_model import ServedModel
 from officellm.app.models.served_reranker import ServedReranker
@@ -34,6 +34,7 @@ from officellm.engine import (
     AsyncLLM,
     AsyncReranker,
     AsyncTranscriber,
+    BatchingThread,
     Encoder,
     EngineConfig,
     EngineState,
@@ -85,6 +86,25 @@ def scorer_factory(entry: ModelEntry, engine: EngineConfig) -> Callable[[], Scor
         return load_scorer(entry.source, engine_config=config)
 
     return load
+
+
+class _SideServed(Protocol):
+    """A served side model (ServedEmbedder, ServedTranscriber, ServedReranker): its name
+    and registry entry."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def entry(self) -> ModelEntry: ...
+
+
+SideT = TypeVar("SideT", bound=_SideServed)
+
+
+def _named(served_list: list[SideT], name: str) -> SideT | None:
+    """The model of `served_list` called `name`, if any."""
+    return next((m for m in served_list if m.name == name), None)
 
 
 class ModelPool:
@@ -160,10 +180,7 @@ class ModelPool:
         factory = factory or encoder_factory(entry, self.settings.engine_in_process,
                                              lambda: self.serving_besides(served))
         served = ServedEmbedder(entry, AsyncEmbedder(factory), self.settings, command_line)
-        self.embedders.append(served)
-        if self._started:
-            served.embedder.start(asleep=not entry.pinned)
-        return served
+        return self._add_side(self.embedders, served, served.embedder)
 
     def add_transcriber(self, entry: ModelEntry,
                         factory: Callable[[], WhisperTranscriber] | None = None
@@ -174,67 +191,39 @@ class ModelPool:
         device = "cuda" if self.settings.engine.device.startswith("cuda") else "cpu"
         factory = factory or (lambda: WhisperTranscriber(entry.source, device))
         served = ServedTranscriber(entry, AsyncTranscriber(factory), self.settings)
-        self.transcribers.append(served)
-        if self._started:
-            served.transcriber.start(asleep=not entry.pinned)
-        return served
+        return self._add_side(self.transcribers, served, served.transcriber)
 
     def find_transcriber(self, name: str) -> ServedTranscriber | None:
-        return next((t for t in self.transcribers if t.name == name), None)
+        return _named(self.transcribers, name)
 
     def forget_transcriber(self, served: ServedTranscriber) -> bool:
         """Stop serving a transcription model removed from the registry: False while in
         use."""
-        transcriber = served.transcriber
-        if not (transcriber.sleep() or transcriber.state is EngineState.SLEEPING):
-            return False
-        transcriber.stop(timeout=0)
-        self.transcribers.remove(served)
-        return True
+        return self._forget_side(self.transcribers, served, served.transcriber)
 
     def add_reranker(self, entry: ModelEntry,
                      factory: Callable[[], Scorer] | None = None) -> ServedReranker:
         """Serve the rerank model `entry` (started asleep unless pinned, once the pool
         starts): its scorer built by `factory` (tests), else as scorer_factory says."""
         reranker = AsyncReranker(factory or scorer_factory(entry, self.settings.engine))
-        served = ServedReranker(entry, reranker, self.settings)
-        self.rerankers.append(served)
-        if self._started:
-            reranker.start(asleep=not entry.pinned)
-        return served
+        return self._add_side(self.rerankers, ServedReranker(entry, reranker, self.settings),
+                              reranker)
 
     def find_reranker(self, name: str) -> ServedReranker | None:
-        return next((r for r in self.rerankers if r.name == name), None)
+        return _named(self.rerankers, name)
 
     def forget_reranker(self, served: ServedReranker) -> bool:
         """Stop serving a rerank model removed from the registry: False while in use."""
-        if not (served.reranker.sleep() or served.reranker.state is EngineState.SLEEPING):
-            return False
-        served.reranker.stop(timeout=0)
-        self.rerankers.remove(served)
-        return True
+        return self._forget_side(self.rerankers, served, served.reranker)
 
     async def resolve_reranker(self, requested: str | None) -> ServedReranker:
         """The rerank model `requested` names (None: the first one): 400 for a model of
         another kind, 404 for an unknown name or none served."""
-        served = (self.rerankers[0] if not requested and self.rerankers
-                  else self.find_reranker(requested or ""))
-        if served is None and requested:
-            await self.registry.refresh()
-            served = self.find_reranker(requested)
-        if served is not None:
-            return served
-        if not self.rerankers and not requested:
-            raise APIError(404, "This server serves no rerank model (register one of kind "
-                           "rerank).", param="model", code="model_not_found")
-        if requested and (self._match(requested) is not None
-                          or self.find_embedder(requested) is not None
-                          or self.find_transcriber(requested) is not None):
-            names = ", ".join(f"`{r.name}`" for r in self.rerankers) or "no model here"
-            raise APIError(400, f"The model `{requested}` is not a rerank model; rerank and "
-                           f"score come from {names}.", param="model")
-        raise APIError(404, f"The model `{requested}` does not exist.", param="model",
-                       code="model_not_found")
+        return await self._resolve_side(
+            self.rerankers, requested,
+            "This server serves no rerank model (register one of kind rerank).",
+            "The model `{requested}` is not a rerank model; rerank and score come from "
+            "{names}.")
 
     def serving_besides(self, this: ServedModel | ServedEmbedder | None) -> bool:
         """Whether a model other than `this` is loaded and serving (a new load then runs
@@ -244,7 +233,7 @@ class ModelPool:
                 or any(r.reranker.is_ready for r in self.rerankers))
 
     def find_embedder(self, name: str) -> ServedEmbedder | None:
-        return next((e for e in self.embedders if e.name == name), None)
+        return _named(self.embedders, name)
 
     def find(self, name: str) -> ServedModel | None:
         for model in self.models:
@@ -285,11 +274,7 @@ class ModelPool:
 
     def forget_embedder(self, served: ServedEmbedder) -> bool:
         """Stop serving an embedding model removed from the registry: False while in use."""
-        if not (served.embedder.sleep() or served.embedder.state is EngineState.SLEEPING):
-            return False
-        served.embedder.stop(timeout=0)
-        self.embedders.remove(served)
-        return True
+        return self._forget_side(self.embedders, served, served.embedder)
 
     def forget(self, model: ServedModel) -> bool:
         """Stop serving a model removed from the registry: False while requests use it."""
@@ -408,46 +393,20 @@ class ModelPool:
     async def resolve_embedder(self, requested: str | None) -> ServedEmbedder:
         """The embedding model `requested` names (None: the first one): 400 for a generate
         model, 404 for an unknown name or none served."""
-        served = (self.embedders[0] if not requested and self.embedders
-                  else self.find_embedder(requested or ""))
-        if served is None and requested:
-            await self.registry.refresh()
-            served = self.find_embedder(requested)
-        if served is not None:
-            return served
-        if not self.embedders and not requested:
-            raise APIError(404, "This server serves no embedding model (start it with "
-                           "--embedding-model, or register one).", param="model",
-                           code="model_not_found")
-        if requested and (self._match(requested) is not None
-                          or self.find_transcriber(requested) is not None
-                          or self.find_reranker(requested) is not None):
-            names = ", ".join(f"`{e.name}`" for e in self.embedders) or "no model here"
-            raise APIError(400, f"The model `{requested}` does not embed; embeddings come "
-                           f"from {names}.", param="model")
-        raise APIError(404, f"The model `{requested}` does not exist.", param="model",
-                       code="model_not_found")
+        return await self._resolve_side(
+            self.embedders, requested,
+            "This server serves no embedding model (start it with --embedding-model, or "
+            "register one).",
+            "The model `{requested}` does not embed; embeddings come from {names}.")
 
     async def resolve_transcriber(self, requested: str | None) -> ServedTranscriber:
         """The speech-to-text model `requested` names (None: the first one): 400 for a
         model of another kind, 404 for an unknown name or none served."""
-        served = (self.transcribers[0] if not requested and self.transcribers
-                  else self.find_transcriber(requested or ""))
-        if served is None and requested:
-            await self.registry.refresh()
-            served = self.find_transcriber(requested)
-        if served is not None:
-            return served
-        if not requested:
-            raise APIError(404, "This server serves no speech-to-text model (register one of "
-                           "kind transcribe).", param="model", code="model_not_found")
-        if (self._match(requested) is not None or self.find_embedder(requested) is not None
-                or self.find_reranker(requested) is not None):
-            names = ", ".join(f"`{t.name}`" for t in self.transcribers) or "no model here"
-            raise APIError(400, f"The model `{requested}` does not transcribe speech; "
-                           f"transcriptions come from {names}.", param="model")
-        raise APIError(404, f"The model `{requested}` does not exist.", param="model",
-                       code="model_not_found")
+        return await self._resolve_side(
+            self.transcribers, requested,
+            "This server serves no speech-to-text model (register one of kind transcribe).",
+            "The model `{requested}` does not transcribe speech; transcriptions come from "
+            "{names}.")
 
     async def load_transcriber(self, served: ServedTranscriber) -> None:
         """Bring a speech-to-text model into memory, its weights planned in the memory
@@ -473,29 +432,11 @@ class ModelPool:
         """Put each model idle for its --sleep-idle-seconds to sleep."""
         now = time.monotonic()
         for spoken in self.transcribers:
-            idle_s = spoken.idle_seconds
-            if (idle_s and spoken.transcriber.is_ready and now - spoken.last_used >= idle_s
-                    and spoken.transcriber.sleep()):
-                spoken.resting = SLEEPING
-                await spoken.transcriber.until_asleep()
-                logger.info("No request for %.0f s: the speech-to-text model `%s` sleeps",
-                            now - spoken.last_used, spoken.name)
+            await self._sleep_if_idle(spoken, spoken.transcriber, now, "speech-to-text model")
         for served in self.embedders:
-            idle_s = served.idle_seconds
-            if (idle_s and served.embedder.is_ready and now - served.last_used >= idle_s
-                    and served.embedder.sleep()):
-                served.resting = SLEEPING
-                await served.embedder.until_asleep()
-                logger.info("No request for %.0f s: the embedding model `%s` sleeps",
-                            now - served.last_used, served.name)
+            await self._sleep_if_idle(served, served.embedder, now, "embedding model")
         for reranker in self.rerankers:
-            idle_s = reranker.idle_seconds
-            if (idle_s and reranker.reranker.is_ready and now - reranker.last_used >= idle_s
-                    and reranker.reranker.sleep()):
-                reranker.resting = SLEEPING
-                await reranker.reranker.until_asleep()
-                logger.info("No request for %.0f s: the rerank model `%s` sleeps",
-                            now - reranker.last_used, reranker.name)
+            await self._sleep_if_idle(reranker, reranker.reranker, now, "rerank model")
         for model in list(self.models):
             idle_s = model.idle_seconds
             if (idle_s and model.async_engine.is_ready and model.leases == 0
@@ -504,6 +445,61 @@ class ModelPool:
                 logger.info("No request for %.0f s: the model `%s` sleeps (its weights and KV "
                             "pool are freed; the next request loads it again)",
                             now - model.last_used, model.name)
+
+    # -- the side models (embedders, transcribers, rerankers) --------------------------
+    def _add_side(self, served_list: list[SideT], served: SideT,
+                  side: BatchingThread) -> SideT:
+        """Serve `served` (its model `side`): started asleep unless pinned, once the pool
+        has started (before that, start() starts it)."""
+        served_list.append(served)
+        if self._started:
+            side.start(asleep=not served.entry.pinned)
+        return served
+
+    def _forget_side(self, served_list: list[SideT], served: SideT,
+                     side: BatchingThread) -> bool:
+        """Stop serving `served` (its model `side`), removed from the registry: False while
+        a request uses it (it will not sleep)."""
+        if not (side.sleep() or side.state is EngineState.SLEEPING):
+            return False
+        side.stop(timeout=0)
+        served_list.remove(served)
+        return True
+
+    async def _sleep_if_idle(self, served: Served, side: BatchingThread, now: float,
+                             noun: str) -> None:
+        """Put `served` (its model `side`) to sleep if it has been idle for its
+        --sleep-idle-seconds and no request uses it; `noun` names its kind in the log."""
+        idle_s = served.idle_seconds
+        if idle_s and side.is_ready and now - served.last_used >= idle_s and side.sleep():
+            served.resting = SLEEPING
+            await side.until_asleep()
+            logger.info("No request for %.0f s: the %s `%s` sleeps", now - served.last_used,
+                        noun, served.entry.name)
+
+    async def _resolve_side(self, served_list: list[SideT], requested: str | None,
+                            none_served: str, wrong_kind: str) -> SideT:
+        """The model of `served_list` that `requested` names (None: the first one), the
+        registry read again for a name not served yet. 404 with `none_served` if there is
+        none; 400 with `wrong_kind` (its {requested} and {names} filled in) for a model of
+        another kind; 404 for an unknown name."""
+        served = (served_list[0] if not requested and served_list
+                  else _named(served_list, requested or ""))
+        if served is None and requested:
+            await self.registry.refresh()
+            served = _named(served_list, requested)
+        if served is not None:
+            return served
+        if not requested:
+            raise APIError(404, none_served, param="model", code="model_not_found")
+        if (self._match(requested) is not None or self.find_embedder(requested) is not None
+                or self.find_transcriber(requested) is not None
+                or self.find_reranker(requested) is not None):
+            names = ", ".join(f"`{m.name}`" for m in served_list) or "no model here"
+            raise APIError(400, wrong_kind.format(requested=requested, names=names),
+                           param="model")
+        raise APIError(404, f"The model `{requested}` does not exist.", param="model",
+                       code="model_not_found")
 
     # -- requests -----------------------------------------------------------------------
     async def acquire(self, model: ServedModel) -> None:
